@@ -79,9 +79,13 @@ def main() -> None:
         acc = r["metrics"].get("accuracy")
         if acc is not None:
             by.setdefault((r["model"], r["dataset"], float(r["epsilon"])), []).append(float(acc))
-    models = [m for m in TABLE3_ROW_LABELS if any(k[0] == m for k in by)] + [m for m in TABLE5_ROW_LABELS if any(k[0] == m for k in by)]
+    models = [m for m in TABLE3_ROW_LABELS if any(k[0] == m for k in by)] + [
+        m for m in TABLE5_ROW_LABELS if any(k[0] == m for k in by)
+    ]
     for dataset in ("cardio", "heart", "mnist"):
-        eps_present = [e for e in EPSILONS if any(k[1] == dataset and math.isclose(k[2], e) for k in by)]
+        eps_present = [
+            e for e in EPSILONS if any(k[1] == dataset and math.isclose(k[2], e) for k in by)
+        ]
         if not eps_present:
             continue
         print(f"\n{dataset} (profile authors), accuracy %: ours → published\n")
@@ -98,11 +102,19 @@ def main() -> None:
                 pub = published(m, dataset, e)
                 cells.append(fmt(mean, sd, n) + (" → " + fmt(*pub) if pub else ""))
             if any(cells):
-                print(f"| {TABLE3_ROW_LABELS.get(m) or TABLE5_ROW_LABELS[m]} | " + " | ".join(cells) + " |")
+                print(
+                    f"| {TABLE3_ROW_LABELS.get(m) or TABLE5_ROW_LABELS[m]} | "
+                    + " | ".join(cells)
+                    + " |"
+                )
 
     print("\nAcceptance (issue 17):\n")
-    checks = [("Cardio DP-RVFL eps 0.1", "cardio", 0.1, 63.51, 1.5), ("Cardio DP-RVFL eps 2", "cardio", 2.0, 72.99, 0.6),
-              ("Heart DP-RVFL eps 2", "heart", 2.0, 63.48, 12.43), ("MNIST DP-RVFL eps 2", "mnist", 2.0, 90.30, 0.6)]
+    checks = [
+        ("Cardio DP-RVFL eps 0.1", "cardio", 0.1, 63.51, 1.5),
+        ("Cardio DP-RVFL eps 2", "cardio", 2.0, 72.99, 0.6),
+        ("Heart DP-RVFL eps 2", "heart", 2.0, 63.48, 12.43),
+        ("MNIST DP-RVFL eps 2", "mnist", 2.0, 90.30, 0.6),
+    ]
     for label, ds, e, target, tol in checks:
         vals = by.get(("dp-rvfl", ds, e))
         if not vals:

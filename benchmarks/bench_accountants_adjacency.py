@@ -20,8 +20,16 @@ from pathlib import Path
 from dpaudit.accounting import SubsampledGaussian, compute_epsilon
 from dpaudit.errors import UnsupportedEventError
 
-CONFIGS = [(0.8794, 0.005, 2000), (1.0, 0.005, 2000), (2.0, 0.005, 2000), (0.6, 0.00532, 5640),
-           (1.0, 0.01, 1), (0.8794, 0.01, 100), (2.0, 0.01, 100), (1.0, 0.25, 120)]
+CONFIGS = [
+    (0.8794, 0.005, 2000),
+    (1.0, 0.005, 2000),
+    (2.0, 0.005, 2000),
+    (0.6, 0.00532, 5640),
+    (1.0, 0.01, 1),
+    (0.8794, 0.01, 100),
+    (2.0, 0.01, 100),
+    (1.0, 0.25, 120),
+]
 
 
 def _profile():
@@ -43,18 +51,24 @@ def main() -> None:
     for sigma, q, steps in CONFIGS:
         ev = SubsampledGaussian(sigma, q, steps)
         for adj in ("add-remove-record", "replace-record"):
-            ref = prof.subsampled_gaussian_epsilon(sigma, q, steps, a.delta, replace=adj == "replace-record", h=a.h)
+            ref = prof.subsampled_gaussian_epsilon(
+                sigma, q, steps, a.delta, replace=adj == "replace-record", h=a.h
+            )
             t = time.perf_counter()
             pld = compute_epsilon(ev, delta=a.delta, accountant="pld", adjacency=adj).epsilon
             dt = time.perf_counter() - t
             others = []
             for name in ("rdp", "prv"):
                 try:
-                    others.append(f"{compute_epsilon(ev, delta=a.delta, accountant=name, adjacency=adj).epsilon:.4f}")
+                    others.append(
+                        f"{compute_epsilon(ev, delta=a.delta, accountant=name, adjacency=adj).epsilon:.4f}"
+                    )
                 except UnsupportedEventError:
                     others.append("declines")
-            print(f"| {sigma:g} | {q:g} | {steps} | {adj} | {ref:.4f} | {pld:.4f} | {pld / ref:.4f} | {dt:.2f} | {others[0]} | {others[1]} |",
-                  flush=True)
+            print(
+                f"| {sigma:g} | {q:g} | {steps} | {adj} | {ref:.4f} | {pld:.4f} | {pld / ref:.4f} | {dt:.2f} | {others[0]} | {others[1]} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -80,10 +80,13 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         whole = 3 * args.target_runs * row["cpu_per_trial"] / args.workers
         per, release = row["cpu_per_trial"], row["release_cpu"]
-        print(f"{tree}: wall {row['wall']:.1f} s for {row['trials']} trials, "
-              f"{per:.3f} CPU-s per trial, release loop {release:.3f} CPU-s "
-              f"(trial / release {per / release:.2f}); {args.target_runs} trials per role "
-              f"on {args.workers} cores: ~{whole / 60:.1f} min of trials", flush=True)
+        print(
+            f"{tree}: wall {row['wall']:.1f} s for {row['trials']} trials, "
+            f"{per:.3f} CPU-s per trial, release loop {release:.3f} CPU-s "
+            f"(trial / release {per / release:.2f}); {args.target_runs} trials per role "
+            f"on {args.workers} cores: ~{whole / 60:.1f} min of trials",
+            flush=True,
+        )
     print(f"load after: {_load()}")
     if len(rows) > 1:
         import numpy as np

@@ -35,17 +35,25 @@ def bench_mixmin(runs: int, workers: list[int]) -> None:
     n, k = 9000, 14
     probs = rng.uniform(0.01, 0.99, size=(n, k))
     labels = (rng.uniform(size=n) < probs[:, 0]).astype(float)
-    cfg, claimed = mixmin_config_for(n_mix=n, k=k, epsilon=1.0, delta=1e-5, expected_batch_size=1000, steps=200)
+    cfg, claimed = mixmin_config_for(
+        n_mix=n, k=k, epsilon=1.0, delta=1e-5, expected_batch_size=1000, steps=200
+    )
     t = MixMinTarget(probs, labels, cfg, claimed, 1e-5, canary="max-clip")
-    print(f"DP-MixMin audit: k={k}, n_mix={n}, B=1000, steps=200, sigma={cfg.noise_multiplier:.4f}, runs={runs}")
+    print(
+        f"DP-MixMin audit: k={k}, n_mix={n}, B=1000, steps=200, sigma={cfg.noise_multiplier:.4f}, runs={runs}"
+    )
     for w in workers:
         t0 = time.perf_counter()
-        r = run_audit(t, runs=runs, seed=0, controls=(), workers=w, reproducible_noise=True, progress=True)
+        r = run_audit(
+            t, runs=runs, seed=0, controls=(), workers=w, reproducible_noise=True, progress=True
+        )
         dt = time.perf_counter() - t0
         cpu = r.timings["cpu_seconds"]
-        print(f"  workers={w}: {dt:.1f} s wall ({runs / dt:.0f} trials/s), {cpu:.1f} CPU-s in trials "
-              f"(2 quiet cores: ~{cpu / 2:.1f} s); eps_LB={r.epsilon_lower_bound:.3f} "
-              f"(claim {r.claimed_epsilon:.3f}), GDP estimate {r.gdp_estimate['epsilon']:.3f}")
+        print(
+            f"  workers={w}: {dt:.1f} s wall ({runs / dt:.0f} trials/s), {cpu:.1f} CPU-s in trials "
+            f"(2 quiet cores: ~{cpu / 2:.1f} s); eps_LB={r.epsilon_lower_bound:.3f} "
+            f"(claim {r.claimed_epsilon:.3f}), GDP estimate {r.gdp_estimate['epsilon']:.3f}"
+        )
 
 
 def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
@@ -70,47 +78,72 @@ def bench_mixmin_task(data_dir: str | None, repeats: int = 3) -> None:
     c1 = cpu()
     train_proxies(task)
     c2 = cpu()
-    t = build_target("mixmin", task="mnist-mix", canary="max-clip", data_dir=data_dir)  # proxies cached in memory now
+    t = build_target(
+        "mixmin", task="mnist-mix", canary="max-clip", data_dir=data_dir
+    )  # proxies cached in memory now
     c3 = cpu()
-    print(f"load_task {c1 - c0:.2f}, train_proxies {c2 - c1:.2f}, rest of the target build {c3 - c2:.2f} CPU-s "
-          f"(n_mix={t.probs.shape[0]}, k={t.probs.shape[1]}, q={t.config.sample_rate:.4f}, sigma={t.config.noise_multiplier:.4f})")
+    print(
+        f"load_task {c1 - c0:.2f}, train_proxies {c2 - c1:.2f}, rest of the target build {c3 - c2:.2f} CPU-s "
+        f"(n_mix={t.probs.shape[0]}, k={t.probs.shape[1]}, q={t.config.sample_rate:.4f}, sigma={t.config.noise_multiplier:.4f})"
+    )
     inserted = np.random.default_rng(0).random(500) < 0.5
     for _ in range(repeats):
         w0, c0 = time.perf_counter(), time.process_time()
         t.scores(inserted, NoiseSource("reproducible", seed=1))
-        print(f"  500 trials: {time.perf_counter() - w0:.2f} s wall, {time.process_time() - c0:.2f} CPU-s")
+        print(
+            f"  500 trials: {time.perf_counter() - w0:.2f} s wall, {time.process_time() - c0:.2f} CPU-s"
+        )
 
 
 def bench_rvfl(runs: int, workers: list[int], data_dir: str | None, chunk: int) -> None:
     from dpaudit.audits.engine import run_audit
     from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
 
-    t = HeadTarget(model="dp-rvfl", dataset="mnist", data_dir=data_dir, epsilon=2.0, canary="max-clip")
+    t = HeadTarget(
+        model="dp-rvfl", dataset="mnist", data_dir=data_dir, epsilon=2.0, canary="max-clip"
+    )
     t0 = time.perf_counter()
     t.prepare()
     setup = time.perf_counter() - t0
     c = t._config
-    print(f"DP-RVFL MNIST audit (full protocol): q={c.sample_rate:.5f}, steps={c.steps}, m0={c.normalizer}, sigma={c.noise_multiplier:.4f}, "
-          f"d+1={t._z.shape[1] + 1}, runs={runs}, chunk={chunk}; setup {setup:.1f} s; canary {t._canary_info['why']}")
+    print(
+        f"DP-RVFL MNIST audit (full protocol): q={c.sample_rate:.5f}, steps={c.steps}, m0={c.normalizer}, sigma={c.noise_multiplier:.4f}, "
+        f"d+1={t._z.shape[1] + 1}, runs={runs}, chunk={chunk}; setup {setup:.1f} s; canary {t._canary_info['why']}"
+    )
     for w in workers:
         t0 = time.perf_counter()
-        r = run_audit(t, runs=runs, seed=0, controls=(), workers=w, chunk_size=chunk, reproducible_noise=True, progress=True)
+        r = run_audit(
+            t,
+            runs=runs,
+            seed=0,
+            controls=(),
+            workers=w,
+            chunk_size=chunk,
+            reproducible_noise=True,
+            progress=True,
+        )
         dt = time.perf_counter() - t0
         cpu = r.timings["cpu_seconds"]
-        print(f"  workers={w}: {dt:.1f} s wall for {runs} trials ({dt / runs:.3f} s/trial; 1,000 trials ~ {1000 * dt / runs / 60:.1f} min); "
-              f"{cpu:.1f} CPU-s ({cpu / runs:.3f} CPU-s/trial; 1,000 trials on 2 quiet cores ~ {1000 * cpu / runs / 2 / 60:.1f} min); "
-              f"eps_LB={r.epsilon_lower_bound:.3f} (claim {r.claimed_epsilon:.3f}), GDP estimate {r.gdp_estimate['epsilon']:.3f}")
+        print(
+            f"  workers={w}: {dt:.1f} s wall for {runs} trials ({dt / runs:.3f} s/trial; 1,000 trials ~ {1000 * dt / runs / 60:.1f} min); "
+            f"{cpu:.1f} CPU-s ({cpu / runs:.3f} CPU-s/trial; 1,000 trials on 2 quiet cores ~ {1000 * cpu / runs / 2 / 60:.1f} min); "
+            f"eps_LB={r.epsilon_lower_bound:.3f} (claim {r.claimed_epsilon:.3f}), GDP estimate {r.gdp_estimate['epsilon']:.3f}"
+        )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("what", choices=["mixmin", "mixmin-task", "rvfl"])
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--data-dir", default=os.environ.get("DPAUDIT_DATA_DIR"))
     ap.add_argument("--chunk", type=int, default=64)
     a = ap.parse_args()
-    print(f"cpu_count={os.cpu_count()}, torch threads per process={torch.get_num_threads()}, {time.strftime('%Y-%m-%d %H:%M:%S')}")
+    print(
+        f"cpu_count={os.cpu_count()}, torch threads per process={torch.get_num_threads()}, {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    )
     if a.what == "mixmin":
         bench_mixmin(a.runs or 2000, a.workers)
     elif a.what == "mixmin-task":

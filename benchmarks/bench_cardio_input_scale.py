@@ -33,7 +33,9 @@ def widened(data, factor: float):
     names = data.feature_names or ()
     numeric = np.array([("=" not in n) and not n.endswith("__missing") for n in names])
     scale = np.where(numeric, 1.0 / factor, 1.0).astype(np.float32)
-    return dataclasses.replace(data, x_train=data.x_train * scale, x_val=data.x_val * scale, x_test=data.x_test * scale)
+    return dataclasses.replace(
+        data, x_train=data.x_train * scale, x_val=data.x_val * scale, x_test=data.x_test * scale
+    )
 
 
 def main() -> None:
@@ -46,21 +48,37 @@ def main() -> None:
     torch.set_num_threads(1)
     base = load_dataset("cardio", data_dir=args.data_dir)
     names = base.feature_names or ()
-    print(f"cardio: {base.x_train.shape[0]} training records, numerical columns: "
-          f"{[n for n in names if '=' not in n and not n.endswith('__missing')]}")
+    print(
+        f"cardio: {base.x_train.shape[0]} training records, numerical columns: "
+        f"{[n for n in names if '=' not in n and not n.endswith('__missing')]}"
+    )
     for eps in args.eps or [0.1, 2.0]:
         for factor in args.factor or [1.0, 2.0, 4.0]:
             data = widened(base, factor)
             accs, t0 = [], time.perf_counter()
             for seed in args.seeds:
                 with tempfile.TemporaryDirectory() as tmp:
-                    rel = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", dataset="cardio", epsilon=eps, seed=seed,
-                                  data_dir=args.data_dir),
-                                  prepared=data, out_dir=tmp, record=False, progress=False)
+                    rel = release(
+                        "dp-rvfl",
+                        DPSGDRequest(
+                            model="dp-rvfl",
+                            dataset="cardio",
+                            epsilon=eps,
+                            seed=seed,
+                            data_dir=args.data_dir,
+                        ),
+                        prepared=data,
+                        out_dir=tmp,
+                        record=False,
+                        progress=False,
+                    )
                 accs.append(100 * rel.metrics["accuracy"])
             sd = statistics.stdev(accs) if len(accs) > 1 else float("nan")
-            print(f"eps={eps:g} bounds x{factor:g}: accuracy {statistics.mean(accs):.2f} ± {sd:.2f} "
-                  f"(seeds {args.seeds}; {time.perf_counter() - t0:.0f} s)", flush=True)
+            print(
+                f"eps={eps:g} bounds x{factor:g}: accuracy {statistics.mean(accs):.2f} ± {sd:.2f} "
+                f"(seeds {args.seeds}; {time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -28,15 +28,19 @@ def main() -> None:
         for seed in range(5):
             p = plan_trials(2000, seed=seed)
             s = np.random.default_rng(seed).normal(size=2000) + mu * p.world
-            sel_eval.append(evaluate_scores(s, p.world, p.select, delta=DELTA)["epsilon_lower_bound"])
+            sel_eval.append(
+                evaluate_scores(s, p.world, p.select, delta=DELTA)["epsilon_lower_bound"]
+            )
             t, c = time.perf_counter(), time.process_time()
             r = stats.comparison_statistics(s, p.world, p.select, "greater", delta=DELTA, seed=seed)
             wall.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
             bonf.append(r["cp_bonferroni"]["epsilon_lower_bound"])
-        print(f"eps={eps:g} (mu={mu:.3f}): SELECT/EVAL CP {np.round(sel_eval, 3).tolist()} mean {np.mean(sel_eval):.3f} | "
-              f"cp_bonferroni {np.round(bonf, 3).tolist()} mean {np.mean(bonf):.3f} | "
-              f"comparison_statistics wall {min(wall):.3f}-{max(wall):.3f} s, CPU {min(cpu):.3f}-{max(cpu):.3f} s")
+        print(
+            f"eps={eps:g} (mu={mu:.3f}): SELECT/EVAL CP {np.round(sel_eval, 3).tolist()} mean {np.mean(sel_eval):.3f} | "
+            f"cp_bonferroni {np.round(bonf, 3).tolist()} mean {np.mean(bonf):.3f} | "
+            f"comparison_statistics wall {min(wall):.3f}-{max(wall):.3f} s, CPU {min(cpu):.3f}-{max(cpu):.3f} s"
+        )
     rng = np.random.default_rng(0)
     w = np.arange(2000) % 2 == 0
     s = rng.normal(size=2000) + w
@@ -47,7 +51,9 @@ def main() -> None:
         stats.auroc_bootstrap(s, w, "greater")
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
-    print(f"auroc_bootstrap, 2,000 trials, 1,000 resamples: wall median {np.median(wall):.3f} s, CPU median {np.median(cpu):.3f} s")
+    print(
+        f"auroc_bootstrap, 2,000 trials, 1,000 resamples: wall median {np.median(wall):.3f} s, CPU median {np.median(cpu):.3f} s"
+    )
 
 
 if __name__ == "__main__":

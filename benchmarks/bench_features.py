@@ -42,7 +42,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--save", default=None, help="write the training features to this .npy file (to compare versions)")
+    ap.add_argument(
+        "--save",
+        default=None,
+        help="write the training features to this .npy file (to compare versions)",
+    )
     a = ap.parse_args()
     torch.set_num_threads(1)
     from dpaudit.data import load_dataset
@@ -50,7 +54,9 @@ def main() -> None:
 
     data = load_dataset("mnist")
     x_tr, x_te = data.x_train, data.x_test
-    print(f"x_train {x_tr.shape} {x_tr.dtype} (C-contiguous {x_tr.flags.c_contiguous}), x_test {x_te.shape} {x_te.dtype}")
+    print(
+        f"x_train {x_tr.shape} {x_tr.dtype} (C-contiguous {x_tr.flags.c_contiguous}), x_test {x_te.shape} {x_te.dtype}"
+    )
     feats = build_features("rvfl", data.n_features, a.seed)
     t_tr, z = _median_time(lambda: feats.transform(x_tr, bias_column=True), a.repeats)
     t_te, _ = _median_time(lambda: feats.transform(x_te), a.repeats)
@@ -60,7 +66,9 @@ def main() -> None:
     rate = sgemm_rate()
     print(f"train transform: median {t_tr:.3f} s over {a.repeats} (z {z.shape} {z.dtype})")
     print(f"test transform:  median {t_te:.3f} s over {a.repeats}")
-    print(f"hidden-layer GEMM {gflop:.2f} GFLOP; single-thread sgemm {rate:.1f} GFLOP/s -> GEMM alone >= {gflop / rate:.3f} s")
+    print(
+        f"hidden-layer GEMM {gflop:.2f} GFLOP; single-thread sgemm {rate:.1f} GFLOP/s -> GEMM alone >= {gflop / rate:.3f} s"
+    )
     print(f"features checksum: sum {float(np.sum(z, dtype=np.float64)):.6f}")
     if a.save:
         np.save(a.save, z)

@@ -28,8 +28,13 @@ COMMANDS = (
 def first_line_seconds(src: str, command: str, work: Path) -> float:
     env = {**os.environ, "PYTHONPATH": src, "DPAUDIT_LEDGER": str(work / "ledger.sqlite")}
     started = time.monotonic()
-    proc = subprocess.Popen([shutil.which("dpaudit") or "dpaudit", *command.format(dir=work).split()],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [shutil.which("dpaudit") or "dpaudit", *command.format(dir=work).split()],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     proc.stderr.readline()
     elapsed = time.monotonic() - started
     proc.kill()
@@ -38,7 +43,9 @@ def first_line_seconds(src: str, command: str, work: Path) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--new-src", default=str(Path(__file__).resolve().parents[1] / "src"))
     ap.add_argument("--old-src", default="", help="the tree to compare with (its src folder)")
     ap.add_argument("--rounds", type=int, default=3)
@@ -54,8 +61,10 @@ def main() -> None:
                     seconds[name].append(first_line_seconds(src, command, work))
     load = os.getloadavg()[0]
     for name, values in seconds.items():
-        print(f"{name}: first line median {statistics.median(values):.2f} s, max {max(values):.2f} s, "
-              f"min {min(values):.2f} s over {len(values)} launches (load {load:.1f})")
+        print(
+            f"{name}: first line median {statistics.median(values):.2f} s, max {max(values):.2f} s, "
+            f"min {min(values):.2f} s over {len(values)} launches (load {load:.1f})"
+        )
 
 
 if __name__ == "__main__":

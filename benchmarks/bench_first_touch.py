@@ -16,7 +16,12 @@ import subprocess
 import sys
 import time
 
-SHAPES = ((51_000, 784), (9_000, 784), (10_000, 784), (51_000, 985))  # x_train, x_val, x_test, z_train (float32)
+SHAPES = (
+    (51_000, 784),
+    (9_000, 784),
+    (10_000, 784),
+    (51_000, 985),
+)  # x_train, x_val, x_test, z_train (float32)
 
 
 def _child(mode: str) -> None:
@@ -45,7 +50,12 @@ def main() -> None:
     times = {"huge": [], "ordinary": []}
     for _ in range(a.rounds):
         for mode in times:
-            out = subprocess.run([sys.executable, __file__, "--_child", mode], check=True, capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--_child", mode],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             times[mode].append(float(out.stdout))
     for mode, ts in times.items():
         print(f"{mode} pages: " + " / ".join(f"{t:.3f}" for t in ts) + " s")

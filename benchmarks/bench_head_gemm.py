@@ -26,7 +26,11 @@ def main() -> None:
     rng = np.random.default_rng(0)
     z = rng.random((B, D1), dtype=np.float32)
     w = rng.random((K, D1), dtype=np.float32)
-    r, rt, out = np.empty((K, B), np.float32), np.empty((B, K), np.float32), np.empty((K, D1), np.float32)
+    r, rt, out = (
+        np.empty((K, B), np.float32),
+        np.empty((B, K), np.float32),
+        np.empty((K, D1), np.float32),
+    )
     print(f"numpy logits W Z1^T (K, b): {_us(lambda: np.matmul(w, z.T, out=r)):.1f} us")
     print(f"numpy logits Z1 W^T (b, K): {_us(lambda: np.matmul(z, w.T, out=rt)):.1f} us")
     print(f"numpy gradient R Z1:        {_us(lambda: np.matmul(r, z, out=out)):.1f} us")

@@ -53,13 +53,22 @@ def _public_simulation(task):
     """The digits task rebuilt from its public rows only: proxies on one half, pseudo-private the other."""
     n = task.public_x.shape[0]
     perm = public_rng(7, 0xB3AC).permutation(n)
-    a, b = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+    a, b = np.sort(perm[: n // 2]), np.sort(perm[n // 2 :])
     digits = task.public_y.argmax(axis=1)
     sim = dataclasses.replace(
-        task, name="digits-mix-public-simulation", public_x=task.public_x[a], public_y=task.public_y[a],
-        public_source=task.public_source[a], private_x=task.public_x[b], private_records=digits[b],
-        targets={TARGET: (digits[b] == 3).astype(np.int64)}, train_idx=np.arange(len(b)),
-        val_idx=np.arange(0), test_idx=np.arange(0), record_ids=task.public_record_ids[b], public_record_ids=task.public_record_ids[a],
+        task,
+        name="digits-mix-public-simulation",
+        public_x=task.public_x[a],
+        public_y=task.public_y[a],
+        public_source=task.public_source[a],
+        private_x=task.public_x[b],
+        private_records=digits[b],
+        targets={TARGET: (digits[b] == 3).astype(np.int64)},
+        train_idx=np.arange(len(b)),
+        val_idx=np.arange(0),
+        test_idx=np.arange(0),
+        record_ids=task.public_record_ids[b],
+        public_record_ids=task.public_record_ids[a],
     )
     probs = train_proxies(sim).predict(sim.private_x)
     return sim, probs, sim.targets[TARGET].astype(np.float64)
@@ -71,8 +80,14 @@ def _cosines(probs, labels, ids, *, rho, settings, seeds, repeats, reference=Non
         mix, _ = mixture_split(ids, rho, s)
         ref = solve_mixmin(probs, labels, "bce") if reference is None else reference
         for r in range(repeats):
-            res, _, _ = learn_mixture(probs[mix], labels[mix], epsilon=EPS, delta=DELTA, settings=settings,
-                                      noise=NoiseSource("reproducible", seed=1000 * s + r))
+            res, _, _ = learn_mixture(
+                probs[mix],
+                labels[mix],
+                epsilon=EPS,
+                delta=DELTA,
+                settings=settings,
+                noise=NoiseSource("reproducible", seed=1000 * s + r),
+            )
             out.append(_cosine_similarity(res.weights, ref))
     return out
 
@@ -81,15 +96,31 @@ def select(args) -> None:
     task = load_task("digits-mix", seed=0)
     sim, probs, labels = _public_simulation(task)
     ref = solve_mixmin(probs, labels, "bce")
-    print(f"public simulation: {len(sim.public_x)} proxy-training rows, {len(labels)} pseudo-private rows; "
-          f"lambda*[digit-3] = {ref[3]:.3f}")
+    print(
+        f"public simulation: {len(sim.public_x)} proxy-training rows, {len(labels)} pseudo-private rows; "
+        f"lambda*[digit-3] = {ref[3]:.3f}"
+    )
     print("rho   C     steps eta   mean_cos  min_cos")
     rows = []
-    for rho, c, steps, eta in itertools.product((0.1, 0.3, 0.5), (1.0, 2.0, 5.0, 13.0), (20, 50, 200), (0.5, 1.0, 2.0)):
+    for rho, c, steps, eta in itertools.product(
+        (0.1, 0.3, 0.5), (1.0, 2.0, 5.0, 13.0), (20, 50, 200), (0.5, 1.0, 2.0)
+    ):
         st = MixtureSettings(steps=steps, batch_size=1000, clipping_norm=c, step_size=eta)
-        cs = _cosines(probs, labels, sim.record_ids[sim.train_idx], rho=rho, settings=st, seeds=range(10), repeats=1, reference=ref)
+        cs = _cosines(
+            probs,
+            labels,
+            sim.record_ids[sim.train_idx],
+            rho=rho,
+            settings=st,
+            seeds=range(10),
+            repeats=1,
+            reference=ref,
+        )
         rows.append((rho, c, steps, eta, statistics.mean(cs), min(cs)))
-        print(f"{rho:<5g} {c:<5g} {steps:<5d} {eta:<5g} {statistics.mean(cs):8.4f} {min(cs):8.4f}", flush=True)
+        print(
+            f"{rho:<5g} {c:<5g} {steps:<5d} {eta:<5g} {statistics.mean(cs):8.4f} {min(cs):8.4f}",
+            flush=True,
+        )
     ok = [r for r in rows if r[5] >= 0.95]
     print(f"{len(ok)} of {len(rows)} settings have worst cosine >= 0.95 over seeds 0-9")
 
@@ -111,12 +142,20 @@ def measure(args) -> None:
         mix, _ = mixture_split(task.train_record_ids, rho, s)
         ref_mix = solve_mixmin(probs[mix], labels[mix], "bce")
         for r in range(args.repeats):
-            res, cfg, cal = learn_mixture(probs[mix], labels[mix], epsilon=EPS, delta=DELTA, settings=st, noise=NoiseSource())
-            c_all, c_mix = _cosine_similarity(res.weights, ref_all), _cosine_similarity(res.weights, ref_mix)
+            res, cfg, cal = learn_mixture(
+                probs[mix], labels[mix], epsilon=EPS, delta=DELTA, settings=st, noise=NoiseSource()
+            )
+            c_all, c_mix = (
+                _cosine_similarity(res.weights, ref_all),
+                _cosine_similarity(res.weights, ref_mix),
+            )
             allc.append(c_all)
-            print(f"seed {s} run {r}: |D_mix|={len(mix)} sigma={cal.noise_multiplier:.3f} cos(lambda, lambda*_train)={c_all:.4f} "
-                  f"cos(lambda, lambda*_mix)={c_mix:.4f} argmax lambda={task.source_names[int(np.argmax(res.weights))]} "
-                  f"({res.weights.max():.3f}), argmax lambda*={task.source_names[int(np.argmax(ref_all))]} ({ref_all.max():.3f})", flush=True)
+            print(
+                f"seed {s} run {r}: |D_mix|={len(mix)} sigma={cal.noise_multiplier:.3f} cos(lambda, lambda*_train)={c_all:.4f} "
+                f"cos(lambda, lambda*_mix)={c_mix:.4f} argmax lambda={task.source_names[int(np.argmax(res.weights))]} "
+                f"({res.weights.max():.3f}), argmax lambda*={task.source_names[int(np.argmax(ref_all))]} ({ref_all.max():.3f})",
+                flush=True,
+            )
     print(f"over {len(allc)} runs: min cosine {min(allc):.4f}, mean {statistics.mean(allc):.4f}")
 
 
@@ -124,9 +163,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("select", "measure"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46])
-    ap.add_argument("--repeats", type=int, default=3, help="fresh secret noise draws per seed (measure)")
-    ap.add_argument("--target", default=TARGET, help="measure: private target (the default is the CLI's default target)")
-    ap.add_argument("--paper-defaults", action="store_true", help="measure: the former settings (rho 0.1, C 13) instead")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="fresh secret noise draws per seed (measure)"
+    )
+    ap.add_argument(
+        "--target",
+        default=TARGET,
+        help="measure: private target (the default is the CLI's default target)",
+    )
+    ap.add_argument(
+        "--paper-defaults",
+        action="store_true",
+        help="measure: the former settings (rho 0.1, C 13) instead",
+    )
     a = ap.parse_args()
     torch.set_num_threads(1)
     select(a) if a.mode == "select" else measure(a)

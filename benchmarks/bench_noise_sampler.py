@@ -48,8 +48,12 @@ def generators(repeats: int) -> None:
     aes = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(bytes(16))).encryptor()
     chacha = Cipher(algorithms.ChaCha20(os.urandom(32), bytes(16)), mode=None).encryptor()
     pcg, sfc = np.random.PCG64(1), np.random.SFC64(1)
-    cases = {"AES-256-CTR (OpenSSL)": lambda: aes.update_into(zeros[:n], buf), "ChaCha20 (OpenSSL)": lambda: chacha.update_into(zeros[:n], buf),
-             "numpy PCG64 random_raw": lambda: pcg.random_raw(n // 8), "numpy SFC64 random_raw": lambda: sfc.random_raw(n // 8)}
+    cases = {
+        "AES-256-CTR (OpenSSL)": lambda: aes.update_into(zeros[:n], buf),
+        "ChaCha20 (OpenSSL)": lambda: chacha.update_into(zeros[:n], buf),
+        "numpy PCG64 random_raw": lambda: pcg.random_raw(n // 8),
+        "numpy SFC64 random_raw": lambda: sfc.random_raw(n // 8),
+    }
     res = {k: [] for k in cases}
     for _ in range(repeats):
         for k, f in cases.items():
@@ -66,7 +70,9 @@ def speed(repeats: int) -> None:
     g = torch.Generator()
     g.manual_seed(int(src.aux_seed()))
     sigma = 0.8794
-    print(f"{'values':>9s} {'sampler':>18s} {'Mvalues/s':>10s} {'ns/value':>9s}  (median of {repeats}, one thread, CPU time)")
+    print(
+        f"{'values':>9s} {'sampler':>18s} {'Mvalues/s':>10s} {'ns/value':>9s}  (median of {repeats}, one thread, CPU time)"
+    )
     for size in (9_850, 630_400, 1_048_576):
         out = np.empty(size, dtype=np.float32)
         out_t = torch.from_numpy(out)
@@ -76,8 +82,12 @@ def speed(repeats: int) -> None:
             np.multiply(out, sigma, out=out)
 
         reps = max(3, 4_000_000 // size)
-        cases = {"torch.randn f32": old, "dpaudit f32": lambda: src.gaussian_into(out, sigma),
-                 "dpaudit f64": lambda: src.gaussian_numpy(size, sigma), "cryptographic f32": lambda: crypto.gaussian_into(out, sigma)}
+        cases = {
+            "torch.randn f32": old,
+            "dpaudit f32": lambda: src.gaussian_into(out, sigma),
+            "dpaudit f64": lambda: src.gaussian_numpy(size, sigma),
+            "cryptographic f32": lambda: crypto.gaussian_into(out, sigma),
+        }
         res = {k: [] for k in cases}
         for f in cases.values():
             f()
@@ -87,8 +97,11 @@ def speed(repeats: int) -> None:
         for k, v in res.items():
             m = statistics.median(v)
             print(f"{size:9d} {k:>18s} {1e-6 / m:10.1f} {m * 1e9:9.2f}")
-        print(f"{'':9s} ratio dpaudit f32 / torch.randn f32 (time per value): "
-              f"{statistics.median(res['dpaudit f32']) / statistics.median(res['torch.randn f32']):.2f}", flush=True)
+        print(
+            f"{'':9s} ratio dpaudit f32 / torch.randn f32 (time per value): "
+            f"{statistics.median(res['dpaudit f32']) / statistics.median(res['torch.randn f32']):.2f}",
+            flush=True,
+        )
 
 
 def e2e(data_dir: str, repeats: int, steps: int) -> None:
@@ -107,7 +120,12 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
     feats = build_features("rvfl", data.n_features, 42)
     init = init_head(feats.output_dim, 10, public_rng(42, 0x48454144))
     z = feats.transform(data.x_train, bias_column=True)
-    cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=steps, normalizer=sched.normalizer, noise_multiplier=sigma)
+    cfg = DPSGDConfig(
+        sample_rate=sched.sample_rate,
+        steps=steps,
+        normalizer=sched.normalizer,
+        noise_multiplier=sigma,
+    )
     new_filler = dpsgd_core.gaussian_filler
 
     def old_filler(noise, out, std):  # the trainers' draw before issue 13 (torch.randn float32)
@@ -116,23 +134,32 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
         def fill():
             torch.randn(shape, generator=gen, dtype=out_t.dtype, out=out_t)
             return np.multiply(out, std, out=out)
+
         return fill
 
     res = {"torch.randn (old)": [], "dpaudit sampler (new)": []}
     try:
         for i in range(repeats):
             arms = list(zip(res, (old_filler, new_filler)))
-            for name, f in (arms if i % 2 == 0 else arms[::-1]):  # alternate the order
+            for name, f in arms if i % 2 == 0 else arms[::-1]:  # alternate the order
                 dpsgd_core.gaussian_filler = f
                 t = time.process_time()
-                train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), init=init, z_has_bias_column=True)
+                train_heads(
+                    z, data.y_train, 10, cfg, noise=NoiseSource(), init=init, z_has_bias_column=True
+                )
                 res[name].append((time.process_time() - t) / steps)
     finally:
         dpsgd_core.gaussian_filler = new_filler
-    print(f"MNIST DP-RVFL head (10 x {feats.output_dim + 1}), sigma {sigma:.4f}, q {sched.sample_rate}, {steps} steps, median of {repeats}:")
+    print(
+        f"MNIST DP-RVFL head (10 x {feats.output_dim + 1}), sigma {sigma:.4f}, q {sched.sample_rate}, {steps} steps, median of {repeats}:"
+    )
     for k, v in res.items():
-        print(f"  {k:22s} {statistics.median(v) * 1e3:.3f} ms CPU per step  ({', '.join(f'{x * 1e3:.3f}' for x in v)})")
-    ratio = statistics.median(res["dpaudit sampler (new)"]) / statistics.median(res["torch.randn (old)"])
+        print(
+            f"  {k:22s} {statistics.median(v) * 1e3:.3f} ms CPU per step  ({', '.join(f'{x * 1e3:.3f}' for x in v)})"
+        )
+    ratio = statistics.median(res["dpaudit sampler (new)"]) / statistics.median(
+        res["torch.randn (old)"]
+    )
     print(f"  new / old per-step CPU time: {ratio:.3f}", flush=True)
 
 
@@ -145,14 +172,20 @@ def tails() -> None:
 
     mnist_head = 10 * (build_features("rvfl", 784, 42).output_dim + 1)
     cardio_head = build_features("rvfl", 32, 42).output_dim + 1
-    mnist, cardio, users = dp_sgd_schedule(51_200, 256, 10), dp_sgd_schedule(48_120, 256, 30), dp_sgd_schedule(8_933, 256, 30)
+    mnist, cardio, users = (
+        dp_sgd_schedule(51_200, 256, 10),
+        dp_sgd_schedule(48_120, 256, 30),
+        dp_sgd_schedule(8_933, 256, 30),
+    )
     digits = load_task("digits-mix", seed=42)
     mix, ds = default_mixture("digits-mix"), default_downstream(digits)
     ft = dp_sgd_schedule(len(digits.train_idx), ds.finetune_batch_size, ds.finetune_epochs)
     from dpaudit.mechanisms.dpsgd.models import build_module
 
     def params(model):  # every trainable parameter is noised at every step
-        m = build_module(model, kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28), seed=42)
+        m = build_module(
+            model, kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28), seed=42
+        )
         return sum(p.numel() for p in m.parameters() if p.requires_grad)
 
     rows = [
@@ -167,13 +200,19 @@ def tails() -> None:
         ("DP-MixMin digits-mix, fine-tuning (D_ft <= 539)", ft, ds.hidden + 1, 1.0),
         ("DP-MixMin mnist-mix, mixture", default_mixture("mnist-mix").steps, 10, 1.0),
     ]
-    print(f"sampler {GAUSSIAN_SAMPLER}: |z| <= {MAX_RADIUS:.4f} sigma, tail mass 2^-106 per value; delta = 1e-5")
-    print(f"| configuration | steps | noised values / step | values N | epsilon | noise_tail_delta | / delta |")
+    print(
+        f"sampler {GAUSSIAN_SAMPLER}: |z| <= {MAX_RADIUS:.4f} sigma, tail mass 2^-106 per value; delta = 1e-5"
+    )
+    print(
+        f"| configuration | steps | noised values / step | values N | epsilon | noise_tail_delta | / delta |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, sched, d, eps in rows:
         steps = sched if isinstance(sched, int) else sched.steps
         tail = noise_tail_delta(steps * d, eps, 1e-5)
-        print(f"| {name} | {steps} | {d} | {steps * d:.3g} | {eps:g} | {tail:.2e} | {tail / 1e-5:.1e} |")
+        print(
+            f"| {name} | {steps} | {d} | {steps * d:.3g} | {eps:g} | {tail:.2e} | {tail / 1e-5:.1e} |"
+        )
 
 
 def main(argv=None) -> int:
@@ -186,8 +225,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     parts = args.parts.split(",")
     load0 = os.getloadavg()[0]
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, numpy {np.__version__}, "
-          f"load average {load0:.2f} (other processes share the machine)", flush=True)
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, numpy {np.__version__}, "
+        f"load average {load0:.2f} (other processes share the machine)",
+        flush=True,
+    )
     if "generators" in parts:
         generators(args.repeats)
     if "speed" in parts:

@@ -37,19 +37,38 @@ def main() -> None:
         t.prepare()
         if eps == a.eps[0]:
             t0 = time.perf_counter()
-            s = heads_one_run(t, canaries=a.canaries, noise=NoiseSource("reproducible", seed=0), seed=0, noise_on=False)
+            s = heads_one_run(
+                t,
+                canaries=a.canaries,
+                noise=NoiseSource("reproducible", seed=0),
+                seed=0,
+                noise_on=False,
+            )
             b = one_run_bounds(s, delta=t.delta)
             st = b["steinke"]
-            print(f"no-noise control, m = {a.canaries}: Steinke eps_LB {st['epsilon_lower_bound']:.3f} of ceiling {st['ceiling']:.3f} "
-                  f"({100 * st['epsilon_lower_bound'] / st['ceiling']:.0f} %), extra zero features {s.info['extra_zero_features']}, "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+            print(
+                f"no-noise control, m = {a.canaries}: Steinke eps_LB {st['epsilon_lower_bound']:.3f} of ceiling {st['ceiling']:.3f} "
+                f"({100 * st['epsilon_lower_bound'] / st['ceiling']:.0f} %), extra zero features {s.info['extra_zero_features']}, "
+                f"{time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
         for seed in range(a.seeds):
             t0 = time.perf_counter()
-            s = heads_one_run(t, canaries=a.canaries, noise=NoiseSource("reproducible", seed=1000 + seed), seed=seed)
-            b = one_run_bounds(s, delta=t.delta, claim=t.claimed_event, claimed_epsilon=t.claimed_epsilon)
+            s = heads_one_run(
+                t,
+                canaries=a.canaries,
+                noise=NoiseSource("reproducible", seed=1000 + seed),
+                seed=seed,
+            )
+            b = one_run_bounds(
+                s, delta=t.delta, claim=t.claimed_event, claimed_epsilon=t.claimed_epsilon
+            )
             fdp = (b.get("fdp") or {}).get("epsilon_lower_bound")
-            print(f"claim eps {t.claimed_epsilon:.3f} seed {seed}: Steinke eps_LB {b['steinke']['epsilon_lower_bound']:.3f}, "
-                  f"f-DP eps_LB {'—' if fdp is None else f'{float(fdp):.3f}'}, {time.perf_counter() - t0:.1f} s", flush=True)
+            print(
+                f"claim eps {t.claimed_epsilon:.3f} seed {seed}: Steinke eps_LB {b['steinke']['epsilon_lower_bound']:.3f}, "
+                f"f-DP eps_LB {'—' if fdp is None else f'{float(fdp):.3f}'}, {time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

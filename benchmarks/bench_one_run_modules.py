@@ -29,10 +29,28 @@ def control(args):
     data = load_dataset("digits")
     cfg, event = module_config("dp-dense", data, epsilon=2.0, delta=DELTA)
     t = time.perf_counter()
-    r = modules_one_run("dp-dense", data, cfg, canaries=args.canaries, noise=NoiseSource("reproducible", seed=0), seed=0, noise_on=False)
+    r = modules_one_run(
+        "dp-dense",
+        data,
+        cfg,
+        canaries=args.canaries,
+        noise=NoiseSource("reproducible", seed=0),
+        seed=0,
+        noise_on=False,
+    )
     b = one_run_bounds(r, delta=DELTA)["steinke"]
-    print(json.dumps({"what": "no-noise control digits dp-dense", "m": args.canaries, "eps_lb": b["epsilon_lower_bound"],
-                      "ceiling": b["ceiling"], "ratio": b["epsilon_lower_bound"] / b["ceiling"], "seconds": time.perf_counter() - t}))
+    print(
+        json.dumps(
+            {
+                "what": "no-noise control digits dp-dense",
+                "m": args.canaries,
+                "eps_lb": b["epsilon_lower_bound"],
+                "ceiling": b["ceiling"],
+                "ratio": b["epsilon_lower_bound"] / b["ceiling"],
+                "seconds": time.perf_counter() - t,
+            }
+        )
+    )
 
 
 def soundness(args):
@@ -41,26 +59,61 @@ def soundness(args):
         cfg, event = module_config("dp-dense", data, epsilon=eps, delta=DELTA)
         rows = []
         for seed in range(args.seeds):
-            r = modules_one_run("dp-dense", data, cfg, canaries=args.canaries, noise=NoiseSource("reproducible", seed=1000 + seed), seed=seed)
+            r = modules_one_run(
+                "dp-dense",
+                data,
+                cfg,
+                canaries=args.canaries,
+                noise=NoiseSource("reproducible", seed=1000 + seed),
+                seed=seed,
+            )
             b = one_run_bounds(r, delta=DELTA, claim=event if args.fdp else None)
-            rows.append((b["steinke"]["epsilon_lower_bound"], (b["fdp"] or {}).get("epsilon_lower_bound")))
+            rows.append(
+                (b["steinke"]["epsilon_lower_bound"], (b["fdp"] or {}).get("epsilon_lower_bound"))
+            )
         st = [a for a, _ in rows]
         fd = [f for _, f in rows if f is not None]
-        print(json.dumps({"what": "soundness digits dp-dense", "claim": eps, "seeds": args.seeds, "m": args.canaries,
-                          "steinke_max": max(st), "steinke_mean": sum(st) / len(st), "steinke_violations": sum(x > eps for x in st),
-                          "fdp_max": max(fd) if fd else None, "fdp_violations": sum(x > eps for x in fd) if fd else None}))
+        print(
+            json.dumps(
+                {
+                    "what": "soundness digits dp-dense",
+                    "claim": eps,
+                    "seeds": args.seeds,
+                    "m": args.canaries,
+                    "steinke_max": max(st),
+                    "steinke_mean": sum(st) / len(st),
+                    "steinke_violations": sum(x > eps for x in st),
+                    "fdp_max": max(fd) if fd else None,
+                    "fdp_violations": sum(x > eps for x in fd) if fd else None,
+                }
+            )
+        )
 
 
 def mnist_cnn(args):
     data = load_dataset("mnist")
     cfg, event = module_config("dp-cnn", data, epsilon=8.0, delta=DELTA, epochs=args.epochs)
     t = time.perf_counter()
-    r = modules_one_run("dp-cnn", data, cfg, canaries=args.canaries, noise=NoiseSource("os-entropy"), seed=0)
+    r = modules_one_run(
+        "dp-cnn", data, cfg, canaries=args.canaries, noise=NoiseSource("os-entropy"), seed=0
+    )
     train_s = time.perf_counter() - t
     b = one_run_bounds(r, delta=DELTA, claim=event)
-    print(json.dumps({"what": "mnist dp-cnn one-run", "epochs": args.epochs, "steps": cfg.steps, "sigma": cfg.noise_multiplier,
-                      "m": args.canaries, "one_run_train_seconds": train_s, "steinke_eps_lb": b["steinke"]["epsilon_lower_bound"],
-                      "fdp_eps_lb": (b["fdp"] or {}).get("epsilon_lower_bound"), "claimed": b["claimed_epsilon"]}))
+    print(
+        json.dumps(
+            {
+                "what": "mnist dp-cnn one-run",
+                "epochs": args.epochs,
+                "steps": cfg.steps,
+                "sigma": cfg.noise_multiplier,
+                "m": args.canaries,
+                "one_run_train_seconds": train_s,
+                "steinke_eps_lb": b["steinke"]["epsilon_lower_bound"],
+                "fdp_eps_lb": (b["fdp"] or {}).get("epsilon_lower_bound"),
+                "claimed": b["claimed_epsilon"],
+            }
+        )
+    )
 
 
 def overhead(args):
@@ -79,15 +132,37 @@ def overhead(args):
     rows = []
     for rep in range(args.repeats):
         c = time.process_time()
-        module = build_module("cnn", kind=data.kind, n_features=data.n_features, n_classes=int(data.n_classes), image_shape=data.image_shape, seed=rep)
-        train_module_dp_sgd(module, x, y, cfg, noise=NoiseSource("os-entropy"), loss="cross_entropy")
+        module = build_module(
+            "cnn",
+            kind=data.kind,
+            n_features=data.n_features,
+            n_classes=int(data.n_classes),
+            image_shape=data.image_shape,
+            seed=rep,
+        )
+        train_module_dp_sgd(
+            module, x, y, cfg, noise=NoiseSource("os-entropy"), loss="cross_entropy"
+        )
         plain = time.process_time() - c
         c = time.process_time()
-        modules_one_run("dp-cnn", data, cfg, canaries=args.canaries, noise=NoiseSource("os-entropy"), seed=rep)
+        modules_one_run(
+            "dp-cnn", data, cfg, canaries=args.canaries, noise=NoiseSource("os-entropy"), seed=rep
+        )
         one = time.process_time() - c
         rows.append((plain, one))
-        print(json.dumps({"what": "dp-cnn mnist plain vs one-run", "steps": cfg.steps, "m": args.canaries, "plain_cpu_s": plain,
-                          "one_run_cpu_s": one, "ratio": one / plain}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "what": "dp-cnn mnist plain vs one-run",
+                    "steps": cfg.steps,
+                    "m": args.canaries,
+                    "plain_cpu_s": plain,
+                    "one_run_cpu_s": one,
+                    "ratio": one / plain,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
@@ -101,4 +176,6 @@ if __name__ == "__main__":
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--fdp", action="store_true")
     a = p.parse_args()
-    {"control": control, "soundness": soundness, "mnist-cnn": mnist_cnn, "overhead": overhead}[a.what](a)
+    {"control": control, "soundness": soundness, "mnist-cnn": mnist_cnn, "overhead": overhead}[
+        a.what
+    ](a)

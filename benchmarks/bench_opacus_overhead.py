@@ -26,7 +26,9 @@ from dpaudit.data import load_dataset
 from dpaudit.integrations.opacus import OpacusCanaries
 from dpaudit.integrations.pipeline import PipelineCheck
 
-_spec = importlib.util.spec_from_file_location("example", Path(__file__).parents[1] / "examples" / "opacus_one_run_mnist.py")
+_spec = importlib.util.spec_from_file_location(
+    "example", Path(__file__).parents[1] / "examples" / "opacus_one_run_mnist.py"
+)
 example = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(example)
 HOOKS = ("add_noise", "clip_and_accumulate")
@@ -40,12 +42,19 @@ def main() -> None:
     a = ap.parse_args()
     torch.manual_seed(0)
     data = load_dataset("mnist")
-    train = torch.utils.data.TensorDataset(torch.as_tensor(data.x_train, dtype=torch.float32), torch.as_tensor(data.y_train))
+    train = torch.utils.data.TensorDataset(
+        torch.as_tensor(data.x_train, dtype=torch.float32), torch.as_tensor(data.y_train)
+    )
     model = example.SmallCNN()
     canaries = OpacusCanaries(model, canaries=a.canaries, seed=0, tensors=["fc1.weight"])
     engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private(module=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3), max_grad_norm=1.0,
-                                             data_loader=torch.utils.data.DataLoader(train, batch_size=256), noise_multiplier=1.0)
+    model, opt, loader = engine.make_private(
+        module=model,
+        optimizer=torch.optim.Adam(model.parameters(), lr=1e-3),
+        max_grad_norm=1.0,
+        data_loader=torch.utils.data.DataLoader(train, batch_size=256),
+        noise_multiplier=1.0,
+    )
     canaries.attach(opt, data_loader=loader)
     check = PipelineCheck().attach(opt, data_loader=loader, accountant=engine.accountant)
     hooked = {h: getattr(opt, h) for h in HOOKS}
@@ -66,8 +75,10 @@ def main() -> None:
                 opt.step()
                 times[mode].append(time.perf_counter() - t)
     on, off = statistics.median(times["on"]), statistics.median(times["off"])
-    print(f"{a.rounds} rounds x {a.block} steps each: median s/step hooks on {on:.4f}, off {off:.4f}, ratio {on / off:.3f} "
-          f"({canaries.steps} hooked steps, {len(check.noised)} recorded by the check)")
+    print(
+        f"{a.rounds} rounds x {a.block} steps each: median s/step hooks on {on:.4f}, off {off:.4f}, ratio {on / off:.3f} "
+        f"({canaries.steps} hooked steps, {len(check.noised)} recorded by the check)"
+    )
 
 
 if __name__ == "__main__":

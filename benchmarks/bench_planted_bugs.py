@@ -35,7 +35,9 @@ def main() -> None:
     ap.add_argument("--eps", type=float, default=2.0)
     ap.add_argument("--trajectory", action="store_true")
     ap.add_argument("--catalogue", action="store_true", help="the pipeline-bug catalogue instead")
-    ap.add_argument("--correct-seeds", type=int, default=100, help="correct-pipeline runs (--catalogue)")
+    ap.add_argument(
+        "--correct-seeds", type=int, default=100, help="correct-pipeline runs (--catalogue)"
+    )
     a = ap.parse_args()
     if a.catalogue:
         catalogue(a.seeds, a.correct_seeds)
@@ -49,13 +51,19 @@ def main() -> None:
     import pytest
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from conftest import plant as plant_fault  # the test fixture's fault (the library has no switch that weakens it)
+    from conftest import (
+        plant as plant_fault,
+    )  # the test fixture's fault (the library has no switch that weakens it)
 
     base = HeadTarget(epsilon=a.eps)
     base.prepare()
-    print(f"dp-rvfl digits, max-clip, claim eps {base.claimed_epsilon:.3f} ({base.accountant}), sigma "
-          f"{base._config.noise_multiplier:.4f}, q {base._config.sample_rate:.5f}, T {base._config.steps}; {a.runs} trials")
-    print("| mechanism | threat model | seed | claimed-curve eps_LB | family bound ruled out | CP eps_LB | GDP est. | verdict | seconds |")
+    print(
+        f"dp-rvfl digits, max-clip, claim eps {base.claimed_epsilon:.3f} ({base.accountant}), sigma "
+        f"{base._config.noise_multiplier:.4f}, q {base._config.sample_rate:.5f}, T {base._config.steps}; {a.runs} trials"
+    )
+    print(
+        "| mechanism | threat model | seed | claimed-curve eps_LB | family bound ruled out | CP eps_LB | GDP est. | verdict | seconds |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     models = ["final-model"] + (["trajectory"] if a.trajectory else [])
     for plant in (None, "half-noise"):
@@ -66,15 +74,25 @@ def main() -> None:
                 with pytest.MonkeyPatch.context() as mp:  # workers fork: the plant reaches them
                     if plant:
                         plant_fault(mp, plant)
-                    r = run_audit(t, runs=a.runs, seed=seed, controls=(), reproducible_noise=True, workers=a.workers)
+                    r = run_audit(
+                        t,
+                        runs=a.runs,
+                        seed=seed,
+                        controls=(),
+                        reproducible_noise=True,
+                        workers=a.workers,
+                    )
                 dt = time.perf_counter() - t0
                 cc = r.claimed_curve or {}
                 fam = cc.get("family") or {}
                 lb = fam.get("lower_bound")
                 verdict = "VIOLATED" if r.violated else "not flagged"
-                print(f"| {'noise halved (planted)' if plant else 'correct'} | {tm} | {seed} | {r.epsilon_lower_bound:.3f} | "
-                      f"{fam.get('parameter')} >= {lb if lb is None else f'{lb:.4f}'} (claimed {fam.get('claimed', float('nan')):.4f}) | "
-                      f"{r.clopper_pearson_epsilon:.3f} | {r.gdp_estimate['epsilon']:.2f} | {verdict} | {dt:.0f} |", flush=True)
+                print(
+                    f"| {'noise halved (planted)' if plant else 'correct'} | {tm} | {seed} | {r.epsilon_lower_bound:.3f} | "
+                    f"{fam.get('parameter')} >= {lb if lb is None else f'{lb:.4f}'} (claimed {fam.get('claimed', float('nan')):.4f}) | "
+                    f"{r.clopper_pearson_epsilon:.3f} | {r.gdp_estimate['epsilon']:.2f} | {verdict} | {dt:.0f} |",
+                    flush=True,
+                )
 
 
 def catalogue(seeds, correct_runs: int) -> None:

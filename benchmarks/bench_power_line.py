@@ -43,35 +43,53 @@ def cases() -> dict:
     return {
         TRIAL_CASE: trial_case(),
         "trials, Laplace (pure) claim 1, N 2,000": lambda: audit_power(
-            trials=2000, delta=DELTA, claimed_epsilon=1.0, curve=claimed_curve(PureEpsilon(1.0))),
+            trials=2000, delta=DELTA, claimed_epsilon=1.0, curve=claimed_curve(PureEpsilon(1.0))
+        ),
         "trials, DP-SGD claim (sigma 1, q 0.01, T 1,000), N 2,000": lambda: audit_power(
-            trials=2000, delta=DELTA, claimed_epsilon=2.1,
-            curve=claimed_curve(SubsampledGaussian(1.0, 0.01, 1000))),
-        "one-run, Gaussian claim 8, m 1,000": lambda: one_run_power(1000, delta=DELTA, claim=gauss[8.0]),
-        "one-run, Gaussian claim 2, m 1,000": lambda: one_run_power(1000, delta=DELTA, claim=gauss[2.0]),
-        "one-run, pure claim 2, m 1,000": lambda: one_run_power(1000, delta=DELTA, claim=PureEpsilon(2.0)),
-        "one-run, no event, claim 2, m 1,000": lambda: one_run_power(1000, delta=DELTA, claimed_epsilon=2.0),
+            trials=2000,
+            delta=DELTA,
+            claimed_epsilon=2.1,
+            curve=claimed_curve(SubsampledGaussian(1.0, 0.01, 1000)),
+        ),
+        "one-run, Gaussian claim 8, m 1,000": lambda: one_run_power(
+            1000, delta=DELTA, claim=gauss[8.0]
+        ),
+        "one-run, Gaussian claim 2, m 1,000": lambda: one_run_power(
+            1000, delta=DELTA, claim=gauss[2.0]
+        ),
+        "one-run, pure claim 2, m 1,000": lambda: one_run_power(
+            1000, delta=DELTA, claim=PureEpsilon(2.0)
+        ),
+        "one-run, no event, claim 2, m 1,000": lambda: one_run_power(
+            1000, delta=DELTA, claimed_epsilon=2.0
+        ),
         "one-run, Opacus example claim 8 (PLD), m 1,000": lambda: one_run_power(
-            1000, delta=DELTA, claim=OPACUS_8),
+            1000, delta=DELTA, claim=OPACUS_8
+        ),
         "white-box, MNIST claim 2, M 5,000": lambda: white_box_power(MNIST_2, 5000, delta=DELTA),
         "crafted-final, MNIST claim 2, M 18,000": lambda: white_box_power(
-            MNIST_2, 18000, threat_model="crafted-final", delta=DELTA),
+            MNIST_2, 18000, threat_model="crafted-final", delta=DELTA
+        ),
     }
 
 
 def compare(sources: list[str], case: str = TRIAL_CASE, rounds: int = 3) -> None:
     """``case`` under each source tree, in alternating subprocesses (median of 5 calls each)."""
-    code = ("import statistics, time, bench_power_line as b\n"
-            f"call = b.trial_case() if {case!r} == b.TRIAL_CASE else b.cases()[{case!r}]\n"
-            "call(); ts = []\n"
-            "for _ in range(5):\n"
-            "    t = time.perf_counter(); p = b.uncached(call); ts.append(time.perf_counter() - t)\n"
-            "print(f'{1000 * statistics.median(ts):.0f} ms', p.at_claim, p.smallest_factor, p.trials_for_90)")
+    code = (
+        "import statistics, time, bench_power_line as b\n"
+        f"call = b.trial_case() if {case!r} == b.TRIAL_CASE else b.cases()[{case!r}]\n"
+        "call(); ts = []\n"
+        "for _ in range(5):\n"
+        "    t = time.perf_counter(); p = b.uncached(call); ts.append(time.perf_counter() - t)\n"
+        "print(f'{1000 * statistics.median(ts):.0f} ms', p.at_claim, p.smallest_factor, p.trials_for_90)"
+    )
     here = os.path.dirname(os.path.abspath(__file__))
     for r in range(rounds):
         for src in sources:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, here])}
-            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-c", code], env=env, capture_output=True, text=True
+            )
             print(r, src, out.stdout.strip() or out.stderr[-400:], flush=True)
 
 

@@ -27,11 +27,13 @@ from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.audits.engine import audit_scores, write_audit
 
 # prints: wall seconds, then CPU seconds of building the model and of drawing and writing it
-REPORT = ("import sys, time; from pathlib import Path; "
-          "from dpaudit.reports import build_report, write_report; t = time.perf_counter(); "
-          "c = time.process_time(); model = build_report([Path(sys.argv[1])], ledger_path=None); "
-          "b = time.process_time(); write_report(model, Path(sys.argv[2]), fmt='html'); "
-          "print(time.perf_counter() - t, b - c, time.process_time() - b)")
+REPORT = (
+    "import sys, time; from pathlib import Path; "
+    "from dpaudit.reports import build_report, write_report; t = time.perf_counter(); "
+    "c = time.process_time(); model = build_report([Path(sys.argv[1])], ledger_path=None); "
+    "b = time.process_time(); write_report(model, Path(sys.argv[2]), fmt='html'); "
+    "print(time.perf_counter() - t, b - c, time.process_time() - b)"
+)
 
 
 def write_audits(root: Path, audits: int, trials: int) -> float:
@@ -40,8 +42,15 @@ def write_audits(root: Path, audits: int, trials: int) -> float:
         if (root / f"audit{i}").exists():
             continue
         rng = np.random.default_rng(i)
-        res = audit_scores(rng.normal(1.0, 1.0, trials // 2), rng.normal(0.0, 1.0, trials // 2), delta=1e-5,
-                           claim=SubsampledGaussian(2.0, 1.0, 1), seed=i, mechanism="gaussian", canary="shift")
+        res = audit_scores(
+            rng.normal(1.0, 1.0, trials // 2),
+            rng.normal(0.0, 1.0, trials // 2),
+            delta=1e-5,
+            claim=SubsampledGaussian(2.0, 1.0, 1),
+            seed=i,
+            mechanism="gaussian",
+            canary="shift",
+        )
         write_audit(res, root / f"audit{i}")
     return time.perf_counter() - t0
 
@@ -66,7 +75,9 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=100_000)
     ap.add_argument("--compare", help="another tree's src folder, timed on the same audits")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--dir", help="the audits' folder, reused when it holds them (default: temporary)")
+    ap.add_argument(
+        "--dir", help="the audits' folder, reused when it holds them (default: temporary)"
+    )
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         audits = Path(a.dir or Path(tmp) / "audits")
@@ -75,9 +86,12 @@ def main() -> None:
         for _ in range(a.rounds):
             for src in [None] + ([a.compare] if a.compare else []):
                 wall, cpu, build, write = report_seconds(src, audits, Path(tmp) / "report.html")
-                print(f"report over {a.audits} audits of {a.trials} trials ({src or 'this tree'}): "
-                      f"{wall:.1f} s, CPU {cpu:.1f} s (model {build:.1f}, figures and HTML {write:.1f}), "
-                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+                print(
+                    f"report over {a.audits} audits of {a.trials} trials ({src or 'this tree'}): "
+                    f"{wall:.1f} s, CPU {cpu:.1f} s (model {build:.1f}, figures and HTML {write:.1f}), "
+                    f"load {os.getloadavg()[0]:.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -53,7 +53,9 @@ def _protocol(data):
     from dpaudit.accounting import calibrate_noise_multiplier, dp_sgd_schedule
 
     sched = dp_sgd_schedule(len(data.y_train), 256, 10)
-    cal = calibrate_noise_multiplier(target_epsilon=2.0, delta=1e-5, sample_rate=sched.sample_rate, steps=sched.steps)
+    cal = calibrate_noise_multiplier(
+        target_epsilon=2.0, delta=1e-5, sample_rate=sched.sample_rate, steps=sched.steps
+    )
     return sched, cal.noise_multiplier
 
 
@@ -89,13 +91,24 @@ def run_opacus(data, sched, sigma, seed, cached, feats, head_init):
     loader = DataLoader(ds, batch_size=256)
     assert len(loader) == sched.batches_per_epoch
     model = RVFLModule(feats, head_init, cached)
-    opt = torch.optim.Adam(model.head.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    opt = torch.optim.Adam(
+        model.head.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         engine = PrivacyEngine(accountant="rdp")
-        model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma,
-                                                 max_grad_norm=1.0, poisson_sampling=True)
-    assert abs(loader.sample_rate - sched.sample_rate) < 1e-12 and opt.expected_batch_size == sched.normalizer
+        model, opt, loader = engine.make_private(
+            module=model,
+            optimizer=opt,
+            data_loader=loader,
+            noise_multiplier=sigma,
+            max_grad_norm=1.0,
+            poisson_sampling=True,
+        )
+    assert (
+        abs(loader.sample_rate - sched.sample_rate) < 1e-12
+        and opt.expected_batch_size == sched.normalizer
+    )
     loss_fn = torch.nn.CrossEntropyLoss()
     steps = 0
     t, c = time.perf_counter(), time.process_time()
@@ -108,7 +121,9 @@ def run_opacus(data, sched, sigma, seed, cached, feats, head_init):
     secs, cpu = time.perf_counter() - t, time.process_time() - c
     assert steps == sched.steps, (steps, sched.steps)
     with torch.no_grad():
-        xt = torch.tensor(feats.transform(data.x_test) if cached else np.asarray(data.x_test, dtype=np.float32))
+        xt = torch.tensor(
+            feats.transform(data.x_test) if cached else np.asarray(data.x_test, dtype=np.float32)
+        )
         acc = float((model(xt).argmax(1).numpy() == data.y_test).mean())
     return secs, cpu, acc
 
@@ -119,13 +134,25 @@ def run_dpaudit(data, sched, sigma, seed, feats, head_init):
     from dpaudit.mechanisms.dpsgd.core import head_probabilities
     from dpaudit.noise import NoiseSource
 
-    cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=sigma)
+    cfg = DPSGDConfig(
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        normalizer=sched.normalizer,
+        noise_multiplier=sigma,
+    )
     t, c = time.perf_counter(), time.process_time()
     z = feats.transform(data.x_train, bias_column=True)
-    res = train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True)
+    res = train_heads(
+        z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True
+    )
     secs, cpu = time.perf_counter() - t, time.process_time() - c
     assert res.steps_executed == sched.steps
-    acc = float((head_probabilities(res.weights[0], feats.transform(data.x_test)).argmax(1) == data.y_test).mean())
+    acc = float(
+        (
+            head_probabilities(res.weights[0], feats.transform(data.x_test)).argmax(1)
+            == data.y_test
+        ).mean()
+    )
     return secs, cpu, acc
 
 
@@ -140,6 +167,7 @@ def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
         def fill():
             torch.randn(shape, generator=gen, dtype=out_t.dtype, out=out_t)
             return np.multiply(out, std, out=out)
+
         return fill
 
     new_filler = dpsgd_core.gaussian_filler
@@ -161,17 +189,34 @@ def _batched_child(data_dir, runs, threads, chunk, q):
     data = _load(data_dir)
     sched, sigma = _protocol(data)
     feats = build_features("rvfl", data.n_features, 42)
-    cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=sigma)
+    cfg = DPSGDConfig(
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        normalizer=sched.normalizer,
+        noise_multiplier=sigma,
+    )
     init = init_head(feats.output_dim, 10, public_rng(42, 0x48454144))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t, c = time.perf_counter(), time.process_time()
     z = feats.transform(data.x_train)
-    res = train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), runs=runs, init=init, chunk_runs=chunk)
+    res = train_heads(
+        z, data.y_train, 10, cfg, noise=NoiseSource(), runs=runs, init=init, chunk_runs=chunk
+    )
     secs, cpu = time.perf_counter() - t, time.process_time() - c
     zt = feats.transform(data.x_test)
     accs = [float((head_probabilities(w, zt).argmax(1) == data.y_test).mean()) for w in res.weights]
-    q.put({"seconds": secs, "per_model": secs / runs, "cpu": cpu, "cpu_per_model": cpu / runs, "acc_mean": float(np.mean(accs)), "acc_sd": float(np.std(accs, ddof=1)),
-           "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, "rss_before_gib": rss0 / 2**20})
+    q.put(
+        {
+            "seconds": secs,
+            "per_model": secs / runs,
+            "cpu": cpu,
+            "cpu_per_model": cpu / runs,
+            "acc_mean": float(np.mean(accs)),
+            "acc_sd": float(np.std(accs, ddof=1)),
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+            "rss_before_gib": rss0 / 2**20,
+        }
+    )
 
 
 def profile_single(data_dir) -> int:
@@ -188,7 +233,12 @@ def profile_single(data_dir) -> int:
 
     data = _load(data_dir)
     sched, sigma = _protocol(data)
-    cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=sigma)
+    cfg = DPSGDConfig(
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        normalizer=sched.normalizer,
+        noise_multiplier=sigma,
+    )
     feats = build_features("rvfl", data.n_features, 42)
     head_init = init_head(feats.output_dim, 10, public_rng(42, 0x48454144))
     load0 = os.getloadavg()[0]
@@ -198,11 +248,15 @@ def profile_single(data_dir) -> int:
     prof = cProfile.Profile()
     c = time.process_time()
     prof.enable()
-    train_heads(z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True)
+    train_heads(
+        z, data.y_train, 10, cfg, noise=NoiseSource(), init=head_init, z_has_bias_column=True
+    )
     prof.disable()
     c_train = time.process_time() - c
-    print(f"features {z.shape}: {c_feat:.2f} CPU s; training loop ({sched.steps} steps, cProfile on): {c_train:.2f} CPU s; "
-          f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}")
+    print(
+        f"features {z.shape}: {c_feat:.2f} CPU s; training loop ({sched.steps} steps, cProfile on): {c_train:.2f} CPU s; "
+        f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}"
+    )
     pstats.Stats(prof).sort_stats("tottime").print_stats(12)
     return 0
 
@@ -216,9 +270,16 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--skip-batched", action="store_true")
     ap.add_argument("--skip-cached", action="store_true")
-    ap.add_argument("--old-sampler-too", action="store_true",
-                    help="also time dpaudit with the pre-issue-13 noise step (torch.randn float32), interleaved")
-    ap.add_argument("--profile-single", action="store_true", help="profile one dpaudit single run (no Opacus) and exit")
+    ap.add_argument(
+        "--old-sampler-too",
+        action="store_true",
+        help="also time dpaudit with the pre-issue-13 noise step (torch.randn float32), interleaved",
+    )
+    ap.add_argument(
+        "--profile-single",
+        action="store_true",
+        help="profile one dpaudit single run (no Opacus) and exit",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.profile_single:
@@ -230,8 +291,16 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()
     data = _load(args.data_dir)
     sched, sigma = _protocol(data)
-    print(f"MNIST DP-RVFL eps=2: N0={len(data.y_train)} q={sched.sample_rate} T={sched.steps} m0={sched.normalizer} sigma={sigma:.6f} threads={args.threads}", flush=True)
-    times = {"opacus": [], "opacus-cached": [], "dpaudit": [], **({"dpaudit-randn": []} if args.old_sampler_too else {})}
+    print(
+        f"MNIST DP-RVFL eps=2: N0={len(data.y_train)} q={sched.sample_rate} T={sched.steps} m0={sched.normalizer} sigma={sigma:.6f} threads={args.threads}",
+        flush=True,
+    )
+    times = {
+        "opacus": [],
+        "opacus-cached": [],
+        "dpaudit": [],
+        **({"dpaudit-randn": []} if args.old_sampler_too else {}),
+    }
     cpus = {k: [] for k in times}
     accs = {k: [] for k in times}
 
@@ -246,35 +315,57 @@ def main(argv=None) -> int:
         record("opacus", *run_opacus(data, sched, sigma, seed, False, feats, head_init), rep)
         record("dpaudit", *run_dpaudit(data, sched, sigma, seed, feats, head_init), rep)
         if args.old_sampler_too:
-            record("dpaudit-randn", *run_dpaudit_randn(data, sched, sigma, seed, feats, head_init), rep)
+            record(
+                "dpaudit-randn", *run_dpaudit_randn(data, sched, sigma, seed, feats, head_init), rep
+            )
         if not args.skip_cached:
-            record("opacus-cached", *run_opacus(data, sched, sigma, seed, True, feats, head_init), rep)
+            record(
+                "opacus-cached", *run_opacus(data, sched, sigma, seed, True, feats, head_init), rep
+            )
     med = {k: statistics.median(v) for k, v in times.items() if v}
     cmed = {k: statistics.median(v) for k, v in cpus.items() if v}
     print()
     for k in med:
-        print(f"{k:16s} median wall {med[k]:8.2f} s/model, cpu {cmed[k]:8.2f} s/model (mean acc {np.mean(accs[k]):.4f})")
-    print(f"speed-up dpaudit vs opacus (frozen layer in forward): cpu {cmed['opacus'] / cmed['dpaudit']:.1f}x, wall {med['opacus'] / med['dpaudit']:.1f}x")
+        print(
+            f"{k:16s} median wall {med[k]:8.2f} s/model, cpu {cmed[k]:8.2f} s/model (mean acc {np.mean(accs[k]):.4f})"
+        )
+    print(
+        f"speed-up dpaudit vs opacus (frozen layer in forward): cpu {cmed['opacus'] / cmed['dpaudit']:.1f}x, wall {med['opacus'] / med['dpaudit']:.1f}x"
+    )
     if "dpaudit-randn" in cmed:
-        print(f"  same, pre-issue-13 noise step (torch.randn f32): cpu {cmed['opacus'] / cmed['dpaudit-randn']:.1f}x; "
-              f"documented sampler / torch.randn CPU time: {cmed['dpaudit'] / cmed['dpaudit-randn']:.3f}")
+        print(
+            f"  same, pre-issue-13 noise step (torch.randn f32): cpu {cmed['opacus'] / cmed['dpaudit-randn']:.1f}x; "
+            f"documented sampler / torch.randn CPU time: {cmed['dpaudit'] / cmed['dpaudit-randn']:.3f}"
+        )
     if "opacus-cached" in med:
-        print(f"speed-up dpaudit vs opacus-cached (precomputed features): cpu {cmed['opacus-cached'] / cmed['dpaudit']:.1f}x, wall {med['opacus-cached'] / med['dpaudit']:.1f}x")
+        print(
+            f"speed-up dpaudit vs opacus-cached (precomputed features): cpu {cmed['opacus-cached'] / cmed['dpaudit']:.1f}x, wall {med['opacus-cached'] / med['dpaudit']:.1f}x"
+        )
     if not args.skip_batched:
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        p = ctx.Process(target=_batched_child, args=(args.data_dir, args.runs, args.threads, args.chunk, q))
+        p = ctx.Process(
+            target=_batched_child, args=(args.data_dir, args.runs, args.threads, args.chunk, q)
+        )
         p.start()
         r = q.get()
         p.join()
-        print(f"dpaudit-batched  R={args.runs} chunk={args.chunk}: wall {r['seconds']:.1f} s total ({r['per_model']:.3f} s/model), "
-              f"cpu {r['cpu']:.1f} s ({r['cpu_per_model']:.3f} s/model), mean acc {r['acc_mean']:.4f} +/- {r['acc_sd']:.4f}, "
-              f"peak RSS {r['peak_rss_gib']:.2f} GiB (child process incl. MNIST; {r['rss_before_gib']:.2f} GiB before training)")
-        print(f"speed-up dpaudit-batched vs opacus: cpu {cmed['opacus'] / r['cpu_per_model']:.1f}x, wall {med['opacus'] / r['per_model']:.1f}x per model")
+        print(
+            f"dpaudit-batched  R={args.runs} chunk={args.chunk}: wall {r['seconds']:.1f} s total ({r['per_model']:.3f} s/model), "
+            f"cpu {r['cpu']:.1f} s ({r['cpu_per_model']:.3f} s/model), mean acc {r['acc_mean']:.4f} +/- {r['acc_sd']:.4f}, "
+            f"peak RSS {r['peak_rss_gib']:.2f} GiB (child process incl. MNIST; {r['rss_before_gib']:.2f} GiB before training)"
+        )
+        print(
+            f"speed-up dpaudit-batched vs opacus: cpu {cmed['opacus'] / r['cpu_per_model']:.1f}x, wall {med['opacus'] / r['per_model']:.1f}x per model"
+        )
         if "opacus-cached" in med:
-            print(f"speed-up dpaudit-batched vs opacus-cached: cpu {cmed['opacus-cached'] / r['cpu_per_model']:.1f}x, wall {med['opacus-cached'] / r['per_model']:.1f}x per model")
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, os.cpu_count() {os.cpu_count()}, "
-          f"load average at start {load0[0]:.2f}, at end {os.getloadavg()[0]:.2f} (1-min; other processes share the machine)")
+            print(
+                f"speed-up dpaudit-batched vs opacus-cached: cpu {cmed['opacus-cached'] / r['cpu_per_model']:.1f}x, wall {med['opacus-cached'] / r['per_model']:.1f}x per model"
+            )
+    print(
+        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, torch {torch.__version__}, os.cpu_count() {os.cpu_count()}, "
+        f"load average at start {load0[0]:.2f}, at end {os.getloadavg()[0]:.2f} (1-min; other processes share the machine)"
+    )
     return 0
 
 

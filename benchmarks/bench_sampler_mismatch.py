@@ -56,7 +56,16 @@ def _batches(sampler: str, records: int, q: float, epochs: int, rng: np.random.G
                 yield np.flatnonzero(rng.random(records) < q)
 
 
-def train(canary: bool, rng: np.random.Generator, *, sampler: str, n: int, q: float, epochs: int, sigma: float) -> np.ndarray:
+def train(
+    canary: bool,
+    rng: np.random.Generator,
+    *,
+    sampler: str,
+    n: int,
+    q: float,
+    epochs: int,
+    sigma: float,
+) -> np.ndarray:
     """One DP-SGD run; returns the noisy clipped-gradient sums at the canary's coordinate, per step.
     Record n (present iff ``canary``) is the Dirac canary: its clipped gradient is C e_D."""
     x, y = _data(n)
@@ -83,27 +92,56 @@ def shuffle_score(x: np.ndarray, *, q: float, sigma: float) -> float:
     """The log-likelihood ratio if the canary is in exactly one uniformly placed batch per epoch:
     sum over epochs of log mean_t exp((x_t C - C^2/2) / (sigma C)^2)."""
     a = (x * C - 0.5 * C * C) / (sigma * C) ** 2
-    return float(np.sum(np.logaddexp.reduce(a.reshape(-1, round(1 / q)), axis=1) - np.log(round(1 / q))))
+    return float(
+        np.sum(np.logaddexp.reduce(a.reshape(-1, round(1 / q)), axis=1) - np.log(round(1 / q)))
+    )
 
 
 SCORES = {"poisson-lr": score, "shuffle-lr": shuffle_score}
 
 
-def target(sampler: str, *, n: int, q: float, epochs: int, sigma: float, statistic: str = "poisson-lr") -> CallableTarget:
+def target(
+    sampler: str, *, n: int, q: float, epochs: int, sigma: float, statistic: str = "poisson-lr"
+) -> CallableTarget:
     claim = SubsampledGaussian(sigma, q, epochs * round(1 / q))
     eps = float(compute_epsilon(claim, delta=DELTA).epsilon)
-    return CallableTarget(mechanism_fn=functools.partial(train, sampler=sampler, n=n, q=q, epochs=epochs, sigma=sigma),
-                          score_fn=functools.partial(SCORES[statistic], q=q, sigma=sigma), claimed_epsilon=eps, delta=DELTA, claimed_event=claim,
-                          mechanism=f"dp-sgd-{sampler}", canary="dirac-gradient",
-                          info={"sampler": sampler, "n": n, "q": q, "epochs": epochs, "sigma": sigma, "statistic": statistic})
+    return CallableTarget(
+        mechanism_fn=functools.partial(
+            train, sampler=sampler, n=n, q=q, epochs=epochs, sigma=sigma
+        ),
+        score_fn=functools.partial(SCORES[statistic], q=q, sigma=sigma),
+        claimed_epsilon=eps,
+        delta=DELTA,
+        claimed_event=claim,
+        mechanism=f"dp-sgd-{sampler}",
+        canary="dirac-gradient",
+        info={
+            "sampler": sampler,
+            "n": n,
+            "q": q,
+            "epochs": epochs,
+            "sigma": sigma,
+            "statistic": statistic,
+        },
+    )
 
 
 def audit(sampler: str, *, runs: int, seed: int, **cfg) -> dict:
-    res = run_audit(target(sampler, **cfg), runs=runs, seed=seed, controls=(), reproducible_noise=True)
+    res = run_audit(
+        target(sampler, **cfg), runs=runs, seed=seed, controls=(), reproducible_noise=True
+    )
     r = res.to_dict()
     fam = r["claim_family_bound"] or {}
-    return {"sampler": sampler, "seed": seed, "claimed": r["claimed_epsilon"], "eps_lb": r["epsilon_lower_bound"],
-            "family_eps": fam.get("family_epsilon") or 0.0, "ruled_out": fam.get("ruled_out_from"), "violated": bool(res.violated), "auc": r["auc"]}
+    return {
+        "sampler": sampler,
+        "seed": seed,
+        "claimed": r["claimed_epsilon"],
+        "eps_lb": r["epsilon_lower_bound"],
+        "family_eps": fam.get("family_epsilon") or 0.0,
+        "ruled_out": fam.get("ruled_out_from"),
+        "violated": bool(res.violated),
+        "auc": r["auc"],
+    }
 
 
 def main() -> None:
@@ -118,15 +156,22 @@ def main() -> None:
     ap.add_argument("--statistic", choices=sorted(SCORES), default="poisson-lr")
     a = ap.parse_args()
     cfg = {"n": a.n, "q": a.q, "epochs": a.epochs, "sigma": a.sigma, "statistic": a.statistic}
-    print(f"config {cfg}, T {a.epochs * round(1 / a.q)}, delta {DELTA}, {a.runs} trials, 95 % confidence, claimed-curve statistic")
-    print("| sampler | seed | claimed eps (Poisson, rdp) | eps_LB | family eps_LB (sigma ruled out from) | verdict | AUC | seconds |")
+    print(
+        f"config {cfg}, T {a.epochs * round(1 / a.q)}, delta {DELTA}, {a.runs} trials, 95 % confidence, claimed-curve statistic"
+    )
+    print(
+        "| sampler | seed | claimed eps (Poisson, rdp) | eps_LB | family eps_LB (sigma ruled out from) | verdict | AUC | seconds |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for sampler in a.samplers:
         for seed in a.seeds:
             t0 = time.perf_counter()
             r = audit(sampler, runs=a.runs, seed=seed, **cfg)
-            print(f"| {sampler} | {seed} | {r['claimed']:.3f} | {r['eps_lb']:.3f} | {r['family_eps']:.3f} ({r['ruled_out'] or '-'}) | {'VIOLATED' if r['violated'] else 'not flagged'} | "
-                  f"{r['auc']:.3f} | {time.perf_counter() - t0:.0f} |", flush=True)
+            print(
+                f"| {sampler} | {seed} | {r['claimed']:.3f} | {r['eps_lb']:.3f} | {r['family_eps']:.3f} ({r['ruled_out'] or '-'}) | {'VIOLATED' if r['violated'] else 'not flagged'} | "
+                f"{r['auc']:.3f} | {time.perf_counter() - t0:.0f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

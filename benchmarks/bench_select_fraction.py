@@ -33,9 +33,16 @@ def main() -> None:
     from dpaudit.audits.stats import gdp_mu_for_epsilon
 
     print(f"{a.runs} trials, seeds 0-{a.seeds - 1}, 95 % confidence, delta 1e-5")
-    print("| scores | claim | SELECT fraction | claimed-curve eps_LB (mean) | CP eps_LB (mean) | violated | seconds |")
+    print(
+        "| scores | claim | SELECT fraction | claimed-curve eps_LB (mean) | CP eps_LB (mean) | violated | seconds |"
+    )
     print("|---|---|---|---|---|---|---|")
-    cases = [("exact Gaussian", 1.0, 1.0), ("exact Gaussian", 2.0, 1.0), ("exact Gaussian", 4.0, 1.0), ("unclipped canary (3x)", 1.0, 3.0)]
+    cases = [
+        ("exact Gaussian", 1.0, 1.0),
+        ("exact Gaussian", 2.0, 1.0),
+        ("exact Gaussian", 4.0, 1.0),
+        ("unclipped canary (3x)", 1.0, 3.0),
+    ]
     for frac in a.fractions:
         for name, eps, shift in cases:
             sigma = 1.0 / gdp_mu_for_epsilon(eps, 1e-5)
@@ -43,25 +50,40 @@ def main() -> None:
             cc, cp, bad, t0 = [], [], 0, time.perf_counter()
             for seed in range(a.seeds):
                 plan = plan_trials(a.runs, seed=seed, select_fraction=frac)
-                s = np.random.default_rng([seed, 7]).normal(size=a.runs) * sigma + shift * plan.world
-                r = evaluate_scores(s, plan.world, plan.select, delta=1e-5, event=event, accountant="pld")
+                s = (
+                    np.random.default_rng([seed, 7]).normal(size=a.runs) * sigma
+                    + shift * plan.world
+                )
+                r = evaluate_scores(
+                    s, plan.world, plan.select, delta=1e-5, event=event, accountant="pld"
+                )
                 cc.append(r["claimed_curve"]["family_epsilon"])
                 cp.append(r["clopper_pearson_epsilon"])
                 bad += bool(r["claimed_curve"]["violated"])
-            print(f"| {name} | {eps:g} | {frac:g} | {np.mean(cc):.3f} | {np.mean(cp):.3f} | {bad}/{a.seeds} | {time.perf_counter() - t0:.1f} |", flush=True)
+            print(
+                f"| {name} | {eps:g} | {frac:g} | {np.mean(cc):.3f} | {np.mean(cp):.3f} | {bad}/{a.seeds} | {time.perf_counter() - t0:.1f} |",
+                flush=True,
+            )
         sigma, q, steps = 1.7934, 0.05, 200
         event = SubsampledGaussian(sigma, q, steps)
         cc, cp, bad, t0 = [], [], 0, time.perf_counter()
         for seed in range(a.seeds):
             plan = plan_trials(a.runs, seed=seed, select_fraction=frac)
             rng = np.random.default_rng([seed, 0x51D])
-            x = rng.normal(scale=sigma, size=(a.runs, steps)) + ((rng.random((a.runs, steps)) < q) & plan.world[:, None])
+            x = rng.normal(scale=sigma, size=(a.runs, steps)) + (
+                (rng.random((a.runs, steps)) < q) & plan.world[:, None]
+            )
             s = trajectory_log_lr(x, sample_rate=q, noise_multiplier=sigma, clipping_norm=1.0)
-            r = evaluate_scores(s, plan.world, plan.select, delta=1e-5, event=event, accountant="rdp")
+            r = evaluate_scores(
+                s, plan.world, plan.select, delta=1e-5, event=event, accountant="rdp"
+            )
             cc.append(r["claimed_curve"]["family_epsilon"])
             cp.append(r["clopper_pearson_epsilon"])
             bad += bool(r["claimed_curve"]["violated"])
-        print(f"| DP-RVFL digits trajectory (exact law) | 2 (rdp) | {frac:g} | {np.mean(cc):.3f} | {np.mean(cp):.3f} | {bad}/{a.seeds} | {time.perf_counter() - t0:.1f} |", flush=True)
+        print(
+            f"| DP-RVFL digits trajectory (exact law) | 2 (rdp) | {frac:g} | {np.mean(cc):.3f} | {np.mean(cp):.3f} | {bad}/{a.seeds} | {time.perf_counter() - t0:.1f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -36,11 +36,24 @@ KEY = sg.SigningKey("bench", Path("bench.key"), Ed25519PrivateKey.from_private_b
 
 
 def release(i: int, dataset: str = "bench") -> Release:
-    ev = SubsampledGaussian(noise_multiplier=1.0 + (i % 5) * 0.1, sample_rate=0.01, steps=100 + i % 7)
+    ev = SubsampledGaussian(
+        noise_multiplier=1.0 + (i % 5) * 0.1, sample_rate=0.01, steps=100 + i % 7
+    )
     return Release(
-        mechanism="bench", dataset={"name": dataset, "sha256": "ab" * 32}, adjacency="add-remove-record", accountant="rdp",
-        epsilon=1.0, delta=1e-5, guarantee=ev.to_dict(), seed=i, noise_source={"kind": "bench"}, git_commit=None,
-        partition="train", noise_multiplier=ev.noise_multiplier, sample_rate=ev.sample_rate, steps=ev.steps,
+        mechanism="bench",
+        dataset={"name": dataset, "sha256": "ab" * 32},
+        adjacency="add-remove-record",
+        accountant="rdp",
+        epsilon=1.0,
+        delta=1e-5,
+        guarantee=ev.to_dict(),
+        seed=i,
+        noise_source={"kind": "bench"},
+        git_commit=None,
+        partition="train",
+        noise_multiplier=ev.noise_multiplier,
+        sample_rate=ev.sample_rate,
+        steps=ev.steps,
     )
 
 
@@ -66,7 +79,10 @@ def time_reads(target, repeats: int = 3) -> dict:
             t0 = time.perf_counter()
             assert led.verify().ok
             verify.append(time.perf_counter() - t0)
-    return {"read_chain_signatures_s_median": statistics.median(intact), "verify_s_median": statistics.median(verify)}
+    return {
+        "read_chain_signatures_s_median": statistics.median(intact),
+        "verify_s_median": statistics.median(verify),
+    }
 
 
 def time_summary(target, repeats: int = 3, cli_runs: int = 3) -> dict:
@@ -77,17 +93,36 @@ def time_summary(target, repeats: int = 3, cli_runs: int = 3) -> dict:
             rows = led.summary()
             inproc.append(time.perf_counter() - t0)
     if cli_runs == 0:
-        return {"releases": rows[0]["releases_subtree"], "summary_s_first": inproc[0], "summary_s_median": statistics.median(inproc)}
+        return {
+            "releases": rows[0]["releases_subtree"],
+            "summary_s_first": inproc[0],
+            "summary_s_median": statistics.median(inproc),
+        }
     cli = []
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for _ in range(cli_runs):
         t0 = time.perf_counter()
-        r = subprocess.run([str(Path(sys.executable).parent / "dpaudit"), "ledger", "summary", "--json", "--ledger", str(target)],
-                           capture_output=True, text=True, env=env)
+        r = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "dpaudit"),
+                "ledger",
+                "summary",
+                "--json",
+                "--ledger",
+                str(target),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         cli.append(time.perf_counter() - t0)
         assert r.returncode == 0, r.stderr[-500:]
-    return {"releases": rows[0]["releases_subtree"], "summary_s_first": inproc[0], "summary_s_median": statistics.median(inproc),
-            "cli_summary_s_median": statistics.median(cli)}
+    return {
+        "releases": rows[0]["releases_subtree"],
+        "summary_s_first": inproc[0],
+        "summary_s_median": statistics.median(inproc),
+        "cli_summary_s_median": statistics.median(cli),
+    }
 
 
 def _writer(target: str, wid: int, count: int, start, out) -> None:
@@ -98,8 +133,14 @@ def _writer(target: str, wid: int, count: int, start, out) -> None:
         t0 = time.perf_counter()
         for i in range(count):
             rel = release(10_000 * (wid + 1) + i)
-            rid = led.reserve(dataset="bench", partition="train", event=PureEpsilon(0.001), adjacency="add-remove-record",
-                              data_digest="ab" * 32, mechanism="bench")
+            rid = led.reserve(
+                dataset="bench",
+                partition="train",
+                event=PureEpsilon(0.001),
+                adjacency="add-remove-record",
+                data_digest="ab" * 32,
+                mechanism="bench",
+            )
             led.settle(rid, [rel])
         out.put((wid, time.perf_counter() - t0))
 
@@ -109,7 +150,10 @@ def concurrent_writers(target: str, writers: int, per_writer: int) -> dict:
         before = len(led.entries(kind="release"))
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(str(target), w, per_writer, start, out)) for w in range(writers)]
+    procs = [
+        ctx.Process(target=_writer, args=(str(target), w, per_writer, start, out))
+        for w in range(writers)
+    ]
     for p in procs:
         p.start()
     time.sleep(3.0)  # let every writer import and connect before the start signal
@@ -123,8 +167,14 @@ def concurrent_writers(target: str, writers: int, per_writer: int) -> dict:
         after = len(led.entries(kind="release"))
         ok = led.verify().ok
     n = after - before
-    return {"writers": writers, "releases": n, "wall_s": wall, "releases_per_s": n / wall, "verify_ok": ok,
-            "ledger_releases_before": before}
+    return {
+        "writers": writers,
+        "releases": n,
+        "wall_s": wall,
+        "releases_per_s": n / wall,
+        "verify_ok": ok,
+        "ledger_releases_before": before,
+    }
 
 
 def main() -> None:
@@ -132,7 +182,9 @@ def main() -> None:
     ap.add_argument("--releases", type=int, default=500)
     ap.add_argument("--writers", type=int, default=8)
     ap.add_argument("--per-writer", type=int, default=25)
-    ap.add_argument("--cli-runs", type=int, default=3, help="cold `dpaudit ledger summary` runs (0: skip)")
+    ap.add_argument(
+        "--cli-runs", type=int, default=3, help="cold `dpaudit ledger summary` runs (0: skip)"
+    )
     ap.add_argument("--no-writers", action="store_true")
     a = ap.parse_args()
     pg = os.environ.get("DPAUDIT_TEST_POSTGRES")
@@ -150,7 +202,11 @@ def main() -> None:
                 schemas.append(schema)
                 target = pg + ("&" if "?" in pg else "?") + f"schema={schema}"
             fill_s = fill(target, a.releases)
-            res = {"fill_s": fill_s, **time_reads(target), **time_summary(target, cli_runs=a.cli_runs)}
+            res = {
+                "fill_s": fill_s,
+                **time_reads(target),
+                **time_summary(target, cli_runs=a.cli_runs),
+            }
             # 8 writers on a fresh small ledger of the same backend.
             if a.no_writers:
                 results[backend] = res

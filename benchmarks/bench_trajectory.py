@@ -34,7 +34,12 @@ def main() -> None:
     ap.add_argument("--eps", type=float, default=2.0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--threat-models", nargs="*", default=["trajectory", "final-model"])
-    ap.add_argument("--simulate", type=int, default=0, help="seeds of the exact-law simulation of the trajectory scores (0: none)")
+    ap.add_argument(
+        "--simulate",
+        type=int,
+        default=0,
+        help="seeds of the exact-law simulation of the trajectory scores (0: none)",
+    )
     a = ap.parse_args()
 
     from dpaudit.audits.engine import run_audit
@@ -42,22 +47,31 @@ def main() -> None:
 
     base = HeadTarget(epsilon=a.eps)
     base.prepare()
-    print(f"dp-rvfl digits, claim eps {base.claimed_epsilon:.3f} (rdp), config {base.describe()['config']['noise_multiplier']:.4f} sigma, "
-          f"q {base._config.sample_rate}, T {base._config.steps}; {a.runs} trials per audit")
-    print("| threat model | seed | claimed-curve eps_LB | % of claim | CP eps_LB | GDP est. [interval] | AUC | seconds |")
+    print(
+        f"dp-rvfl digits, claim eps {base.claimed_epsilon:.3f} (rdp), config {base.describe()['config']['noise_multiplier']:.4f} sigma, "
+        f"q {base._config.sample_rate}, T {base._config.steps}; {a.runs} trials per audit"
+    )
+    print(
+        "| threat model | seed | claimed-curve eps_LB | % of claim | CP eps_LB | GDP est. [interval] | AUC | seconds |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for tm in a.threat_models:
         t = base.with_threat_model(tm)
         for seed in a.seeds:
             t0 = time.perf_counter()
-            r = run_audit(t, runs=a.runs, seed=seed, controls=(), reproducible_noise=True, workers=a.workers).to_dict()
+            r = run_audit(
+                t, runs=a.runs, seed=seed, controls=(), reproducible_noise=True, workers=a.workers
+            ).to_dict()
             dt = time.perf_counter() - t0
             g = r["gdp_estimate"]
             lo, hi = g["epsilon_interval"]
             cc = r.get("claimed_curve") or {}
             eps_cc = float(cc.get("family_epsilon", cc.get("epsilon_lower_bound", float("nan"))))
-            print(f"| {tm} | {seed} | {eps_cc:.3f} | {100 * eps_cc / r['claimed_epsilon']:.0f} % | {float(r.get('clopper_pearson_epsilon') or 0):.3f} | "
-                  f"{g['epsilon']:.2f} [{lo:.2f}, {hi:.2f}] | {r['auc']:.3f} | {dt:.0f} |", flush=True)
+            print(
+                f"| {tm} | {seed} | {eps_cc:.3f} | {100 * eps_cc / r['claimed_epsilon']:.0f} % | {float(r.get('clopper_pearson_epsilon') or 0):.3f} | "
+                f"{g['epsilon']:.2f} [{lo:.2f}, {hi:.2f}] | {r['auc']:.3f} | {dt:.0f} |",
+                flush=True,
+            )
     if a.simulate:
         simulate(base, a.runs, a.simulate)
 
@@ -77,13 +91,22 @@ def simulate(base, runs: int, seeds: int) -> None:
     for seed in range(seeds):
         plan = plan_trials(runs, seed=seed)
         rng = np.random.default_rng([seed, 0x51D])
-        x = rng.normal(scale=sigma * c, size=(runs, steps)) + c * ((rng.random((runs, steps)) < q) & plan.world[:, None])
+        x = rng.normal(scale=sigma * c, size=(runs, steps)) + c * (
+            (rng.random((runs, steps)) < q) & plan.world[:, None]
+        )
         s = trajectory_log_lr(x, sample_rate=q, noise_multiplier=sigma, clipping_norm=c)
-        ev = evaluate_scores(s, plan.world, plan.select, delta=base.delta, event=base.claimed_event, accountant="rdp")
+        ev = evaluate_scores(
+            s, plan.world, plan.select, delta=base.delta, event=base.claimed_event, accountant="rdp"
+        )
         eps = float(ev["claimed_curve"]["family_epsilon"])
         got.append(eps)
-        print(f"| {seed} | {eps:.3f} | {ev['clopper_pearson_epsilon']:.3f} | {ev['gdp_estimate']['epsilon']:.2f} |", flush=True)
-    print(f"mean claimed-curve eps_LB over seeds 0-{seeds - 1}: {np.mean(got):.3f} ({100 * np.mean(got) / base.claimed_epsilon:.0f} % of the claim)")
+        print(
+            f"| {seed} | {eps:.3f} | {ev['clopper_pearson_epsilon']:.3f} | {ev['gdp_estimate']['epsilon']:.2f} |",
+            flush=True,
+        )
+    print(
+        f"mean claimed-curve eps_LB over seeds 0-{seeds - 1}: {np.mean(got):.3f} ({100 * np.mean(got) / base.claimed_epsilon:.0f} % of the claim)"
+    )
 
 
 if __name__ == "__main__":

@@ -51,11 +51,15 @@ def main() -> None:
     binary = args.classes == 2
     ids = heavy_tailed_ids(args.n, rng)
     n_users = index_users(ids).n_users
-    print(f"n={args.n} d={args.d} K={args.classes} users={n_users} (3 with 1,000 records) steps={args.steps} batch={args.batch}")
+    print(
+        f"n={args.n} d={args.d} K={args.classes} users={n_users} (3 with 1,000 records) steps={args.steps} batch={args.batch}"
+    )
 
     def cfg(units: int, steps: int) -> DPSGDConfig:
         q = min(1.0, args.batch / units)
-        return DPSGDConfig(sample_rate=q, steps=steps, normalizer=max(1, int(q * units)), noise_multiplier=1.0)
+        return DPSGDConfig(
+            sample_rate=q, steps=steps, normalizer=max(1, int(q * units)), noise_multiplier=1.0
+        )
 
     def timed(label, fn, steps):
         t = time.perf_counter()
@@ -66,16 +70,42 @@ def main() -> None:
 
     print("linear head")
     c = cfg(args.n, args.steps)
-    a = timed("record level", lambda: train_heads(z, y, args.classes, c, noise=NoiseSource("reproducible", seed=1), binary_logit=binary), args.steps)
-    b = timed("user level, one record per user (G=8)", lambda: train_heads(
-        z, y, args.classes, c, users=UserSampling(index_users(np.arange(args.n)), 8), noise=NoiseSource("reproducible", seed=1),
-        binary_logit=binary), args.steps)
+    a = timed(
+        "record level",
+        lambda: train_heads(
+            z, y, args.classes, c, noise=NoiseSource("reproducible", seed=1), binary_logit=binary
+        ),
+        args.steps,
+    )
+    b = timed(
+        "user level, one record per user (G=8)",
+        lambda: train_heads(
+            z,
+            y,
+            args.classes,
+            c,
+            users=UserSampling(index_users(np.arange(args.n)), 8),
+            noise=NoiseSource("reproducible", seed=1),
+            binary_logit=binary,
+        ),
+        args.steps,
+    )
     print(f"  identical weights: {np.array_equal(a.weight, b.weights[0])}")
     cu = cfg(n_users, args.steps)
     for g in (1, 8, 64):
-        timed(f"user level, heavy-tailed users, G={g}", lambda: train_heads(
-            z, y, args.classes, cu, users=UserSampling(index_users(ids), g), noise=NoiseSource("reproducible", seed=1), binary_logit=binary),
-            args.steps)
+        timed(
+            f"user level, heavy-tailed users, G={g}",
+            lambda: train_heads(
+                z,
+                y,
+                args.classes,
+                cu,
+                users=UserSampling(index_users(ids), g),
+                noise=NoiseSource("reproducible", seed=1),
+                binary_logit=binary,
+            ),
+            args.steps,
+        )
 
     print("dense module (64-32-K), per-sample gradients with torch.func")
     x = torch.as_tensor(z)
@@ -89,11 +119,28 @@ def main() -> None:
         return Dense(args.d, (64, 32), k_out)
 
     c = cfg(args.n, ms)
-    timed("record level", lambda: train_module_dp_sgd(module(), x, yt, c, noise=NoiseSource("reproducible", seed=1), loss=loss), ms)
+    timed(
+        "record level",
+        lambda: train_module_dp_sgd(
+            module(), x, yt, c, noise=NoiseSource("reproducible", seed=1), loss=loss
+        ),
+        ms,
+    )
     cu = cfg(n_users, ms)
     for g in (1, 8):
-        timed(f"user level, heavy-tailed users, G={g}", lambda: train_module_dp_sgd(
-            module(), x, yt, cu, users=UserSampling(ids, g), noise=NoiseSource("reproducible", seed=1), loss=loss), ms)
+        timed(
+            f"user level, heavy-tailed users, G={g}",
+            lambda: train_module_dp_sgd(
+                module(),
+                x,
+                yt,
+                cu,
+                users=UserSampling(ids, g),
+                noise=NoiseSource("reproducible", seed=1),
+                loss=loss,
+            ),
+            ms,
+        )
 
 
 if __name__ == "__main__":

@@ -54,32 +54,58 @@ def limits(epochs: int, canaries: int) -> None:
 
     for claim in (2.0, 8.0):
         for steps in sorted({200 * epochs, 2000}):
-            sigma = calibrate_noise_multiplier(target_epsilon=claim, delta=DELTA, sample_rate=0.005, steps=steps, accountant="rdp").noise_multiplier
+            sigma = calibrate_noise_multiplier(
+                target_epsilon=claim, delta=DELTA, sample_rate=0.005, steps=steps, accountant="rdp"
+            ).noise_multiplier
             ev = SubsampledGaussian(sigma, 0.005, steps)
             step = wb.expected_step_bound(ev, canaries, delta=DELTA)
             final = wb.expected_final_bound(ev, canaries, delta=DELTA)
             r = wb.gdp_mu_ratio(ev)
-            print(f"limit claim {claim} T {steps} sigma {sigma:.4f} M {canaries}: white-box {step:.3f} ({step / claim:.3f}), "
-                  f"crafted-final {final:.3f} ({final / claim:.3f}); GDP mu trajectory {r['mu_trajectory']:.3f}, "
-                  f"final sum {r['mu_final']:.3f}, ratio {r['ratio']:.3f}", flush=True)
+            print(
+                f"limit claim {claim} T {steps} sigma {sigma:.4f} M {canaries}: white-box {step:.3f} ({step / claim:.3f}), "
+                f"crafted-final {final:.3f} ({final / claim:.3f}); GDP mu trajectory {r['mu_trajectory']:.3f}, "
+                f"final sum {r['mu_final']:.3f}, ratio {r['ratio']:.3f}",
+                flush=True,
+            )
 
 
 def false_positives(replicates: int = 1000) -> None:
     rng = np.random.default_rng(0)
     step_flags = final_flags = 0
     for _ in range(replicates):
-        s_hi, d_lo, q_lo = wb.step_statistics(wb.simulate_steps(rng, noise=0.8, rate=0.1, steps=50, canaries=20), 0.95)
+        s_hi, d_lo, q_lo = wb.step_statistics(
+            wb.simulate_steps(rng, noise=0.8, rate=0.1, steps=50, canaries=20), 0.95
+        )
         step_flags += (d_lo <= 0 or s_hi / d_lo < 0.8) or q_lo > 0.1
-        s_hi, d_lo = wb.final_statistics(wb.simulate_final(rng, noise=0.8, rate=0.05, steps=50, canaries=200), 0.05, 0.95)
+        s_hi, d_lo = wb.final_statistics(
+            wb.simulate_final(rng, noise=0.8, rate=0.05, steps=50, canaries=200), 0.05, 0.95
+        )
         final_flags += d_lo > 0 and s_hi / d_lo < 0.8
-    print(f"false positives over {replicates} replicates (upper bound: the monotonicity event): white-box {step_flags / replicates:.3f}, "
-          f"crafted-final {final_flags / replicates:.3f}", flush=True)
+    print(
+        f"false positives over {replicates} replicates (upper bound: the monotonicity event): white-box {step_flags / replicates:.3f}, "
+        f"crafted-final {final_flags / replicates:.3f}",
+        flush=True,
+    )
 
 
 def _pld_note(b) -> str:
     """eps_LB and the claim by the tight pld accountant (eps_LB then bounds the true epsilon)."""
-    lb = wb.family_epsilon(b.noise_upper, b.sensitivity_lower, b.sample_rate_lower, b.steps, delta=DELTA, accountant="pld")
-    claimed = wb.family_epsilon(b.claimed.noise_multiplier, 1.0, b.claimed.sample_rate, b.steps, delta=DELTA, accountant="pld")
+    lb = wb.family_epsilon(
+        b.noise_upper,
+        b.sensitivity_lower,
+        b.sample_rate_lower,
+        b.steps,
+        delta=DELTA,
+        accountant="pld",
+    )
+    claimed = wb.family_epsilon(
+        b.claimed.noise_multiplier,
+        1.0,
+        b.claimed.sample_rate,
+        b.steps,
+        delta=DELTA,
+        accountant="pld",
+    )
     return f"pld: eps_LB {lb:.3f} of true eps {claimed:.3f} ({lb / claimed:.3f})"
 
 
@@ -99,26 +125,49 @@ def _jax_note(jax, obs, b) -> str:
     t0 = time.perf_counter()
     step = {"CP": aud.epsilon_clopper_pearson(sig, DELTA), "GDP": aud.epsilon_from_gdp(sig, DELTA)}
     took = time.perf_counter() - t0
-    ours = exact_epsilon(b.noise_upper / b.sensitivity_lower, DELTA) if b.sensitivity_lower > 0 else 0.0
+    ours = (
+        exact_epsilon(b.noise_upper / b.sensitivity_lower, DELTA)
+        if b.sensitivity_lower > 0
+        else 0.0
+    )
     parts = []
     for name, e in step.items():
-        total = wb.family_epsilon(calibrate_exact(e, DELTA), 1.0, b.sample_rate_lower, b.steps, delta=DELTA,
-                                  accountant=b.accountant) if e > 0 else 0.0
-        parts.append(f"{name} step {e:.3f} -> composed {total:.3f} ({total / b.claimed_epsilon:.3f})")
+        total = (
+            wb.family_epsilon(
+                calibrate_exact(e, DELTA),
+                1.0,
+                b.sample_rate_lower,
+                b.steps,
+                delta=DELTA,
+                accountant=b.accountant,
+            )
+            if e > 0
+            else 0.0
+        )
+        parts.append(
+            f"{name} step {e:.3f} -> composed {total:.3f} ({total / b.claimed_epsilon:.3f})"
+        )
     claim_step = exact_epsilon(b.claimed.noise_multiplier, DELTA)
-    return (f"; jax_privacy on the same observations: {', '.join(parts)} [{took:.1f} s]; per-step eps: claim "
-            f"{claim_step:.3f}, dpaudit s_hi/d_lo {ours:.3f}")
+    return (
+        f"; jax_privacy on the same observations: {', '.join(parts)} [{took:.1f} s]; per-step eps: claim "
+        f"{claim_step:.3f}, dpaudit s_hi/d_lo {ours:.3f}"
+    )
 
 
 def _report(name, bound, limit, sigma, secs, jax, obs, extra="") -> None:
     b = bound
-    print(f"{name} T {b.steps}: eps_LB {b.epsilon_lb:.3f} (claimed {b.claimed_epsilon:.3f}, ratio {b.ratio:.3f}, limit "
-          f"{limit:.3f}), violation {b.violation}; sigma_hi {b.noise_upper:.4f} (sigma {sigma:.4f}), d_lo "
-          f"{b.sensitivity_lower:.4f}, q_lo {b.sample_rate_lower:.5f}; {_pld_note(b)}{extra}; {secs:.0f} s"
-          f"{_jax_note(jax, obs, b)}", flush=True)
+    print(
+        f"{name} T {b.steps}: eps_LB {b.epsilon_lb:.3f} (claimed {b.claimed_epsilon:.3f}, ratio {b.ratio:.3f}, limit "
+        f"{limit:.3f}), violation {b.violation}; sigma_hi {b.noise_upper:.4f} (sigma {sigma:.4f}), d_lo "
+        f"{b.sensitivity_lower:.4f}, q_lo {b.sample_rate_lower:.5f}; {_pld_note(b)}{extra}; {secs:.0f} s"
+        f"{_jax_note(jax, obs, b)}",
+        flush=True,
+    )
 
 
-def _run(model, data, claim, epochs, canaries, threat_model="white-box", noise_factor=1.0, jax=None):
+def _run(
+    model, data, claim, epochs, canaries, threat_model="white-box", noise_factor=1.0, jax=None
+):
     from dpaudit.mechanisms.dpsgd.one_run_modules import module_config
     from dpaudit.mechanisms.dpsgd.white_box_target import white_box_run
     from dpaudit.noise import NoiseSource
@@ -127,14 +176,34 @@ def _run(model, data, claim, epochs, canaries, threat_model="white-box", noise_f
     restore = _planted_noise(noise_factor)  # the claim keeps the calibrated sigma
     try:
         t0 = time.perf_counter()
-        run = white_box_run(model, data, cfg, canaries=canaries, noise=NoiseSource(), seed=1, threat_model=threat_model)
+        run = white_box_run(
+            model,
+            data,
+            cfg,
+            canaries=canaries,
+            noise=NoiseSource(),
+            seed=1,
+            threat_model=threat_model,
+        )
         train_s = time.perf_counter() - t0
     finally:
         restore()
-    bound = (wb.step_bound if threat_model == "white-box" else wb.final_bound)(run.observations, claimed=event, delta=DELTA)
-    limit = (wb.expected_step_bound if threat_model == "white-box" else wb.expected_final_bound)(event, canaries, delta=DELTA)
-    _report(f"{model} {threat_model} claim {claim} noise x{noise_factor} M {canaries}", bound, limit, cfg.noise_multiplier,
-            train_s, jax, run.observations, f"; quiet coordinates {run.info['quiet_coordinates']}")
+    bound = (wb.step_bound if threat_model == "white-box" else wb.final_bound)(
+        run.observations, claimed=event, delta=DELTA
+    )
+    limit = (wb.expected_step_bound if threat_model == "white-box" else wb.expected_final_bound)(
+        event, canaries, delta=DELTA
+    )
+    _report(
+        f"{model} {threat_model} claim {claim} noise x{noise_factor} M {canaries}",
+        bound,
+        limit,
+        cfg.noise_multiplier,
+        train_s,
+        jax,
+        run.observations,
+        f"; quiet coordinates {run.info['quiet_coordinates']}",
+    )
 
 
 def mnist(epochs: int, canaries: int, models, final_canaries: int, jax=None) -> None:
@@ -147,7 +216,15 @@ def mnist(epochs: int, canaries: int, models, final_canaries: int, jax=None) -> 
         _run(model, data, 8.0, epochs, canaries, noise_factor=0.9, jax=jax)
     if "dp-dense" in models:
         for claim in (2.0, 8.0):
-            _run("dp-dense", data, claim, epochs, final_canaries, threat_model="crafted-final", jax=jax)
+            _run(
+                "dp-dense",
+                data,
+                claim,
+                epochs,
+                final_canaries,
+                threat_model="crafted-final",
+                jax=jax,
+            )
 
 
 def _planted_noise(noise_factor: float):
@@ -172,7 +249,9 @@ def _head_run(target, canaries, noise_factor=1.0, jax=None, seed=1):
     finally:
         restore()
     event = target.claimed_event
-    bound = wb.step_bound(run.observations, claimed=event, delta=target.delta, claimed_epsilon=target.claimed_epsilon)
+    bound = wb.step_bound(
+        run.observations, claimed=event, delta=target.delta, claimed_epsilon=target.claimed_epsilon
+    )
     return run, bound, secs
 
 
@@ -184,8 +263,15 @@ def heads(epochs: int, canaries: int, jax=None) -> None:
         target.prepare()
         run, bound, secs = _head_run(target, canaries, factor, jax)
         limit = wb.expected_step_bound(target.claimed_event, canaries, delta=DELTA)
-        _report(f"dp-rvfl head white-box claim {claim} noise x{factor} M {canaries}", bound, limit,
-                target._config.noise_multiplier, secs, jax, run.observations)
+        _report(
+            f"dp-rvfl head white-box claim {claim} noise x{factor} M {canaries}",
+            bound,
+            limit,
+            target._config.noise_multiplier,
+            secs,
+            jax,
+            run.observations,
+        )
 
 
 def _linear_clipped_sum(model, params, xb, yb, c):
@@ -198,8 +284,21 @@ def _linear_clipped_sum(model, params, xb, yb, c):
     return {"weight": rf.T @ xb, "bias": rf.sum(0)}
 
 
-def _plain_loop(model, x, y, *, sigma, q, steps, canaries, noise_factor=1.0, null=False, seed=0, lr=0.1,
-                clipped_sum=None):
+def _plain_loop(
+    model,
+    x,
+    y,
+    *,
+    sigma,
+    q,
+    steps,
+    canaries,
+    noise_factor=1.0,
+    null=False,
+    seed=0,
+    lr=0.1,
+    clipped_sum=None,
+):
     """A user's plain DP-SGD loop recorded with PipelineCheck (Poisson batches from its own generator,
     ``clipped_sum`` as its clipping (default dpaudit's per-sample helper), its own Gaussian noise at
     ``noise_factor`` times the declared std, SGD on the noisy sum over m0 = N q); returns the check."""
@@ -209,18 +308,31 @@ def _plain_loop(model, x, y, *, sigma, q, steps, canaries, noise_factor=1.0, nul
     from dpaudit.integrations.white_box import LoopWhiteBox
 
     n, c = len(y), 1.0
-    check = PipelineCheck(noise_multiplier=sigma, sample_rate=q, steps=steps, max_grad_norm=c, dataset_size=n)
-    LoopWhiteBox(model, canaries=canaries, tensors=["fc1.weight"] if hasattr(model, "fc1") else ["weight"], seed=seed,
-                 null=null).watch(check)
+    check = PipelineCheck(
+        noise_multiplier=sigma, sample_rate=q, steps=steps, max_grad_norm=c, dataset_size=n
+    )
+    LoopWhiteBox(
+        model,
+        canaries=canaries,
+        tensors=["fc1.weight"] if hasattr(model, "fc1") else ["weight"],
+        seed=seed,
+        null=null,
+    ).watch(check)
     gen = torch.Generator().manual_seed(int(np.random.default_rng().integers(2**62)))
     params = dict(model.named_parameters())
     for _ in range(steps):
         idx = torch.nonzero(torch.rand(n, generator=gen) < q).reshape(-1)
         detached = {k: p.detach() for k, p in params.items()}
-        summed = (clipped_sum or per_sample_clipped_sum)(model, detached, x[idx], y[idx], c) if len(idx) else \
-            {k: torch.zeros_like(p) for k, p in detached.items()}
+        summed = (
+            (clipped_sum or per_sample_clipped_sum)(model, detached, x[idx], y[idx], c)
+            if len(idx)
+            else {k: torch.zeros_like(p) for k, p in detached.items()}
+        )
         check.clip(len(idx), c, clipped=summed)
-        noisy = {k: s + noise_factor * sigma * c * torch.randn(s.shape, generator=gen) for k, s in summed.items()}
+        noisy = {
+            k: s + noise_factor * sigma * c * torch.randn(s.shape, generator=gen)
+            for k, s in summed.items()
+        }
         check.noise(sigma, c, noisy=noisy)
         with torch.no_grad():
             for k, p in params.items():
@@ -239,17 +351,35 @@ def loop(epochs: int, canaries: int, jax=None) -> None:
     q = 256 / len(y)
     steps = int(round(epochs / q))
     for claim, factor in ((2.0, 1.0), (8.0, 1.0), (8.0, 0.9)):
-        sigma = calibrate_noise_multiplier(target_epsilon=claim, delta=DELTA, sample_rate=q, steps=steps, accountant="rdp").noise_multiplier
+        sigma = calibrate_noise_multiplier(
+            target_epsilon=claim, delta=DELTA, sample_rate=q, steps=steps, accountant="rdp"
+        ).noise_multiplier
         torch.manual_seed(0)
         t0 = time.perf_counter()
-        check = _plain_loop(example.SmallCNN(), x, y, sigma=sigma, q=q, steps=steps, canaries=canaries, noise_factor=factor)
+        check = _plain_loop(
+            example.SmallCNN(),
+            x,
+            y,
+            sigma=sigma,
+            q=q,
+            steps=steps,
+            canaries=canaries,
+            noise_factor=factor,
+        )
         secs = time.perf_counter() - t0
         wbox = check.canaries
         bound = wbox.audit(delta=DELTA)
         codes = [f["code"] for f in check.record(DELTA)["findings"]]
-        _report(f"plain loop (PipelineCheck, SmallCNN) white-box claim {claim} noise x{factor} M {canaries}", bound,
-                wb.expected_step_bound(wbox.claim(), canaries, delta=DELTA), sigma, secs, jax, wbox.observations(),
-                f"; findings {codes}")
+        _report(
+            f"plain loop (PipelineCheck, SmallCNN) white-box claim {claim} noise x{factor} M {canaries}",
+            bound,
+            wb.expected_step_bound(wbox.claim(), canaries, delta=DELTA),
+            sigma,
+            secs,
+            jax,
+            wbox.observations(),
+            f"; findings {codes}",
+        )
 
 
 def _missed(obs, sigma: float, q: float) -> bool:
@@ -264,22 +394,52 @@ def fp_loops(replicates: int) -> None:
     from dpaudit.mechanisms.dpsgd.white_box_target import head_white_box_run
     from dpaudit.noise import NoiseSource
 
-    x, y = torch.randn(200, 40, generator=torch.Generator().manual_seed(0)), torch.randint(0, 30, (200,))
+    x, y = (
+        torch.randn(200, 40, generator=torch.Generator().manual_seed(0)),
+        torch.randint(0, 30, (200,)),
+    )
     sigma, q, steps = 1.0, 0.1, 20
     t0 = time.perf_counter()
-    misses = sum(_missed(_plain_loop(torch.nn.Linear(40, 30), x, y, sigma=sigma, q=q, steps=steps, canaries=200, seed=r,
-                                     clipped_sum=_linear_clipped_sum).canaries.observations(), sigma, q)
-                 for r in range(replicates))
-    print(f"false positives, plain loop (Linear 40x30, squared loss, N 200, q {q}, T {steps}, M 200), {replicates} "
-          f"correct runs ({time.perf_counter() - t0:.0f} s): confidence event failed {misses / replicates:.3f}", flush=True)
+    misses = sum(
+        _missed(
+            _plain_loop(
+                torch.nn.Linear(40, 30),
+                x,
+                y,
+                sigma=sigma,
+                q=q,
+                steps=steps,
+                canaries=200,
+                seed=r,
+                clipped_sum=_linear_clipped_sum,
+            ).canaries.observations(),
+            sigma,
+            q,
+        )
+        for r in range(replicates)
+    )
+    print(
+        f"false positives, plain loop (Linear 40x30, squared loss, N 200, q {q}, T {steps}, M 200), {replicates} "
+        f"correct runs ({time.perf_counter() - t0:.0f} s): confidence event failed {misses / replicates:.3f}",
+        flush=True,
+    )
     target = HeadTarget(model="dp-rvfl", dataset="digits", epsilon=4.0, epochs=1)
     target.prepare()
     cfg = target._config
     t0 = time.perf_counter()
-    misses = sum(_missed(head_white_box_run(target, canaries=200, noise=NoiseSource(), seed=r).observations,
-                         cfg.noise_multiplier, cfg.sample_rate) for r in range(replicates))
-    print(f"false positives, dp-rvfl head (digits, claim 4, q {cfg.sample_rate}, T {cfg.steps}, M 200), {replicates} "
-          f"correct runs ({time.perf_counter() - t0:.0f} s): confidence event failed {misses / replicates:.3f}", flush=True)
+    misses = sum(
+        _missed(
+            head_white_box_run(target, canaries=200, noise=NoiseSource(), seed=r).observations,
+            cfg.noise_multiplier,
+            cfg.sample_rate,
+        )
+        for r in range(replicates)
+    )
+    print(
+        f"false positives, dp-rvfl head (digits, claim 4, q {cfg.sample_rate}, T {cfg.steps}, M 200), {replicates} "
+        f"correct runs ({time.perf_counter() - t0:.0f} s): confidence event failed {misses / replicates:.3f}",
+        flush=True,
+    )
 
 
 def _example():
@@ -287,13 +447,17 @@ def _example():
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("example", Path(__file__).parent.parent / "examples" / "opacus_one_run_mnist.py")
+    spec = importlib.util.spec_from_file_location(
+        "example", Path(__file__).parent.parent / "examples" / "opacus_one_run_mnist.py"
+    )
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     return example
 
 
-def _opacus_run(data, claim: float, epochs: int, canaries: int, noise_factor: float = 1.0, jax=None) -> None:
+def _opacus_run(
+    data, claim: float, epochs: int, canaries: int, noise_factor: float = 1.0, jax=None
+) -> None:
     """The example script's model and loop (examples/opacus_one_run_mnist.py: SmallCNN, Adam, batch 256, Poisson
     sampling, make_private_with_epsilon), with :class:`OpacusWhiteBox` attached; ``noise_factor`` lowers the
     optimizer's noise multiplier after attach (the claim keeps the calibrated one)."""
@@ -305,11 +469,19 @@ def _opacus_run(data, claim: float, epochs: int, canaries: int, noise_factor: fl
     torch.manual_seed(0)
     model = example.SmallCNN()
     wbox = OpacusWhiteBox(model, canaries=canaries, seed=0, tensors=["fc1.weight"])
-    train = torch.utils.data.TensorDataset(torch.as_tensor(data.x_train, dtype=torch.float32), torch.as_tensor(data.y_train))
+    train = torch.utils.data.TensorDataset(
+        torch.as_tensor(data.x_train, dtype=torch.float32), torch.as_tensor(data.y_train)
+    )
     engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private_with_epsilon(module=model, optimizer=torch.optim.Adam(model.parameters(), lr=1e-3),
-                                                          data_loader=torch.utils.data.DataLoader(train, batch_size=256), max_grad_norm=1.0,
-                                                          epochs=epochs, target_epsilon=claim, target_delta=DELTA)
+    model, opt, loader = engine.make_private_with_epsilon(
+        module=model,
+        optimizer=torch.optim.Adam(model.parameters(), lr=1e-3),
+        data_loader=torch.utils.data.DataLoader(train, batch_size=256),
+        max_grad_norm=1.0,
+        epochs=epochs,
+        target_epsilon=claim,
+        target_delta=DELTA,
+    )
     wbox.attach(opt, data_loader=loader)
     sigma = opt.noise_multiplier
     opt.noise_multiplier = sigma * noise_factor
@@ -320,8 +492,15 @@ def _opacus_run(data, claim: float, epochs: int, canaries: int, noise_factor: fl
             torch.nn.functional.cross_entropy(model(xb), yb).backward()
             opt.step()
     train_s = time.perf_counter() - t0
-    _report(f"opacus example white-box claim {claim} noise x{noise_factor} M {canaries}", wbox.audit(delta=DELTA),
-            wb.expected_step_bound(wbox.claim(), canaries, delta=DELTA), sigma, train_s, jax, wbox.observations())
+    _report(
+        f"opacus example white-box claim {claim} noise x{noise_factor} M {canaries}",
+        wbox.audit(delta=DELTA),
+        wb.expected_step_bound(wbox.claim(), canaries, delta=DELTA),
+        sigma,
+        train_s,
+        jax,
+        wbox.observations(),
+    )
 
 
 def opacus(epochs: int, canaries: int, jax=None) -> None:
@@ -335,13 +514,26 @@ def opacus(epochs: int, canaries: int, jax=None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("parts", nargs="+", choices=["limits", "fp", "mnist", "opacus", "heads", "loop", "fp-loops"])
+    ap.add_argument(
+        "parts", nargs="+", choices=["limits", "fp", "mnist", "opacus", "heads", "loop", "fp-loops"]
+    )
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--canaries", type=int, default=5000)
     ap.add_argument("--models", nargs="+", default=["dp-dense", "dp-cnn"])
-    ap.add_argument("--final-canaries", type=int, default=5000, help="crafted-final canaries (at most the quiet coordinates)")
-    ap.add_argument("--replicates", type=int, default=1000, help="fp-loops: correct runs of each loop")
-    ap.add_argument("--jax", default="", help="path of jax_privacy's auditing.py: its estimators on the same observations")
+    ap.add_argument(
+        "--final-canaries",
+        type=int,
+        default=5000,
+        help="crafted-final canaries (at most the quiet coordinates)",
+    )
+    ap.add_argument(
+        "--replicates", type=int, default=1000, help="fp-loops: correct runs of each loop"
+    )
+    ap.add_argument(
+        "--jax",
+        default="",
+        help="path of jax_privacy's auditing.py: its estimators on the same observations",
+    )
     a = ap.parse_args()
     from eps_lb_validity import load_jax
 

@@ -33,28 +33,47 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=2.0)
     ap.add_argument("--seeds", type=int, nargs="+", default=[42, 43, 44, 45, 46])
     ap.add_argument("--widths", type=int, nargs="+", default=list(ELM_WIDTHS))
-    ap.add_argument("--sampler", default="discrete-laplace", choices=["discrete-laplace", "textbook"])
+    ap.add_argument(
+        "--sampler", default="discrete-laplace", choices=["discrete-laplace", "textbook"]
+    )
     ap.add_argument("--noise-source", default="os-entropy", choices=["os-entropy", "cryptographic"])
     ap.add_argument("--non-private", action="store_true")
     args = ap.parse_args()
     eps = None if args.non_private else args.epsilon
-    label = "non-private" if eps is None else f"eps={eps:g}, sampler {args.sampler}, noise {args.noise_source}"
+    label = (
+        "non-private"
+        if eps is None
+        else f"eps={eps:g}, sampler {args.sampler}, noise {args.noise_source}"
+    )
     print(f"# DP-ELM test accuracy (%), {label}, seeds {args.seeds}")
-    print(f"{'dataset':8s} {'L':>3s} {'ours mean +/- SD':>18s} {'published (eps=2)':>18s} {'per-seed':>40s} {'fit s':>7s}")
+    print(
+        f"{'dataset':8s} {'L':>3s} {'ours mean +/- SD':>18s} {'published (eps=2)':>18s} {'per-seed':>40s} {'fit s':>7s}"
+    )
     for name in args.datasets:
         data = load_dataset(name, data_dir=args.data_dir)
         for width in args.widths:
             accs, secs = [], []
             for seed in args.seeds:
                 t = time.perf_counter()
-                r = fit_dp_elm(data.x_train, data.y_train, data.n_classes, width, eps, seed=seed,
-                               noise=None if eps is None else NoiseSource(args.noise_source), sampler=args.sampler)
+                r = fit_dp_elm(
+                    data.x_train,
+                    data.y_train,
+                    data.n_classes,
+                    width,
+                    eps,
+                    seed=seed,
+                    noise=None if eps is None else NoiseSource(args.noise_source),
+                    sampler=args.sampler,
+                )
                 secs.append(time.perf_counter() - t)
                 accs.append(100.0 * float(np.mean(r.predict(data.x_test) == data.y_test)))
             pub = PUBLISHED.get(name, {}).get(width)
             pub_s = f"{pub[0]:.2f} +/- {pub[1]:.2f}" if pub else "-"
-            print(f"{name:8s} {width:3d} {statistics.mean(accs):9.2f} +/- {statistics.stdev(accs):5.2f} {pub_s:>18s} "
-                  f"{' '.join(f'{a:.2f}' for a in accs):>40s} {statistics.mean(secs):7.3f}", flush=True)
+            print(
+                f"{name:8s} {width:3d} {statistics.mean(accs):9.2f} +/- {statistics.stdev(accs):5.2f} {pub_s:>18s} "
+                f"{' '.join(f'{a:.2f}' for a in accs):>40s} {statistics.mean(secs):7.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

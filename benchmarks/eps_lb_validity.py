@@ -53,10 +53,18 @@ SIG = 0.05
 CONF = 1.0 - SIG
 HALF = 1.0 - SIG / 2.0
 FIGURES = ("hull1", "hull2", "all1", "cpb", "general", "band", "box", "calh", "calf")
-PAIRS = (("general", "all1"), ("general", "cpb"), ("general", "hull1"), ("calh", "general"), ("calf", "hull1"), ("calh", "hull1"))
+PAIRS = (
+    ("general", "all1"),
+    ("general", "cpb"),
+    ("general", "hull1"),
+    ("calh", "general"),
+    ("calf", "hull1"),
+    ("calh", "hull1"),
+)
 
 
 # ------------------------------------------------------------------ mechanisms with an exact (eps, delta)
+
 
 def rr_p(eps: float) -> float:
     return math.exp(eps) / (1.0 + math.exp(eps))
@@ -68,11 +76,16 @@ def sample(kind: str, param: float, w: np.ndarray, rng: np.random.Generator) -> 
         return rng.normal(size=n) + param * w
     if kind == "null":  # the same law in both worlds: eps = 0
         return rng.normal(size=n)
-    if kind in ("rr", "rrlump"):  # randomized response bit, then a tie-break in [0, 1) independent of the world
+    if kind in (
+        "rr",
+        "rrlump",
+    ):  # randomized response bit, then a tie-break in [0, 1) independent of the world
         p = rr_p(param)
         bit = rng.random(n) < np.where(w, p, 1.0 - p)
         u = rng.random(n)
-        return bit + (u if kind == "rr" else np.where(bit, u, 0.0))  # rrlump: all 0-bits tie (a smaller hull)
+        return bit + (
+            u if kind == "rr" else np.where(bit, u, 0.0)
+        )  # rrlump: all 0-bits tie (a smaller hull)
     if kind == "laplace":  # Laplace(mu, 1) vs Laplace(0, 1): pure mu-DP
         return rng.laplace(size=n) + param * w
     raise ValueError(kind)
@@ -83,15 +96,21 @@ def true_epsilon(kind: str, param: float, delta: float) -> float:
         return stats.gdp_epsilon(param, delta)
     if kind == "null":
         return 0.0
-    if kind in ("rr", "rrlump"):  # hockey-stick: delta(eps) = p - e^eps (1 - p) for eps below the RR epsilon
+    if kind in (
+        "rr",
+        "rrlump",
+    ):  # hockey-stick: delta(eps) = p - e^eps (1 - p) for eps below the RR epsilon
         p = rr_p(param)
         return max(0.0, math.log((p - delta) / (1.0 - p)))
-    if kind == "laplace":  # privacy profile of the Laplace mechanism: delta(eps) = 1 - exp((eps - mu) / 2)
+    if (
+        kind == "laplace"
+    ):  # privacy profile of the Laplace mechanism: delta(eps) = 1 - exp((eps - mu) / 2)
         return max(0.0, param + 2.0 * math.log1p(-delta))
     raise ValueError(kind)
 
 
 # ------------------------------------------------------------------ the jax_privacy-style figures
+
 
 def cp_hi(k, n: int, a) -> np.ndarray:
     """One-sided Clopper-Pearson upper bound(s) at significance a (1 when k = n)."""
@@ -104,7 +123,9 @@ def cp_hi(k, n: int, a) -> np.ndarray:
 def fn_tn_curve(s_in: np.ndarray, s_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(#in below t, #out below t) for t = each distinct score, then +inf (rule: in iff score >= t)."""
     t = np.r_[np.unique(np.r_[s_in, s_out]), np.inf]
-    return np.searchsorted(np.sort(s_in), t, side="left"), np.searchsorted(np.sort(s_out), t, side="left")
+    return np.searchsorted(np.sort(s_in), t, side="left"), np.searchsorted(
+        np.sort(s_out), t, side="left"
+    )
 
 
 def upper_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -138,10 +159,12 @@ def jax_style(s_in, s_out, delta: float) -> dict:
     hull = upper_hull(fn, tn)
     n_pos, n_neg = s_in.size, s_out.size
     a_hull, a_all = SIG / hull.size / 2.0, SIG / fn.size / 2.0
-    return {"hull1": cp_figure(fn[hull], tn[hull], n_pos, n_neg, a_hull, delta, False),
-            "hull2": cp_figure(fn[hull], tn[hull], n_pos, n_neg, a_hull, delta, True),
-            "all1": cp_figure(fn, tn, n_pos, n_neg, a_all, delta, False),
-            "H": int(hull.size)}
+    return {
+        "hull1": cp_figure(fn[hull], tn[hull], n_pos, n_neg, a_hull, delta, False),
+        "hull2": cp_figure(fn[hull], tn[hull], n_pos, n_neg, a_hull, delta, True),
+        "all1": cp_figure(fn, tn, n_pos, n_neg, a_all, delta, False),
+        "H": int(hull.size),
+    }
 
 
 # ------------------------------------------------------------------ the calibrated band (suggestion)
@@ -156,39 +179,54 @@ def calibrated_level(n: int, alpha_event: float, sims: int, seed: int = 12345) -
         rng = np.random.default_rng([seed, n])
         k = np.arange(n, dtype=float)
         chunk = max(1, 2_000_000 // n)
-        mins = [special.betaincc(k + 1.0, n - k, np.sort(rng.random((min(chunk, sims - i), n)), axis=1)).min(axis=1)
-                for i in range(0, sims, chunk)]
+        mins = [
+            special.betaincc(
+                k + 1.0, n - k, np.sort(rng.random((min(chunk, sims - i), n)), axis=1)
+            ).min(axis=1)
+            for i in range(0, sims, chunk)
+        ]
         _CAL[(n, sims)] = np.concatenate(mins)
     return float(np.quantile(_CAL[(n, sims)], alpha_event))
 
 
-def calibrated_band(s: np.ndarray, w: np.ndarray, delta: float, sig_band: float, sims: int) -> float:
+def calibrated_band(
+    s: np.ndarray, w: np.ndarray, delta: float, sig_band: float, sims: int
+) -> float:
     n_pos, n_neg = int(w.sum()), int((~w).sum())
     u_pos = cp_hi(np.arange(n_pos + 1), n_pos, calibrated_level(n_pos, sig_band / 4.0, sims))
     u_neg = cp_hi(np.arange(n_neg + 1), n_neg, calibrated_level(n_neg, sig_band / 4.0, sims))
     _, tp_ge, fp_ge, _ = stats.rule_counts(s, w)
     best = 0.0
     for tp, fp in ((tp_ge, fp_ge), (n_pos - tp_ge, n_neg - fp_ge)):
-        best = max(best, float(np.max(stats.epsilon_from_rates(u_neg[fp], u_pos[n_pos - tp], delta))))
+        best = max(
+            best, float(np.max(stats.epsilon_from_rates(u_neg[fp], u_pos[n_pos - tp], delta)))
+        )
     return best
 
 
 # ------------------------------------------------------------------ one audit
 
+
 def dpaudit_figures(s, w, sel, delta: float) -> dict:
     thr = stats.select_threshold(s[sel], w[sel], delta=delta, confidence=CONF)
     tp, fp, tn, fn = stats.confusion(s[~sel], w[~sel], thr.threshold, thr.direction)
     counts = {"tp": tp, "fp": fp, "tn": tn, "fn": fn}
-    box_conf, band_conf = stats.general_split(int(w.sum()), int((~w).sum()), CONF)  # as engine.general_bound
+    box_conf, band_conf = stats.general_split(
+        int(w.sum()), int((~w).sum()), CONF
+    )  # as engine.general_bound
     band = stats.band_bound(s, w, delta=delta, confidence=band_conf)
-    return {"general": stats.general_epsilon(counts, band, delta=delta, confidence=CONF),
-            "band": band["epsilon_lower_bound"],
-            "box": stats.epsilon_lower_bound(**counts, delta=delta, confidence=box_conf).epsilon,
-            "cpb": stats.cp_bonferroni(s, w, delta=delta, confidence=CONF)["epsilon_lower_bound"],
-            "events": band["events"]}
+    return {
+        "general": stats.general_epsilon(counts, band, delta=delta, confidence=CONF),
+        "band": band["epsilon_lower_bound"],
+        "box": stats.epsilon_lower_bound(**counts, delta=delta, confidence=box_conf).epsilon,
+        "cpb": stats.cp_bonferroni(s, w, delta=delta, confidence=CONF)["epsilon_lower_bound"],
+        "events": band["events"],
+    }
 
 
-def run_config(idx: int, kind: str, param: float, runs: int, delta: float, seeds: int, sims: int, jax=None) -> dict:
+def run_config(
+    idx: int, kind: str, param: float, runs: int, delta: float, seeds: int, sims: int, jax=None
+) -> dict:
     truth = true_epsilon(kind, param, delta)
     vals = {f: np.empty(seeds) for f in FIGURES}
     hulls, checked, events = np.empty(seeds), 0, 0
@@ -207,34 +245,73 @@ def run_config(idx: int, kind: str, param: float, runs: int, delta: float, seeds
         if jax is not None and seed < 5:
             aud = jax.CanaryScoreAuditor(s[w], s[~w])
             for f, one in (("hull1", True), ("hull2", False)):
-                ref = aud.epsilon_clopper_pearson(SIG, delta, one, threshold_strategy=jax.Bonferroni())
+                ref = aud.epsilon_clopper_pearson(
+                    SIG, delta, one, threshold_strategy=jax.Bonferroni()
+                )
                 assert abs(ref - r[f]) < 1e-9, (kind, param, runs, seed, f, ref, r[f])
             assert len(aud._fn_counts) == r["H"]
             checked += 1
-    out = {"mechanism": kind, "param": param, "runs": runs, "delta": delta, "true_epsilon": truth, "seeds": seeds,
-           "mean_hull_vertices": float(hulls.mean()), "band_events": int(events), "jax_checked_seeds": checked,
-           "cpu_s": round(time.process_time() - t0, 1)}
-    out["share_of_seeds"] = {f"{x}>={y}": float(np.mean(vals[x] >= vals[y] - 1e-12)) for x, y in PAIRS}
+    out = {
+        "mechanism": kind,
+        "param": param,
+        "runs": runs,
+        "delta": delta,
+        "true_epsilon": truth,
+        "seeds": seeds,
+        "mean_hull_vertices": float(hulls.mean()),
+        "band_events": int(events),
+        "jax_checked_seeds": checked,
+        "cpu_s": round(time.process_time() - t0, 1),
+    }
+    out["share_of_seeds"] = {
+        f"{x}>={y}": float(np.mean(vals[x] >= vals[y] - 1e-12)) for x, y in PAIRS
+    }
     for f in FIGURES:
         k = int(np.sum(vals[f] > truth + 1e-9))
-        out[f] = {"mean": float(vals[f].mean()), "false_positives": k, "rate": k / seeds,
-                  "rate_lower95": 0.0 if k == 0 else float(special.betaincinv(k, seeds - k + 1.0, SIG))}
+        out[f] = {
+            "mean": float(vals[f].mean()),
+            "false_positives": k,
+            "rate": k / seeds,
+            "rate_lower95": 0.0 if k == 0 else float(special.betaincinv(k, seeds - k + 1.0, SIG)),
+        }
     return out
 
 
-CONFIGS = [("gauss", mu, runs, 1e-5) for mu in (0.5, 1.0, 2.0, 3.0) for runs in (200, 1000, 2000)] + \
-          [("rr", 1.0, runs, 0.0) for runs in (200, 1000, 2000)] + \
-          [("rr", 1.0, 2000, 1e-5), ("rr", 0.5, 2000, 0.0), ("rr", 2.0, 2000, 0.0), ("rr", 3.0, 2000, 0.0),
-           ("rr", 5.0, 2000, 0.0), ("rrlump", 4.0, 2000, 0.0)] + \
-          [("laplace", 1.0, runs, 0.0) for runs in (200, 2000)] + \
-          [("null", 0.0, runs, 1e-5) for runs in (200, 1000, 2000)]
+CONFIGS = (
+    [("gauss", mu, runs, 1e-5) for mu in (0.5, 1.0, 2.0, 3.0) for runs in (200, 1000, 2000)]
+    + [("rr", 1.0, runs, 0.0) for runs in (200, 1000, 2000)]
+    + [
+        ("rr", 1.0, 2000, 1e-5),
+        ("rr", 0.5, 2000, 0.0),
+        ("rr", 2.0, 2000, 0.0),
+        ("rr", 3.0, 2000, 0.0),
+        ("rr", 5.0, 2000, 0.0),
+        ("rrlump", 4.0, 2000, 0.0),
+    ]
+    + [("laplace", 1.0, runs, 0.0) for runs in (200, 2000)]
+    + [("null", 0.0, runs, 1e-5) for runs in (200, 1000, 2000)]
+)
 
 
-SPLIT_CONFIGS = [("gauss", 1.0, 1000, 1e-5), ("gauss", 1.0, 2000, 1e-5), ("gauss", 2.0, 2000, 1e-5), ("rr", 1.0, 2000, 0.0)]
-BAND_SHARES = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)  # share of the significance given to the band (0: box only, 1: band only)
+SPLIT_CONFIGS = [
+    ("gauss", 1.0, 1000, 1e-5),
+    ("gauss", 1.0, 2000, 1e-5),
+    ("gauss", 2.0, 2000, 1e-5),
+    ("rr", 1.0, 2000, 0.0),
+]
+BAND_SHARES = (
+    0.0,
+    0.25,
+    0.5,
+    0.75,
+    0.9,
+    1.0,
+)  # share of the significance given to the band (0: box only, 1: band only)
 
 
-def split_row(idx: int, kind: str, param: float, runs: int, delta: float, seeds: int, sims: int) -> dict:
+def split_row(
+    idx: int, kind: str, param: float, runs: int, delta: float, seeds: int, sims: int
+) -> dict:
     """Mean and false positives of max(box at 1 - (1 - f) sig, band at 1 - f sig) for each band share f, with
     dpaudit's band (``band``) and with the calibrated band (``cal``)."""
     truth = true_epsilon(kind, param, delta)
@@ -246,18 +323,46 @@ def split_row(idx: int, kind: str, param: float, runs: int, delta: float, seeds:
         thr = stats.select_threshold(s[sel], w[sel], delta=delta, confidence=CONF)
         tp, fp, tn, fn = stats.confusion(s[~sel], w[~sel], thr.threshold, thr.direction)
         for j, f in enumerate(BAND_SHARES):
-            box = 0.0 if f == 1.0 else stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=delta,
-                                                                 confidence=1.0 - (1.0 - f) * SIG).epsilon
-            band = 0.0 if f == 0.0 else stats.band_bound(s, w, delta=delta, confidence=1.0 - f * SIG)["epsilon_lower_bound"]
+            box = (
+                0.0
+                if f == 1.0
+                else stats.epsilon_lower_bound(
+                    tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=1.0 - (1.0 - f) * SIG
+                ).epsilon
+            )
+            band = (
+                0.0
+                if f == 0.0
+                else stats.band_bound(s, w, delta=delta, confidence=1.0 - f * SIG)[
+                    "epsilon_lower_bound"
+                ]
+            )
             cal = 0.0 if f == 0.0 else calibrated_band(s, w, delta, f * SIG, sims)
             vals[0, j, seed], vals[1, j, seed] = max(box, band), max(box, cal)
-    return {"mechanism": kind, "param": param, "runs": runs, "delta": delta, "seeds": seeds,
-            **{name: {str(f): {"mean": float(vals[i, j].mean()), "false_positives": int(np.sum(vals[i, j] > truth + 1e-9))}
-                      for j, f in enumerate(BAND_SHARES)} for i, name in enumerate(("band", "cal"))}}
+    return {
+        "mechanism": kind,
+        "param": param,
+        "runs": runs,
+        "delta": delta,
+        "seeds": seeds,
+        **{
+            name: {
+                str(f): {
+                    "mean": float(vals[i, j].mean()),
+                    "false_positives": int(np.sum(vals[i, j] > truth + 1e-9)),
+                }
+                for j, f in enumerate(BAND_SHARES)
+            }
+            for i, name in enumerate(("band", "cal"))
+        },
+    }
 
 
-HULL_SWEEP = [("rrlump", e, n) for e in (3.0, 4.0, 5.0, 6.0) for n in (300, 1000, 3000)] + [("rr", 3.0, 3000), ("rr", 5.0, 3000)] + \
-    [("rrlump", 5.0, 10000), ("rrlump", 6.0, 10000)]
+HULL_SWEEP = (
+    [("rrlump", e, n) for e in (3.0, 4.0, 5.0, 6.0) for n in (300, 1000, 3000)]
+    + [("rr", 3.0, 3000), ("rr", 5.0, 3000)]
+    + [("rrlump", 5.0, 10000), ("rrlump", 6.0, 10000)]
+)
 
 
 def hull_sweep_row(idx: int, kind: str, param: float, per_world: int, seeds: int) -> dict:
@@ -271,10 +376,23 @@ def hull_sweep_row(idx: int, kind: str, param: float, per_world: int, seeds: int
         hs.append(r["H"])
         for f in fps:
             fps[f] += int(r[f] > truth + 1e-9)
-    return {"mechanism": kind, "param": param, "per_world": per_world, "seeds": seeds, "mean_hull_vertices": float(np.mean(hs)),
-            **{f: {"false_positives": k, "rate": k / seeds,
-                   "rate_upper95": float(special.betainccinv(k + 1.0, seeds - k, SIG)) if k < seeds else 1.0}
-               for f, k in fps.items()}}
+    return {
+        "mechanism": kind,
+        "param": param,
+        "per_world": per_world,
+        "seeds": seeds,
+        "mean_hull_vertices": float(np.mean(hs)),
+        **{
+            f: {
+                "false_positives": k,
+                "rate": k / seeds,
+                "rate_upper95": float(special.betainccinv(k + 1.0, seeds - k, SIG))
+                if k < seeds
+                else 1.0,
+            }
+            for f, k in fps.items()
+        },
+    }
 
 
 def load_jax(path: str):
@@ -291,13 +409,17 @@ def load_jax(path: str):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=1000)
-    ap.add_argument("--sims", type=int, default=20000, help="Monte Carlo draws calibrating the 'cal' band")
+    ap.add_argument(
+        "--sims", type=int, default=20000, help="Monte Carlo draws calibrating the 'cal' band"
+    )
     ap.add_argument("--split-seeds", type=int, default=300)
     ap.add_argument("--sweep-seeds", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="30 seeds, 2000 draws (smoke test)")
     ap.add_argument("--parts", default="main,splits,sweep,levels")
     ap.add_argument("--only", default="", help="comma-separated mechanism kinds of the main table")
-    ap.add_argument("--jax", default="", help="path of jax_privacy/auditing.py to cross-check hull1/hull2")
+    ap.add_argument(
+        "--jax", default="", help="path of jax_privacy/auditing.py to cross-check hull1/hull2"
+    )
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     if a.quick:
@@ -317,19 +439,40 @@ def main() -> None:
             r = run_config(idx, kind, param, runs, delta, a.seeds, a.sims, jax)
             out["main"].append(r)
             cells = [f"{r[f]['rate']:.3f} / {r[f]['mean']:.3f}" for f in FIGURES]
-            print(f"| {kind} {param:g} | {runs} | {delta:g} | {r['true_epsilon']:.3f} | {r['mean_hull_vertices']:.1f} | "
-                  + " | ".join(cells) + f" |  ({r['cpu_s']} s, {r['band_events']} band events)", flush=True)
+            print(
+                f"| {kind} {param:g} | {runs} | {delta:g} | {r['true_epsilon']:.3f} | {r['mean_hull_vertices']:.1f} | "
+                + " | ".join(cells)
+                + f" |  ({r['cpu_s']} s, {r['band_events']} band events)",
+                flush=True,
+            )
     if "splits" in parts:
         out["splits"] = []
-        print("\nmean (false positives) of max(box, band) by the band's share f of the significance: dpaudit band / calibrated band")
+        print(
+            "\nmean (false positives) of max(box, band) by the band's share f of the significance: dpaudit band / calibrated band"
+        )
         print("| mechanism | runs | " + " | ".join(f"f={f:g}" for f in BAND_SHARES) + " |")
         print("|---" * (2 + len(BAND_SHARES)) + "|")
         for kind, param, runs, delta in SPLIT_CONFIGS:
-            r = split_row(CONFIGS.index((kind, param, runs, delta)), kind, param, runs, delta, a.split_seeds, a.sims)
+            r = split_row(
+                CONFIGS.index((kind, param, runs, delta)),
+                kind,
+                param,
+                runs,
+                delta,
+                a.split_seeds,
+                a.sims,
+            )
             out["splits"].append(r)
-            print(f"| {kind} {param:g} | {runs} | " + " | ".join(
-                f"{r['band'][k]['mean']:.3f} ({r['band'][k]['false_positives']}) / {r['cal'][k]['mean']:.3f} "
-                f"({r['cal'][k]['false_positives']})" for k in r["band"]) + " |", flush=True)
+            print(
+                f"| {kind} {param:g} | {runs} | "
+                + " | ".join(
+                    f"{r['band'][k]['mean']:.3f} ({r['band'][k]['false_positives']}) / {r['cal'][k]['mean']:.3f} "
+                    f"({r['cal'][k]['false_positives']})"
+                    for k in r["band"]
+                )
+                + " |",
+                flush=True,
+            )
     if "sweep" in parts:
         out["sweep"] = []
         print("\nhull sweep (delta 0): false-positive rate (one-sided 95 % upper bound)")
@@ -338,11 +481,20 @@ def main() -> None:
         for idx, (kind, param, per_world) in enumerate(HULL_SWEEP):
             r = hull_sweep_row(idx, kind, param, per_world, a.sweep_seeds)
             out["sweep"].append(r)
-            print(f"| {kind} {param:g} | {per_world} | {r['mean_hull_vertices']:.1f} | " + " | ".join(
-                f"{r[f]['rate']:.4f} ({r[f]['rate_upper95']:.4f})" for f in ("hull1", "hull2", "all1")) + " |", flush=True)
+            print(
+                f"| {kind} {param:g} | {per_world} | {r['mean_hull_vertices']:.1f} | "
+                + " | ".join(
+                    f"{r[f]['rate']:.4f} ({r[f]['rate_upper95']:.4f})"
+                    for f in ("hull1", "hull2", "all1")
+                )
+                + " |",
+                flush=True,
+            )
     if "levels" in parts:
         out["levels"] = []
-        print("\ncalibrated per-count level a* (simultaneous over all counts of one world and direction) vs Bonferroni")
+        print(
+            "\ncalibrated per-count level a* (simultaneous over all counts of one world and direction) vs Bonferroni"
+        )
         print("| trials per world | family share | a* | Bonferroni share / (n + 1) |")
         print("|---|---|---|---|")
         for n in (100, 500, 1000):

@@ -20,8 +20,17 @@ from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
 from dpaudit.mechanisms.dpsgd.loop import train_heads
 from dpaudit.mechanisms.mixmin.solver import run_mixmin, solve_mixmin
-from dpaudit.mechanisms.mixmin.mechanism import (_TAG_PRETRAIN, DownstreamSettings, auc, default_downstream, features, head_init, head_scores,
-                                                model_scores, pretrain)
+from dpaudit.mechanisms.mixmin.mechanism import (
+    _TAG_PRETRAIN,
+    DownstreamSettings,
+    auc,
+    default_downstream,
+    features,
+    head_init,
+    head_scores,
+    model_scores,
+    pretrain,
+)
 from dpaudit.mechanisms.mixmin.tasks import MixMinTask, MixtureSettings, mixture_split, new_mlp
 from dpaudit.noise import NoiseSource, public_rng
 from dpaudit.validation import one_of
@@ -30,8 +39,18 @@ METHODS = ("dp-mixmin", "uniform", "random-search", "random-init", "non-private-
 _TAG_RS = 0x9E8
 
 
-def learn_mixture(probs, labels, *, epsilon: float, delta: float, settings: MixtureSettings, noise: NoiseSource,
-                  privacy_unit: str = "record", user_ids=None, accountant: str = "rdp"):
+def learn_mixture(
+    probs,
+    labels,
+    *,
+    epsilon: float,
+    delta: float,
+    settings: MixtureSettings,
+    noise: NoiseSource,
+    privacy_unit: str = "record",
+    user_ids=None,
+    accountant: str = "rdp",
+):
     """Calibrate sigma for (epsilon, delta) and run Algorithm 1/2. Returns (weights, config, calibration)."""
     probs = np.asarray(probs)
     if privacy_unit == "user":
@@ -41,21 +60,60 @@ def learn_mixture(probs, labels, *, epsilon: float, delta: float, settings: Mixt
     else:
         n_units = probs.shape[0]
     b = min(settings.batch_size, n_units)
-    cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=b / n_units, steps=settings.steps, accountant=accountant)
-    cfg = settings.config(k=probs.shape[1], n_units=n_units, noise_multiplier=cal.noise_multiplier, privacy_unit=privacy_unit)
-    res = run_mixmin(probs, labels, cfg, noise=noise, user_ids=user_ids if privacy_unit == "user" else None)
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=delta,
+        sample_rate=b / n_units,
+        steps=settings.steps,
+        accountant=accountant,
+    )
+    cfg = settings.config(
+        k=probs.shape[1],
+        n_units=n_units,
+        noise_multiplier=cal.noise_multiplier,
+        privacy_unit=privacy_unit,
+    )
+    res = run_mixmin(
+        probs, labels, cfg, noise=noise, user_ids=user_ids if privacy_unit == "user" else None
+    )
     return res, cfg, cal
 
 
-def finetune_head(model, x_ft, y_ft, *, epsilon: float, delta: float, settings: DownstreamSettings, noise: NoiseSource,
-                  init: np.ndarray | None, accountant: str = "rdp"):
+def finetune_head(
+    model,
+    x_ft,
+    y_ft,
+    *,
+    epsilon: float,
+    delta: float,
+    settings: DownstreamSettings,
+    noise: NoiseSource,
+    init: np.ndarray | None,
+    accountant: str = "rdp",
+):
     """DP-SGD on the head over frozen features of D_ft. Returns (the head (K, d+1), DPSGDConfig, calibration, schedule)."""
     z = features(model, x_ft).astype(np.float32)
-    sched = dp_sgd_schedule(len(y_ft), min(settings.finetune_batch_size, len(y_ft)), settings.finetune_epochs)
-    cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps, accountant=accountant)
-    cfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                      noise_multiplier=cal.noise_multiplier, clipping_norm=settings.finetune_clipping_norm, lr=settings.finetune_lr)
-    head = train_heads(z, np.asarray(y_ft, dtype=np.int64), 2, cfg, noise=noise, init=init, binary_logit=True).weights[0]
+    sched = dp_sgd_schedule(
+        len(y_ft), min(settings.finetune_batch_size, len(y_ft)), settings.finetune_epochs
+    )
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=delta,
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        accountant=accountant,
+    )
+    cfg = DPSGDConfig(
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        normalizer=sched.normalizer,
+        noise_multiplier=cal.noise_multiplier,
+        clipping_norm=settings.finetune_clipping_norm,
+        lr=settings.finetune_lr,
+    )
+    head = train_heads(
+        z, np.asarray(y_ft, dtype=np.int64), 2, cfg, noise=noise, init=init, binary_logit=True
+    ).weights[0]
     return head, cfg, cal, sched
 
 
@@ -68,9 +126,22 @@ class MethodResult:
     info: dict
 
 
-def run_method(method: str, task: MixMinTask, target: str, probs_train: np.ndarray, *, epsilon: float, delta: float,
-               rho: float, seed: int, noise: NoiseSource, mixture: MixtureSettings = MixtureSettings(),
-               downstream: DownstreamSettings | None = None, split=None, cache: dict | None = None) -> MethodResult:
+def run_method(
+    method: str,
+    task: MixMinTask,
+    target: str,
+    probs_train: np.ndarray,
+    *,
+    epsilon: float,
+    delta: float,
+    rho: float,
+    seed: int,
+    noise: NoiseSource,
+    mixture: MixtureSettings = MixtureSettings(),
+    downstream: DownstreamSettings | None = None,
+    split=None,
+    cache: dict | None = None,
+) -> MethodResult:
     """Run one pipeline variant on ``task``/``target`` (no ledger; the experiments' workhorse).
 
     ``probs_train``: proxy predictions on the private training records. ``split``: (mix, ft)
@@ -95,7 +166,14 @@ def run_method(method: str, task: MixMinTask, target: str, probs_train: np.ndarr
         info.update(cinfo)
     else:
         if method == "dp-mixmin":
-            res, cfg, cal = learn_mixture(probs_train[mix], y_tr[mix], epsilon=epsilon, delta=delta, settings=mixture, noise=noise)
+            res, cfg, cal = learn_mixture(
+                probs_train[mix],
+                y_tr[mix],
+                epsilon=epsilon,
+                delta=delta,
+                settings=mixture,
+                noise=noise,
+            )
             weights = res.weights
             info["mixture_noise_multiplier"] = cal.noise_multiplier
         elif method == "uniform":
@@ -108,8 +186,18 @@ def run_method(method: str, task: MixMinTask, target: str, probs_train: np.ndarr
             best = (-math.inf, None)
             scores = []
             for j, c in enumerate(cands):
-                m, _ = pretrain(task, c, seed=seed, settings=downstream, x_val=x_tr[mix], y_val=y_tr[mix], tag=1000 + j)
-                a = auc(y_tr[mix], model_scores(m, x_tr[mix]))  # non-private selection on D_mix (paper A.10)
+                m, _ = pretrain(
+                    task,
+                    c,
+                    seed=seed,
+                    settings=downstream,
+                    x_val=x_tr[mix],
+                    y_val=y_tr[mix],
+                    tag=1000 + j,
+                )
+                a = auc(
+                    y_tr[mix], model_scores(m, x_tr[mix])
+                )  # non-private selection on D_mix (paper A.10)
                 scores.append(a)
                 if a > best[0]:
                     best = (a, c)
@@ -120,15 +208,29 @@ def run_method(method: str, task: MixMinTask, target: str, probs_train: np.ndarr
             init = None
             auc_pre = None
         else:
-            model, pinfo = pretrain(task, weights, seed=seed, settings=downstream, x_val=x_val, y_val=y_val)
+            model, pinfo = pretrain(
+                task, weights, seed=seed, settings=downstream, x_val=x_val, y_val=y_val
+            )
             info["pretrain"] = pinfo
             init = head_init(model)
             auc_pre = auc(y_te, model_scores(model, x_te))
         if cache is not None and method != "dp-mixmin":
             cache[key] = (weights, model, init, auc_pre, dict(info))
-    head, fcfg, fcal, sched = finetune_head(model, x_tr[ft_idx], y_tr[ft_idx], epsilon=epsilon, delta=delta,
-                                            settings=downstream, noise=noise, init=init)
-    info.update(finetune_noise_multiplier=fcal.noise_multiplier, finetune_records=int(len(ft_idx)),
-                finetune_steps=sched.steps, finetune_sample_rate=sched.sample_rate)
+    head, fcfg, fcal, sched = finetune_head(
+        model,
+        x_tr[ft_idx],
+        y_tr[ft_idx],
+        epsilon=epsilon,
+        delta=delta,
+        settings=downstream,
+        noise=noise,
+        init=init,
+    )
+    info.update(
+        finetune_noise_multiplier=fcal.noise_multiplier,
+        finetune_records=int(len(ft_idx)),
+        finetune_steps=sched.steps,
+        finetune_sample_rate=sched.sample_rate,
+    )
     auc_ft = auc(y_te, head_scores(model, head, x_te))
     return MethodResult(method, weights, auc_pre, auc_ft, info)

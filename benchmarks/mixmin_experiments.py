@@ -47,13 +47,30 @@ def cosine_part(task, probs, seeds, epsilon=1.0, rho=0.1):
         cos = []
         for s in seeds:
             mix, _ = mixture_split(task.train_record_ids, rho, s)
-            res, cfg, cal = learn_mixture(probs[mix], y[mix], epsilon=epsilon, delta=1e-5, settings=settings,
-                                          noise=NoiseSource("reproducible", seed=s))
+            res, cfg, cal = learn_mixture(
+                probs[mix],
+                y[mix],
+                epsilon=epsilon,
+                delta=1e-5,
+                settings=settings,
+                noise=NoiseSource("reproducible", seed=s),
+            )
             cos.append(_cosine_similarity(res.weights, star))
-        rows[target] = {"kind": task.target_kinds[target], "cosines": cos, "mean": float(np.mean(cos)), "std": float(np.std(cos)),
-                        "min": float(np.min(cos)), "lambda_star": star.round(4).tolist(), "sigma": cfg.noise_multiplier,
-                        "sample_rate": cfg.sample_rate, "n_mix": int(len(mix))}
-        print(f"{target:12s} ({task.target_kinds[target]:7s}) cosine mean {np.mean(cos):.4f} +- {np.std(cos):.4f} min {np.min(cos):.4f}", flush=True)
+        rows[target] = {
+            "kind": task.target_kinds[target],
+            "cosines": cos,
+            "mean": float(np.mean(cos)),
+            "std": float(np.std(cos)),
+            "min": float(np.min(cos)),
+            "lambda_star": star.round(4).tolist(),
+            "sigma": cfg.noise_multiplier,
+            "sample_rate": cfg.sample_rate,
+            "n_mix": int(len(mix)),
+        }
+        print(
+            f"{target:12s} ({task.target_kinds[target]:7s}) cosine mean {np.mean(cos):.4f} +- {np.std(cos):.4f} min {np.min(cos):.4f}",
+            flush=True,
+        )
     return rows
 
 
@@ -65,10 +82,25 @@ def pipeline_part(task, probs, seeds, epsilons, rho=0.1, targets=None):
             for eps in epsilons:
                 for m in METHODS:
                     t = time.perf_counter()
-                    r = run_method(m, task, target, probs, epsilon=eps, delta=1e-5, rho=rho, seed=s,
-                                   noise=NoiseSource("reproducible", seed=1000 * s + int(10 * eps)), cache=cache)
-                    out.setdefault(target, {}).setdefault(str(eps), {}).setdefault(m, []).append(r.auc_finetuned)
-                    print(f"{target} seed={s} eps={eps} {m:18s} auc={r.auc_finetuned:.4f} ({time.perf_counter() - t:.1f}s)", flush=True)
+                    r = run_method(
+                        m,
+                        task,
+                        target,
+                        probs,
+                        epsilon=eps,
+                        delta=1e-5,
+                        rho=rho,
+                        seed=s,
+                        noise=NoiseSource("reproducible", seed=1000 * s + int(10 * eps)),
+                        cache=cache,
+                    )
+                    out.setdefault(target, {}).setdefault(str(eps), {}).setdefault(m, []).append(
+                        r.auc_finetuned
+                    )
+                    print(
+                        f"{target} seed={s} eps={eps} {m:18s} auc={r.auc_finetuned:.4f} ({time.perf_counter() - t:.1f}s)",
+                        flush=True,
+                    )
     return out
 
 
@@ -86,17 +118,35 @@ def composition_part(data_dir, seeds, targets, epsilon=1.0, rho=0.1):
             for comp in ("parallel", "sequential"):
                 for s in seeds:
                     t = time.perf_counter()
-                    req = MixMinRequest(task="mnist-mix", target=target, epsilon=epsilon, rho=rho, stage="pipeline", composition=comp, seed=s,
-                                        reproducible_noise=True, data_dir=data_dir)
+                    req = MixMinRequest(
+                        task="mnist-mix",
+                        target=target,
+                        epsilon=epsilon,
+                        rho=rho,
+                        stage="pipeline",
+                        composition=comp,
+                        seed=s,
+                        reproducible_noise=True,
+                        data_dir=data_dir,
+                    )
                     r = release("mixmin", req, out_dir=f"{tmp}/{target}-{comp}-{s}", record=False)
                     e2e = r.metrics["end_to_end"]["epsilon"]["rdp"]
-                    out.setdefault(target, {}).setdefault(comp, []).append({"auc": r.metrics["auc"]["finetuned"], "end_to_end_epsilon": e2e})
-                    print(f"{target} {comp} seed={s} auc={r.metrics['auc']['finetuned']:.4f} end-to-end eps={e2e:.4f} ({time.perf_counter() - t:.1f}s)", flush=True)
-    print("\n| target | composition | AUC (mean ± std) | end-to-end epsilon (rdp) |\n|---|---|---|---|")
+                    out.setdefault(target, {}).setdefault(comp, []).append(
+                        {"auc": r.metrics["auc"]["finetuned"], "end_to_end_epsilon": e2e}
+                    )
+                    print(
+                        f"{target} {comp} seed={s} auc={r.metrics['auc']['finetuned']:.4f} end-to-end eps={e2e:.4f} ({time.perf_counter() - t:.1f}s)",
+                        flush=True,
+                    )
+    print(
+        "\n| target | composition | AUC (mean ± std) | end-to-end epsilon (rdp) |\n|---|---|---|---|"
+    )
     for target, by in out.items():
         for comp, rows in by.items():
             a = [r["auc"] for r in rows]
-            print(f"| {target} | {comp} | {np.mean(a):.4f} ± {np.std(a):.4f} | {max(r['end_to_end_epsilon'] for r in rows):.4f} |")
+            print(
+                f"| {target} | {comp} | {np.mean(a):.4f} ± {np.std(a):.4f} | {max(r['end_to_end_epsilon'] for r in rows):.4f} |"
+            )
     return out
 
 
@@ -124,7 +174,9 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     if a.part == "composition":
-        comp = composition_part(a.data_dir, seeds=[0, 1, 2], targets=a.targets or ["loops-0689", "ink-heavy"])
+        comp = composition_part(
+            a.data_dir, seeds=[0, 1, 2], targets=a.targets or ["loops-0689", "ink-heavy"]
+        )
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"composition": comp}, f, indent=2)
@@ -134,7 +186,11 @@ def main() -> None:
     probs = train_proxies(task).predict(task.private_x[task.train_idx])
     print(f"task + proxies ready in {time.perf_counter() - t0:.1f}s", flush=True)
     cos = cosine_part(task, probs, seeds=[0, 1, 2, 3, 4]) if a.part in ("cosine", "all") else {}
-    pipe = pipeline_part(task, probs, seeds=[0, 1, 2], epsilons=[1.0, 2.0, 5.0], targets=a.targets) if a.part in ("pipeline", "all") else {}
+    pipe = (
+        pipeline_part(task, probs, seeds=[0, 1, 2], epsilons=[1.0, 2.0, 5.0], targets=a.targets)
+        if a.part in ("pipeline", "all")
+        else {}
+    )
     print_tables(cos, pipe)
     print(f"\ntotal {time.perf_counter() - t0:.1f}s")
     if a.json:

@@ -57,41 +57,88 @@ def main() -> None:
     p.add_argument("--epsilon", type=float, default=8.0)
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--max-train", type=int, default=None, help="use only the first N training records (a quick smoke run)")
+    p.add_argument(
+        "--max-train",
+        type=int,
+        default=None,
+        help="use only the first N training records (a quick smoke run)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--fixed-batches", action="store_true", help="a planted mismatch: shuffled fixed-size batches behind Poisson accounting")
-    p.add_argument("--plan", default=None, help="plan.json of `dpaudit audit plan opacus ...`: its canaries, noise multiplier and claim")
-    p.add_argument("--plain", action="store_true", help="no dpaudit lines: train and report (what `dpaudit audit opacus` audits)")
-    p.add_argument("--noise-multiplier", type=float, default=None, help="Opacus's noise multiplier (default: the one --epsilon needs)")
-    p.add_argument("--loss-reduction", choices=("mean", "sum"), default="mean",
-                   help="sum: no division by Opacus's int(N q), which moves with one record (Opacus #571); Adam is scale-free")
+    p.add_argument(
+        "--fixed-batches",
+        action="store_true",
+        help="a planted mismatch: shuffled fixed-size batches behind Poisson accounting",
+    )
+    p.add_argument(
+        "--plan",
+        default=None,
+        help="plan.json of `dpaudit audit plan opacus ...`: its canaries, noise multiplier and claim",
+    )
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="no dpaudit lines: train and report (what `dpaudit audit opacus` audits)",
+    )
+    p.add_argument(
+        "--noise-multiplier",
+        type=float,
+        default=None,
+        help="Opacus's noise multiplier (default: the one --epsilon needs)",
+    )
+    p.add_argument(
+        "--loss-reduction",
+        choices=("mean", "sum"),
+        default="mean",
+        help="sum: no division by Opacus's int(N q), which moves with one record (Opacus #571); Adam is scale-free",
+    )
     a = p.parse_args()
     torch.manual_seed(a.seed)
-    data = load_dataset("mnist")  # $DPAUDIT_DATA_DIR/mnist; raises a clear error when the files are missing
+    data = load_dataset(
+        "mnist"
+    )  # $DPAUDIT_DATA_DIR/mnist; raises a clear error when the files are missing
     x, y = data.x_train, data.y_train
     if a.max_train:
         x, y = x[: a.max_train], y[: a.max_train]
-    train = torch.utils.data.TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y))
+    train = torch.utils.data.TensorDataset(
+        torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y)
+    )
     loader = torch.utils.data.DataLoader(train, batch_size=a.batch_size, shuffle=a.fixed_batches)
     model = SmallCNN()
     # dpaudit: canaries chosen and theta_0 recorded BEFORE training, at coordinates of fc1.weight.
     private = {"epochs": a.epochs, "target_epsilon": a.epsilon, "target_delta": a.delta}
-    if a.plan and not a.plain:  # dpaudit: the plan fixes canaries, tensors, coordinates and coins, and the claim (noise multiplier, delta)
+    if (
+        a.plan and not a.plain
+    ):  # dpaudit: the plan fixes canaries, tensors, coordinates and coins, and the claim (noise multiplier, delta)
         canaries = OpacusCanaries.from_plan(model, a.plan)
         claim = json.loads(Path(a.plan).read_text())["claim"]
         a.delta, a.noise_multiplier = claim["delta"], claim["event"]["noise_multiplier"]
     else:
-        canaries = None if a.plain else OpacusCanaries(model, canaries=a.canaries, seed=a.seed, tensors=["fc1.weight"])
+        canaries = (
+            None
+            if a.plain
+            else OpacusCanaries(model, canaries=a.canaries, seed=a.seed, tensors=["fc1.weight"])
+        )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     engine = PrivacyEngine(accountant="rdp")
     make = engine.make_private_with_epsilon
     if a.noise_multiplier is not None:
         make, private = engine.make_private, {"noise_multiplier": a.noise_multiplier}
-    model, optimizer, loader = make(module=model, optimizer=optimizer, data_loader=loader, max_grad_norm=1.0,
-                                     poisson_sampling=not a.fixed_batches, loss_reduction=a.loss_reduction, **private)
+    model, optimizer, loader = make(
+        module=model,
+        optimizer=optimizer,
+        data_loader=loader,
+        max_grad_norm=1.0,
+        poisson_sampling=not a.fixed_batches,
+        loss_reduction=a.loss_reduction,
+        **private,
+    )
     if canaries is not None:
-        canaries.attach(optimizer, data_loader=loader)  # dpaudit: the hook into DPOptimizer.add_noise
-        check = PipelineCheck().attach(optimizer, data_loader=loader, accountant=engine.accountant)  # dpaudit: the pipeline check
+        canaries.attach(
+            optimizer, data_loader=loader
+        )  # dpaudit: the hook into DPOptimizer.add_noise
+        check = PipelineCheck().attach(
+            optimizer, data_loader=loader, accountant=engine.accountant
+        )  # dpaudit: the pipeline check
     t = time.perf_counter()
     for _ in range(a.epochs):
         for xb, yb in loader:
@@ -103,21 +150,42 @@ def main() -> None:
     with torch.no_grad():
         acc = float((model(torch.as_tensor(data.x_test)).argmax(1).numpy() == data.y_test).mean())
     if canaries is None:
-        print(json.dumps({"train_seconds": round(seconds, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
-                          "noise_multiplier": optimizer.noise_multiplier}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "train_seconds": round(seconds, 1),
+                    "test_accuracy": acc,
+                    "opacus_epsilon": engine.get_epsilon(a.delta),
+                    "noise_multiplier": optimizer.noise_multiplier,
+                }
+            ),
+            flush=True,
+        )
         return
     t = time.perf_counter()
     # dpaudit: the analysis with the pipeline findings (the check's and the canaries' own); under a plan
     # the planned analysis, one_run.json (plan id, revealed seeds) beside plan.json, its digest in the ledger
     bounds = canaries.audit(model, delta=None if a.plan else a.delta, pipeline=check).bounds
     analysis = time.perf_counter() - t
-    print(json.dumps({"train_seconds": round(seconds, 1), "analysis_seconds": round(analysis, 1), "test_accuracy": acc, "opacus_epsilon": engine.get_epsilon(a.delta),
-                      "noise_multiplier": optimizer.noise_multiplier, "steps": canaries.steps,
-                      "steinke_epsilon_lower_bound": bounds["steinke"]["epsilon_lower_bound"],
-                      "fdp_epsilon_lower_bound": (bounds["fdp"] or {}).get("epsilon_lower_bound"),
-                      "claimed_epsilon": bounds["claimed_epsilon"], "pipeline_findings": [f["code"] for f in bounds["findings"]],
-                      "pipeline": bounds.get("certified", "no findings"),
-                      "no_amplification_epsilon": (bounds.get("no_amplification") or {}).get("epsilon")}, indent=1))
+    print(
+        json.dumps(
+            {
+                "train_seconds": round(seconds, 1),
+                "analysis_seconds": round(analysis, 1),
+                "test_accuracy": acc,
+                "opacus_epsilon": engine.get_epsilon(a.delta),
+                "noise_multiplier": optimizer.noise_multiplier,
+                "steps": canaries.steps,
+                "steinke_epsilon_lower_bound": bounds["steinke"]["epsilon_lower_bound"],
+                "fdp_epsilon_lower_bound": (bounds["fdp"] or {}).get("epsilon_lower_bound"),
+                "claimed_epsilon": bounds["claimed_epsilon"],
+                "pipeline_findings": [f["code"] for f in bounds["findings"]],
+                "pipeline": bounds.get("certified", "no findings"),
+                "no_amplification_epsilon": (bounds.get("no_amplification") or {}).get("epsilon"),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ def data_dir() -> Path:
     """Directory with the real datasets; the test is skipped, visibly, when it is absent."""
     d = _real_data_dir()
     if d is None:
-        pytest.skip("real data not found: set DPAUDIT_DATA_DIR or place ../shared/data beside the checkout")
+        pytest.skip(
+            "real data not found: set DPAUDIT_DATA_DIR or place ../shared/data beside the checkout"
+        )
     return d
 
 
@@ -85,10 +87,16 @@ def plant(monkeypatch, name: str) -> None:
         monkeypatch.setattr(dpsgd_core, "clip_factors", skip_last)
     elif name == "half-noise":
         real_fill = dpsgd_core.gaussian_filler
-        monkeypatch.setattr(dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, std / 2.0))
+        monkeypatch.setattr(
+            dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, std / 2.0)
+        )
     elif name == "double-rate":
         real_batch = dpsgd_core.poisson_batch
-        monkeypatch.setattr(dpsgd_core, "poisson_batch", lambda noise, runs, n, q: real_batch(noise, runs, n, min(1.0, 2.0 * q)))
+        monkeypatch.setattr(
+            dpsgd_core,
+            "poisson_batch",
+            lambda noise, runs, n, q: real_batch(noise, runs, n, min(1.0, 2.0 * q)),
+        )
     else:
         raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {name!r}.")
 
@@ -108,7 +116,10 @@ def _patch_everywhere(monkeypatch, owner, name: str, value) -> None:
     original = getattr(owner, name)
     monkeypatch.setattr(owner, name, value)
     for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("dpaudit") and vars(module).get(name) is original:
+        if (
+            getattr(module, "__name__", "").startswith("dpaudit")
+            and vars(module).get(name) is original
+        ):
             monkeypatch.setattr(module, name, value)
 
 

@@ -43,7 +43,10 @@ class ClusterError(RuntimeError):
 
 def find_bindir() -> Path | None:
     """The directory of initdb / pg_ctl / postgres: Debian's newest /usr/lib/postgresql/N/bin, else PATH."""
-    cands = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0)
+    cands = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+    )
     for c in reversed(cands):
         if (Path(c) / "initdb").exists() and (Path(c) / "pg_ctl").exists():
             return Path(c)
@@ -67,7 +70,9 @@ def _server_user() -> str | None:
     try:
         pwd.getpwnam(SUPERUSER)
     except KeyError:
-        raise ClusterError("running as root but there is no 'postgres' system user to run the server as") from None
+        raise ClusterError(
+            "running as root but there is no 'postgres' system user to run the server as"
+        ) from None
     return SUPERUSER
 
 
@@ -109,14 +114,18 @@ def url(root: Path, database: str = DATABASE) -> str:
     return f"postgresql://{SUPERUSER}:{st['password']}@{LOOPBACK}:{st['port']}/{database}"
 
 
-def start(root: Path, *, port: int | None = None, allow_install: bool = False, timeout_s: float = 60.0) -> str:
+def start(
+    root: Path, *, port: int | None = None, allow_install: bool = False, timeout_s: float = 60.0
+) -> str:
     """initdb + start a server in ``root`` (created; must be empty) and create the test database."""
     bindir = find_bindir()
     if bindir is None and allow_install:
         install()
         bindir = find_bindir()
     if bindir is None:
-        raise ClusterError("PostgreSQL server binaries (initdb, pg_ctl) not found; install Debian's 'postgresql' package")
+        raise ClusterError(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found; install Debian's 'postgresql' package"
+        )
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o700)
@@ -129,14 +138,32 @@ def start(root: Path, *, port: int | None = None, allow_install: bool = False, t
     pwfile.write_text(password + "\n")
     pwfile.chmod(0o600)
     _chown(pwfile)
-    _run([str(bindir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--pwfile", str(pwfile), "-E", "UTF8", "--no-locale",
-          "--auth-local=peer", "--auth-host=scram-sha-256"])
+    _run(
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            SUPERUSER,
+            "--pwfile",
+            str(pwfile),
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--auth-local=peer",
+            "--auth-host=scram-sha-256",
+        ]
+    )
     pwfile.unlink()
     port = port or free_loopback_port()
     with open(data / "postgresql.conf", "a") as f:
         # Loopback only: nothing listens on any other interface.
-        f.write(f"\nlisten_addresses = '{LOOPBACK}'\nport = {port}\nunix_socket_directories = '{sock}'\n")
-    (root / STATE_FILE).write_text(json.dumps({"bindir": str(bindir), "port": port, "password": password}))
+        f.write(
+            f"\nlisten_addresses = '{LOOPBACK}'\nport = {port}\nunix_socket_directories = '{sock}'\n"
+        )
+    (root / STATE_FILE).write_text(
+        json.dumps({"bindir": str(bindir), "port": port, "password": password})
+    )
     _pg_ctl(root, "start", timeout_s)
     _psql(root, "postgres", f"CREATE DATABASE {DATABASE}")
     return url(root)
@@ -144,7 +171,16 @@ def start(root: Path, *, port: int | None = None, allow_install: bool = False, t
 
 def _pg_ctl(root: Path, action: str, timeout_s: float = 60.0) -> None:
     st = _state(root)
-    cmd = [str(Path(st["bindir"]) / "pg_ctl"), "-D", str(root / "data"), "-w", "-t", str(int(timeout_s)), "-l", str(root / "server.log")]
+    cmd = [
+        str(Path(st["bindir"]) / "pg_ctl"),
+        "-D",
+        str(root / "data"),
+        "-w",
+        "-t",
+        str(int(timeout_s)),
+        "-l",
+        str(root / "server.log"),
+    ]
     if action in ("stop", "restart"):
         cmd += ["-m", "fast"]
     _run(cmd + [action])
@@ -153,8 +189,25 @@ def _pg_ctl(root: Path, action: str, timeout_s: float = 60.0) -> None:
 def _psql(root: Path, database: str, sql: str) -> str:
     st = _state(root)
     psql = Path(st["bindir"]) / "psql"
-    r = _run([str(psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(root / "sock"), "-p", str(st["port"]), "-U", SUPERUSER,
-              "-d", database, "-c", sql])
+    r = _run(
+        [
+            str(psql),
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            str(root / "sock"),
+            "-p",
+            str(st["port"]),
+            "-U",
+            SUPERUSER,
+            "-d",
+            database,
+            "-c",
+            sql,
+        ]
+    )
     return r.stdout
 
 
@@ -168,7 +221,10 @@ def stop(root: Path) -> None:
     try:
         _pg_ctl(root, "stop")
     except ClusterError as e:
-        if "no server running" not in str(e).lower() and (root / "data" / "postmaster.pid").exists():
+        if (
+            "no server running" not in str(e).lower()
+            and (root / "data" / "postmaster.pid").exists()
+        ):
             raise
     shutil.rmtree(root, ignore_errors=True)
 
@@ -190,7 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=("start", "restart", "stop", "url"))
     ap.add_argument("dir", type=Path)
-    ap.add_argument("--install", action="store_true", help="apt-get install postgresql if the binaries are missing")
+    ap.add_argument(
+        "--install",
+        action="store_true",
+        help="apt-get install postgresql if the binaries are missing",
+    )
     ap.add_argument("--port", type=int, default=None)
     a = ap.parse_args(argv)
     try:

@@ -14,7 +14,9 @@ import pytest
 
 import dpaudit
 
-radon_complexity = pytest.importorskip("radon.complexity", reason="radon (a test extra) is not installed")
+radon_complexity = pytest.importorskip(
+    "radon.complexity", reason="radon (a test extra) is not installed"
+)
 
 PACKAGE_ROOT = Path(dpaudit.__file__).resolve().parent
 MAX_COMPLEXITY = 25
@@ -32,7 +34,9 @@ def complexities(text: str) -> list[tuple[str, int]]:
 
     def walk(blocks):
         for b in blocks:
-            if hasattr(b, "closures"):  # a function or method (cc_visit lists methods beside their class)
+            if hasattr(
+                b, "closures"
+            ):  # a function or method (cc_visit lists methods beside their class)
                 out.append((b.fullname, b.complexity))
                 walk(b.closures)
 
@@ -59,23 +63,35 @@ def functions():
 
 def test_no_function_above_the_complexity_cap(functions):
     over = sorted((cc, name) for name, cc in functions if cc > MAX_COMPLEXITY)
-    assert not over, f"functions with cyclomatic complexity > {MAX_COMPLEXITY}:\n" + "\n".join(f"{cc} {n}" for cc, n in over)
+    assert not over, f"functions with cyclomatic complexity > {MAX_COMPLEXITY}:\n" + "\n".join(
+        f"{cc} {n}" for cc, n in over
+    )
 
 
 def test_few_functions_above_10(functions):
     above = sorted(((cc, name) for name, cc in functions if cc > 10), reverse=True)
     share = len(above) / len(functions)
-    assert share <= SHARE_ABOVE_10, (f"{len(above)} of {len(functions)} functions ({share:.1%}) have complexity > 10 "
-                                     f"(at most {SHARE_ABOVE_10:.0%}):\n" + "\n".join(f"{cc} {n}" for cc, n in above[:40]))
+    assert share <= SHARE_ABOVE_10, (
+        f"{len(above)} of {len(functions)} functions ({share:.1%}) have complexity > 10 "
+        f"(at most {SHARE_ABOVE_10:.0%}):\n" + "\n".join(f"{cc} {n}" for cc, n in above[:40])
+    )
 
 
 def test_few_functions_with_10_or_more_parameters():
     wide = []
     for path, text in _sources():
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and parameter_count(node) >= 10:
-                wide.append(f"{path.relative_to(PACKAGE_ROOT.parent)}:{node.lineno} {node.name} ({parameter_count(node)})")
-    assert len(wide) <= MAX_WIDE_FUNCTIONS, f"{len(wide)} functions take >= 10 parameters (at most {MAX_WIDE_FUNCTIONS}):\n" + "\n".join(wide)
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and parameter_count(node) >= 10
+            ):
+                wide.append(
+                    f"{path.relative_to(PACKAGE_ROOT.parent)}:{node.lineno} {node.name} ({parameter_count(node)})"
+                )
+    assert len(wide) <= MAX_WIDE_FUNCTIONS, (
+        f"{len(wide)} functions take >= 10 parameters (at most {MAX_WIDE_FUNCTIONS}):\n"
+        + "\n".join(wide)
+    )
 
 
 def test_measures_on_known_code():

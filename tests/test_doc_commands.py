@@ -24,9 +24,25 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REAL_DATA = {"mnist", "cifar10", "cardio", "heart", "mnist-mix", "heart-mix"}
 #: Placeholders a reader replaces: such a command is parsed, never run.
-PLACEHOLDER = re.compile(r"\b(ID|HASH|OWNER_KEY_ID|TEXT|NAME|SPEC\.toml|spec\.toml|HOST|PATH|FILE)\b|\.\.\.|tcp://|users\.npy")
-RUNS = {("account",), ("calibrate",), ("schedule",), ("train",), ("audit",), ("report",), ("ledger", "summary"), ("ledger", "list"),
-        ("ledger", "verify"), ("ledger", "cap"), ("ledger", "keygen"), ("ledger", "register-key"), ("bundle",), ("verify",)}
+PLACEHOLDER = re.compile(
+    r"\b(ID|HASH|OWNER_KEY_ID|TEXT|NAME|SPEC\.toml|spec\.toml|HOST|PATH|FILE)\b|\.\.\.|tcp://|users\.npy"
+)
+RUNS = {
+    ("account",),
+    ("calibrate",),
+    ("schedule",),
+    ("train",),
+    ("audit",),
+    ("report",),
+    ("ledger", "summary"),
+    ("ledger", "list"),
+    ("ledger", "verify"),
+    ("ledger", "cap"),
+    ("ledger", "keygen"),
+    ("ledger", "register-key"),
+    ("bundle",),
+    ("verify",),
+}
 SMALL = {"train": ["--epochs", "1"], "audit": ["--runs", "40", "--no-controls"]}
 #: Parsed, never run: `audit opacus` trains the user's own script (minutes, real data).
 NOT_RUN = {("audit", "opacus")}
@@ -67,7 +83,11 @@ def _parse(argv: list[str]):
 
 
 def test_the_docs_hold_commands():
-    assert len(CASES) > 40 and {f for f, _, _ in CASES} >= {"README.md", "ledger.md", "review-walkthrough.md"}
+    assert len(CASES) > 40 and {f for f, _, _ in CASES} >= {
+        "README.md",
+        "ledger.md",
+        "review-walkthrough.md",
+    }
 
 
 @pytest.mark.parametrize("doc,line,argv", CASES, ids=[f"{d}:{n}" for d, n, _ in CASES])
@@ -76,40 +96,80 @@ def test_each_command_parses_and_names_its_data(doc, line, argv):
         _, params = _parse(argv)
     except ClickUsageError as e:
         pytest.fail(f"{doc}:{line}: {shlex.join(argv)}: {e.format_message()}")
-    named = {str(getattr(params[k], "value", params[k])) for k in ("dataset", "task") if params.get(k) is not None}
+    named = {
+        str(getattr(params[k], "value", params[k]))
+        for k in ("dataset", "task")
+        if params.get(k) is not None
+    }
     if named & REAL_DATA and "data_dir" in params:
-        assert params.get("data_dir") is not None, f"{doc}:{line}: {shlex.join(argv)} needs --data-dir (exits 2 as pasted)"
+        assert params.get("data_dir") is not None, (
+            f"{doc}:{line}: {shlex.join(argv)} needs --data-dir (exits 2 as pasted)"
+        )
 
 
 def test_the_cheap_commands_run_as_pasted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the walk-through's own signing key
+    monkeypatch.setenv(
+        "XDG_CONFIG_HOME", str(tmp_path / "config")
+    )  # the walk-through's own signing key
     runner = CliRunner()
     ran = set()
     for doc, line, argv in CASES:
         words = tuple(a for a in argv[1:3] if not a.startswith("-"))
-        if tuple(argv) in ran or PLACEHOLDER.search(" ".join(argv)) or not ({words[:1], words[:2]} & RUNS) or words[:2] in NOT_RUN \
-                or {"--data-dir", "--profile", "--threat-model", "--one-run", "--task", "--privacy-unit", "--dataset", "--sweep", "--ledger"} & set(argv):
+        if (
+            tuple(argv) in ran
+            or PLACEHOLDER.search(" ".join(argv))
+            or not ({words[:1], words[:2]} & RUNS)
+            or words[:2] in NOT_RUN
+            or {
+                "--data-dir",
+                "--profile",
+                "--threat-model",
+                "--one-run",
+                "--task",
+                "--privacy-unit",
+                "--dataset",
+                "--sweep",
+                "--ledger",
+            }
+            & set(argv)
+        ):
             continue
         # a pre-registered plan runs exactly as planned: nothing may be added to `audit --plan`
         r = runner.invoke(app, argv[1:] + ([] if "--plan" in argv else SMALL.get(words[0], [])))
         assert r.exit_code == 0, f"{doc}:{line}: {shlex.join(argv)}\n{r.output}"
         ran.add(tuple(argv))
     assert len(ran) >= 10
-    assert ("dpaudit", "verify", "bundle") in ran  # README's review: plan -> audit -> bundle -> verify, as pasted
+    assert (
+        "dpaudit",
+        "verify",
+        "bundle",
+    ) in ran  # README's review: plan -> audit -> bundle -> verify, as pasted
 
 
 #: Long commands at reduced size (marked "(reduced)" in a failure; the pasted command is the one parsed above).
 #: An option the command lacks is left out; the last value of a flag wins.
-REDUCED = {("train",): ["--epochs", "1"], ("audit",): ["--runs", "40", "--control-runs", "8"], ("sweep",): ["--max-tasks", "1"]}
+REDUCED = {
+    ("train",): ["--epochs", "1"],
+    ("audit",): ["--runs", "40", "--control-runs", "8"],
+    ("sweep",): ["--max-tasks", "1"],
+}
 ONE_RUN_REDUCED = ["--canaries", "50", "--epochs", "1"]
 #: Never run here, and why: each is still parsed by test_each_command_parses_and_names_its_data.
 NOT_RUN_HERE = {("audit", "opacus"): "trains the user's own script (its data, minutes)"}
 #: Pages whose transcripts start from files a step outside dpaudit made (the page's Python example, a
 #: tampered copy): (page, command words) -> why.
-NEEDS_OUTSIDE_STEP = {("ledger.md", ("ledger", "record")): "records the releases of the page's Python example",
-                      ("ledger.md", ("ledger", "verify", "--ledger")): "reads the copy the page tampers with in Python",
-                      ("ledger.md", ("ledger", "summary", "--ledger")): "reads the copy the page tampers with in Python"}
+NEEDS_OUTSIDE_STEP = {
+    ("ledger.md", ("ledger", "record")): "records the releases of the page's Python example",
+    (
+        "ledger.md",
+        ("ledger", "verify", "--ledger"),
+    ): "reads the copy the page tampers with in Python",
+    (
+        "ledger.md",
+        ("ledger", "summary", "--ledger"),
+    ): "reads the copy the page tampers with in Python",
+}
 
 
 def _team_ledger_lines(path: Path) -> set[int]:
@@ -131,7 +191,9 @@ def _reduced(argv: list[str]) -> list[str]:
     words = tuple(a for a in argv[1:3] if not a.startswith("-"))
     if "--plan" in argv and words[:1] == ("audit",):
         return argv
-    extra = next((v for k, v in REDUCED.items() if words[:len(k)] == k), []) + (ONE_RUN_REDUCED if "--one-run" in argv else [])
+    extra = next((v for k, v in REDUCED.items() if words[: len(k)] == k), []) + (
+        ONE_RUN_REDUCED if "--one-run" in argv else []
+    )
     out = list(argv)
     for flag, value in zip(extra[::2], extra[1::2]):
         try:
@@ -146,7 +208,12 @@ def _skipped(doc: str, line: int, argv: list[str], team: dict) -> bool:
     """A command this run leaves out: a placeholder, :data:`NOT_RUN_HERE`, a team-ledger block, :data:`NEEDS_OUTSIDE_STEP`."""
     words = tuple(a for a in argv[1:3] if not a.startswith("-"))
     outside = any(doc == page and all(w in argv for w in ws) for page, ws in NEEDS_OUTSIDE_STEP)
-    return bool(PLACEHOLDER.search(" ".join(argv))) or words[:2] in NOT_RUN_HERE or line in team[doc] or outside
+    return (
+        bool(PLACEHOLDER.search(" ".join(argv)))
+        or words[:2] in NOT_RUN_HERE
+        or line in team[doc]
+        or outside
+    )
 
 
 @pytest.mark.slow
@@ -173,7 +240,9 @@ def test_every_command_runs_as_pasted_in_document_order(tmp_path, monkeypatch):
         r = runner.invoke(app, run[1:])
         ran.add(tuple(argv))
         if r.exit_code != 0:
-            failed.append(f"{doc}:{line}: {shlex.join(argv)}{' (reduced)' if run != argv else ''}: exit {r.exit_code}: "
-                          + " ".join((r.output or repr(r.exception)).split())[-400:])
+            failed.append(
+                f"{doc}:{line}: {shlex.join(argv)}{' (reduced)' if run != argv else ''}: exit {r.exit_code}: "
+                + " ".join((r.output or repr(r.exception)).split())[-400:]
+            )
     assert not failed, "\n".join(failed)
     assert len(ran) >= 35

@@ -47,7 +47,11 @@ def cli_imports(source: str, module: str, *, is_package: bool = False) -> list[t
             if _is_cli(target):
                 found.append((node.lineno, target))
             else:  # `from dpaudit import cli` / `from .. import cli`
-                found += [(node.lineno, f"{target}.{a.name}") for a in node.names if _is_cli(f"{target}.{a.name}")]
+                found += [
+                    (node.lineno, f"{target}.{a.name}")
+                    for a in node.names
+                    if _is_cli(f"{target}.{a.name}")
+                ]
         elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
             fn = node.func
             name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
@@ -70,32 +74,55 @@ def test_package_found():
 def test_no_library_module_imports_the_cli():
     offenders = []
     for path in _library_modules():
-        hits = cli_imports(path.read_text(encoding="utf-8"), _module_name(path), is_package=path.name == "__init__.py")
-        offenders += [f"{path.relative_to(PACKAGE_ROOT.parent)}:{line} imports {name}" for line, name in hits]
+        hits = cli_imports(
+            path.read_text(encoding="utf-8"),
+            _module_name(path),
+            is_package=path.name == "__init__.py",
+        )
+        offenders += [
+            f"{path.relative_to(PACKAGE_ROOT.parent)}:{line} imports {name}" for line, name in hits
+        ]
     assert not offenders, "library modules must not import dpaudit.cli:\n" + "\n".join(offenders)
 
 
-@pytest.mark.parametrize("source, module, expected", [
-    ("from ...cli.common import err_console", "dpaudit.mechanisms.dpsgd.schedule", ["dpaudit.cli.common"]),
-    ("def f():\n    from ..cli.common import err_console", "dpaudit.sweeps.runner", ["dpaudit.cli.common"]),
-    ("from .. import cli", "dpaudit.sweeps.runner", ["dpaudit.cli"]),
-    ("from . import cli", "dpaudit.records", ["dpaudit.cli"]),
-    ("import dpaudit.cli.common as c", "dpaudit.records", ["dpaudit.cli.common"]),
-    ("from dpaudit.cli import app", "dpaudit.records", ["dpaudit.cli"]),
-    ("from dpaudit import cli", "dpaudit.records", ["dpaudit.cli"]),
-    ("import importlib\nimportlib.import_module('dpaudit.cli.ledger')", "dpaudit.records", ["dpaudit.cli.ledger"]),
-    ("from ...cli import app", "dpaudit.a.b.c", ["dpaudit.cli"]),
-    # not the CLI: a sibling named like it, the console module, a `cli` below another package
-    ("from ..console import err_console", "dpaudit.mechanisms.dpsgd.schedule", []),
-    ("from .cli import x", "dpaudit.sweeps.runner", []),
-    ("import dpaudit.client", "dpaudit.records", []),
-    ("from .. import console", "dpaudit.sweeps.runner", []),
-])
+@pytest.mark.parametrize(
+    "source, module, expected",
+    [
+        (
+            "from ...cli.common import err_console",
+            "dpaudit.mechanisms.dpsgd.schedule",
+            ["dpaudit.cli.common"],
+        ),
+        (
+            "def f():\n    from ..cli.common import err_console",
+            "dpaudit.sweeps.runner",
+            ["dpaudit.cli.common"],
+        ),
+        ("from .. import cli", "dpaudit.sweeps.runner", ["dpaudit.cli"]),
+        ("from . import cli", "dpaudit.records", ["dpaudit.cli"]),
+        ("import dpaudit.cli.common as c", "dpaudit.records", ["dpaudit.cli.common"]),
+        ("from dpaudit.cli import app", "dpaudit.records", ["dpaudit.cli"]),
+        ("from dpaudit import cli", "dpaudit.records", ["dpaudit.cli"]),
+        (
+            "import importlib\nimportlib.import_module('dpaudit.cli.ledger')",
+            "dpaudit.records",
+            ["dpaudit.cli.ledger"],
+        ),
+        ("from ...cli import app", "dpaudit.a.b.c", ["dpaudit.cli"]),
+        # not the CLI: a sibling named like it, the console module, a `cli` below another package
+        ("from ..console import err_console", "dpaudit.mechanisms.dpsgd.schedule", []),
+        ("from .cli import x", "dpaudit.sweeps.runner", []),
+        ("import dpaudit.client", "dpaudit.records", []),
+        ("from .. import console", "dpaudit.sweeps.runner", []),
+    ],
+)
 def test_detector(source, module, expected):
     assert [name for _, name in cli_imports(source, module)] == expected
 
 
 def test_detector_package_init_relative():
     # In a package's __init__, `.` is the package itself.
-    assert [n for _, n in cli_imports("from ..cli import app", "dpaudit.reports", is_package=True)] == ["dpaudit.cli"]
+    assert [
+        n for _, n in cli_imports("from ..cli import app", "dpaudit.reports", is_package=True)
+    ] == ["dpaudit.cli"]
     assert cli_imports("from .cli import app", "dpaudit.reports", is_package=True) == []

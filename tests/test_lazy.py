@@ -26,8 +26,16 @@ print(json.dumps(before + [value, special is sys.modules["scipy.special"], lazy_
 
 
 def test_a_stand_in_imports_on_first_use_and_then_is_the_module():
-    out = subprocess.run([sys.executable, "-c", STAND_IN], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == [False, "_StandIn", 2.0 * float(torch.log(torch.tensor(3.0, dtype=torch.float64))), True, True]
+    out = subprocess.run(
+        [sys.executable, "-c", STAND_IN], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == [
+        False,
+        "_StandIn",
+        2.0 * float(torch.log(torch.tensor(3.0, dtype=torch.float64))),
+        True,
+        True,
+    ]
 
 
 def test_only_the_heavy_stacks_are_deferred():
@@ -39,7 +47,11 @@ def test_only_the_heavy_stacks_are_deferred():
 @pytest.mark.parametrize("name", ["Dense", "CNN2d", "CNN1d", "CompactAttention"])
 def test_torch_module_classes_are_importable_by_name(name):
     cls = getattr(models, name)
-    assert issubclass(cls, torch.nn.Module) and cls.__module__ == "dpaudit.mechanisms.dpsgd.models" and cls.__qualname__ == name
+    assert (
+        issubclass(cls, torch.nn.Module)
+        and cls.__module__ == "dpaudit.mechanisms.dpsgd.models"
+        and cls.__qualname__ == name
+    )
     assert pickle.loads(pickle.dumps(cls)) is cls
     with pytest.raises(AttributeError):
         models.NotAModel  # noqa: B018
@@ -52,6 +64,8 @@ def test_built_modules_round_trip_through_torch_save():
     torch.save(m, buf)
     buf.seek(0)
     back = torch.load(buf, weights_only=False)
-    assert type(back) is models.CNN1d and all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), back.state_dict().values()))
+    assert type(back) is models.CNN1d and all(
+        torch.equal(a, b) for a, b in zip(m.state_dict().values(), back.state_dict().values())
+    )
     mlp = mixmin_tasks.new_mlp(4, 3, 2, 5, 1)
     assert type(pickle.loads(pickle.dumps(mlp))) is mixmin_tasks.MLP

@@ -61,36 +61,73 @@ def test_the_period_is_at_most_ten_seconds(monkeypatch):
 def test_the_estimate_is_smoothed_and_counts_down_while_a_task_stalls():
     line = progress._Line("audit main", 2000, start=0.0, said_at=0.0, moved_at=0.0)
     done, checks = 0, []
-    for k in range(1, 10):  # two workers: chunks of 100 trials finish in pairs, 20 s apart (10 trials a second)
+    for k in range(
+        1, 10
+    ):  # two workers: chunks of 100 trials finish in pairs, 20 s apart (10 trials a second)
         for t in (20.0 * k, 20.0 * k + 0.5):
             done += 100
             line.advanced(done, t)
-            checks.append(line.eta(t) / ((2000 - done) / 10))  # the estimate over the true time left
+            checks.append(
+                line.eta(t) / ((2000 - done) / 10)
+            )  # the estimate over the true time left
     # the last interval's rate would say 200 trials a second after each pair's second chunk (20x too fast)
     assert all(0.7 < c < 1.4 for c in checks[2:]), checks
     at = line.moved_at
-    assert line.eta(at + 5.0) == line.eta(at) - 5.0  # no update for 5 s: the estimate counts down instead of freezing
-    assert line.eta(at + 500.0) > 0  # a stalled task's estimate grows from the whole run's average, never 0
+    assert (
+        line.eta(at + 5.0) == line.eta(at) - 5.0
+    )  # no update for 5 s: the estimate counts down instead of freezing
+    assert (
+        line.eta(at + 500.0) > 0
+    )  # a stalled task's estimate grows from the whole run's average, never 0
 
 
 def test_a_long_command_in_a_pipe_says_something_at_once_and_keeps_talking(tmp_path):
-    env = {**os.environ, "DPAUDIT_PROGRESS_EVERY_S": "1", "DPAUDIT_DATA_DIR": os.environ.get("DPAUDIT_DATA_DIR", "")}
+    env = {
+        **os.environ,
+        "DPAUDIT_PROGRESS_EVERY_S": "1",
+        "DPAUDIT_DATA_DIR": os.environ.get("DPAUDIT_DATA_DIR", ""),
+    }
     t0 = time.monotonic()
-    p = subprocess.Popen([DPAUDIT, "audit", "dp-rvfl", "--runs", "40", "--control-runs", "8", "--out", "a", "--ledger", "l.sqlite"],
-                         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            DPAUDIT,
+            "audit",
+            "dp-rvfl",
+            "--runs",
+            "40",
+            "--control-runs",
+            "8",
+            "--out",
+            "a",
+            "--ledger",
+            "l.sqlite",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stamps = [(time.monotonic() - t0, line) for line in p.stderr]
     end = time.monotonic() - t0
     assert p.wait() == 0, stamps
     times = [t for t, _ in stamps]
     assert times[0] <= 2.0, stamps  # from launch: the interpreter and the CLI's imports included
-    assert max(b - a for a, b in zip(times, times[1:] + [end])) <= 1.0 + 2.0, stamps  # the period, with room for a loaded machine
+    assert max(b - a for a, b in zip(times, times[1:] + [end])) <= 1.0 + 2.0, (
+        stamps
+    )  # the period, with room for a loaded machine
     assert not any("\r" in x for _, x in stamps)
 
 
 #: Documented long commands (README, docs/*.md), at small sizes; each is stopped at its first line.
-LONG = ["train dp-rvfl --eps 2 --epochs 1", "audit dp-rvfl --runs 40", "sweep --builtin selftest",
-        "audit opacus train.py --canaries 10 -- --epochs 1", "report runs --out report.html",
-        "calibrate --eps 2 --sample-rate 0.005 --steps 2000"]
+LONG = [
+    "train dp-rvfl --eps 2 --epochs 1",
+    "audit dp-rvfl --runs 40",
+    "sweep --builtin selftest",
+    "audit opacus train.py --canaries 10 -- --epochs 1",
+    "report runs --out report.html",
+    "calibrate --eps 2 --sample-rate 0.005 --steps 2000",
+]
 #: The command line's imports start this much later, as on a loaded 2-core machine (seconds).
 SLOW_IMPORTS = """
 import builtins, sys, time
@@ -110,12 +147,20 @@ def test_every_long_command_speaks_within_two_seconds_of_launch_however_slow_its
     firsts = []
     for args in LONG:
         t0 = time.monotonic()
-        p = subprocess.Popen([DPAUDIT, *args.split()], cwd=tmp_path, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [DPAUDIT, *args.split()],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = p.stderr.readline().strip()
         firsts.append((round(time.monotonic() - t0, 2), line, args))
         p.kill()
         p.wait()
-    said = [t <= 2.0 and line.startswith(f"dpaudit {args.split()[0]}: starting ..., elapsed 0:00:0")
-            for t, line, args in firsts]
+    said = [
+        t <= 2.0 and line.startswith(f"dpaudit {args.split()[0]}: starting ..., elapsed 0:00:0")
+        for t, line, args in firsts
+    ]
     assert all(said), firsts

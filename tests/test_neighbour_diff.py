@@ -47,8 +47,12 @@ RECORDS_PER_USER = 4
 
 
 def _without_private(rows: tuple, gone: set) -> tuple:
-    return tuple(RowSet(r.source, r.role, tuple(i for i in r.ids if i not in gone)) if r.role == "private" and r.ids else r
-                 for r in rows)
+    return tuple(
+        RowSet(r.source, r.role, tuple(i for i in r.ids if i not in gone))
+        if r.role == "private" and r.ids
+        else r
+        for r in rows
+    )
 
 
 def _drop_train(data, keep: np.ndarray):
@@ -57,7 +61,12 @@ def _drop_train(data, keep: np.ndarray):
     private = next((r for r in data.rows if r.role == "private" and r.ids), None)
     if private is not None:
         gone_ids = {private.ids[i] for i in np.flatnonzero(~keep)}
-    return dataclasses.replace(data, x_train=data.x_train[keep], y_train=data.y_train[keep], rows=_without_private(data.rows, gone_ids))
+    return dataclasses.replace(
+        data,
+        x_train=data.x_train[keep],
+        y_train=data.y_train[keep],
+        rows=_without_private(data.rows, gone_ids),
+    )
 
 
 def _drop_task_record(task):
@@ -70,12 +79,20 @@ def _drop_task_record(task):
     def reindex(idx):
         idx = np.asarray(idx)
         return remap[idx[idx != gone]]
+
     ids = None if task.record_ids is None else np.asarray(task.record_ids)[keep]
     gone_ids = set() if task.record_ids is None else {int(task.record_ids[gone])}
     return dataclasses.replace(
-        task, private_x=task.private_x[keep], private_records=task.private_records[keep],
-        targets={k: np.asarray(v)[keep] for k, v in task.targets.items()}, train_idx=reindex(task.train_idx),
-        val_idx=reindex(task.val_idx), test_idx=reindex(task.test_idx), record_ids=ids, rows=_without_private(task.rows, gone_ids))
+        task,
+        private_x=task.private_x[keep],
+        private_records=task.private_records[keep],
+        targets={k: np.asarray(v)[keep] for k, v in task.targets.items()},
+        train_idx=reindex(task.train_idx),
+        val_idx=reindex(task.val_idx),
+        test_idx=reindex(task.test_idx),
+        record_ids=ids,
+        rows=_without_private(task.rows, gone_ids),
+    )
 
 
 @contextlib.contextmanager
@@ -84,7 +101,11 @@ def neighbour(mp: pytest.MonkeyPatch, world: str, unit: str):
     if world != "D-minus-one":
         yield
         return
-    real_load, real_task, real_users = registry._load, mixmin_tasks.load_task, users.split_prepared_by_users
+    real_load, real_task, real_users = (
+        registry._load,
+        mixmin_tasks.load_task,
+        users.split_prepared_by_users,
+    )
 
     def load(*a, **k):
         data = real_load(*a, **k)
@@ -99,7 +120,9 @@ def neighbour(mp: pytest.MonkeyPatch, world: str, unit: str):
         data = real_users(*a, **k)
         train_users = data.user_ids["train"]
         keep = train_users != train_users[DROPPED]
-        return dataclasses.replace(_drop_train(data, keep), user_ids={**data.user_ids, "train": train_users[keep]})
+        return dataclasses.replace(
+            _drop_train(data, keep), user_ids={**data.user_ids, "train": train_users[keep]}
+        )
 
     mp.setattr(users, "split_prepared_by_users", split_by_users)
     mixmin_tasks._TASK_CACHE.clear()
@@ -132,7 +155,11 @@ def _user_ids(root: Path) -> Path:
 
 
 #: Small sizes per family (about a second each); a family not named here trains with its defaults.
-FAMILY_ARGS = {"dp-sgd-head": ["--epochs", "1"], "dp-sgd-module": ["--epochs", "1"], "dp-mixmin": ["--steps", "10"]}
+FAMILY_ARGS = {
+    "dp-sgd-head": ["--epochs", "1"],
+    "dp-sgd-module": ["--epochs", "1"],
+    "dp-mixmin": ["--steps", "10"],
+}
 
 
 def _train_command(name: str) -> str:
@@ -160,8 +187,16 @@ def train(root: Path, world: str, name: str, unit: str = "record") -> Path:
         args = ["train", _train_command(name), "--reproducible-noise", "--out", d / "rel"]
         args += FAMILY_ARGS.get(CATALOGUE[name].family, [])
         if unit == "user":
-            args += ["--privacy-unit", "user", "--records-per-user", RECORDS_PER_USER, "--user-ids", _user_ids(root),
-                     "--reference-size", 300]  # the public number of users the schedule is built from
+            args += [
+                "--privacy-unit",
+                "user",
+                "--records-per-user",
+                RECORDS_PER_USER,
+                "--user-ids",
+                _user_ids(root),
+                "--reference-size",
+                300,
+            ]  # the public number of users the schedule is built from
         _ok(args)
         return d
 
@@ -173,10 +208,21 @@ def shareable_files(folder: Path) -> dict[str, object]:
     """Relative path -> parsed JSON (or the bytes' digest) of every file under ``folder`` that is not local."""
     out = {}
     for p in sorted(folder.rglob("*")):
-        if not p.is_file() or p.name in ao.LOCAL_FILES or p.suffix in (".sqlite", ".npy") or ".sqlite" in p.name:
+        if (
+            not p.is_file()
+            or p.name in ao.LOCAL_FILES
+            or p.suffix in (".sqlite", ".npy")
+            or ".sqlite" in p.name
+        ):
             continue
-        rel = _ID_DIR.sub("<id>", p.relative_to(folder).as_posix())  # a bundle files each record under its run's id
-        out[rel] = _inner(json.loads(p.read_text())) if p.suffix == ".json" else hashlib.sha256(p.read_bytes()).hexdigest()
+        rel = _ID_DIR.sub(
+            "<id>", p.relative_to(folder).as_posix()
+        )  # a bundle files each record under its run's id
+        out[rel] = (
+            _inner(json.loads(p.read_text()))
+            if p.suffix == ".json"
+            else hashlib.sha256(p.read_bytes()).hexdigest()
+        )
     return out
 
 
@@ -200,12 +246,18 @@ def _inner(doc):
 def diff(a, b, path=()) -> list[tuple[tuple, object, object]]:
     """``(path, a value, b value)`` of every leaf where ``a`` and ``b`` differ (lists of unequal length: the list)."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b), key=str) for d in diff(a.get(k, "<absent>"), b.get(k, "<absent>"), path + (k,))]
+        return [
+            d
+            for k in sorted(set(a) | set(b), key=str)
+            for d in diff(a.get(k, "<absent>"), b.get(k, "<absent>"), path + (k,))
+        ]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in diff(x, y, path + (i,))]
     if a == b:
         return []
-    if isinstance(a, str) and isinstance(b, str) and len(a) != len(b):  # keyed or random strings: their length may still tell
+    if (
+        isinstance(a, str) and isinstance(b, str) and len(a) != len(b)
+    ):  # keyed or random strings: their length may still tell
         return [(path, a, b), (path + ("<length>",), len(a), len(b))]
     return [(path, a, b)]
 
@@ -229,8 +281,12 @@ def document_kind(rel: str, artefacts: set) -> str:
 
 
 def _artefacts(files: dict) -> set:
-    return {str(v) for rel, doc in files.items() if ao.document_kind(rel) == "release" and isinstance(doc, dict)
-            for v in (doc.get("artefacts") or {}).values()}
+    return {
+        str(v)
+        for rel, doc in files.items()
+        if ao.document_kind(rel) == "release" and isinstance(doc, dict)
+        for v in (doc.get("artefacts") or {}).values()
+    }
 
 
 def undeclared(files: dict[str, dict], run_to_run: set) -> list[str]:
@@ -240,15 +296,25 @@ def undeclared(files: dict[str, dict], run_to_run: set) -> list[str]:
     for rel in sorted(set(a) | set(b)):
         kind = document_kind(rel, artefacts)
         for path, va, vb in diff(a.get(rel, "<absent>"), b.get(rel, "<absent>")):
-            if ao.is_mechanism_output(kind, path) or (rel, _generic(path)) in run_to_run or _clock_readings(va, vb):
+            if (
+                ao.is_mechanism_output(kind, path)
+                or (rel, _generic(path)) in run_to_run
+                or _clock_readings(va, vb)
+            ):
                 continue
-            bad.append(f"{rel} [{kind}] {'/'.join(map(str, path)) or '<file>'}: D {repr(va)[:80]} vs D' {repr(vb)[:80]}")
+            bad.append(
+                f"{rel} [{kind}] {'/'.join(map(str, path)) or '<file>'}: D {repr(va)[:80]} vs D' {repr(vb)[:80]}"
+            )
     return bad
 
 
 def changes_between_d_runs(files: dict) -> set:
     a, b = files["D"], files["D-again"]
-    return {(rel, _generic(path)) for rel in set(a) | set(b) for path, _, _ in diff(a.get(rel, "<absent>"), b.get(rel, "<absent>"))}
+    return {
+        (rel, _generic(path))
+        for rel in set(a) | set(b)
+        for path, _, _ in diff(a.get(rel, "<absent>"), b.get(rel, "<absent>"))
+    }
 
 
 def assert_only_outputs_differ(folders: dict[str, Path], must_differ: bool = True) -> None:
@@ -256,8 +322,13 @@ def assert_only_outputs_differ(folders: dict[str, Path], must_differ: bool = Tru
     assert files["D"], "no shareable file was written"
     bad = undeclared(files, changes_between_d_runs(files))
     if must_differ:  # the neighbour took effect: the mechanism's output moved
-        assert diff(files["D"], files["D-minus-one"]), "D and D' gave identical files: the neighbour was not used"
-    assert not bad, "fields that depend on the private data but are not declared mechanism output:\n" + "\n".join(bad)
+        assert diff(files["D"], files["D-minus-one"]), (
+            "D and D' gave identical files: the neighbour was not used"
+        )
+    assert not bad, (
+        "fields that depend on the private data but are not declared mechanism output:\n"
+        + "\n".join(bad)
+    )
 
 
 # ------------------------------------------------------------------------------ the tests
@@ -266,7 +337,9 @@ TRAINABLE = names(trainable=True)
 _FAST = ("dp-rvfl", "dp-elm", "dp-mixmin", "noisy-sum")
 
 
-@pytest.mark.parametrize("name", [n if n in _FAST else pytest.param(n, marks=pytest.mark.slow) for n in TRAINABLE])
+@pytest.mark.parametrize(
+    "name", [n if n in _FAST else pytest.param(n, marks=pytest.mark.slow) for n in TRAINABLE]
+)
 def test_train_neighbour_diff(tmp_path, name):
     """``dpaudit train NAME``: release.json and the published artefacts differ only in declared output."""
     assert_only_outputs_differ({w: train(tmp_path, w, name) / "rel" for w in WORLDS})
@@ -274,7 +347,9 @@ def test_train_neighbour_diff(tmp_path, name):
 
 def test_train_user_level_neighbour_diff(tmp_path):
     """User-level DP-SGD head: D minus one user (its G records, and its line of the user-ids file)."""
-    assert_only_outputs_differ({w: train(tmp_path, w, "dp-rvfl", unit="user") / "rel" for w in WORLDS})
+    assert_only_outputs_differ(
+        {w: train(tmp_path, w, "dp-rvfl", unit="user") / "rel" for w in WORLDS}
+    )
 
 
 def _user_level_audit(root: Path, world: str, of_release: bool) -> Path:
@@ -282,14 +357,49 @@ def _user_level_audit(root: Path, world: str, of_release: bool) -> Path:
     (``--reference-size``)."""
     with _world(root, world, "user") as d:
         users = ["--records-per-user", RECORDS_PER_USER, "--user-ids", _user_ids(root)]
-        run = ["--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3", "--out", "aud"]
+        run = [
+            "--runs",
+            "8",
+            "--no-controls",
+            "--reproducible-noise",
+            "--seed",
+            "3",
+            "--out",
+            "aud",
+        ]
         if of_release:
-            _ok(["train", "dp-rvfl", "--reproducible-noise", "--epochs", "1", "--privacy-unit", "user",
-                 *users, "--reference-size", 300, "--out", "rel"])
+            _ok(
+                [
+                    "train",
+                    "dp-rvfl",
+                    "--reproducible-noise",
+                    "--epochs",
+                    "1",
+                    "--privacy-unit",
+                    "user",
+                    *users,
+                    "--reference-size",
+                    300,
+                    "--out",
+                    "rel",
+                ]
+            )
             _ok(["audit", "dp-rvfl", "--release", "rel", *run])
         else:
-            _ok(["audit", "dp-rvfl", "--privacy-unit", "user", *users, "--reference-size", 300,
-                 "--epochs", "1", *run])
+            _ok(
+                [
+                    "audit",
+                    "dp-rvfl",
+                    "--privacy-unit",
+                    "user",
+                    *users,
+                    "--reference-size",
+                    300,
+                    "--epochs",
+                    "1",
+                    *run,
+                ]
+            )
         return d
 
 
@@ -297,7 +407,9 @@ def _user_level_audit(root: Path, world: str, of_release: bool) -> Path:
 def test_user_level_audit_neighbour_diff(tmp_path, of_release):
     """User-level audits: the schedule comes from the public N0 and no count of users or records is
     published; only the audit's results differ on D minus one user."""
-    assert_only_outputs_differ({w: _user_level_audit(tmp_path, w, of_release) / "aud" for w in WORLDS})
+    assert_only_outputs_differ(
+        {w: _user_level_audit(tmp_path, w, of_release) / "aud" for w in WORLDS}
+    )
 
 
 def _first_mixture_record(seed: int) -> int:
@@ -311,9 +423,23 @@ def _first_mixture_record(seed: int) -> int:
 def _mixmin_audit(root: Path, world: str, dropped: int) -> Path:
     """A DP-MixMin trial audit of the embedded task (small sizes) on D and on D minus one record of D_mix."""
     with _world(root, world) as d, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys.modules[__name__], "DROPPED", dropped)  # a record of D_mix: the neighbour changes it
-        _ok(["audit", "dp-mixmin", "--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3",
-             "--out", "aud"])
+        mp.setattr(
+            sys.modules[__name__], "DROPPED", dropped
+        )  # a record of D_mix: the neighbour changes it
+        _ok(
+            [
+                "audit",
+                "dp-mixmin",
+                "--runs",
+                "8",
+                "--no-controls",
+                "--reproducible-noise",
+                "--seed",
+                "3",
+                "--out",
+                "aud",
+            ]
+        )
         return d
 
 
@@ -321,26 +447,75 @@ def test_mixmin_audit_neighbour_diff(tmp_path):
     """DP-MixMin audits publish neither D_mix's size nor data-derived canary choices."""
     dropped = _first_mixture_record(3)
     folders = {w: _mixmin_audit(tmp_path, w, dropped) / "aud" for w in WORLDS}
-    n_mix = {w: json.loads((f / ao.AUDIT_LOCAL_FILE).read_text())["config"]["n_mix"]
-             for w, f in folders.items()}
-    assert n_mix["D"] == n_mix["D-again"] == n_mix["D-minus-one"] + 1  # the neighbour took effect on D_mix
+    n_mix = {
+        w: json.loads((f / ao.AUDIT_LOCAL_FILE).read_text())["config"]["n_mix"]
+        for w, f in folders.items()
+    }
+    assert (
+        n_mix["D"] == n_mix["D-again"] == n_mix["D-minus-one"] + 1
+    )  # the neighbour took effect on D_mix
     assert_only_outputs_differ(folders)
 
 
 def _flow(root: Path, world: str) -> Path:
     """One release, a trial audit, a one-run audit, a plan, a bundle, a report and a shareable ledger export."""
     with _world(root, world) as d, pytest.MonkeyPatch.context() as mp:
-        key = sg.keygen("auditor")  # a plan is signed: an auditor's key, registered in this run's ledger
+        key = sg.keygen(
+            "auditor"
+        )  # a plan is signed: an auditor's key, registered in this run's ledger
         mp.setenv(sg.SIGNING_KEY_ENV, str(key.path))
         with open_ledger(str(d / "ledger.sqlite")) as ledger:
             ledger.register_key()
         _ok(["train", "dp-rvfl", "--reproducible-noise", "--epochs", "1", "--out", "rel"])
         # a plan is registered before any audit of its target (verify's rule)
-        _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "8", "--no-controls", "--seed", "3", "--out", "plan"])
-        _ok(["audit", "dp-rvfl", "--release", "rel", "--runs", "8", "--no-controls", "--reproducible-noise", "--seed", "3",
-             "--out", "aud"])
-        _ok(["audit", "dp-rvfl", "--release", "rel", "--one-run", "--canaries", "20", "--reproducible-noise", "--seed", "3",
-             "--out", "one"])
+        _ok(
+            [
+                "audit",
+                "plan",
+                "dp-rvfl",
+                "--release",
+                "rel",
+                "--runs",
+                "8",
+                "--no-controls",
+                "--seed",
+                "3",
+                "--out",
+                "plan",
+            ]
+        )
+        _ok(
+            [
+                "audit",
+                "dp-rvfl",
+                "--release",
+                "rel",
+                "--runs",
+                "8",
+                "--no-controls",
+                "--reproducible-noise",
+                "--seed",
+                "3",
+                "--out",
+                "aud",
+            ]
+        )
+        _ok(
+            [
+                "audit",
+                "dp-rvfl",
+                "--release",
+                "rel",
+                "--one-run",
+                "--canaries",
+                "20",
+                "--reproducible-noise",
+                "--seed",
+                "3",
+                "--out",
+                "one",
+            ]
+        )
         _ok(["bundle", "rel", "aud", "one", "plan", "--out", "bundle"])
         (d / "report").mkdir()
         (d / "export").mkdir()
@@ -365,23 +540,40 @@ def test_command_neighbour_diff(flows, folder):
 
 def test_harness_catches_an_undeclared_difference():
     """The diff itself: a field that differs between D and D' only, and is not declared, is named with both values."""
-    files = {"D": {"audit.json": {"n_train": 212, "id": "a"}}, "D-again": {"audit.json": {"n_train": 212, "id": "b"}},
-             "D-minus-one": {"audit.json": {"n_train": 211, "id": "c"}}}
+    files = {
+        "D": {"audit.json": {"n_train": 212, "id": "a"}},
+        "D-again": {"audit.json": {"n_train": 212, "id": "b"}},
+        "D-minus-one": {"audit.json": {"n_train": 211, "id": "c"}},
+    }
     bad = undeclared(files, changes_between_d_runs(files))
     assert bad == ["audit.json [audit] n_train: D 212 vs D' 211"]
 
 
 def test_private_counts_are_local_only(tmp_path):
     """Finding: the exact training count was published (audit.json config, one_run.json info, the bundle's ledger rows)."""
-    public, local = ao.split_audit({"config": {"n_train": 212, "n_users": 53, "n_mix": 63, "reference_size": 212}})
-    assert public == {"config": {"reference_size": 212}} and local["config"] == {"n_train": 212, "n_users": 53, "n_mix": 63}
-    public, local = ao.split_one_run({"info": {"n_train": 212, "n_units": 232, "reference_size": 212}})
-    assert public == {"info": {"reference_size": 212}} and local["info"] == {"n_train": 212, "n_units": 232}
+    public, local = ao.split_audit(
+        {"config": {"n_train": 212, "n_users": 53, "n_mix": 63, "reference_size": 212}}
+    )
+    assert public == {"config": {"reference_size": 212}} and local["config"] == {
+        "n_train": 212,
+        "n_users": 53,
+        "n_mix": 63,
+    }
+    public, local = ao.split_one_run(
+        {"info": {"n_train": 212, "n_units": 232, "reference_size": 212}}
+    )
+    assert public == {"info": {"reference_size": 212}} and local["info"] == {
+        "n_train": 212,
+        "n_units": 232,
+    }
     from dpaudit.reports.verify import failed, make_bundle, verify_bundle
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DPAUDIT_LEDGER", str(tmp_path / "l.sqlite"))
         mp.chdir(tmp_path)
-        _ok(["train", "noisy-sum", "--out", "rel"])  # private noise: verify fails a non-private release
+        _ok(
+            ["train", "noisy-sum", "--out", "rel"]
+        )  # private noise: verify fails a non-private release
         make_bundle(["rel"], ledger=str(tmp_path / "l.sqlite"), out=tmp_path / "b")
     rows = json.loads((tmp_path / "b" / "ledger.json").read_text())["rows"]
     payloads = [json.loads(r[5]) for r in rows if r[2] == "rows"]
@@ -391,5 +583,7 @@ def test_private_counts_are_local_only(tmp_path):
     for r in rows:
         if r[2] == "release":
             r[2], r[5] = "rows", json.dumps({"withheld": "rows", "set": payloads[0]["set"]})
-    (tmp_path / "b" / "ledger.json").write_text(json.dumps({**json.loads((tmp_path / "b" / "ledger.json").read_text()), "rows": rows}))
+    (tmp_path / "b" / "ledger.json").write_text(
+        json.dumps({**json.loads((tmp_path / "b" / "ledger.json").read_text()), "rows": rows})
+    )
     assert failed(verify_bundle(tmp_path / "b"))

@@ -37,14 +37,21 @@ def test_source_names_and_specs():
     r = NoiseSource("reproducible", seed=3).spec.to_dict()
     assert r["source"] == "reproducible" and r["seed"] == 3 and r["secret"] is False
     c = NoiseSource("cryptographic").spec.to_dict()
-    assert c["source"] == "cryptographic" and c["seed"] is None and c["secret"] is True and "ChaCha20" in c["generator"]
+    assert (
+        c["source"] == "cryptographic"
+        and c["seed"] is None
+        and c["secret"] is True
+        and "ChaCha20" in c["generator"]
+    )
     # a secret noise seed (issue 23, point 3): reproducible, never recorded, its own stream
     s = NoiseSource("reproducible-secret", seed=2**200 + 3).spec.to_dict()
     assert s["seed"] is None and s["secret"] is True and s["reproducible"] == "secret-seed"
     a, b = NoiseSource("reproducible-secret", seed=3), NoiseSource("reproducible-secret", seed=3)
     assert np.array_equal(a.gaussian_numpy(8, 1.0), b.gaussian_numpy(8, 1.0))
-    assert not np.array_equal(NoiseSource("reproducible-secret", seed=3).gaussian_numpy(8, 1.0),
-                              NoiseSource("reproducible", seed=3).gaussian_numpy(8, 1.0))
+    assert not np.array_equal(
+        NoiseSource("reproducible-secret", seed=3).gaussian_numpy(8, 1.0),
+        NoiseSource("reproducible", seed=3).gaussian_numpy(8, 1.0),
+    )
     with pytest.raises(UsageError, match="noise_source must be one of"):
         NoiseSource("pcg")
     with pytest.raises(ValueError):
@@ -79,11 +86,21 @@ def test_default_noise_is_not_determined_by_the_seed():
 
 def test_reproducible_noise_is_determined_by_the_seed_and_differs_from_the_public_stream():
     a, b = NoiseSource("reproducible", seed=5), NoiseSource("reproducible", seed=5)
-    for f in (lambda s: s.gaussian_numpy(8, 1.0), lambda s: s.laplace(8, 1.0), lambda s: s.poisson_mask(64, 0.5),
-              lambda s: s.gaussian_torch((4,), 1.0).numpy(), lambda s: np.frombuffer(s.random_bytes(16), np.uint8)):
+    for f in (
+        lambda s: s.gaussian_numpy(8, 1.0),
+        lambda s: s.laplace(8, 1.0),
+        lambda s: s.poisson_mask(64, 0.5),
+        lambda s: s.gaussian_torch((4,), 1.0).numpy(),
+        lambda s: np.frombuffer(s.random_bytes(16), np.uint8),
+    ):
         assert np.array_equal(f(a), f(b))
-    assert not np.array_equal(NoiseSource("reproducible", seed=6).gaussian_numpy(8, 1.0), NoiseSource("reproducible", seed=5).gaussian_numpy(8, 1.0))
-    assert not np.array_equal(NoiseSource("reproducible", seed=5).numpy.random(8), public_rng(5).random(8))
+    assert not np.array_equal(
+        NoiseSource("reproducible", seed=6).gaussian_numpy(8, 1.0),
+        NoiseSource("reproducible", seed=5).gaussian_numpy(8, 1.0),
+    )
+    assert not np.array_equal(
+        NoiseSource("reproducible", seed=5).numpy.random(8), public_rng(5).random(8)
+    )
 
 
 def test_fixed_key_cryptographic_source_is_deterministic():
@@ -137,7 +154,11 @@ def test_textbook_laplace_ks_and_moments(kind, scale):
 def test_textbook_laplace_has_no_infinite_tail():
     # The extreme uniforms map to finite values: |x| <= b * ln(2^53).
     src = NoiseSource("reproducible", seed=0)
-    src.numpy = type("Fixed", (), {"integers": staticmethod(lambda lo, hi, size, dtype: np.array([0, hi - 1], dtype=dtype))})()
+    src.numpy = type(
+        "Fixed",
+        (),
+        {"integers": staticmethod(lambda lo, hi, size, dtype: np.array([0, hi - 1], dtype=dtype))},
+    )()
     x = src.laplace(2, 1.0)
     assert np.all(np.isfinite(x)) and np.all(np.abs(x) <= 53 * np.log(2) + 1e-9)
 

@@ -43,10 +43,20 @@ def _records(seed_file):
 def test_two_releases_from_one_seed_file_do_not_reveal_the_clipped_sum(tmp_path, digits):
     seed_file, led = tmp_path / "noise.seed", tmp_path / "l.sqlite"
     with secret_noise_seed(seed_file):
-        a, b = (release("noisy-sum", NoisySumRequest(epsilon=eps), out_dir=tmp_path / name, ledger_path=led,
-                        prepared=digits) for eps, name in ((1.0, "a"), (2.0, "b")))
+        a, b = (
+            release(
+                "noisy-sum",
+                NoisySumRequest(epsilon=eps),
+                out_dir=tmp_path / name,
+                ledger_path=led,
+                prepared=digits,
+            )
+            for eps, name in ((1.0, "a"), (2.0, "b"))
+        )
     s1, s2 = a.noise_multiplier, b.noise_multiplier
-    assert s1 != s2 and a.noise_source["source"] == b.noise_source["source"] == "reproducible-secret"
+    assert (
+        s1 != s2 and a.noise_source["source"] == b.noise_source["source"] == "reproducible-secret"
+    )
     truth = clipped_rows(digits.x_train, 1.0).sum(axis=0)
     combined = (s2 * _released_sum(tmp_path / "a") - s1 * _released_sum(tmp_path / "b")) / (s2 - s1)
     # independent noise: the combination misses by ~ sqrt(s1^2 s2^2 d) / |s2 - s1| (~60 here), never ~1e-14
@@ -64,14 +74,27 @@ def test_a_recorded_release_is_replayed_to_check_it_but_never_released_again(tmp
     seed_file = tmp_path / "noise.seed"
     request = NoisySumRequest(epsilon=1.0)
     with secret_noise_seed(seed_file):
-        a = release("noisy-sum", request, out_dir=tmp_path / "a", ledger_path=tmp_path / "l.sqlite",
-                    prepared=digits)
+        a = release(
+            "noisy-sum",
+            request,
+            out_dir=tmp_path / "a",
+            ledger_path=tmp_path / "l.sqlite",
+            prepared=digits,
+        )
     plan = MECHANISM.plan(request, MECHANISM.data_info(request, digits))
     replayed = MECHANISM.run(plan, digits, replay_noise_source(seed_file, a.id))
-    assert np.array_equal(replayed.arrays["sum"], _released_sum(tmp_path / "a"))  # the release, reproduced
+    assert np.array_equal(
+        replayed.arrays["sum"], _released_sum(tmp_path / "a")
+    )  # the release, reproduced
     with pytest.raises(UsageError, match="noise must be fresh for a release"):
-        build_release(MECHANISM, plan, replayed, noise=replay_noise_source(seed_file, a.id),
-                      out_dir=tmp_path / "x", data=digits)
+        build_release(
+            MECHANISM,
+            plan,
+            replayed,
+            noise=replay_noise_source(seed_file, a.id),
+            out_dir=tmp_path / "x",
+            data=digits,
+        )
     with pytest.raises(UsageError, match="release_id must be a release recorded"):
         replay_noise_source(seed_file, "not-a-release")
 
@@ -80,13 +103,17 @@ def test_library_routes_claim_a_new_use_each_time_and_draw_from_it_once(tmp_path
     seed_file = tmp_path / "noise.seed"
     first, second = read_noise_seed(seed_file), read_noise_seed(seed_file)
     assert (first.use, second.use) == (1, 2)
-    draws = [make_noise_source(seed=0, secret_seed=u).gaussian_numpy(8, 1.0) for u in (first, second)]
+    draws = [
+        make_noise_source(seed=0, secret_seed=u).gaussian_numpy(8, 1.0) for u in (first, second)
+    ]
     assert not np.array_equal(*draws)
     with pytest.raises(UsageError, match="noise seed use must be drawn from once"):
         make_noise_source(seed=0, secret_seed=first)
     secret = int(seed_file.read_text().splitlines()[0], 16)
     with pytest.raises(UsageError, match="secret_seed must be a claimed use"):
-        make_noise_source(seed=0, secret_seed=secret)  # a bare secret would give the same stream every time
+        make_noise_source(
+            seed=0, secret_seed=secret
+        )  # a bare secret would give the same stream every time
     assert str(secret) not in repr(first) and f"{secret:x}" not in repr(first)
     # a file written before uses were recorded (the secret alone) never repeats its old stream
     legacy = tmp_path / "legacy.seed"
@@ -136,7 +163,9 @@ def test_a_dead_run_a_cut_record_or_a_copied_file_never_repeat_noise(tmp_path):
     shutil.copy(seed_file, copy)  # same secret, same records
     after = [make_noise_source(seed=0, secret_seed=read_noise_seed(p)) for p in (seed_file, copy)]
     draws = [repr(float(n.gaussian_numpy(1, 1.0)[0])) for n in after]
-    assert int(dead_use) == 1 and read_noise_seed(seed_file).use == 3  # the dead run's use stays used
+    assert (
+        int(dead_use) == 1 and read_noise_seed(seed_file).use == 3
+    )  # the dead run's use stays used
     assert len({dead_draw, *draws}) == 3  # same use number in both files, still fresh noise (nonce)
 
 
@@ -144,10 +173,20 @@ def test_default_sources_are_fresh_for_every_release(tmp_path, digits):
     for kind in ("os-entropy", "cryptographic"):
         first, second = (NoiseSource(kind).gaussian_numpy(8, 1.0) for _ in range(2))
         assert not np.array_equal(first, second)
-    requests = {name: NoisySumRequest(epsilon=eps, noise_source="cryptographic")
-                for name, eps in (("a", 1.0), ("b", 2.0))}
-    a, b = (release("noisy-sum", requests[name], out_dir=tmp_path / name, ledger_path=tmp_path / "l.sqlite",
-                    prepared=digits) for name in ("a", "b"))
+    requests = {
+        name: NoisySumRequest(epsilon=eps, noise_source="cryptographic")
+        for name, eps in (("a", 1.0), ("b", 2.0))
+    }
+    a, b = (
+        release(
+            "noisy-sum",
+            requests[name],
+            out_dir=tmp_path / name,
+            ledger_path=tmp_path / "l.sqlite",
+            prepared=digits,
+        )
+        for name in ("a", "b")
+    )
     s1, s2 = a.noise_multiplier, b.noise_multiplier
     combined = (s2 * _released_sum(tmp_path / "a") - s1 * _released_sum(tmp_path / "b")) / (s2 - s1)
     assert np.linalg.norm(combined - clipped_rows(digits.x_train, 1.0).sum(axis=0)) > 1.0
@@ -156,14 +195,18 @@ def test_default_sources_are_fresh_for_every_release(tmp_path, digits):
 def test_the_tasks_of_a_sweep_never_share_a_seed_files_noise(tmp_path, digits):
     from dpaudit.sweeps import open_store, parse_spec, run_sweep
 
-    spec = parse_spec('name = "two"\nmodels = ["noisy-sum"]\ndatasets = ["digits"]\nepsilons = [1.0, 2.0]\n'
-                      'seeds = [42]\n[settings]\ndelta = 1e-5\n')
+    spec = parse_spec(
+        'name = "two"\nmodels = ["noisy-sum"]\ndatasets = ["digits"]\nepsilons = [1.0, 2.0]\n'
+        "seeds = [42]\n[settings]\ndelta = 1e-5\n"
+    )
     seed_file = tmp_path / "noise.seed"
     with secret_noise_seed(seed_file):  # in-process tasks: each release is one use of the file
         summary = run_sweep(spec, out=tmp_path, ledger_path=tmp_path / "ledger.sqlite")
     assert (summary.done, summary.failed) == (2, 0)
     with open_store(tmp_path / "two", create=False) as st:
-        done = sorted((r.result for r in st.rows(status="done")), key=lambda r: r["noise_multiplier"])
+        done = sorted(
+            (r.result for r in st.rows(status="done")), key=lambda r: r["noise_multiplier"]
+        )
     (s1, folder1), (s2, folder2) = ((r["noise_multiplier"], Path(r["release_dir"])) for r in done)
     combined = (s2 * _released_sum(folder1) - s1 * _released_sum(folder2)) / (s2 - s1)
     assert np.linalg.norm(combined - clipped_rows(digits.x_train, 1.0).sum(axis=0)) > 1.0

@@ -56,7 +56,11 @@ def test_torch_randn_float32_is_box_muller_on_a_24_bit_grid():
     # a 53-bit sampler would put these fractional parts anywhere: check the test can tell
     u53 = np.random.default_rng(0).random(small.sum()) * 400
     assert np.mean(np.abs(u53 - np.round(u53)) < 0.05) < 0.3
-    assert math.sqrt(-2.0 * math.log(2.0**-24)) == pytest.approx(TORCH_FLOAT32_RADIUS) == pytest.approx(5.768, abs=1e-3)
+    assert (
+        math.sqrt(-2.0 * math.log(2.0**-24))
+        == pytest.approx(TORCH_FLOAT32_RADIUS)
+        == pytest.approx(5.768, abs=1e-3)
+    )
     assert np.sqrt(r2).max() <= TORCH_FLOAT32_RADIUS
 
 
@@ -74,7 +78,9 @@ def test_default_dp_noise_path_reaches_the_documented_radius(kind, dtype):
     assert np.abs(z).max() == pytest.approx(DOCUMENTED_RADIUS, rel=1e-6)
     z64 = src.gaussian_numpy(7, 1.0)
     assert np.abs(z64).max() == pytest.approx(DOCUMENTED_RADIUS, rel=1e-12)
-    assert src.gaussian_torch((4,), 1.0, dtype=torch.float32).abs().max().item() == pytest.approx(DOCUMENTED_RADIUS, rel=1e-6)
+    assert src.gaussian_torch((4,), 1.0, dtype=torch.float32).abs().max().item() == pytest.approx(
+        DOCUMENTED_RADIUS, rel=1e-6
+    )
 
 
 # ------------------------------------------------------------------- the sampler as a function
@@ -94,8 +100,12 @@ def test_box_muller_largest_attainable_radius():
         expect = np.sqrt(-2.0 * np.log(u1))
         np.testing.assert_allclose(z[0], expect, rtol=1e-6 if u2.dtype == np.float32 else 1e-15)
         np.testing.assert_array_equal(z[1], 0.0)
-    assert box_muller(u1[:1], np.array([0.25]))[1, 0] == pytest.approx(DOCUMENTED_RADIUS, rel=1e-15)  # sin(pi/2)
-    assert box_muller(u1[1:2], np.array([0.5]))[0, 0] == pytest.approx(-math.sqrt(106 * math.log(2)), rel=1e-15)
+    assert box_muller(u1[:1], np.array([0.25]))[1, 0] == pytest.approx(
+        DOCUMENTED_RADIUS, rel=1e-15
+    )  # sin(pi/2)
+    assert box_muller(u1[1:2], np.array([0.5]))[0, 0] == pytest.approx(
+        -math.sqrt(106 * math.log(2)), rel=1e-15
+    )
     # the refinement: only the lowest cell moves, into (0, 2^-53], smallest 2^-106
     v = np.array([2.0**-53, 0.75, 2.0**-53, 2.0**-52])
     refine_lowest_cell(v, lambda m: np.array([1 - 2.0**-53, 0.0][:m]))
@@ -125,7 +135,11 @@ def test_no_uniform_below_the_documented_minimum(kind):
 def test_float32_path_is_standard_normal(kind):
     """KS, moments and pair independence of the trainers' float32 draws (many small requests, as
     in a training loop, crossing chunk boundaries)."""
-    src = NoiseSource(kind, seed=11) if kind == "reproducible" else NoiseSource._cryptographic_with_key(bytes(range(32)))
+    src = (
+        NoiseSource(kind, seed=11)
+        if kind == "reproducible"
+        else NoiseSource._cryptographic_with_key(bytes(range(32)))
+    )
     out = np.empty(7850, dtype=np.float32)
     fill = gaussian_filler(src, out, 3.0)
     z = np.concatenate([fill().copy() for _ in range(60)]).astype(np.float64) / 3.0
@@ -184,7 +198,9 @@ def test_noise_tail_delta_edges_and_refusal():
     assert noise_tail_delta(2**106, 1.0, 1e-5) == math.inf
     assert noise_tail_delta(10, 800.0, 1e-5) == math.inf
     assert check_noise_tail(1e-7, 1e-5) == 1e-7
-    with pytest.raises(UsageError, match=r"noise tail delta must be at most 1% of delta=1e-05, got 1.01e-07"):
+    with pytest.raises(
+        UsageError, match=r"noise tail delta must be at most 1% of delta=1e-05, got 1.01e-07"
+    ):
         check_noise_tail(1.01e-7, 1e-5)
     with pytest.raises(UsageError, match="noise tail delta must be at most 1%"):
         gaussian_run_tail(2000, 9850, 80.0, 1e-5)  # e^80 overwhelms 2^-106
@@ -206,16 +222,25 @@ def _builtin_configurations():
     digits = load_task("digits-mix", seed=42)
     mix = default_mixture("digits-mix")
     ds = default_downstream(digits)
-    ft = dp_sgd_schedule(len(digits.train_idx), ds.finetune_batch_size, ds.finetune_epochs)  # D_ft <= all training records
-    assert (mnist.sample_rate, mnist.steps, cardio.steps) == (0.005, 2000, 5640) and abs(cardio.sample_rate - 0.00532) < 1e-5
+    ft = dp_sgd_schedule(
+        len(digits.train_idx), ds.finetune_batch_size, ds.finetune_epochs
+    )  # D_ft <= all training records
+    assert (mnist.sample_rate, mnist.steps, cardio.steps) == (0.005, 2000, 5640) and abs(
+        cardio.sample_rate - 0.00532
+    ) < 1e-5
     from dpaudit.mechanisms.dpsgd.models import build_module
 
     def params(model):  # every trainable parameter of a module is noised at every step
-        m = build_module(model, kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28), seed=42)
+        m = build_module(
+            model, kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28), seed=42
+        )
         return sum(p.numel() for p in m.parameters() if p.requires_grad)
 
     return [
-        *[(f"dp-{m} mnist eps 8", mnist.steps, params(m), 8.0, 1e-5) for m in ("dense", "cnn", "attention")],
+        *[
+            (f"dp-{m} mnist eps 8", mnist.steps, params(m), 8.0, 1e-5)
+            for m in ("dense", "cnn", "attention")
+        ],
         ("dp-rvfl mnist eps 2", mnist.steps, mnist_head, 2.0, 1e-5),
         ("dp-rvfl mnist eps 8", mnist.steps, mnist_head, 8.0, 1e-5),
         ("dp-rvfl cardio eps 2", cardio.steps, cardio_head, 2.0, 1e-5),
@@ -266,7 +291,9 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
     z, y = rng.normal(size=(n, d)), rng.integers(0, 2, n)
     users = np.repeat(np.arange(10), 4)
     cfg = DPSGDConfig(sample_rate=0.3, steps=3, normalizer=12, noise_multiplier=1.0)
-    module = torch.nn.Sequential(torch.nn.Linear(d, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)).double()
+    module = torch.nn.Sequential(
+        torch.nn.Linear(d, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)
+    ).double()
     x = torch.as_tensor(z)
     with monkeypatch.context() as m:
         m.setattr(torch, "randn", forbidden)
@@ -274,21 +301,71 @@ def test_every_dp_noise_path_uses_the_sampler(monkeypatch):
         m.setattr(torch.Tensor, "normal_", forbidden)
         paths = {
             "record head": lambda s: train_heads(z, y, 2, cfg, noise=s),
-            "user head": lambda s: train_heads(z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s),
-            "record module": lambda s: train_module_dp_sgd(module, x, torch.as_tensor(y), cfg, noise=s),
-            "user module": lambda s: train_module_dp_sgd(module, x, torch.as_tensor(y), cfg, users=UserSampling(users, 2), noise=s),
+            "user head": lambda s: train_heads(
+                z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s
+            ),
+            "record module": lambda s: train_module_dp_sgd(
+                module, x, torch.as_tensor(y), cfg, noise=s
+            ),
+            "user module": lambda s: train_module_dp_sgd(
+                module, x, torch.as_tensor(y), cfg, users=UserSampling(users, 2), noise=s
+            ),
             "batched heads": lambda s: train_heads(z, y, 2, cfg, noise=s, runs=3),
-            "batched user heads": lambda s: train_heads(z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s, runs=3),
-            "mixmin record": lambda s: run_mixmin(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(
-                k=d, loss="bce", noise_multiplier=1.0, sample_rate=0.5, expected_batch_size=20.0, steps=3, clipping_norm=1.0,
-                step_size=0.5), noise=s),
-            "mixmin user": lambda s: run_mixmin(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(
-                k=d, loss="bce", noise_multiplier=1.0, sample_rate=0.5, expected_batch_size=5.0, steps=3, clipping_norm=1.0,
-                step_size=0.5, privacy_unit="user", records_per_user=2), noise=s, user_ids=users),
-            "mixmin runs": lambda s: run_mixmin_runs(np.abs(z) / np.abs(z).sum(1, keepdims=True), y, MixMinConfig(
-                k=d, loss="bce", noise_multiplier=1.0, sample_rate=0.5, expected_batch_size=20.0, steps=3, clipping_norm=1.0,
-                step_size=0.5), noise=s, runs=4),
-            "gaussian audit target": lambda s: GaussianTarget(noise_multiplier=1.0).scores(np.array([True, False, True]), s),
+            "batched user heads": lambda s: train_heads(
+                z, y, 2, cfg, users=UserSampling(index_users(users), 2), noise=s, runs=3
+            ),
+            "mixmin record": lambda s: run_mixmin(
+                np.abs(z) / np.abs(z).sum(1, keepdims=True),
+                y,
+                MixMinConfig(
+                    k=d,
+                    loss="bce",
+                    noise_multiplier=1.0,
+                    sample_rate=0.5,
+                    expected_batch_size=20.0,
+                    steps=3,
+                    clipping_norm=1.0,
+                    step_size=0.5,
+                ),
+                noise=s,
+            ),
+            "mixmin user": lambda s: run_mixmin(
+                np.abs(z) / np.abs(z).sum(1, keepdims=True),
+                y,
+                MixMinConfig(
+                    k=d,
+                    loss="bce",
+                    noise_multiplier=1.0,
+                    sample_rate=0.5,
+                    expected_batch_size=5.0,
+                    steps=3,
+                    clipping_norm=1.0,
+                    step_size=0.5,
+                    privacy_unit="user",
+                    records_per_user=2,
+                ),
+                noise=s,
+                user_ids=users,
+            ),
+            "mixmin runs": lambda s: run_mixmin_runs(
+                np.abs(z) / np.abs(z).sum(1, keepdims=True),
+                y,
+                MixMinConfig(
+                    k=d,
+                    loss="bce",
+                    noise_multiplier=1.0,
+                    sample_rate=0.5,
+                    expected_batch_size=20.0,
+                    steps=3,
+                    clipping_norm=1.0,
+                    step_size=0.5,
+                ),
+                noise=s,
+                runs=4,
+            ),
+            "gaussian audit target": lambda s: GaussianTarget(noise_multiplier=1.0).scores(
+                np.array([True, False, True]), s
+            ),
         }
         for kind in ("reproducible", "cryptographic"):
             for name, run in paths.items():
@@ -309,13 +386,27 @@ def test_every_float32_angle_has_unit_bounded_accurate_trigonometry():
     c, s = np.cos(angle), np.sin(angle)
     assert np.abs(c).max() <= 1.0 and np.abs(s).max() <= 1.0 and np.all(z == 0.0)
     exact = angle.astype(np.float64)
-    assert np.abs(c - np.cos(exact)).max() <= 2 * 2.0**-24 and np.abs(s - np.sin(exact)).max() <= 2 * 2.0**-24
+    assert (
+        np.abs(c - np.cos(exact)).max() <= 2 * 2.0**-24
+        and np.abs(s - np.sin(exact)).max() <= 2 * 2.0**-24
+    )
 
 
 def test_float64_log_of_the_radius_is_correctly_rounded_at_the_tails():
     """The radius's float64 log (NumPy) against the exact logarithm at the smallest uniforms the
     sampler draws, where the tail statement is made (module docstring of dpaudit.noise)."""
-    u1 = np.array([2.0**-106, 2.0**-105, (1 - 2.0**-53) * 2.0**-53, 2.0**-53, 2.0**-52, 3 * 2.0**-53, 0.5, 1 - 2.0**-53])
+    u1 = np.array(
+        [
+            2.0**-106,
+            2.0**-105,
+            (1 - 2.0**-53) * 2.0**-53,
+            2.0**-53,
+            2.0**-52,
+            3 * 2.0**-53,
+            0.5,
+            1 - 2.0**-53,
+        ]
+    )
     got = np.log(u1.copy())
     for x, g in zip(u1, got):
         assert abs(g - math.log(x)) <= abs(math.log(x)) * 2.0**-52  # within one ulp

@@ -9,7 +9,11 @@ def _setup_commands() -> list[str]:
     lines = (ROOT / "README.md").read_text().splitlines()
     cmds = []
     for i, line in enumerate(lines):
-        if line.strip() == "```bash" and i > 0 and "set-up" in "".join(lines[max(0, i - 3):i]).lower():
+        if (
+            line.strip() == "```bash"
+            and i > 0
+            and "set-up" in "".join(lines[max(0, i - 3) : i]).lower()
+        ):
             cmds.append(lines[i + 1].strip())
     return cmds
 

@@ -45,8 +45,10 @@ def test_limited_threads_restores_both():
 
 
 def test_no_torch_import_for_threads():
-    code = ("import sys, numpy\nfrom dpaudit.threads import limited_threads, set_threads\nset_threads(1)\n"
-            "with limited_threads(1):\n    pass\nprint('torch' in sys.modules)")
+    code = (
+        "import sys, numpy\nfrom dpaudit.threads import limited_threads, set_threads\nset_threads(1)\n"
+        "with limited_threads(1):\n    pass\nprint('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -26,28 +26,74 @@ from .records import round_timings
 
 AUDIT_LOCAL_FILE = "audit_local.json"
 ONE_RUN_LOCAL_FILE = "one_run_local.json"
-NOT_FOR_PUBLICATION = ("local facts of this audit: functions of the private data (scores, data-derived canary choices, reference "
-                       "optima, exact timings) outside every DP guarantee; never publish this file or scores.npz")
+NOT_FOR_PUBLICATION = (
+    "local facts of this audit: functions of the private data (scores, data-derived canary choices, reference "
+    "optima, exact timings) outside every DP guarantee; never publish this file or scores.npz"
+)
 #: The sentence every report carries beside audit results.
-NOT_COVERED = ("Audit results are computed on the private data (every trial trains on it) and are not covered by the release's "
-               "privacy claim; only the shareable audit.json / one_run.json is read here.")
+NOT_COVERED = (
+    "Audit results are computed on the private data (every trial trains on it) and are not covered by the release's "
+    "privacy claim; only the shareable audit.json / one_run.json is read here."
+)
 
 #: Canary description keys that are public (fixed by the public seed and public sizes): kind, norm, privacy unit and record count,
 #: indices drawn from the public seed, and fixed wording.
-PUBLIC_CANARY_KEYS = ("kind", "norm", "unit", "records", "test_index", "holdout_index", "replaced_test_index", "user_contribution")
+PUBLIC_CANARY_KEYS = (
+    "kind",
+    "norm",
+    "unit",
+    "records",
+    "test_index",
+    "holdout_index",
+    "replaced_test_index",
+    "user_contribution",
+)
 #: Paths (tuples of keys) of an audit record (and of each control) that are private.
-LOCAL_AUDIT_PATHS = (("threshold",), ("claimed_curve", "threshold"), ("comparison", "cp_bonferroni", "threshold"),
-                     ("config", "reference_weights"), ("seeds", "noise", "seed"), ("scores_file",),
-                     # the private training counts (records, users, D_mix): the public reference size N0 stands for them
-                     ("config", "n_train"), ("config", "n_users"), ("config", "n_mix"),
-                     # a user-level audit's user counts (users, records, records per user)
-                     ("config", "users"))
+LOCAL_AUDIT_PATHS = (
+    ("threshold",),
+    ("claimed_curve", "threshold"),
+    ("comparison", "cp_bonferroni", "threshold"),
+    ("config", "reference_weights"),
+    ("seeds", "noise", "seed"),
+    ("scores_file",),
+    # the private training counts (records, users, D_mix): the public reference size N0 stands for them
+    ("config", "n_train"),
+    ("config", "n_users"),
+    ("config", "n_mix"),
+    # a user-level audit's user counts (users, records, records per user)
+    ("config", "users"),
+)
 #: One-run ``info`` keys that are public; the others (coordinates found from the data, counts of dead features, labels of held-out
 #: records, the exact training count ``n_train`` and unit count ``n_units``) stay local.
-PUBLIC_ONE_RUN_INFO = ("model", "dataset", "reference_size", "canaries", "unit", "sample_rate", "steps", "normalizer", "clipping_norm",
-                       "noise_multiplier", "noise", "noise_on", "seed", "canary", "score", "kind", "dp_sgd", "tensors", "choice",
-                       "quiet_rule", "records", "rows", "test_indices", "steps_executed", "integration",
-                       "max_grad_norm", "injection")
+PUBLIC_ONE_RUN_INFO = (
+    "model",
+    "dataset",
+    "reference_size",
+    "canaries",
+    "unit",
+    "sample_rate",
+    "steps",
+    "normalizer",
+    "clipping_norm",
+    "noise_multiplier",
+    "noise",
+    "noise_on",
+    "seed",
+    "canary",
+    "score",
+    "kind",
+    "dp_sgd",
+    "tensors",
+    "choice",
+    "quiet_rule",
+    "records",
+    "rows",
+    "test_indices",
+    "steps_executed",
+    "integration",
+    "max_grad_norm",
+    "injection",
+)
 
 
 def _pop_path(d: dict, path: tuple, local: dict) -> None:
@@ -100,7 +146,9 @@ def split_audit(record: dict) -> tuple[dict, dict]:
     if isinstance(controls, dict):
         public["controls"] = dict(controls)
     for role, ctl in list(controls.items() if isinstance(controls, dict) else ()):
-        if isinstance(ctl, dict):  # a malformed record is split as far as it goes (reports stay tolerant)
+        if isinstance(
+            ctl, dict
+        ):  # a malformed record is split as far as it goes (reports stay tolerant)
             public["controls"][role], ctl_local = split_audit(ctl)
             if ctl_local:
                 local.setdefault("controls", {})[role] = ctl_local
@@ -147,8 +195,15 @@ def local_document(record_id, local: dict, *, key: str = "audit_id") -> dict:
 #: Files every command writes for the operator only (never shareable); every other file it writes is shareable.
 LOCAL_FILES = ("local.json", AUDIT_LOCAL_FILE, ONE_RUN_LOCAL_FILE, "scores.npz", "plan.local.json")
 #: Shareable document kind of each file name (anything else: its name).
-DOCUMENT_KINDS = {"release.json": "release", "audit.json": "audit", "one_run.json": "one-run", "plan.json": "plan",
-                  "bundle.json": "bundle", "ledger.json": "ledger-export", "report.json": "report"}
+DOCUMENT_KINDS = {
+    "release.json": "release",
+    "audit.json": "audit",
+    "one_run.json": "one-run",
+    "plan.json": "plan",
+    "bundle.json": "bundle",
+    "ledger.json": "ledger-export",
+    "report.json": "report",
+}
 #: Per shareable document kind, the field paths (``*``: any key or position) that are the mechanism's output: the only
 #: fields whose value may depend on the private data (tests/test_neighbour_diff.py diffs every shareable file of every
 #: command on neighbouring datasets against this). A release publishes its noisy model and what is computed from it on
@@ -158,12 +213,29 @@ DOCUMENT_KINDS = {"release.json": "release", "audit.json": "audit", "one_run.jso
 #: batches, so of the data; they are outside the DP claim, published rounded only, and exact in the local files.
 #: An audit's results: statistics of its trials' scores (counts, bounds, curves, estimates).
 AUDIT_RESULTS: tuple[tuple, ...] = (
-    ("epsilon_lower_bound",), ("epsilon_lower_bound_note",), ("clopper_pearson_epsilon",),
-    ("select_epsilon",), ("direction",), ("counts",), ("fpr_upper",), ("fnr_upper",), ("ceiling",),
-    ("underpowered",), ("roc",), ("auc",), ("gdp_estimate",), ("general_bound",), ("comparison",),
-    ("claimed_curve", "counts"), ("claimed_curve", "point"), ("claimed_curve", "points"),
-    *(("claim_family_bound", k) for k in ("ruled_out_from", "scale_lower_bound", "family_epsilon",
-                                           "violated", "statement")))
+    ("epsilon_lower_bound",),
+    ("epsilon_lower_bound_note",),
+    ("clopper_pearson_epsilon",),
+    ("select_epsilon",),
+    ("direction",),
+    ("counts",),
+    ("fpr_upper",),
+    ("fnr_upper",),
+    ("ceiling",),
+    ("underpowered",),
+    ("roc",),
+    ("auc",),
+    ("gdp_estimate",),
+    ("general_bound",),
+    ("comparison",),
+    ("claimed_curve", "counts"),
+    ("claimed_curve", "point"),
+    ("claimed_curve", "points"),
+    *(
+        ("claim_family_bound", k)
+        for k in ("ruled_out_from", "scale_lower_bound", "family_epsilon", "violated", "statement")
+    ),
+)
 MECHANISM_OUTPUT: dict[str, tuple[tuple, ...]] = {
     "release": (("metrics",), ("timings",)),
     "audit": (("timings",), *AUDIT_RESULTS, *(("controls", "*", *p) for p in AUDIT_RESULTS)),

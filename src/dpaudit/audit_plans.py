@@ -36,12 +36,16 @@ from .requests import AuditRequest
 from .validation import open_unit, positive_int
 
 SCHEMA = "dpaudit.audit-plan/1"
-OPACUS = "opacus"  # the mechanism of a plan for an Opacus training run (dpaudit.integrations.opacus)
+OPACUS = (
+    "opacus"  # the mechanism of a plan for an Opacus training run (dpaudit.integrations.opacus)
+)
 PLAN_FILE = "plan.json"
 PLAN_LOCAL_FILE = "plan.local.json"
 _SIG_DOMAIN = "dpaudit-audit-plan-sig-v1"
-NOT_FOR_PUBLICATION = ("the salt and seeds committed to by plan.json: keep this file private until the run reveals them "
-                       "in its audit file")
+NOT_FOR_PUBLICATION = (
+    "the salt and seeds committed to by plan.json: keep this file private until the run reveals them "
+    "in its audit file"
+)
 
 
 def digest(doc: dict) -> str:
@@ -54,7 +58,9 @@ def commitment(salt: str, seeds: dict) -> str:
 
 
 def _material(plan: dict) -> bytes:
-    return json.dumps([_SIG_DOMAIN, canonical_json({k: v for k, v in plan.items() if k != "signature"})]).encode("utf-8")
+    return json.dumps(
+        [_SIG_DOMAIN, canonical_json({k: v for k, v in plan.items() if k != "signature"})]
+    ).encode("utf-8")
 
 
 def signature_ok(plan: dict) -> bool:
@@ -64,7 +70,9 @@ def signature_ok(plan: dict) -> bool:
         kid = sg.key_id(sg.parse_public_key(str(signer.get("public_key"))))
     except UsageError:
         return False
-    return kid == signer.get("key_id") and sg.signature_ok(signer["public_key"], plan.get("signature", ""), _material(plan))
+    return kid == signer.get("key_id") and sg.signature_ok(
+        signer["public_key"], plan.get("signature", ""), _material(plan)
+    )
 
 
 def _claim(a: AuditRequest) -> tuple[dict, dict]:
@@ -73,21 +81,52 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
     mechanism on its dataset at its claimed event, named as the run's ``audit`` entry names them."""
     if a.release is not None:
         rel = read_release(a.release)
-        return {"release_id": rel.id, "event": rel.guarantee, "epsilon": rel.epsilon, "delta": rel.delta, "adjacency": rel.adjacency,
-                "accountant": rel.accountant}, {"release": rel.id}
+        return {
+            "release_id": rel.id,
+            "event": rel.guarantee,
+            "epsilon": rel.epsilon,
+            "delta": rel.delta,
+            "adjacency": rel.adjacency,
+            "accountant": rel.accountant,
+        }, {"release": rel.id}
     if a.one_run and a.mechanism in MODULE_MODELS:
-        _, data, _, c = module_setup(a.mechanism, release=None, epsilon=a.epsilon, delta=a.delta,
-                                     dataset=a.dataset, data_dir=a.data_dir, profile=a.profile,
-                                     epochs=a.epochs)
-        event, eps, delta, adjacency, accountant = c["event"], c["claimed_epsilon"], c["delta"], c["adjacency"], c["accountant"]
+        _, data, _, c = module_setup(
+            a.mechanism,
+            release=None,
+            epsilon=a.epsilon,
+            delta=a.delta,
+            dataset=a.dataset,
+            data_dir=a.data_dir,
+            profile=a.profile,
+            epochs=a.epochs,
+        )
+        event, eps, delta, adjacency, accountant = (
+            c["event"],
+            c["claimed_epsilon"],
+            c["delta"],
+            c["adjacency"],
+            c["accountant"],
+        )
         mechanism, dataset = a.mechanism, data.name
     else:
         t = target_for(dataclasses.replace(a, canary=None, no_noise=False) if a.one_run else a)
-        event, eps, delta, adjacency, accountant = t.claimed_event, t.claimed_epsilon, t.delta, t.adjacency, t.accountant
+        event, eps, delta, adjacency, accountant = (
+            t.claimed_event,
+            t.claimed_epsilon,
+            t.delta,
+            t.adjacency,
+            t.accountant,
+        )
         mechanism, dataset = t.mechanism, (t.private_data() or {}).get("dataset")
     event = None if event is None else event.to_dict()
-    return {"release_id": None, "event": event, "epsilon": eps, "delta": delta, "adjacency": str(adjacency),
-            "accountant": accountant}, {"mechanism": str(mechanism), "dataset": dataset, "event": event}
+    return {
+        "release_id": None,
+        "event": event,
+        "epsilon": eps,
+        "delta": delta,
+        "adjacency": str(adjacency),
+        "accountant": accountant,
+    }, {"mechanism": str(mechanism), "dataset": dataset, "event": event}
 
 
 def plan_target(plan: dict) -> dict | None:
@@ -103,8 +142,11 @@ def target_problem(plan: dict) -> str | None:
     if target is None:
         return None
     event = (plan.get("claim") or {}).get("event")
-    fits = target == {"release": release_id} if release_id else \
-        isinstance(target, dict) and "release" not in target and target.get("event") == event
+    fits = (
+        target == {"release": release_id}
+        if release_id
+        else isinstance(target, dict) and "release" not in target and target.get("event") == event
+    )
     return None if fits else f"its target {target} is not the one its release or claim names"
 
 
@@ -112,11 +154,24 @@ def _settings(a: AuditRequest, claim: dict) -> dict:
     """The plan's "audit" block: what a verifier holds the run to (the statistic follows from the
     claim: an event is tested as a curve, f-DP in one run)."""
     if a.one_run:
-        return {"kind": "one-run", "canary": a.one_run_kind, "canaries": positive_int("canaries", a.canaries, 2), "trials": None,
-                "statistic": "f-dp" if claim["event"] else "steinke", "confidence": a.confidence, "select_fraction": None}
-    return {"kind": "trials", "canary": entry_canary(auditable_entry(a.mechanism), a.canary), "canaries": None,
-            "trials": positive_int("runs", a.runs, 4),
-            "statistic": "claimed-curve" if claim["event"] else "clopper-pearson", "confidence": a.confidence, "select_fraction": SELECT_FRACTION}
+        return {
+            "kind": "one-run",
+            "canary": a.one_run_kind,
+            "canaries": positive_int("canaries", a.canaries, 2),
+            "trials": None,
+            "statistic": "f-dp" if claim["event"] else "steinke",
+            "confidence": a.confidence,
+            "select_fraction": None,
+        }
+    return {
+        "kind": "trials",
+        "canary": entry_canary(auditable_entry(a.mechanism), a.canary),
+        "canaries": None,
+        "trials": positive_int("runs", a.runs, 4),
+        "statistic": "claimed-curve" if claim["event"] else "clopper-pearson",
+        "confidence": a.confidence,
+        "select_fraction": SELECT_FRACTION,
+    }
 
 
 def make_plan(a: AuditRequest, *, key=None) -> Path:
@@ -124,28 +179,47 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     ``audits/MECHANISM-plan-ID``) and register the plan in ``a.ledger``, signed with ``key``
     (module docstring). Returns plan.json's path. Nothing is trained."""
     if a.threat_model != "final-model":
-        raise UsageError(f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}.")
+        raise UsageError(
+            f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}."
+        )
     refuse_reproducible_noise(a.reproducible_noise)
     signing = sg.load_signing_key(key, required=True)
     _settings(a, {"event": None})  # its checks, before the claim is built
     claim, target = _claim(a)
     release_id = claim.pop("release_id")
     seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
-    request = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in dataclasses.asdict(a).items() if k not in ("seed", "json_out")}
+    request = {
+        k: os.fspath(v) if isinstance(v, os.PathLike) else v
+        for k, v in dataclasses.asdict(a).items()
+        if k not in ("seed", "json_out")
+    }
     audited = (release_id, target)
-    return _write_plan(signing, a.mechanism, audited, claim, _settings(a, claim), request, seeds, a.out)
+    return _write_plan(
+        signing, a.mechanism, audited, claim, _settings(a, claim), request, seeds, a.out
+    )
 
 
 def refuse_reproducible_noise(reproducible) -> None:
     """A plan never fixes its DP noise: noise derived from the seeds it reveals (or the public seed)
     would let its outcome be computed before the run, and the run chosen from the previews."""
     if reproducible:
-        raise UsageError(f"reproducible noise must be off for a planned audit (its DP noise would follow "
-                         f"from the seeds it fixes: its outcome could be previewed), got {reproducible!r}.")
+        raise UsageError(
+            f"reproducible noise must be off for a planned audit (its DP noise would follow "
+            f"from the seeds it fixes: its outcome could be previewed), got {reproducible!r}."
+        )
 
 
-def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tensors=None, confidence: float = 0.95, out=None, ledger=None,
-                key=None) -> Path:
+def opacus_plan(
+    event: SubsampledGaussian,
+    *,
+    delta: float,
+    canaries: int,
+    tensors=None,
+    confidence: float = 0.95,
+    out=None,
+    ledger=None,
+    key=None,
+) -> Path:
     """The plan of a one-run audit of an Opacus training run (``dpaudit audit plan opacus ...``;
     run it with :meth:`dpaudit.integrations.opacus.OpacusCanaries.from_plan`): the claim is
     ``event`` (Opacus's noise multiplier, sample rate and steps) at ``delta``, add-remove-record,
@@ -155,23 +229,50 @@ def opacus_plan(event: SubsampledGaussian, *, delta: float, canaries: int, tenso
     Written and registered as :func:`make_plan` does."""
     signing = sg.load_signing_key(key, required=True)
     if not isinstance(event, SubsampledGaussian):
-        raise UsageError(f"event must be a SubsampledGaussian (Opacus's noise multiplier, sample rate and steps), got {event!r}.")
+        raise UsageError(
+            f"event must be a SubsampledGaussian (Opacus's noise multiplier, sample rate and steps), got {event!r}."
+        )
     m = positive_int("canaries", canaries, 2)
     if tensors is not None and (isinstance(tensors, str) or not tensors):
-        raise UsageError(f"tensors must be a list of parameter names (or None: every trainable parameter), got {tensors!r}.")
+        raise UsageError(
+            f"tensors must be a list of parameter names (or None: every trainable parameter), got {tensors!r}."
+        )
     delta, confidence = open_unit("delta", delta), open_unit("confidence", confidence)
-    claim = {"event": event.to_dict(), "epsilon": float(compute_epsilon(event, delta=delta, accountant="rdp").epsilon), "delta": delta,
-             "adjacency": "add-remove-record", "accountant": "rdp"}
-    audit = {"kind": "one-run", "canary": "gradient", "canaries": m, "trials": None, "statistic": "f-dp", "confidence": confidence,
-             "select_fraction": None}
-    request = {"tensors": None if tensors is None else [str(t) for t in tensors], "ledger": None if ledger is None else os.fspath(ledger)}
+    claim = {
+        "event": event.to_dict(),
+        "epsilon": float(compute_epsilon(event, delta=delta, accountant="rdp").epsilon),
+        "delta": delta,
+        "adjacency": "add-remove-record",
+        "accountant": "rdp",
+    }
+    audit = {
+        "kind": "one-run",
+        "canary": "gradient",
+        "canaries": m,
+        "trials": None,
+        "statistic": "f-dp",
+        "confidence": confidence,
+        "select_fraction": None,
+    }
+    request = {
+        "tensors": None if tensors is None else [str(t) for t in tensors],
+        "ledger": None if ledger is None else os.fspath(ledger),
+    }
     target = {"mechanism": OPACUS, "dataset": None, "event": claim["event"]}
     seeds = {"public": secrets.randbits(63), "coins": secrets.randbits(63)}
     return _write_plan(signing, OPACUS, (None, target), claim, audit, request, seeds, out)
 
 
-def _write_plan(signing, mechanism: str, audited: tuple, claim: dict, audit: dict, request: dict, seeds: dict,
-                out) -> Path:
+def _write_plan(
+    signing,
+    mechanism: str,
+    audited: tuple,
+    claim: dict,
+    audit: dict,
+    request: dict,
+    seeds: dict,
+    out,
+) -> Path:
     """Commit to ``seeds`` under a fresh salt, sign, register in ``request["ledger"]`` (refused after an
     audit of the target, :mod:`dpaudit.ledger.plan_rules`), write plan.json and plan.local.json.
     ``audited``: (release id or None, target)."""
@@ -179,19 +280,46 @@ def _write_plan(signing, mechanism: str, audited: tuple, claim: dict, audit: dic
     pid = uuid.uuid4().hex
     out = Path(out) if out is not None else Path("audits") / f"{mechanism}-plan-{pid[:8]}"
     if (out / PLAN_FILE).exists():
-        raise UsageError(f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE}).")
+        raise UsageError(
+            f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE})."
+        )
     check_new_folder(out)  # nor an earlier audit's results: a plan's run would write over them
     salt = secrets.token_hex(32)
-    plan = {"schema": SCHEMA, "id": pid, "created_at": now_utc(), "mechanism": mechanism,
-            "release_id": release_id, "target": target, "claim": claim, "audit": audit,
-            "request": {**request, "out": str(out)}, "commitment": commitment(salt, seeds),
-            "signer": {"key_id": signing.key_id, "public_key": signing.public_text}}
+    plan = {
+        "schema": SCHEMA,
+        "id": pid,
+        "created_at": now_utc(),
+        "mechanism": mechanism,
+        "release_id": release_id,
+        "target": target,
+        "claim": claim,
+        "audit": audit,
+        "request": {**request, "out": str(out)},
+        "commitment": commitment(salt, seeds),
+        "signer": {"key_id": signing.key_id, "public_key": signing.public_text},
+    }
     plan["signature"] = signing.sign(_material(plan))
     with open_ledger(request.get("ledger"), signing_key=signing) as led:
-        led.record_plan({"plan_id": pid, "stage": "registered", "sha256": digest(plan),
-                         "commitment": plan["commitment"], "key_id": signing.key_id, "target": target})
-    write_json_atomic(out / PLAN_LOCAL_FILE, {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt, "seeds": seeds,
-                                              "key": str(signing.path)})
+        led.record_plan(
+            {
+                "plan_id": pid,
+                "stage": "registered",
+                "sha256": digest(plan),
+                "commitment": plan["commitment"],
+                "key_id": signing.key_id,
+                "target": target,
+            }
+        )
+    write_json_atomic(
+        out / PLAN_LOCAL_FILE,
+        {
+            "plan_id": pid,
+            "not_for_publication": NOT_FOR_PUBLICATION,
+            "salt": salt,
+            "seeds": seeds,
+            "key": str(signing.path),
+        },
+    )
     return write_json_atomic(out / PLAN_FILE, plan)
 
 
@@ -203,8 +331,16 @@ def plan_entries(entries) -> dict:
     later one (written around :meth:`Ledger.record_plan`, which refuses it) is what an edit looks like."""
     out: dict = {}
     for seq, signer, p in entries:
-        rec = out.setdefault(p.get("plan_id"), {"registered": None, "runs": [], "results": {},
-                                                "later_results": [], "orphan_results": []})
+        rec = out.setdefault(
+            p.get("plan_id"),
+            {
+                "registered": None,
+                "runs": [],
+                "results": {},
+                "later_results": [],
+                "orphan_results": [],
+            },
+        )
         stage, aid = p.get("stage"), p.get("audit_id")
         if stage == "registered":
             rec["registered"] = rec["registered"] or (seq, signer, p)
@@ -267,30 +403,52 @@ def open_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None) 
     p = p / PLAN_FILE if p.is_dir() else p
     plan = read_json(p, "audit plan")
     if plan.get("schema") != SCHEMA or not signature_ok(plan):
-        raise DataError(f"plan must be a dpaudit audit plan signed by the key it names, got {str(p)!r} (edited after signing, or not a plan).")
-    local = read_json(p.parent / PLAN_LOCAL_FILE, "plan local file (salt and seeds, beside plan.json)")
-    if local.get("plan_id") != plan["id"] or commitment(local.get("salt"), local.get("seeds")) != plan["commitment"]:
-        raise DataError(f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others.")
+        raise DataError(
+            f"plan must be a dpaudit audit plan signed by the key it names, got {str(p)!r} (edited after signing, or not a plan)."
+        )
+    local = read_json(
+        p.parent / PLAN_LOCAL_FILE, "plan local file (salt and seeds, beside plan.json)"
+    )
+    if (
+        local.get("plan_id") != plan["id"]
+        or commitment(local.get("salt"), local.get("seeds")) != plan["commitment"]
+    ):
+        raise DataError(
+            f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others."
+        )
     ledger = plan["request"].get("ledger") if ledger is None else os.fspath(ledger)
     with open_ledger(ledger, create=False) as led:
         reg = _ledger_plans(led).get(plan["id"], {}).get("registered")
     if reg is None or reg[2].get("sha256") != digest(plan):
-        raise DataError(f"plan {plan['id']} must be registered in the ledger as it is, got "
-                        + ("no registration." if reg is None else "a registration of another plan.json (edited after registering)."))
+        raise DataError(
+            f"plan {plan['id']} must be registered in the ledger as it is, got "
+            + (
+                "no registration."
+                if reg is None
+                else "a registration of another plan.json (edited after registering)."
+            )
+        )
     first = results_in(p.parent)
     if first:  # before anything runs: a second run would replace the first run's files
-        raise UsageError(f"plan must be run once, got a second run of plan {plan['id']}: its first run is in "
-                         f"{str(first[0].parent)!r} ({first[0].name!r}, never overwritten); write a new plan for another run.")
+        raise UsageError(
+            f"plan must be run once, got a second run of plan {plan['id']}: its first run is in "
+            f"{str(first[0].parent)!r} ({first[0].name!r}, never overwritten); write a new plan for another run."
+        )
     return PlanRun(plan, local["salt"], local["seeds"], local.get("key"), ledger, str(p.resolve()))
 
 
-def load_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None
-              ) -> tuple[AuditRequest, PlanRun]:
+def load_plan(
+    path: str | os.PathLike, ledger: str | os.PathLike | None = None
+) -> tuple[AuditRequest, PlanRun]:
     """The request a plan fixes and its :class:`PlanRun` (checked by :func:`open_plan`; ``ledger``: where it
     is registered, if not where it was written)."""
     run = open_plan(path, ledger)
     refuse_reproducible_noise(run.plan["request"].get("reproducible_noise"))
     if run.plan["mechanism"] == OPACUS:
-        raise UsageError(f"plan must be run by dpaudit (an Opacus plan runs in your training script: `dpaudit audit opacus SCRIPT.py "
-                         f"--plan {run.path}` or OpacusCanaries.from_plan(model, {run.path!r})), got plan {run.plan['id']} for opacus.")
-    return AuditRequest(**{**run.plan["request"], "ledger": run.ledger}, seed=int(run.seeds["public"])), run
+        raise UsageError(
+            f"plan must be run by dpaudit (an Opacus plan runs in your training script: `dpaudit audit opacus SCRIPT.py "
+            f"--plan {run.path}` or OpacusCanaries.from_plan(model, {run.path!r})), got plan {run.plan['id']} for opacus."
+        )
+    return AuditRequest(
+        **{**run.plan["request"], "ledger": run.ledger}, seed=int(run.seeds["public"])
+    ), run

@@ -36,11 +36,15 @@ def entry_canary(entry, canary: str | None) -> str:
     canary = canary or entry.canaries[0]
     if canary not in entry.canaries:
         fam = "head" if entry.family == "dp-sgd-head" else entry.name
-        raise UsageError(f"canary must be one of {', '.join(entry.canaries)} for {fam} models, got {canary!r}.")
+        raise UsageError(
+            f"canary must be one of {', '.join(entry.canaries)} for {fam} models, got {canary!r}."
+        )
     return canary
 
 
-def check_privacy_unit(mechanism: str, privacy_unit: str, records_per_user: int | None, user_ids=None) -> int | None:
+def check_privacy_unit(
+    mechanism: str, privacy_unit: str, records_per_user: int | None, user_ids=None
+) -> int | None:
     """Validate the privacy unit request before anything is loaded; returns G (None for records).
 
     ``user`` needs a DP-SGD head model and ``records_per_user`` G >= 1; ``record`` refuses G and
@@ -49,12 +53,18 @@ def check_privacy_unit(mechanism: str, privacy_unit: str, records_per_user: int 
     one_of("privacy_unit", privacy_unit, PRIVACY_UNITS)
     if privacy_unit == "record":
         if records_per_user is not None or user_ids is not None:
-            raise UsageError(f"privacy_unit must be user when records_per_user or user ids are given, got {privacy_unit!r}.")
+            raise UsageError(
+                f"privacy_unit must be user when records_per_user or user ids are given, got {privacy_unit!r}."
+            )
         return None
     if auditable_entry(mechanism).family != "dp-sgd-head":
-        raise UsageError(f"mechanism must be a DP-SGD head model ({', '.join(names(family='dp-sgd-head'))}) for privacy_unit user, got {mechanism!r}.")
+        raise UsageError(
+            f"mechanism must be a DP-SGD head model ({', '.join(names(family='dp-sgd-head'))}) for privacy_unit user, got {mechanism!r}."
+        )
     if records_per_user is None:
-        raise UsageError("records_per_user must be given (an integer G >= 1) with privacy_unit user, got none.")
+        raise UsageError(
+            "records_per_user must be given (an integer G >= 1) with privacy_unit user, got none."
+        )
     return positive_int("records_per_user", records_per_user)
 
 
@@ -66,9 +76,11 @@ def check_release_unit(release, privacy_unit: str | None, records_per_user: int 
     unit = one_of("privacy_unit", privacy_unit or "record", PRIVACY_UNITS)
     g_rel = (release.config or {}).get("records_per_user")
     if unit != release.privacy_unit or (records_per_user is not None and records_per_user != g_rel):
-        raise UsageError(f"privacy_unit and records_per_user must match the release ({release.privacy_unit}"
-                         f"{f', G={g_rel}' if g_rel is not None else ''}) or be omitted, got {unit}"
-                         f"{f', G={records_per_user}' if records_per_user is not None else ''}.")
+        raise UsageError(
+            f"privacy_unit and records_per_user must match the release ({release.privacy_unit}"
+            f"{f', G={g_rel}' if g_rel is not None else ''}) or be omitted, got {unit}"
+            f"{f', G={records_per_user}' if records_per_user is not None else ''}."
+        )
 
 
 # ------------------------------------------------------------------------------ a fresh request
@@ -82,8 +94,14 @@ def family_request(entry, audit: AuditRequest):
     given = _given_fields(audit)
     bad = [k for k, (v, changed) in given.items() if changed and k not in known]
     if bad:
-        raise UsageError(f"{bad[0]} must not be given for {audit.mechanism} (its request has {', '.join(sorted(known))}), got {given[bad[0]][0]!r}.")
-    kw = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, (v, _) in given.items() if k in known}
+        raise UsageError(
+            f"{bad[0]} must not be given for {audit.mechanism} (its request has {', '.join(sorted(known))}), got {given[bad[0]][0]!r}."
+        )
+    kw = {
+        k: os.fspath(v) if isinstance(v, os.PathLike) else v
+        for k, (v, _) in given.items()
+        if k in known
+    }
     if "epsilon" in known and audit.epsilon is None:
         kw["epsilon"] = entry.default_epsilon
     if "model" in known:
@@ -94,7 +112,11 @@ def family_request(entry, audit: AuditRequest):
 def _given_fields(audit: AuditRequest) -> dict:
     """name -> (value, differs from its default) of the audit's fields that describe the request."""
     skip = ("mechanism", "canary", "no_noise", *audit.RUN_FIELDS)
-    values = {f.name: (getattr(audit, f.name), f.default) for f in dataclasses.fields(audit) if f.name not in skip}
+    values = {
+        f.name: (getattr(audit, f.name), f.default)
+        for f in dataclasses.fields(audit)
+        if f.name not in skip
+    }
     return {k: (v, v != default) for k, (v, default) in values.items() if v is not None}
 
 
@@ -109,7 +131,9 @@ def target_for(audit: AuditRequest):
     request (:func:`family_request`), its plan, the mechanism's ``audit_target``."""
     entry = auditable_entry(audit.mechanism)
     check_privacy_unit(audit.mechanism, audit.privacy_unit, audit.records_per_user, audit.user_ids)
-    return generic_target(entry.name, family_request(entry, audit), canary=audit.canary, no_noise=audit.no_noise)
+    return generic_target(
+        entry.name, family_request(entry, audit), canary=audit.canary, no_noise=audit.no_noise
+    )
 
 
 def generic_target(mechanism: str, request, *, canary: str | None = None, no_noise: bool = False):
@@ -117,7 +141,9 @@ def generic_target(mechanism: str, request, *, canary: str | None = None, no_noi
     quantities: the same code path as its release) and its ``audit_target(plan, canary)``."""
     entry = lookup(mechanism)
     if not entry.canaries:
-        raise UsageError(f"mechanism must be auditable (a catalogue entry with canaries), got {mechanism!r}.")
+        raise UsageError(
+            f"mechanism must be auditable (a catalogue entry with canaries), got {mechanism!r}."
+        )
     mech = registry.mechanism(entry.name)
     canary = entry_canary(entry, canary)
     return mech.audit_target(mech.plan_of_audit(request), canary, no_noise=no_noise)
@@ -126,8 +152,15 @@ def generic_target(mechanism: str, request, *, canary: str | None = None, no_noi
 # ------------------------------------------------------------------------------ a release
 
 
-def target_from_release(release, *, canary: str | None = None, data_dir: str | os.PathLike | None = None,
-                        no_noise: bool = False, mechanism: str | None = None, user_ids=None):
+def target_from_release(
+    release,
+    *,
+    canary: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    no_noise: bool = False,
+    mechanism: str | None = None,
+    user_ids=None,
+):
     """The prepared audit target reproducing a release (``Release`` or path), by the module's steps
     with ``data_dir`` where the auditor keeps the data: the release's claim (its epsilon under its
     own accountant and its recorded event) is what is audited, on data whose public identity must
@@ -140,23 +173,44 @@ def target_from_release(release, *, canary: str | None = None, data_dir: str | o
     entry = _release_entry(rel, mechanism)
     req = release_request(rel)
     if user_ids is not None and rel.privacy_unit != "user":
-        raise UsageError(f"user ids must only be given for a user-level release, got a {rel.privacy_unit}-level release of {rel.mechanism}.")
+        raise UsageError(
+            f"user ids must only be given for a user-level release, got a {rel.privacy_unit}-level release of {rel.mechanism}."
+        )
     # where the auditor keeps the data, and the users it was made with (a user-level release's plan loads them)
     given = {"data_dir": None if data_dir is None else os.fspath(data_dir), "user_ids": user_ids}
-    req = dataclasses.replace(req, **{k: v for k, v in given.items() if v is not None and k in {f.name for f in dataclasses.fields(req)}})
+    req = dataclasses.replace(
+        req,
+        **{
+            k: v
+            for k, v in given.items()
+            if v is not None and k in {f.name for f in dataclasses.fields(req)}
+        },
+    )
     mech = registry.mechanism(entry.name)
-    plan = mech.plan_of_release(req, rel)  # checked against the release (contract.check_plan_matches_release)
-    return mech.audit_target(plan, entry_canary(entry, canary), release=rel, user_ids=user_ids, no_noise=no_noise)
+    plan = mech.plan_of_release(
+        req, rel
+    )  # checked against the release (contract.check_plan_matches_release)
+    return mech.audit_target(
+        plan, entry_canary(entry, canary), release=rel, user_ids=user_ids, no_noise=no_noise
+    )
 
 
 def _release_entry(rel, mechanism: str | None):
-    if mechanism is not None and ALIASES.get(mechanism, mechanism) != ALIASES.get(rel.mechanism, rel.mechanism):
-        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {mechanism!r}.")
+    if mechanism is not None and ALIASES.get(mechanism, mechanism) != ALIASES.get(
+        rel.mechanism, rel.mechanism
+    ):
+        raise UsageError(
+            f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {mechanism!r}."
+        )
     if rel.mechanism not in ALIASES or not lookup(rel.mechanism).canaries:
         auditable = sorted({n for n, e in CATALOGUE.items() if e.canaries})
-        raise UsageError(f"release mechanism must be one of {', '.join(auditable)}, got {rel.mechanism!r}.")
+        raise UsageError(
+            f"release mechanism must be one of {', '.join(auditable)}, got {rel.mechanism!r}."
+        )
     if rel.non_private:
-        raise UsageError("release must carry a privacy claim to be audited, got a non-private release.")
+        raise UsageError(
+            "release must carry a privacy claim to be audited, got a non-private release."
+        )
     entry = lookup(rel.mechanism)
     if entry.audit_only:  # gaussian releases are not produced by dpaudit train
         raise UsageError(f"release mechanism must be a trained model, got {rel.mechanism!r}.")

@@ -59,34 +59,121 @@ MODULE_CANARIES = ("max-clip", "mislabeled")
 _RVFL = "dp-sgd"
 
 #: The one table of mechanism names; one line per mechanism.
-CATALOGUE: dict[str, CatalogueEntry] = {e.name: e for e in (
-    CatalogueEntry("dp-rvfl", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="RVFL: direct link + 200 random tanh features, private head"),
-    CatalogueEntry("dp-elm-sgd", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="RVFL without the direct link (z = h)"),
-    CatalogueEntry("frozen-dense-matched", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="frozen tanh layer of width d'+200, no link"),
-    CatalogueEntry("logistic-raw", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="affine classifier on the full prepared input"),
-    CatalogueEntry("logistic-projected", _RVFL, "dp-sgd-head", HEAD_CANARIES, description="affine classifier on the projected input"),
-    CatalogueEntry("dp-dense", _RVFL, "dp-sgd-module", MODULE_CANARIES,
-                   description="fully connected baseline, all weights private"),
-    CatalogueEntry("dp-cnn", _RVFL, "dp-sgd-module", MODULE_CANARIES,
-                   description="CNN baseline (2-D images, 1-D tabular), all weights private"),
-    CatalogueEntry("dp-attention", _RVFL, "dp-sgd-module", MODULE_CANARIES,
-                   description="compact attention control (images)"),
-    CatalogueEntry("dp-gru", _RVFL, "dp-sgd-module", MODULE_CANARIES,
-                   description="GRU over image rows (tabular: features), all weights private"),
-    CatalogueEntry("dp-elm", "dp-elm", "dp-elm", ("worst-case", "natural", "mislabeled"),
-                   description="Laplace DP-ELM: noise L(L+2)/eps on H^T H and H^T Y (pure epsilon-DP)"),
-    CatalogueEntry("dp-mixmin", "dp-mixmin", "dp-mixmin", ("max-clip", "natural", "mislabeled"), 1.0,
-                   aliases=("mixmin",), description="DP-MixMin: public-data mixture weights learned privately"),
-    CatalogueEntry("noisy-sum", "noisy-sum", "other", ("max-clip", "natural"), 1.0, description="clipped sum of a dataset's rows + Gaussian noise (docs/architecture.md example)"),
-    CatalogueEntry("gaussian", "gaussian", "gaussian", ("max-clip", "natural"), 1.0, audit_only=True,
-                   description="synthetic Gaussian sum query with an exact epsilon (audit calibration target only)"),
-)}
+CATALOGUE: dict[str, CatalogueEntry] = {
+    e.name: e
+    for e in (
+        CatalogueEntry(
+            "dp-rvfl",
+            _RVFL,
+            "dp-sgd-head",
+            HEAD_CANARIES,
+            description="RVFL: direct link + 200 random tanh features, private head",
+        ),
+        CatalogueEntry(
+            "dp-elm-sgd",
+            _RVFL,
+            "dp-sgd-head",
+            HEAD_CANARIES,
+            description="RVFL without the direct link (z = h)",
+        ),
+        CatalogueEntry(
+            "frozen-dense-matched",
+            _RVFL,
+            "dp-sgd-head",
+            HEAD_CANARIES,
+            description="frozen tanh layer of width d'+200, no link",
+        ),
+        CatalogueEntry(
+            "logistic-raw",
+            _RVFL,
+            "dp-sgd-head",
+            HEAD_CANARIES,
+            description="affine classifier on the full prepared input",
+        ),
+        CatalogueEntry(
+            "logistic-projected",
+            _RVFL,
+            "dp-sgd-head",
+            HEAD_CANARIES,
+            description="affine classifier on the projected input",
+        ),
+        CatalogueEntry(
+            "dp-dense",
+            _RVFL,
+            "dp-sgd-module",
+            MODULE_CANARIES,
+            description="fully connected baseline, all weights private",
+        ),
+        CatalogueEntry(
+            "dp-cnn",
+            _RVFL,
+            "dp-sgd-module",
+            MODULE_CANARIES,
+            description="CNN baseline (2-D images, 1-D tabular), all weights private",
+        ),
+        CatalogueEntry(
+            "dp-attention",
+            _RVFL,
+            "dp-sgd-module",
+            MODULE_CANARIES,
+            description="compact attention control (images)",
+        ),
+        CatalogueEntry(
+            "dp-gru",
+            _RVFL,
+            "dp-sgd-module",
+            MODULE_CANARIES,
+            description="GRU over image rows (tabular: features), all weights private",
+        ),
+        CatalogueEntry(
+            "dp-elm",
+            "dp-elm",
+            "dp-elm",
+            ("worst-case", "natural", "mislabeled"),
+            description="Laplace DP-ELM: noise L(L+2)/eps on H^T H and H^T Y (pure epsilon-DP)",
+        ),
+        CatalogueEntry(
+            "dp-mixmin",
+            "dp-mixmin",
+            "dp-mixmin",
+            ("max-clip", "natural", "mislabeled"),
+            1.0,
+            aliases=("mixmin",),
+            description="DP-MixMin: public-data mixture weights learned privately",
+        ),
+        CatalogueEntry(
+            "noisy-sum",
+            "noisy-sum",
+            "other",
+            ("max-clip", "natural"),
+            1.0,
+            description="clipped sum of a dataset's rows + Gaussian noise (docs/architecture.md example)",
+        ),
+        CatalogueEntry(
+            "gaussian",
+            "gaussian",
+            "gaussian",
+            ("max-clip", "natural"),
+            1.0,
+            audit_only=True,
+            description="synthetic Gaussian sum query with an exact epsilon (audit calibration target only)",
+        ),
+    )
+}
 
 #: Alias -> canonical name (every canonical name maps to itself).
-ALIASES: dict[str, str] = {**{e.name: e.name for e in CATALOGUE.values()}, **{a: e.name for e in CATALOGUE.values() for a in e.aliases}}
+ALIASES: dict[str, str] = {
+    **{e.name: e.name for e in CATALOGUE.values()},
+    **{a: e.name for e in CATALOGUE.values() for a in e.aliases},
+}
 
 
-def names(*, family: str | tuple[str, ...] | None = None, trainable: bool | None = None, auditable: bool | None = None) -> tuple[str, ...]:
+def names(
+    *,
+    family: str | tuple[str, ...] | None = None,
+    trainable: bool | None = None,
+    auditable: bool | None = None,
+) -> tuple[str, ...]:
     """Canonical names in catalogue order, optionally only those of ``family`` (one or several),
     those ``dpaudit train`` releases (``trainable``) or those with an audit (``auditable``)."""
     fams = (family,) if isinstance(family, str) else family

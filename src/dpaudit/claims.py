@@ -67,10 +67,14 @@ def steps_accounted(release) -> int | None:
     return None
 
 
-def steps_problem(steps_executed: int | None, steps_accounted: int | None, *, missing_ok: bool = True) -> str | None:
+def steps_problem(
+    steps_executed: int | None, steps_accounted: int | None, *, missing_ok: bool = True
+) -> str | None:
     """Rule 2: why executed and accounted steps disagree, else None. ``missing_ok``: a count not recorded (None: older releases)
     is no problem; the release paths pass False (a run that cannot say how many steps it executed is withheld)."""
-    if steps_executed == steps_accounted or (missing_ok and (steps_executed is None or steps_accounted is None)):
+    if steps_executed == steps_accounted or (
+        missing_ok and (steps_executed is None or steps_accounted is None)
+    ):
         return None
     return f"steps executed ({steps_executed}) differ from steps accounted ({steps_accounted})"
 
@@ -90,6 +94,7 @@ def exceeds_claim(recomputed: float, claimed: float) -> bool:
 @dataclass(frozen=True)
 class Recomputed:
     """Epsilon of a stored guarantee recomputed by one accountant; ``error`` says why not."""
+
     epsilon: float | None
     lower: float | None = None
     estimate: float | None = None
@@ -104,7 +109,9 @@ class Recomputed:
 _RECOMPUTED: dict[str, Recomputed] = {}
 
 
-def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adjacency: str) -> Recomputed:
+def recompute_epsilon(
+    guarantee: Any, delta: float | None, accountant: str, adjacency: str
+) -> Recomputed:
     """The epsilon of the stored ``guarantee`` at ``delta`` with ``accountant`` under ``adjacency``. Never raises for bad stored
     data: an unsupported event, a malformed guarantee or a numerical failure of an accountant library is returned as ``error``
     with no number (fail closed)."""
@@ -113,7 +120,12 @@ def recompute_epsilon(guarantee: Any, delta: float | None, accountant: str, adja
     if hit is not None:
         return hit
     try:
-        r = accounting.compute_epsilon(accounting.event_from_dict(guarantee), delta=delta, accountant=accountant, adjacency=adjacency)
+        r = accounting.compute_epsilon(
+            accounting.event_from_dict(guarantee),
+            delta=delta,
+            accountant=accountant,
+            adjacency=adjacency,
+        )
         out = Recomputed(r.epsilon, r.epsilon_lower, r.epsilon_estimate)
     except DPAuditError as e:
         out = Recomputed(None, error=str(e))
@@ -131,6 +143,7 @@ class ClaimCheck:
     """The verdict on one release's claim (the rules: module docstring). ``status``: ok | mismatch | unverified | no-claim, with
     a one-line ``reason``; ``ok`` only for ok and no-claim (an unverified claim is not ok). ``epsilon_status`` /
     ``epsilon_reason``: rules 3-5 alone (before the steps rule), so a caller can tell the two problems apart."""
+
     status: str
     reason: str
     release_id: str
@@ -161,7 +174,9 @@ class ClaimCheck:
         return {"ok": self.ok, **asdict(self)}
 
 
-def _not_recomputable(release, claimed: float | None, delta: float | None) -> tuple[str, str] | None:
+def _not_recomputable(
+    release, claimed: float | None, delta: float | None
+) -> tuple[str, str] | None:
     """Rules 3-5 before any recomputation: (status, reason) when the claim cannot be recomputed, else None."""
     acc, known = release.accountant, accounting.ACCOUNTANTS
     if not isinstance(acc, str) or acc not in known:
@@ -169,11 +184,16 @@ def _not_recomputable(release, claimed: float | None, delta: float | None) -> tu
     if claimed is None:
         return "mismatch", "the release states no numeric epsilon"
     if acc != "pure" and (delta is None or not 0 < delta < 1):
-        return "unverified", f"cannot recompute the {acc} epsilon: delta must be in (0, 1), got {release.delta!r}"
+        return (
+            "unverified",
+            f"cannot recompute the {acc} epsilon: delta must be in (0, 1), got {release.delta!r}",
+        )
     return None
 
 
-def _epsilon_verdict(release, claimed: float | None, delta: float | None, target: float | None) -> tuple[str, str, float | None]:
+def _epsilon_verdict(
+    release, claimed: float | None, delta: float | None, target: float | None
+) -> tuple[str, str, float | None]:
     """Rules 3-5: (status, reason, recomputed epsilon)."""
     acc, recomputed = release.accountant, None
     refused = _not_recomputable(release, claimed, delta)
@@ -185,9 +205,15 @@ def _epsilon_verdict(release, claimed: float | None, delta: float | None, target
         if recomputed is None:
             status, reason = "unverified", f"cannot recompute the {acc} epsilon: {res.error}"
         elif exceeds_claim(recomputed, claimed):
-            status, reason = "mismatch", f"recomputed {acc} epsilon {recomputed:.4f} > claimed {claimed:.4f}"
+            status, reason = (
+                "mismatch",
+                f"recomputed {acc} epsilon {recomputed:.4f} > claimed {claimed:.4f}",
+            )
         else:
-            status, reason = "ok", f"recomputed {acc} epsilon {recomputed:.4f} <= claimed {claimed:.4f}"
+            status, reason = (
+                "ok",
+                f"recomputed {acc} epsilon {recomputed:.4f} <= claimed {claimed:.4f}",
+            )
     over = target_problem(claimed, target) if claimed is not None else None
     if over is not None:
         status, reason = "mismatch", over
@@ -203,16 +229,36 @@ def verify_claim(release) -> ClaimCheck:
     target = number(release.target_epsilon)
     s_exec = integer(release.steps_executed)
     s_acc = steps_accounted(release)
-    common = dict(release_id=str(release.id), accountant=str(release.accountant), adjacency=str(release.adjacency),
-                  delta=delta, recorded_epsilon=claimed, target_epsilon=target, steps_executed=s_exec, steps_accounted=s_acc)
+    common = dict(
+        release_id=str(release.id),
+        accountant=str(release.accountant),
+        adjacency=str(release.adjacency),
+        delta=delta,
+        recorded_epsilon=claimed,
+        target_epsilon=target,
+        steps_executed=s_exec,
+        steps_accounted=s_acc,
+    )
     if release.non_private:
         why = "non-private release: no privacy claim"
-        return ClaimCheck(status="no-claim", reason=why, recomputed_epsilon=None, epsilon_status="no-claim",
-                          epsilon_reason=why, **common)
+        return ClaimCheck(
+            status="no-claim",
+            reason=why,
+            recomputed_epsilon=None,
+            epsilon_status="no-claim",
+            epsilon_reason=why,
+            **common,
+        )
     eps_status, eps_reason, recomputed = _epsilon_verdict(release, claimed, delta, target)
     status, reason = eps_status, eps_reason
     steps = steps_problem(s_exec, s_acc)
     if steps is not None:
         status, reason = "mismatch", steps
-    return ClaimCheck(status=status, reason=reason, recomputed_epsilon=recomputed, epsilon_status=eps_status,
-                      epsilon_reason=eps_reason, **common)
+    return ClaimCheck(
+        status=status,
+        reason=reason,
+        recomputed_epsilon=recomputed,
+        epsilon_status=eps_status,
+        epsilon_reason=eps_reason,
+        **common,
+    )

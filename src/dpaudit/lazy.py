@@ -17,7 +17,17 @@ import types
 from typing import Callable
 
 #: The stacks that may be bound lazily (tests/test_import_graph.py allows no other deferred import).
-HEAVY = ("numpy", "scipy", "torch", "torchvision", "matplotlib", "opacus", "prv_accountant", "sklearn", "cryptography")
+HEAVY = (
+    "numpy",
+    "scipy",
+    "torch",
+    "torchvision",
+    "matplotlib",
+    "opacus",
+    "prv_accountant",
+    "sklearn",
+    "cryptography",
+)
 
 _STAND_INS: dict[str, _StandIn] = {}
 
@@ -51,7 +61,9 @@ def lazy_import(name: str) -> types.ModuleType:
     return stand_in
 
 
-def torch_module_classes(namespace: dict, *names: str) -> tuple[Callable[[str], type], Callable[[], None]]:
+def torch_module_classes(
+    namespace: dict, *names: str
+) -> tuple[Callable[[str], type], Callable[[], None]]:
     """``(__getattr__, build)`` for a module whose ``torch.nn.Module`` classes ``names`` are written as plain mixins ``_<name>``.
 
     ``class Dense(nn.Module)`` would run torch when the module is imported; here ``build()`` (or the first
@@ -62,7 +74,11 @@ def torch_module_classes(namespace: dict, *names: str) -> tuple[Callable[[str], 
         nn = importlib.import_module("torch.nn")
         for name in names:
             if name not in namespace:
-                namespace[name] = type(name, (namespace[f"_{name}"], nn.Module), {"__module__": namespace["__name__"], "__qualname__": name})
+                namespace[name] = type(
+                    name,
+                    (namespace[f"_{name}"], nn.Module),
+                    {"__module__": namespace["__name__"], "__qualname__": name},
+                )
 
     def __getattr__(name: str) -> type:
         if name not in names:

@@ -85,8 +85,11 @@ from dataclasses import dataclass
 from .errors import UsageError
 from .lazy import lazy_import
 from .validation import one_of
+
 np = lazy_import("numpy")
-torch = lazy_import("torch")  # requests and mechanisms validate without torch (docs/architecture.md, rule 2)
+torch = lazy_import(
+    "torch"
+)  # requests and mechanisms validate without torch (docs/architecture.md, rule 2)
 ciphers = lazy_import("cryptography.hazmat.primitives.ciphers")
 
 NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
@@ -101,18 +104,18 @@ _NOISE_STREAM_TAG = 0x6E6F697365  # "noise"
 
 _GENERATORS = {
     "os-entropy": "numpy PCG64 + torch MT19937 seeded with 128 bits of OS entropy (not a CSPRNG); Gaussian uniforms: "
-                  "AES-256-CTR keyed from the same entropy",
+    "AES-256-CTR keyed from the same entropy",
     "reproducible": "numpy PCG64 + torch MT19937 derived from the public seed (not secret); Gaussian uniforms: "
-                    "AES-256-CTR keyed from the seed",
+    "AES-256-CTR keyed from the seed",
     "cryptographic": "ChaCha20 keystream (OpenSSL via cryptography) keyed with 256 bits from os.urandom; Gaussian "
-                     "uniforms: AES-256-CTR keyed from the ChaCha20 keystream",
+    "uniforms: AES-256-CTR keyed from the ChaCha20 keystream",
     "reproducible-secret": "numpy PCG64 + torch MT19937 derived from a secret noise seed (>= 128 bits, kept in the "
-                           "operator's seed file, never published); Gaussian uniforms: AES-256-CTR keyed from it",
+    "operator's seed file, never published); Gaussian uniforms: AES-256-CTR keyed from it",
 }
 # A fixed, public tag for noise derived from a secret noise seed (its own stream family).
 _SECRET_STREAM_TAG = 0x736563726574  # "secret"
 
-_TWO_POW_M53 = 2.0 ** -53
+_TWO_POW_M53 = 2.0**-53
 _REKEY_BYTES = 2**34  # well below the 2^32-block (256 GiB) ChaCha20 counter space
 _CHUNK_BYTES = 1 << 20
 # A fixed, public tag for the generator of the Gaussian uniforms (os-entropy / reproducible): its stream is independent of the
@@ -139,8 +142,14 @@ GAUSSIAN_SAMPLER_DESCRIPTION = (
 )
 
 
-def box_muller(u1: np.ndarray, u2: np.ndarray, out: np.ndarray | None = None, *, scratch: bool = False,
-               work: np.ndarray | None = None) -> np.ndarray:
+def box_muller(
+    u1: np.ndarray,
+    u2: np.ndarray,
+    out: np.ndarray | None = None,
+    *,
+    scratch: bool = False,
+    work: np.ndarray | None = None,
+) -> np.ndarray:
     """The Gaussian sampler as a pure function of its uniforms: an array (2, P) holding ``r cos(2 pi u2)`` (row 0) and ``r sin(2
     pi u2)`` (row 1), r = sqrt(-2 ln u1).
 
@@ -157,7 +166,9 @@ def box_muller(u1: np.ndarray, u2: np.ndarray, out: np.ndarray | None = None, *,
         u2 = np.array(u2, dtype=dt)
     if out is None:
         out = np.empty((2,) + u1.shape, dtype=dt)
-    np.log(u1, out=u1)  # NumPy's vectorised float64 log (measured 3.5x torch's here, and no torch import)
+    np.log(
+        u1, out=u1
+    )  # NumPy's vectorised float64 log (measured 3.5x torch's here, and no torch import)
     if dt == np.float64:
         r = np.sqrt(np.multiply(u1, -2.0, out=u1), out=u1)
     else:
@@ -206,12 +217,16 @@ def noise_tail_delta(n_values: int, epsilon: float, delta: float) -> float:
 MAX_TAIL_FRACTION = 0.01
 
 
-def gaussian_run_tail(steps: int, values_per_step: int, epsilon: float, delta: float, *, what: str = "release") -> float:
+def gaussian_run_tail(
+    steps: int, values_per_step: int, epsilon: float, delta: float, *, what: str = "release"
+) -> float:
     """The checked ``noise_tail_delta`` of a Gaussian run that draws ``values_per_step`` noise values at each of ``steps`` steps
     (both public: every step is noised, empty Poisson batches included): :func:`noise_tail_delta`, refused above 1 % of ``delta``
     (:func:`check_noise_tail`). Call it with the target epsilon before training (the tail grows with epsilon) and with the claimed
     epsilon for the release."""
-    return check_noise_tail(noise_tail_delta(int(steps) * int(values_per_step), epsilon, delta), delta, what=what)
+    return check_noise_tail(
+        noise_tail_delta(int(steps) * int(values_per_step), epsilon, delta), delta, what=what
+    )
 
 
 def check_noise_tail(tail_delta: float, delta: float, *, what: str = "release") -> float:
@@ -227,12 +242,15 @@ def check_noise_tail(tail_delta: float, delta: float, *, what: str = "release") 
 @dataclass(frozen=True)
 class NoiseSpec:
     """How DP noise was produced, as recorded in a release (``noise_source``)."""
+
     source: str  # one of NOISE_SOURCES
     seed: int | None  # only for "reproducible"; None otherwise (entropy is never recorded)
 
     def to_dict(self) -> dict:
         d = {
-            "source": self.source, "seed": self.seed, "secret": self.source != "reproducible",
+            "source": self.source,
+            "seed": self.seed,
+            "secret": self.source != "reproducible",
             "generator": _GENERATORS[self.source],
         }
         if self.source in REPRODUCIBLE_SOURCES:  # which seed the noise is a function of
@@ -281,7 +299,9 @@ class _AesCtrStream:
     which is what keeps 53-bit Box-Muller as cheap as torch's 24-bit ``randn``."""
 
     def __init__(self, key: bytes):
-        self._enc = ciphers.Cipher(ciphers.algorithms.AES(bytes(key)), ciphers.modes.CTR(bytes(16))).encryptor()
+        self._enc = ciphers.Cipher(
+            ciphers.algorithms.AES(bytes(key)), ciphers.modes.CTR(bytes(16))
+        ).encryptor()
         self._zeros = memoryview(b"")
 
     def read_into(self, buf: np.ndarray) -> np.ndarray:
@@ -302,7 +322,12 @@ class _AesCtrStream:
 def _gauss_key(entropy) -> bytes:
     """The 32-byte AES key of the Gaussian uniforms, derived from a source's entropy (its own SeedSequence branch, so independent
     of the source's numpy/torch streams)."""
-    return np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,)).generate_state(8, np.uint32).astype("<u4").tobytes()
+    return (
+        np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,))
+        .generate_state(8, np.uint32)
+        .astype("<u4")
+        .tobytes()
+    )
 
 
 def _shape_size(shape) -> tuple[tuple[int, ...], int]:
@@ -324,7 +349,10 @@ class NoiseSource:
         if source in REPRODUCIBLE_SOURCES:
             if seed is None:
                 raise ValueError("reproducible noise needs a seed")
-            entropy = [int(seed), _NOISE_STREAM_TAG if source == "reproducible" else _SECRET_STREAM_TAG]
+            entropy = [
+                int(seed),
+                _NOISE_STREAM_TAG if source == "reproducible" else _SECRET_STREAM_TAG,
+            ]
         elif source == "cryptographic":
             self._stream = _ChaCha20Stream()
             entropy = int.from_bytes(self._stream.read(32), "little")
@@ -395,13 +423,17 @@ class NoiseSource:
         """``n`` uniforms k 2^-53 in [0, 1) (k = the top 53 bits of a keystream word)."""
         return (self._gauss.uint64(n) >> np.uint64(11)).astype(np.float64) * _TWO_POW_M53
 
-    def _u1(self, n: int, out: np.ndarray | None = None, words: np.ndarray | None = None) -> np.ndarray:
+    def _u1(
+        self, n: int, out: np.ndarray | None = None, words: np.ndarray | None = None
+    ) -> np.ndarray:
         """``n`` radius uniforms u1 = 1 - k 2^-53, the lowest cell refined (module docstring), into ``out`` if given (``words``: a
         uint64 (n,) scratch array)."""
         k = self._gauss.read_into(np.empty(n, dtype=np.uint64) if words is None else words)
         np.right_shift(k, np.uint64(11), out=k)
         lowest = k.max(initial=0) == 2**53 - 1  # u1 = 2^-53, the lowest cell: rare (2^-53)
-        u1 = np.multiply(k.view(np.int64), -_TWO_POW_M53, out=out, casting="unsafe")  # exact: k < 2^53
+        u1 = np.multiply(
+            k.view(np.int64), -_TWO_POW_M53, out=out, casting="unsafe"
+        )  # exact: k < 2^53
         np.add(u1, 1.0, out=u1)
         return refine_lowest_cell(u1, self._u53) if lowest else u1
 
@@ -420,9 +452,16 @@ class NoiseSource:
 
     def _refill32(self) -> None:
         p = _CHUNK_PAIRS
-        if self._buf32.size != 2 * p:  # allocated once per source: fresh pages cost as much as the math
+        if (
+            self._buf32.size != 2 * p
+        ):  # allocated once per source: fresh pages cost as much as the math
             self._buf32 = np.empty(2 * p, dtype=np.float32)
-            self._work = (np.empty(p), np.empty(p, dtype=np.float32), np.empty(p, dtype=np.float32), np.empty(p, dtype=np.uint64))
+            self._work = (
+                np.empty(p),
+                np.empty(p, dtype=np.float32),
+                np.empty(p, dtype=np.float32),
+                np.empty(p, dtype=np.uint64),
+            )
         u1, u2, r, words = self._work
         self._u1(p, out=u1, words=words)
         self._u24_into(u2, words=words[: (p + 1) // 2].view(np.uint32)[:p])
@@ -439,7 +478,9 @@ class NoiseSource:
             if self._pos32 >= self._buf32.size:
                 self._refill32()
             take = min(n - pos, self._buf32.size - self._pos32)
-            np.multiply(self._buf32[self._pos32:self._pos32 + take], scale, out=flat[pos:pos + take])
+            np.multiply(
+                self._buf32[self._pos32 : self._pos32 + take], scale, out=flat[pos : pos + take]
+            )
             self._pos32 += take
             pos += take
         return out

@@ -55,17 +55,36 @@ def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, 
     if release is not None:
         target = target_from_release(release, data_dir=data_dir)
     else:
-        target = target_for(AuditRequest(mechanism=mechanism, epsilon=epsilon, delta=delta,
-                                         dataset=dataset or "digits", data_dir=data_dir,
-                                         profile=profile, epochs=epochs))
-    claim = dict(event=target.claimed_event, accountant=target.accountant,
-                 adjacency=target.adjacency, delta=target.delta,
-                 claimed_epsilon=target.claimed_epsilon)
+        target = target_for(
+            AuditRequest(
+                mechanism=mechanism,
+                epsilon=epsilon,
+                delta=delta,
+                dataset=dataset or "digits",
+                data_dir=data_dir,
+                profile=profile,
+                epochs=epochs,
+            )
+        )
+    claim = dict(
+        event=target.claimed_event,
+        accountant=target.accountant,
+        adjacency=target.adjacency,
+        delta=target.delta,
+        claimed_epsilon=target.claimed_epsilon,
+    )
     return target.model, target.prepared, target.config, claim
 
 
-def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None, command: str | None = None, record: bool = True,
-                ledger_path=None, plan=None) -> OneRunResult:
+def run_one_run(
+    audit: AuditRequest,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    command: str | None = None,
+    record: bool = True,
+    ledger_path=None,
+    plan=None,
+) -> OneRunResult:
     """One-run audit of ``audit.mechanism`` (a DP-SGD head model or dp-dense / dp-cnn /
     dp-attention) with ``audit.canaries`` canaries of ``audit.one_run_kind``; ``audit.release``
     (a Release or its path) audits the recorded configuration and claim. Returns the
@@ -78,13 +97,31 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, its inclusion coins
     from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`)."""
     m = positive_int("canaries", audit.canaries, 2)
-    rel = None if audit.release is None else audit.release if isinstance(audit.release, Release) else read_release(audit.release)
+    rel = (
+        None
+        if audit.release is None
+        else audit.release
+        if isinstance(audit.release, Release)
+        else read_release(audit.release)
+    )
     release_id = None if rel is None else rel.id
-    release_path = None if rel is None or isinstance(audit.release, Release) else str(Path(audit.release).resolve())
-    if rel is not None and rel.mechanism in MODULE_MODELS and audit.mechanism not in (None, rel.mechanism):
-        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}.")
+    release_path = (
+        None
+        if rel is None or isinstance(audit.release, Release)
+        else str(Path(audit.release).resolve())
+    )
+    if (
+        rel is not None
+        and rel.mechanism in MODULE_MODELS
+        and audit.mechanism not in (None, rel.mechanism)
+    ):
+        raise UsageError(
+            f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}."
+        )
     name = rel.mechanism if rel is not None else audit.mechanism
-    noise = NoiseSource("reproducible", seed=audit.seed) if audit.reproducible_noise else NoiseSource()
+    noise = (
+        NoiseSource("reproducible", seed=audit.seed) if audit.reproducible_noise else NoiseSource()
+    )
     run_id = uuid.uuid4().hex
     cost = (ledger_path, release_id, run_id) if record else None
     coins = None if plan is None else plan_coins(plan.seeds["coins"], m)
@@ -96,13 +133,28 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
     else:
         claim, scores = _heads(rel, audit, m=m, noise=noise, cost=cost, coins=coins)
     t1 = time.perf_counter()
-    bounds = one_run_bounds(scores, delta=claim["delta"], confidence=audit.confidence, claim=claim["event"], accountant=claim["accountant"],
-                            adjacency=claim["adjacency"], claimed_epsilon=claim["claimed_epsilon"])
+    bounds = one_run_bounds(
+        scores,
+        delta=claim["delta"],
+        confidence=audit.confidence,
+        claim=claim["event"],
+        accountant=claim["accountant"],
+        adjacency=claim["adjacency"],
+        claimed_epsilon=claim["claimed_epsilon"],
+    )
     t2 = time.perf_counter()
-    result = OneRunResult(bounds=bounds, mechanism=name, noise=not audit.no_noise, command=command, release_id=release_id,
-                          release_path=release_path, timings={"train_and_score_s": t1 - t0, "analysis_s": t2 - t1}, id=run_id,
-                          plan=None if plan is None else plan.reveal,
-                          power=one_run_power_of(bounds))
+    result = OneRunResult(
+        bounds=bounds,
+        mechanism=name,
+        noise=not audit.no_noise,
+        command=command,
+        release_id=release_id,
+        release_path=release_path,
+        timings={"train_and_score_s": t1 - t0, "analysis_s": t2 - t1},
+        id=run_id,
+        plan=None if plan is None else plan.reveal,
+        power=one_run_power_of(bounds),
+    )
     if out_dir is not None:
         write_one_run(result, out_dir)
     if plan is not None:
@@ -113,44 +165,98 @@ def run_one_run(audit: AuditRequest, *, out_dir: str | os.PathLike | None = None
 def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
     if a.privacy_unit != "record":
-        raise UsageError(f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}.")
+        raise UsageError(
+            f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}."
+        )
     device = resolve_device(a.device)  # before the data are loaded
-    model, data, cfg, claim = module_setup(name, release=rel, epsilon=a.epsilon, delta=a.delta, dataset=a.dataset, data_dir=a.data_dir,
-                                            profile=a.profile, epochs=a.epochs)
+    model, data, cfg, claim = module_setup(
+        name,
+        release=rel,
+        epsilon=a.epsilon,
+        delta=a.delta,
+        dataset=a.dataset,
+        data_dir=a.data_dir,
+        profile=a.profile,
+        epochs=a.epochs,
+    )
     if cost is not None:
-        _record_cost(name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost)
+        _record_cost(
+            name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost
+        )
     with JobProgress("steps") as bar:
-        scores = modules_one_run(model, data, cfg, canaries=m, noise=noise, seed=a.seed if rel is None else int(rel.seed),
-                                 kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins,
-                                 device=device,
-                                 progress=bar.steps(f"one-run training ({m} canaries)"))
+        scores = modules_one_run(
+            model,
+            data,
+            cfg,
+            canaries=m,
+            noise=noise,
+            seed=a.seed if rel is None else int(rel.seed),
+            kind=a.one_run_kind,
+            noise_on=not a.no_noise,
+            coins=coins,
+            device=device,
+            progress=bar.steps(f"one-run training ({m} canaries)"),
+        )
     return claim, scores
 
 
 def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, run_id) -> None:
     """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
     with open_ledger(ledger_path) as led:
-        led.record_audit(audit_id=run_id, dataset=dataset, partition="train", adjacency=adjacency, event=event, trials=1,
-                         mechanism=mechanism, unbounded_reason=None if event is not None else "the no-noise one-run control trains without DP noise",
-                         release_id=release_id)
+        led.record_audit(
+            audit_id=run_id,
+            dataset=dataset,
+            partition="train",
+            adjacency=adjacency,
+            event=event,
+            trials=1,
+            mechanism=mechanism,
+            unbounded_reason=None
+            if event is not None
+            else "the no-noise one-run control trains without DP noise",
+            release_id=release_id,
+        )
 
 
 def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     if rel is not None:
-        target = target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism, user_ids=a.user_ids)
+        target = target_from_release(
+            rel, data_dir=a.data_dir, mechanism=a.mechanism, user_ids=a.user_ids
+        )
         seed = int(rel.seed)
     else:
         target, seed = target_for(dataclasses.replace(a, canary=None, no_noise=False)), a.seed
     if not isinstance(target, (HeadTarget, UserHeadTarget)):
-        raise UsageError(f"mechanism must be a DP-SGD head model or one of {', '.join(MODULE_MODELS)} for a one-run audit, "
-                         f"got {a.mechanism!r}.")
+        raise UsageError(
+            f"mechanism must be a DP-SGD head model or one of {', '.join(MODULE_MODELS)} for a one-run audit, "
+            f"got {a.mechanism!r}."
+        )
     if cost is not None:  # (ledger path, release id): the run's cost, before it trains
         scope = target.private_data()
-        _record_cost(target.mechanism, scope["dataset"], target.adjacency, None if a.no_noise else target.claimed_event, *cost)
+        _record_cost(
+            target.mechanism,
+            scope["dataset"],
+            target.adjacency,
+            None if a.no_noise else target.claimed_event,
+            *cost,
+        )
     with JobProgress("steps") as bar:
-        scores = heads_one_run(target, canaries=m, noise=noise, seed=seed, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins,
-                               progress=bar.steps(f"one-run training ({m} canaries)"))
-    return dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
-                delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon)), scores
+        scores = heads_one_run(
+            target,
+            canaries=m,
+            noise=noise,
+            seed=seed,
+            kind=a.one_run_kind,
+            noise_on=not a.no_noise,
+            coins=coins,
+            progress=bar.steps(f"one-run training ({m} canaries)"),
+        )
+    return dict(
+        event=target.claimed_event,
+        accountant=target.accountant,
+        adjacency=target.adjacency,
+        delta=float(target.delta),
+        claimed_epsilon=float(target.claimed_epsilon),
+    ), scores

@@ -51,8 +51,10 @@ def check_new_folder(folder: str | os.PathLike, *, name: str = "out", names=RESU
     ever overwritten, so an earlier run's files and the ledger entries that point at them agree."""
     found = results_in(folder, names)
     if found:
-        raise UsageError(f"{name} must be a folder without results, got {str(folder)!r} (it holds {str(found[0])!r}); give a new "
-                         f"--{name.replace('_', '-')}, or leave it out for a fresh folder: results are never overwritten.")
+        raise UsageError(
+            f"{name} must be a folder without results, got {str(folder)!r} (it holds {str(found[0])!r}); give a new "
+            f"--{name.replace('_', '-')}, or leave it out for a fresh folder: results are never overwritten."
+        )
     return Path(folder)
 
 
@@ -71,10 +73,14 @@ def check_new_file(path: str | os.PathLike, *, name: str = "out") -> Path:
     cannot hold it: a file a user produced is never replaced."""
     p = Path(path).expanduser()
     if p.is_dir():
-        raise UsageError(f"{name} must be a file path, got {str(path)!r} (a folder); give a file name such as {str(p / 'report.html')!r}.")
+        raise UsageError(
+            f"{name} must be a file path, got {str(path)!r} (a folder); give a file name such as {str(p / 'report.html')!r}."
+        )
     if p.exists():
-        raise UsageError(f"{name} must be a new file, got {str(path)!r} (it exists); give another --{name.replace('_', '-')}: "
-                         "files are never overwritten.")
+        raise UsageError(
+            f"{name} must be a new file, got {str(path)!r} (it exists); give another --{name.replace('_', '-')}: "
+            "files are never overwritten."
+        )
     return p
 
 

@@ -21,8 +21,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 from .console import err_console, print_message
@@ -103,9 +109,11 @@ class _Line:
     def text(self, unit: str, now: float) -> str:
         eta = self.eta(now)
         percent = 100 * self.done // max(self.total, 1)
-        return (f"{self.description}: {self.done}/{self.total} {unit} ({percent}%)"
-                f"{' ' + self.info if self.info else ''}, elapsed {_clock(now - self.start)}"
-                f"{'' if eta is None else ', ETA ' + _clock(eta)}")
+        return (
+            f"{self.description}: {self.done}/{self.total} {unit} ({percent}%)"
+            f"{' ' + self.info if self.info else ''}, elapsed {_clock(now - self.start)}"
+            f"{'' if eta is None else ', ETA ' + _clock(eta)}"
+        )
 
 
 def _terminal_bar(unit: str, lines: list[_Line], console):
@@ -114,11 +122,20 @@ def _terminal_bar(unit: str, lines: list[_Line], console):
     class EtaColumn(ProgressColumn):
         def render(self, task) -> Text:
             eta = lines[task.id].eta(time.monotonic()) if task.id < len(lines) else None
-            return Text("ETA " + ("-:--:--" if eta is None else _clock(eta)), style="progress.remaining")
+            return Text(
+                "ETA " + ("-:--:--" if eta is None else _clock(eta)), style="progress.remaining"
+            )
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn(f"{unit} {{task.fields[info]}}"), TimeElapsedColumn(), EtaColumn(),
-                    console=console, transient=False)
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(f"{unit} {{task.fields[info]}}"),
+        TimeElapsedColumn(),
+        EtaColumn(),
+        console=console,
+        transient=False,
+    )
 
 
 class JobProgress:
@@ -128,8 +145,15 @@ class JobProgress:
     (default :func:`period_s`): the most seconds between lines of an unfinished task, also between updates
     while the job runs inside :func:`heartbeat`. Use as a context manager."""
 
-    def __init__(self, unit: str, *, enabled: bool = True, console=None, every_s: float | None = None,
-                 quiet_s: float | None = None) -> None:
+    def __init__(
+        self,
+        unit: str,
+        *,
+        enabled: bool = True,
+        console=None,
+        every_s: float | None = None,
+        quiet_s: float | None = None,
+    ) -> None:
         self.unit, self.enabled = unit, enabled
         self.every_s = period_s() if every_s is None else every_s
         self.quiet_s = QUIET_S if quiet_s is None else quiet_s
@@ -158,9 +182,13 @@ class JobProgress:
             self.bar.add_task(description, total=total, completed=completed, info=info)
         return len(self.lines) - 1
 
-    def update(self, task: int, *, completed: int | None = None, advance: int = 0, info: str | None = None) -> None:
+    def update(
+        self, task: int, *, completed: int | None = None, advance: int = 0, info: str | None = None
+    ) -> None:
         line = self.lines[task]
-        line.advanced((line.done if completed is None else int(completed)) + int(advance), time.monotonic())
+        line.advanced(
+            (line.done if completed is None else int(completed)) + int(advance), time.monotonic()
+        )
         line.info = line.info if info is None else info
         if self.bar is not None:
             self.bar.update(task, completed=line.done, info=line.info)
@@ -172,7 +200,11 @@ class JobProgress:
         now, tenth = time.monotonic(), 10 * line.done // max(line.total, 1)
         if now - line.start < self.quiet_s:
             return
-        if now - line.said_at < self.every_s and tenth == line.said_tenth and line.done < line.total:
+        if (
+            now - line.said_at < self.every_s
+            and tenth == line.said_tenth
+            and line.done < line.total
+        ):
             return
         line.said_at, line.said_tenth = now, tenth
         _print(self.console, line.text(self.unit, now))

@@ -37,7 +37,9 @@ def git_commit() -> str | None:
     """The commit of the dpaudit source tree, when it is a git checkout."""
     try:
         here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -79,6 +81,7 @@ class Release:
     the seed itself is in that file only). ``noise_source`` says which noise the release used: secret (``secret: true``),
     reproducible from a secret seed (``reproducible: secret-seed``) or from the published seed (``reproducible: public-seed``, not
     private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load."""
+
     mechanism: str
     dataset: dict
     adjacency: str
@@ -136,7 +139,17 @@ class Release:
     @classmethod
     def from_dict(cls, data: dict) -> "Release":
         known = {f.name for f in fields(cls)}
-        required = ["mechanism", "dataset", "adjacency", "accountant", "epsilon", "delta", "guarantee", "seed", "noise_source"]
+        required = [
+            "mechanism",
+            "dataset",
+            "adjacency",
+            "accountant",
+            "epsilon",
+            "delta",
+            "guarantee",
+            "seed",
+            "noise_source",
+        ]
         absent = [k for k in required if k not in data]
         if absent:
             raise DataError(f"release is missing required keys: {', '.join(absent)}.")
@@ -208,7 +221,9 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
     except FileNotFoundError:
         raise DataError(f"{what} not found: {path}.") from None
     except json.JSONDecodeError as e:
-        raise DataError(f"{what} {path} is not valid JSON (truncated or corrupt): {e.msg} at line {e.lineno}.") from None
+        raise DataError(
+            f"{what} {path} is not valid JSON (truncated or corrupt): {e.msg} at line {e.lineno}."
+        ) from None
     except OSError as e:
         raise DataError(f"cannot read {what} {path}: {e.strerror}.") from None
     if not isinstance(data, dict):
@@ -219,7 +234,9 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
 def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
     """(file, release id) of a release already in ``out_dir`` or one folder below it (the parts of a multi-release run), else
     None; an unreadable file's id reads ``unreadable``."""
-    found = results_in(out_dir, (RELEASE_FILE,))  # the one rule of what a folder holds (dpaudit.paths)
+    found = results_in(
+        out_dir, (RELEASE_FILE,)
+    )  # the one rule of what a folder holds (dpaudit.paths)
     if not found:
         return None
     try:
@@ -229,14 +246,18 @@ def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
     return found[0], rid
 
 
-def check_release_folder(out_dir: str | os.PathLike, *, release_id: str | None = None, name: str = "out_dir") -> Path:
+def check_release_folder(
+    out_dir: str | os.PathLike, *, release_id: str | None = None, name: str = "out_dir"
+) -> Path:
     """Refuse (UsageError) a folder that already holds a release (other than ``release_id``): a release folder is never
     overwritten, since the ledger keeps the old release (its budget spent) and replacing its artefacts would leave that entry
     without them."""
     hit = existing_release(out_dir)
     if hit is not None and hit[1] != release_id:
-        raise UsageError(f"{name} must not hold a release already, got {str(out_dir)!r} (release {hit[1]} in {hit[0]}); "
-                         f"choose another --out: a release folder is never overwritten.")
+        raise UsageError(
+            f"{name} must not hold a release already, got {str(out_dir)!r} (release {hit[1]} in {hit[0]}); "
+            f"choose another --out: a release folder is never overwritten."
+        )
     return Path(out_dir)
 
 
@@ -268,7 +289,9 @@ def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
     path = Path(out_dir).expanduser()
     rule = "a directory dpaudit can create and write"
     if path.exists() and not path.is_dir():
-        raise UsageError(f"{name} must be {rule}, got {str(path)!r} (it exists and is not a directory).")
+        raise UsageError(
+            f"{name} must be {rule}, got {str(path)!r} (it exists and is not a directory)."
+        )
     missing = []  # the directories this check creates, outermost first
     p = path
     while not p.exists() and p != p.parent:
@@ -283,7 +306,9 @@ def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        raise UsageError(f"{name} must be {rule}, got {str(path)!r} ({step}: {e.strerror or type(e).__name__}).") from None
+        raise UsageError(
+            f"{name} must be {rule}, got {str(path)!r} ({step}: {e.strerror or type(e).__name__})."
+        ) from None
     finally:
         for d in reversed(missing):  # innermost first; only empty directories made here
             try:
@@ -301,9 +326,13 @@ def read_release(path: str | os.PathLike) -> Release:
     return Release.from_dict(read_json(p, "release"))
 
 
-def check_accounting(*, steps_executed: int, steps_accounted: int, epsilon: float, target_epsilon: float | None) -> None:
+def check_accounting(
+    *, steps_executed: int, steps_accounted: int, epsilon: float, target_epsilon: float | None
+) -> None:
     """Fail loudly when a run did not do what was accounted for, before anything is published: rules 2 and 3 of
     :mod:`dpaudit.claims`, raised as :class:`~dpaudit.errors.AccountingMismatchError`."""
-    problem = steps_problem(steps_executed, steps_accounted, missing_ok=False) or target_problem(epsilon, target_epsilon)
+    problem = steps_problem(steps_executed, steps_accounted, missing_ok=False) or target_problem(
+        epsilon, target_epsilon
+    )
     if problem is not None:
         raise AccountingMismatchError(f"{problem}; the release is withheld.")

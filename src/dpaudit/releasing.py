@@ -50,15 +50,29 @@ from .ledger.paths import ledger_missing, resolve_ledger
 from .mechanisms import registry
 from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
 from .progress import phase
-from .records import (Release, check_accounting, check_out_dir, check_release_folder, now_utc,
-                      public_noise_reason, round_timings, write_release)
+from .records import (
+    Release,
+    check_accounting,
+    check_out_dir,
+    check_release_folder,
+    now_utc,
+    public_noise_reason,
+    round_timings,
+    write_release,
+)
 from .requests import NOISE_SOURCES
 from .validation import one_of
+
 np = lazy_import("numpy")
 
 
-def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_source: str = "os-entropy",
-                      secret_seed: "NoiseSeedUse | None" = None) -> NoiseSource:
+def make_noise_source(
+    *,
+    seed: int,
+    reproducible_noise: bool = False,
+    noise_source: str = "os-entropy",
+    secret_seed: "NoiseSeedUse | None" = None,
+) -> NoiseSource:
     """DP noise generator: secret by default (fresh entropy per call: two calls never share noise);
     derived from ``seed`` only on explicit request (public, hence not private); from ``secret_seed``,
     one claimed use of a noise seed file (:func:`read_noise_seed`), when given. A claimed use is
@@ -66,8 +80,10 @@ def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_sour
     one_of("noise_source", noise_source, NOISE_SOURCES)
     if secret_seed is not None:
         if not isinstance(secret_seed, NoiseSeedUse):
-            raise UsageError(f"secret_seed must be a claimed use of a noise seed file "
-                             f"(releasing.read_noise_seed), got {type(secret_seed).__name__}.")
+            raise UsageError(
+                f"secret_seed must be a claimed use of a noise seed file "
+                f"(releasing.read_noise_seed), got {type(secret_seed).__name__}."
+            )
         return NoiseSource("reproducible-secret", seed=secret_seed.take())
     if reproducible_noise:
         return NoiseSource("reproducible", seed=seed)
@@ -85,8 +101,12 @@ def make_noise_source(*, seed: int, reproducible_noise: bool = False, noise_sour
 #: Hex digits of a secret noise seed written by :func:`read_noise_seed` (256 bits) and the fewest
 #: it accepts (128 bits).
 _SEED_HEX, _MIN_SEED_HEX = 64, 32
-_SEED_RULE = f"a file holding one secret of at least {_MIN_SEED_HEX} hex digits (then its use records)"
-_NOISE_SEED_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar("dpaudit_noise_seed_file", default=None)
+_SEED_RULE = (
+    f"a file holding one secret of at least {_MIN_SEED_HEX} hex digits (then its use records)"
+)
+_NOISE_SEED_FILE: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "dpaudit_noise_seed_file", default=None
+)
 
 
 @dataclass(eq=False)
@@ -106,8 +126,10 @@ class NoiseSeedUse:
     def take(self) -> int:
         """The stream seed, once; a second call is refused (UsageError)."""
         if self.taken:
-            raise UsageError(f"noise seed use must be drawn from once, got use {self.use} of "
-                             f"{str(self.path)!r} a second time (claim a new use: read_noise_seed).")
+            raise UsageError(
+                f"noise seed use must be drawn from once, got use {self.use} of "
+                f"{str(self.path)!r} a second time (claim a new use: read_noise_seed)."
+            )
         self.taken = True
         return self.stream_seed
 
@@ -144,7 +166,9 @@ def _parse_seed_file(path: Path, text: str) -> tuple[int, list[dict]]:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     secret = lines[0] if lines else ""
     if len(secret) < _MIN_SEED_HEX or any(c not in "0123456789abcdefABCDEF" for c in secret):
-        raise _seed_error(path, f"first line: {len(secret)} characters, not all hex digits or too few")
+        raise _seed_error(
+            path, f"first line: {len(secret)} characters, not all hex digits or too few"
+        )
     records = []
     for line in lines[1:]:
         with contextlib.suppress(ValueError):
@@ -240,9 +264,13 @@ def replay_noise_source(path: str | os.PathLike, release_id: str) -> NoiseSource
         use = next((r["use"] for r in records if release_id in (r.get("released") or ())), None)
         claim = next((r for r in records if r["use"] == use and "nonce" in r), None)
     if claim is None:
-        raise UsageError(f"release_id must be a release recorded in the noise seed file {str(path)!r}, "
-                         f"got {release_id!r}.")
-    noise = NoiseSource("reproducible-secret", seed=_use_stream_seed(secret, use, str(claim["nonce"])))
+        raise UsageError(
+            f"release_id must be a release recorded in the noise seed file {str(path)!r}, "
+            f"got {release_id!r}."
+        )
+    noise = NoiseSource(
+        "reproducible-secret", seed=_use_stream_seed(secret, use, str(claim["nonce"]))
+    )
     noise.replay_of = release_id
     return noise
 
@@ -254,8 +282,13 @@ def planned_secret_seed(request) -> Path | None:
     path = _NOISE_SEED_FILE.get()
     if path is None:
         return None
-    if getattr(request, "reproducible_noise", False) or getattr(request, "noise_source", "os-entropy") != "os-entropy":
-        raise UsageError("noise seed file must not be combined with --reproducible-noise or --noise-source, got both.")
+    if (
+        getattr(request, "reproducible_noise", False)
+        or getattr(request, "noise_source", "os-entropy") != "os-entropy"
+    ):
+        raise UsageError(
+            "noise seed file must not be combined with --reproducible-noise or --noise-source, got both."
+        )
     return check_noise_seed_file(path)
 
 
@@ -288,7 +321,9 @@ class ReleaseSession:
     reservation_id: str | None = None
     published: list = field(default_factory=list)  # (Release, artefact path) not yet recorded
     settled: list = field(default_factory=list)  # release ids recorded when the session closed
-    writing: str | None = None  # the folder release files started being written to (outputs may exist)
+    writing: str | None = (
+        None  # the folder release files started being written to (outputs may exist)
+    )
     seed_use: NoiseSeedUse | None = None  # the noise seed file use this run claimed, if any
     outcome: str = "no budget was reserved, nothing was released"  # what closing did, in words
     previous_sigterm: object = None  # the SIGTERM handler replaced while the reservation is held
@@ -305,14 +340,23 @@ class ReleaseSession:
                 # Released files exist even when the run failed afterwards: they are recorded.
                 self.settled = ledger.settle(rid, self.published)
             ids = ", ".join(map(str, self.settled))
-            self.outcome = f"reservation {rid} settled with release(s) {ids}, published before the end"
-        elif self.writing is not None:  # fail closed: a partly written release may be read by someone
+            self.outcome = (
+                f"reservation {rid} settled with release(s) {ids}, published before the end"
+            )
+        elif (
+            self.writing is not None
+        ):  # fail closed: a partly written release may be read by someone
             self.kept_open = True
-            self.outcome = (f"reservation {rid} kept as spent because release files may have been written "
-                            f"to {self.writing} (delete them, then `dpaudit ledger void {rid} --reason ...`)")
+            self.outcome = (
+                f"reservation {rid} kept as spent because release files may have been written "
+                f"to {self.writing} (delete them, then `dpaudit ledger void {rid} --reason ...`)"
+            )
         else:
-            what = "the run ended without a release" if error is None else \
-                f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
+            what = (
+                "the run ended without a release"
+                if error is None
+                else f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
+            )
             with open_ledger(self.ledger_path) as ledger:
                 ledger.cancel(rid, what)
             self.outcome = f"reservation {rid} cancelled, nothing was released"
@@ -331,7 +375,9 @@ class ReleaseSession:
             self.previous_sigterm = None
 
 
-_SESSION: contextvars.ContextVar[ReleaseSession | None] = contextvars.ContextVar("dpaudit_release_session", default=None)
+_SESSION: contextvars.ContextVar[ReleaseSession | None] = contextvars.ContextVar(
+    "dpaudit_release_session", default=None
+)
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -343,7 +389,9 @@ def _close_session(session: ReleaseSession, error: BaseException | None = None) 
     if threading.current_thread() is threading.main_thread():
         for signum in _STOP_SIGNALS:
             if signal.getsignal(signum) is not None:  # None: a handler Python cannot restore
-                swapped[signum] = signal.signal(signum, lambda received, _frame: deferred.append(received))
+                swapped[signum] = signal.signal(
+                    signum, lambda received, _frame: deferred.append(received)
+                )
     try:
         if error is None:
             session.close()
@@ -361,8 +409,10 @@ def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
         session.close(error=e)
     except Exception as close_error:  # noqa: BLE001 - the run's own error is the one to raise
         rid = session.reservation_id
-        session.outcome = (f"reservation {rid} kept as spent because closing it failed "
-                           f"({_first_line(close_error)}; `dpaudit ledger void {rid} --reason ...`)")
+        session.outcome = (
+            f"reservation {rid} kept as spent because closing it failed "
+            f"({_first_line(close_error)}; `dpaudit ledger void {rid} --reason ...`)"
+        )
         e.add_note(f"dpaudit: budget {session.outcome}.")
     else:
         if session.kept_open:
@@ -374,9 +424,16 @@ def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
 def _say_interrupted(session: ReleaseSession, signal_name: str) -> None:
     """One line on stderr: what the interrupted run kept and what it released."""
     used = session.seed_use
-    seed = "" if used is None else \
-        f"; noise seed use {used.use} of {used.path} stays used (never drawn from again)"
-    print(f"dpaudit: interrupted ({signal_name}): {session.outcome}{seed}.", file=sys.stderr, flush=True)
+    seed = (
+        ""
+        if used is None
+        else f"; noise seed use {used.use} of {used.path} stays used (never drawn from again)"
+    )
+    print(
+        f"dpaudit: interrupted ({signal_name}): {session.outcome}{seed}.",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @contextlib.contextmanager
@@ -392,10 +449,14 @@ def release_session() -> Iterator[ReleaseSession]:
         yield session
     except BaseException as e:
         _SESSION.reset(token)
-        _close_session(session, e)  # an interrupt while closing is dropped: the run is stopping already
+        _close_session(
+            session, e
+        )  # an interrupt while closing is dropped: the run is stopping already
         raise
     _SESSION.reset(token)
-    for signum in _close_session(session)[:1]:  # an interrupt during the final ledger write: honoured after it
+    for signum in _close_session(session)[
+        :1
+    ]:  # an interrupt during the final ledger write: honoured after it
         signal.raise_signal(signum)
 
 
@@ -432,10 +493,21 @@ class BudgetCheck:
     data_rows: object = None
 
     def keywords(self, *, mechanism: bool = True) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if mechanism or f.name != "mechanism"}
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if mechanism or f.name != "mechanism"
+        }
 
 
-def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLike | None = None, record: bool = True, **fields) -> str | None:
+def reserve(
+    check: BudgetCheck | None = None,
+    /,
+    *,
+    ledger_path: str | os.PathLike | None = None,
+    record: bool = True,
+    **fields,
+) -> str | None:
     """Check the planned release (``check``, or a :class:`BudgetCheck` of ``fields``) and hold its
     budget before training; returns the reservation id.
 
@@ -450,11 +522,15 @@ def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLi
         return None
     session = _SESSION.get()
     if session is None:
-        raise RuntimeError("reserve() must run inside releasing.release_session() (or a @budget_session function), "
-                           "so that the reservation is settled or cancelled when the run ends.")
+        raise RuntimeError(
+            "reserve() must run inside releasing.release_session() (or a @budget_session function), "
+            "so that the reservation is settled or cancelled when the run ends."
+        )
     if session.reservation_id is not None:
-        raise UsageError(f"a run must reserve its budget once (reserve the combined event), got a second reservation "
-                         f"after {session.reservation_id}.")
+        raise UsageError(
+            f"a run must reserve its budget once (reserve the combined event), got a second reservation "
+            f"after {session.reservation_id}."
+        )
     with open_ledger(ledger_path) as ledger:
         rid = ledger.reserve(**check.keywords())
     session.ledger_path = ledger_path
@@ -465,7 +541,9 @@ def reserve(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLi
 
 #: Reservations held on this run's behalf by someone else (a sweep's coordinator holds the whole
 #: sweep's budget): the run's own pre-check must not count them again (see :func:`held_by_caller`).
-_HELD: contextvars.ContextVar[tuple] = contextvars.ContextVar("dpaudit_held_reservations", default=())
+_HELD: contextvars.ContextVar[tuple] = contextvars.ContextVar(
+    "dpaudit_held_reservations", default=()
+)
 
 
 @contextlib.contextmanager
@@ -483,7 +561,9 @@ def held_by_caller(reservation_ids) -> Iterator[None]:
         _HELD.reset(token)
 
 
-def preflight(check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLike | None = None, **fields) -> None:
+def preflight(
+    check: BudgetCheck | None = None, /, *, ledger_path: str | os.PathLike | None = None, **fields
+) -> None:
     """Raise if the planned release (``check``, or a :class:`BudgetCheck` of ``fields``) would
     exceed a cap or change the dataset's data (writes nothing; :func:`reserve` also holds the
     budget). A ledger file that does not exist holds no cap and no identity to check against:
@@ -495,7 +575,13 @@ def preflight(check: BudgetCheck | None = None, /, *, ledger_path: str | os.Path
         ledger.preflight(**check.keywords(mechanism=False), exclude_reservations=_HELD.get())
 
 
-def publish(release: Release, out_dir: str | os.PathLike, *, ledger_path: str | os.PathLike | None = None, record: bool = True) -> Path:
+def publish(
+    release: Release,
+    out_dir: str | os.PathLike,
+    *,
+    ledger_path: str | os.PathLike | None = None,
+    record: bool = True,
+) -> Path:
     """Write ``release.json`` under ``out_dir`` and put the release in the ledger.
 
     Inside a session with a reservation, the release is recorded when the session ends, together
@@ -552,47 +638,84 @@ def release(
     """
     mech = registry.mechanism(mechanism) if isinstance(mechanism, str) else mechanism
     with release_session():
-        return _release_in_session(mech, request, out_dir=out_dir, ledger_path=ledger_path, record=record, progress=progress,
-                                   prepared=prepared)
+        return _release_in_session(
+            mech,
+            request,
+            out_dir=out_dir,
+            ledger_path=ledger_path,
+            record=record,
+            progress=progress,
+            prepared=prepared,
+        )
 
 
 def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
     request = mech.validate(request)
-    one_of("noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES)  # a typo costs no ledger entry
+    one_of(
+        "noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES
+    )  # a typo costs no ledger entry
     seed_file = planned_secret_seed(request)
     out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
     load_kw = {"ledger_path": ledger_path} if mech.load_uses_ledger else {}
     phase("loading the data")
-    data = mech.load(request, **load_kw) if prepared is None else mech.load(request, prepared=prepared, **load_kw)
+    data = (
+        mech.load(request, **load_kw)
+        if prepared is None
+        else mech.load(request, prepared=prepared, **load_kw)
+    )
     info = mech.data_info(request, data)
     plan = mech.plan(request, info)
-    out_dir = Path(out_dir if out_dir is not None else check_release_folder(check_out_dir(mech.default_out_dir(plan))))
+    out_dir = Path(
+        out_dir
+        if out_dir is not None
+        else check_release_folder(check_out_dir(mech.default_out_dir(plan)))
+    )
     # The comparison epsilons depend on public parameters only: a child computes them meanwhile.
     # Remembered answers of the same computations (ledger.result_cache, on inside a command) spare the child.
-    with comparisons_ahead([(p.event, p.delta, p.adjacency, p.compare_accountants) for p in plan.parts or (plan,) if p.event is not None],
-                           memory=result_cache):
+    with comparisons_ahead(
+        [
+            (p.event, p.delta, p.adjacency, p.compare_accountants)
+            for p in plan.parts or (plan,)
+            if p.event is not None
+        ],
+        memory=result_cache,
+    ):
         phase("reserving the budget in the ledger")
         _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
         # A new use of the seed file per release, claimed (on disk) before any of its noise is drawn.
         seed_use = None if seed_file is None else read_noise_seed(seed_file)
         _SESSION.get().seed_use = seed_use
-        noise = make_noise_source(seed=int(getattr(request, "seed", plan.seed)),
-                                  reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
-                                  noise_source=getattr(request, "noise_source", "os-entropy"),
-                                  secret_seed=seed_use)
+        noise = make_noise_source(
+            seed=int(getattr(request, "seed", plan.seed)),
+            reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
+            noise_source=getattr(request, "noise_source", "os-entropy"),
+            secret_seed=seed_use,
+        )
         phase("training")
-        releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds=time.perf_counter() - t0, progress=progress)
+        releases, outputs = _run_verified(
+            mech,
+            plan,
+            data,
+            noise,
+            out_dir,
+            setup_seconds=time.perf_counter() - t0,
+            progress=progress,
+        )
     if seed_use is not None:  # local only: which secret the noise came from (never release.json)
         releases = [dataclasses.replace(r, noise_seed_file=str(seed_use.path)) for r in releases]
     phase("writing the release and recording it in the ledger")
-    last = _publish_all(mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record)
+    last = _publish_all(
+        mech, plan, releases, outputs, out_dir, ledger_path=ledger_path, record=record
+    )
     if seed_use is not None:
         record_noise_seed_releases(seed_use, [r.id for r in releases])
     return last
 
 
-def _run_verified(mech, plan, data, noise, out_dir: Path, *, setup_seconds: float, progress) -> tuple[list, tuple]:
+def _run_verified(
+    mech, plan, data, noise, out_dir: Path, *, setup_seconds: float, progress
+) -> tuple[list, tuple]:
     """Run ``plan`` and build every part's Release, its claim verified (nothing written yet)."""
     timings = {"setup_seconds": setup_seconds}
     t1 = time.perf_counter()
@@ -600,9 +723,21 @@ def _run_verified(mech, plan, data, noise, out_dir: Path, *, setup_seconds: floa
     timings["train_seconds"] = time.perf_counter() - t1
     parts, outputs = plan.parts or (plan,), output.parts if plan.parts else (output,)
     if len(outputs) != len(parts):
-        raise AccountingMismatchError(f"run outputs must match the plan's {len(parts)} release(s), got {len(outputs)}.")
-    releases = [build_release(mech, part, out, noise=noise, out_dir=out_dir / part.out_subdir, data=data,
-                              timings=timings if part.time_run else None) for part, out in zip(parts, outputs)]
+        raise AccountingMismatchError(
+            f"run outputs must match the plan's {len(parts)} release(s), got {len(outputs)}."
+        )
+    releases = [
+        build_release(
+            mech,
+            part,
+            out,
+            noise=noise,
+            out_dir=out_dir / part.out_subdir,
+            data=data,
+            timings=timings if part.time_run else None,
+        )
+        for part, out in zip(parts, outputs)
+    ]
     return releases, outputs
 
 
@@ -610,7 +745,9 @@ def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_p
     """Link, write, declare and publish the verified releases (the commit half); the last one."""
     parts = plan.parts or (plan,)
     session = _SESSION.get()
-    if session is not None:  # from here on, outputs may exist on disk: an interrupt keeps the budget spent
+    if (
+        session is not None
+    ):  # from here on, outputs may exist on disk: an interrupt keeps the budget spent
         session.writing = str(out_dir)
     if plan.parts:
         releases = list(mech.link_releases(plan, releases))
@@ -633,12 +770,26 @@ def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_p
 def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
     """Check, then commit: the budget of ``plan`` is checked and held before the private data are
     used; a multi-release plan reserves its combined event (``plan.event``) once, for all its parts."""
-    planned_tail = planned_noise_tail(plan)  # public sizes: refuses an over-large tail before any work
-    seeded = public_seed_reason(getattr(request, "seed", plan.seed), plan.event, getattr(request, "reproducible_noise", False))
-    check = BudgetCheck(dataset=plan.data_name or info.name, partition=plan.partition, event=plan.event, adjacency=plan.adjacency,
-                        data_digest=getattr(data, "sha256", None), data_info={"split_seed": info.split_seed, "profile": info.profile},
-                        uncertified=plan.uncertified or seeded, mechanism=plan.mechanism, noise_tail_delta=planned_tail,
-                        data_rows=getattr(data, "rows", None) or None)
+    planned_tail = planned_noise_tail(
+        plan
+    )  # public sizes: refuses an over-large tail before any work
+    seeded = public_seed_reason(
+        getattr(request, "seed", plan.seed),
+        plan.event,
+        getattr(request, "reproducible_noise", False),
+    )
+    check = BudgetCheck(
+        dataset=plan.data_name or info.name,
+        partition=plan.partition,
+        event=plan.event,
+        adjacency=plan.adjacency,
+        data_digest=getattr(data, "sha256", None),
+        data_info={"split_seed": info.split_seed, "profile": info.profile},
+        uncertified=plan.uncertified or seeded,
+        mechanism=plan.mechanism,
+        noise_tail_delta=planned_tail,
+        data_rows=getattr(data, "rows", None) or None,
+    )
     reserve(check, ledger_path=ledger_path, record=record)
 
 
@@ -646,7 +797,12 @@ def declare_partition(declaration, ledger_path=None) -> None:
     """Declare ``declaration`` (:class:`~dpaudit.mechanisms.contract.PartitionDeclaration`):
     its parent splits into disjoint children in the ledger."""
     with open_ledger(ledger_path) as ledger:
-        ledger.declare_partition(declaration.dataset, declaration.parent, tuple(declaration.children), declaration.declared_by)
+        ledger.declare_partition(
+            declaration.dataset,
+            declaration.parent,
+            tuple(declaration.children),
+            declaration.declared_by,
+        )
 
 
 def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
@@ -658,24 +814,44 @@ def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
     """
     if plan.event is None:
         return float("inf"), {}
-    claimed = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency).epsilon
-    check_accounting(steps_executed=int(steps_executed), steps_accounted=int(plan.steps), epsilon=claimed, target_epsilon=plan.target_epsilon)
-    return claimed, {plan.accountant: claimed, **comparison_epsilons(plan.event, plan.delta, plan.adjacency, plan.compare_accountants)}
+    claimed = compute_epsilon(
+        plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency
+    ).epsilon
+    check_accounting(
+        steps_executed=int(steps_executed),
+        steps_accounted=int(plan.steps),
+        epsilon=claimed,
+        target_epsilon=plan.target_epsilon,
+    )
+    return claimed, {
+        plan.accountant: claimed,
+        **comparison_epsilons(plan.event, plan.delta, plan.adjacency, plan.compare_accountants),
+    }
 
 
-def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dict | None = None) -> Release:
+def build_release(
+    mech, plan, output, *, noise, out_dir, data=None, timings: dict | None = None
+) -> Release:
     """The :class:`Release` of a verified run (:func:`verify_planned_claim` runs here: an unverified claim
     never becomes a Release)."""
     claimed, epsilons = verify_planned_claim(plan, output.steps_executed)
     times = {**(timings or {}), **output.timings}
     fields = {**plan.release_fields, **output.release_fields}
     values = output.noise_values if output.noise_values is not None else plan.noise_values
-    if values is not None:  # a Gaussian mechanism: its sampler's tail delta (none drawn when non-private)
-        fields["noise_tail_delta"] = 0.0 if plan.event is None else _noise_tail(plan, values, claimed, what=output.noise_what)
+    if (
+        values is not None
+    ):  # a Gaussian mechanism: its sampler's tail delta (none drawn when non-private)
+        fields["noise_tail_delta"] = (
+            0.0
+            if plan.event is None
+            else _noise_tail(plan, values, claimed, what=output.noise_what)
+        )
     if getattr(noise, "replay_of", None) is not None:
-        raise UsageError(f"noise must be fresh for a release, got the replayed noise of release "
-                         f"{noise.replay_of} (a second release from the same noise would reveal the "
-                         f"difference of their data).")
+        raise UsageError(
+            f"noise must be fresh for a release, got the replayed noise of release "
+            f"{noise.replay_of} (a second release from the same noise would reveal the "
+            f"difference of their data)."
+        )
     request = plan.request
     command = mech.command_line(plan, out_dir)  # derived from the request, never parsed back
     extra = {}
@@ -707,9 +883,13 @@ def build_release(mech, plan, output, *, noise, out_dir, data=None, timings: dic
         epsilons=epsilons,
         config={**plan.config, **output.config},
         metrics=output.metrics,  # evaluation data outside the DP claim (Release docstring)
-        timings=round_timings(times),  # published rounded (data-dependent); exact ones in local.json
+        timings=round_timings(
+            times
+        ),  # published rounded (data-dependent); exact ones in local.json
         exact_timings=times,
-        data_digest=getattr(data, "sha256", None),  # never published; the ledger keeps a keyed fingerprint
+        data_digest=getattr(
+            data, "sha256", None
+        ),  # never published; the ledger keeps a keyed fingerprint
         artefacts=artefacts,
         command=command,
         **fields,
@@ -730,7 +910,9 @@ def planned_noise_tail(plan) -> float:
 
 
 def _noise_tail(plan, values: int, epsilon, *, what: str | None = None) -> float:
-    return gaussian_run_tail(1, int(values), float(epsilon), plan.delta, what=what or plan.noise_what)
+    return gaussian_run_tail(
+        1, int(values), float(epsilon), plan.delta, what=what or plan.noise_what
+    )
 
 
 def _first_line(e: BaseException) -> str:

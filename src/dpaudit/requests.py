@@ -28,8 +28,17 @@ from .validation import one_of, open_unit, positive_finite, positive_int
 _MISSING = dataclasses.MISSING
 
 
-def option(default: Any = _MISSING, *, flag: str | None = None, help: str = "", choices: tuple[str, ...] | None = None,
-           positional: bool = False, hidden: bool = False, path: bool = False, note: str | None = None):
+def option(
+    default: Any = _MISSING,
+    *,
+    flag: str | None = None,
+    help: str = "",
+    choices: tuple[str, ...] | None = None,
+    positional: bool = False,
+    hidden: bool = False,
+    path: bool = False,
+    note: str | None = None,
+):
     """A request field with its command-line spelling.
 
     ``flag`` (default ``--field-name``) is the option's name; ``choices`` the allowed strings
@@ -38,8 +47,15 @@ def option(default: Any = _MISSING, *, flag: str | None = None, help: str = "", 
     ``hidden`` keeps a test-only switch out of ``--help``; ``path`` parses a string field as a path;
     ``note``: what the generic CLI says on stderr when the option is left at its default.
     """
-    meta = {"flag": flag, "help": help, "choices": tuple(choices) if choices else None, "positional": positional, "hidden": hidden,
-            "path": path, "note": note}
+    meta = {
+        "flag": flag,
+        "help": help,
+        "choices": tuple(choices) if choices else None,
+        "positional": positional,
+        "hidden": hidden,
+        "path": path,
+        "note": note,
+    }
     if default is _MISSING:
         return field(metadata=meta)
     return field(default=default, metadata=meta)
@@ -88,13 +104,19 @@ class Request:
         if pos:
             return str(getattr(self, pos[0].name))
         if self.COMMAND is None:
-            raise TypeError(f"{type(self).__name__} must set COMMAND or declare a positional field.")
+            raise TypeError(
+                f"{type(self).__name__} must set COMMAND or declare a positional field."
+            )
         return self.COMMAND
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict:
         """Every field by name (paths as strings): the form ``release.json`` stores."""
-        return {f.name: (os.fspath(v) if isinstance(v, os.PathLike) else v) for f in fields(self) for v in (getattr(self, f.name),)}
+        return {
+            f.name: (os.fspath(v) if isinstance(v, os.PathLike) else v)
+            for f in fields(self)
+            for v in (getattr(self, f.name),)
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Request":
@@ -109,10 +131,16 @@ class Request:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise DataError(f"request keys must be among {', '.join(sorted(known))} for {cls.__name__}, got {', '.join(unknown)}.")
+            raise DataError(
+                f"request keys must be among {', '.join(sorted(known))} for {cls.__name__}, got {', '.join(unknown)}."
+            )
         types = cls.field_types()
         kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
-        missing = [f.name for f in fields(cls) if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs]
+        missing = [
+            f.name
+            for f in fields(cls)
+            if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs
+        ]
         if missing:
             raise DataError(f"request is missing required keys: {', '.join(missing)}.")
         return cls(**kwargs)
@@ -132,7 +160,11 @@ class Request:
             if f.metadata.get("positional"):
                 continue
             value = getattr(self, f.name)
-            if f.default is not _MISSING and _same(value, f.default) and not (f.name in ALWAYS_RECORDED and value is not None):
+            if (
+                f.default is not _MISSING
+                and _same(value, f.default)
+                and not (f.name in ALWAYS_RECORDED and value is not None)
+            ):
                 continue
             if f.name == "data_dir" and value is not None and os.path.isabs(os.fspath(value)):
                 continue
@@ -141,7 +173,9 @@ class Request:
                 argv.append(flag if value else "--no-" + flag[2:])
             elif value is None:
                 # A None whose default is not None cannot be spelled on the command line.
-                raise ValueError(f"{f.name} must not be None in a request whose default is {f.default!r}.")
+                raise ValueError(
+                    f"{f.name} must not be None in a request whose default is {f.default!r}."
+                )
             elif isinstance(value, float):
                 argv += [flag, repr(value)]
             else:
@@ -168,8 +202,12 @@ def _same(a, b) -> bool:
 
 
 #: Scalar field type -> (JSON types it may be recorded as, what the error says).
-_JSON_TYPES = {bool: ((bool,), "true or false"), float: ((int, float), "a number"), int: ((int,), "an integer"),
-               str: ((str,), "a string")}
+_JSON_TYPES = {
+    bool: ((bool,), "true or false"),
+    float: ((int, float), "a number"),
+    int: ((int,), "an integer"),
+    str: ((str,), "a string"),
+}
 
 
 def _coerce(name: str, value, tp):
@@ -191,12 +229,16 @@ _SEED_HELP = "Public seed: data split, random features, initialisation."
 _DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
 #: Where a module model trains (dpaudit.mechanisms.dpsgd.module_training.resolve_device); noise: drawn on the CPU.
 DEVICES = ("cpu", "cuda", "auto")
-_DEVICE_HELP = ("Where dp-dense, dp-cnn, dp-attention train: cpu (default), cuda, or auto (cuda "
-                "when torch finds one, else cpu). Speed only: the noise is drawn on the CPU by "
-                "dpaudit's sampler.")
-PROFILE_HELP = ("Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
-                 "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
-                 "unless --split-seed is given (docs/data-profiles.md).")
+_DEVICE_HELP = (
+    "Where dp-dense, dp-cnn, dp-attention train: cpu (default), cuda, or auto (cuda "
+    "when torch finds one, else cpu). Speed only: the noise is drawn on the CPU by "
+    "dpaudit's sampler."
+)
+PROFILE_HELP = (
+    "Preprocessing profile. Images: raw01 (default), centered, half-resolution; tabular: default. "
+    "authors (mnist, cifar10, cardio, heart): the DP-RVFL authors' split and encoding, split seed 2026 "
+    "unless --split-seed is given (docs/data-profiles.md)."
+)
 
 
 @dataclass(frozen=True)
@@ -206,39 +248,76 @@ class DPSGDRequest(Request):
 
     TORCH_RUN: ClassVar[bool] = True
 
-    model: str = option(positional=True, help="Model name (a catalogue entry of family dp-sgd-head or dp-sgd-module).")
-    dataset: str = option("digits", help="Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files).",
-                          note="no --dataset given: using the embedded 'digits' dataset.")
+    model: str = option(
+        positional=True,
+        help="Model name (a catalogue entry of family dp-sgd-head or dp-sgd-module).",
+    )
+    dataset: str = option(
+        "digits",
+        help="Dataset (mnist, cifar10, cardio, heart, digits, breast-cancer). Default: digits (embedded, no files).",
+        note="no --dataset given: using the embedded 'digits' dataset.",
+    )
     data_dir: str | None = option(None, help=_DATA_DIR_HELP)
     epsilon: float = option(2.0, flag="--eps", help="Target epsilon (> 0).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")
     seed: int = option(42, help=_SEED_HELP)
     non_private: bool = option(False, help="Train without clipping or noise (no privacy claim).")
     reproducible_noise: bool = option(False, help=_REPRO_HELP)
-    noise_source: str = option("os-entropy", help=_NOISE_HELP)  # a plain string: the release refuses others in one line
+    noise_source: str = option(
+        "os-entropy", help=_NOISE_HELP
+    )  # a plain string: the release refuses others in one line
     epochs: int | None = option(None, help="Override the epochs (default: 10 images, 30 tabular).")
-    batch_size: int | None = option(None, help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).")
+    batch_size: int | None = option(
+        None,
+        help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).",
+    )
     profile: str | None = option(None, help=PROFILE_HELP)
-    split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
-    privacy_unit: str = option("record", help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).")
-    records_per_user: int | None = option(None, help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.")
-    user_ids: str | None = option(None, help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.")
-    reference_size: int | None = option(None, help="Public size N0 the schedule (q, T, m0) is built from: training records (default: the "
-                                        "dataset definition's train size), or training users (privacy unit user: required).")
-    optimizer: str = option("adam", choices=("adam", "sgd"), help="Update rule on the sanitised gradient: adam (default, the paper's) or sgd.")
-    momentum: float = option(0.0, help="Heavy-ball momentum of --optimizer sgd, in [0, 1) (default 0).")
+    split_seed: int | None = option(
+        None, help="Public split seed (default: the dataset's documented default)."
+    )
+    privacy_unit: str = option(
+        "record",
+        help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).",
+    )
+    records_per_user: int | None = option(
+        None,
+        help="G: records averaged per sampled user and step, min(G, |D_u|), drawn without replacement.",
+    )
+    user_ids: str | None = option(
+        None,
+        help="FILE.npy: one user id per row of the dataset before splitting (loader order); the data are re-split by users.",
+    )
+    reference_size: int | None = option(
+        None,
+        help="Public size N0 the schedule (q, T, m0) is built from: training records (default: the "
+        "dataset definition's train size), or training users (privacy unit user: required).",
+    )
+    optimizer: str = option(
+        "adam",
+        choices=("adam", "sgd"),
+        help="Update rule on the sanitised gradient: adam (default, the paper's) or sgd.",
+    )
+    momentum: float = option(
+        0.0, help="Heavy-ball momentum of --optimizer sgd, in [0, 1) (default 0)."
+    )
     device: str = option("cpu", choices=DEVICES, help=_DEVICE_HELP)
 
     def check(self) -> None:
         one_of("privacy_unit", self.privacy_unit, ("record", "user"))
-        if self.privacy_unit == "record" and (self.user_ids is not None or self.records_per_user is not None):
+        if self.privacy_unit == "record" and (
+            self.user_ids is not None or self.records_per_user is not None
+        ):
             # never ignore a request for user-level privacy
-            raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
+            raise UsageError(
+                "privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'."
+            )
         if self.privacy_unit == "user":
             positive_int("records_per_user", self.records_per_user)
             if self.reference_size is None:  # no dataset definition declares a user count
-                raise UsageError("reference_size must be given (--reference-size: the public number of training users the schedule is "
-                                 "built from) for data whose definition declares none, got None.")
+                raise UsageError(
+                    "reference_size must be given (--reference-size: the public number of training users the schedule is "
+                    "built from) for data whose definition declares none, got None."
+                )
         if self.reference_size is not None:
             positive_int("reference_size", self.reference_size)
         if not self.non_private:
@@ -252,15 +331,23 @@ class DPELMRequest(Request):
 
     COMMAND: ClassVar[str] = "dp-elm"
 
-    dataset: str = option("digits", help="Dataset name (digits, breast-cancer, mnist, cardio, heart, ...).")
+    dataset: str = option(
+        "digits", help="Dataset name (digits, breast-cancer, mnist, cardio, heart, ...)."
+    )
     data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
     width: int = option(10, help="Hidden width L (the paper reports 1, 3, 5 and 10).")
     epsilon: float = option(2.0, flag="--eps", help="Target epsilon (> 0).")
     seed: int = option(42, help=_SEED_HELP)
-    sampler: str = option("discrete-laplace", choices=("discrete-laplace", "textbook"),
-                          help="discrete-laplace: exact, certified in finite precision (default). textbook: inverse-CDF doubles, leaky (comparison only).")
-    adjacency: str = option("add-remove-record", choices=("add-remove-record", "replace-record"),
-                            help="Adjacency the claim is made under (the scale covers both).")
+    sampler: str = option(
+        "discrete-laplace",
+        choices=("discrete-laplace", "textbook"),
+        help="discrete-laplace: exact, certified in finite precision (default). textbook: inverse-CDF doubles, leaky (comparison only).",
+    )
+    adjacency: str = option(
+        "add-remove-record",
+        choices=("add-remove-record", "replace-record"),
+        help="Adjacency the claim is made under (the scale covers both).",
+    )
     split_seed: int | None = option(None, help="Seed of the public split (default: the dataset's).")
     profile: str | None = option(None, help=PROFILE_HELP)
     non_private: bool = option(False, help="Fit without noise (no privacy claim).")
@@ -276,28 +363,70 @@ class MixMinRequest(Request):
 
     COMMAND: ClassVar[str] = "mixmin"
 
-    task: str = option("digits-mix", choices=("digits-mix", "mnist-mix", "heart-mix"),
-                       help="digits-mix (embedded), mnist-mix or heart-mix (need --data-dir).")
-    target: str | None = option(None, help="Private target (digit tasks: digit-3, loops-0689, small-0to4, ink-heavy; heart: cleveland).")
+    task: str = option(
+        "digits-mix",
+        choices=("digits-mix", "mnist-mix", "heart-mix"),
+        help="digits-mix (embedded), mnist-mix or heart-mix (need --data-dir).",
+    )
+    target: str | None = option(
+        None,
+        help="Private target (digit tasks: digit-3, loops-0689, small-0to4, ink-heavy; heart: cleveland).",
+    )
     epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")
-    rho: float | None = option(None, help="Fraction of the private training records used to learn the mixture (default: 0.5 on the embedded digits-mix, 0.1 otherwise).")
-    stage: str = option("mixture", choices=("mixture", "pipeline"), help="mixture: release lambda. pipeline: also pretrain and DP fine-tune.")
-    privacy_unit: str = option("record", choices=("record", "user"), help="record (Algorithm 1) or user (Algorithm 2).")
-    records_per_user: int | None = option(None, help="G: records used per sampled user (built-in tasks group records into users of this size; default 4).")
-    proxy_predictions: str | None = option(None, help="FILE.npz with probs (n, k), labels (n,), optional user_ids, source_names.")
-    proxy_mode: str = option("joint", choices=("joint", "per-source"), help="joint: one multi-class proxy for all sources; per-source: one proxy each.")
-    composition: str = option("parallel", choices=("parallel", "sequential"),
-                              help="parallel: disjoint D_mix / D_ft (max). sequential: all data, eps split rho / 1 - rho.")
-    pretrain_objective: str = option("weighted-targets", choices=("weighted-targets", "source-sampling"),
-                                     help="pipeline pretraining: mixture-weighted targets sum_c lambda_c y_c, or sampling sources with probability lambda.")
-    loss: str = option("bce", choices=("bce", "nll", "mse"), help="bce (mixture probabilities), nll (mixture densities) or mse.")
+    rho: float | None = option(
+        None,
+        help="Fraction of the private training records used to learn the mixture (default: 0.5 on the embedded digits-mix, 0.1 otherwise).",
+    )
+    stage: str = option(
+        "mixture",
+        choices=("mixture", "pipeline"),
+        help="mixture: release lambda. pipeline: also pretrain and DP fine-tune.",
+    )
+    privacy_unit: str = option(
+        "record", choices=("record", "user"), help="record (Algorithm 1) or user (Algorithm 2)."
+    )
+    records_per_user: int | None = option(
+        None,
+        help="G: records used per sampled user (built-in tasks group records into users of this size; default 4).",
+    )
+    proxy_predictions: str | None = option(
+        None, help="FILE.npz with probs (n, k), labels (n,), optional user_ids, source_names."
+    )
+    proxy_mode: str = option(
+        "joint",
+        choices=("joint", "per-source"),
+        help="joint: one multi-class proxy for all sources; per-source: one proxy each.",
+    )
+    composition: str = option(
+        "parallel",
+        choices=("parallel", "sequential"),
+        help="parallel: disjoint D_mix / D_ft (max). sequential: all data, eps split rho / 1 - rho.",
+    )
+    pretrain_objective: str = option(
+        "weighted-targets",
+        choices=("weighted-targets", "source-sampling"),
+        help="pipeline pretraining: mixture-weighted targets sum_c lambda_c y_c, or sampling sources with probability lambda.",
+    )
+    loss: str = option(
+        "bce",
+        choices=("bce", "nll", "mse"),
+        help="bce (mixture probabilities), nll (mixture densities) or mse.",
+    )
     steps: int | None = option(None, help="Mirror-descent steps n (default 200).")
-    batch_size: int | None = option(None, help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000).")
-    clipping_norm: float | None = option(None, help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).")
+    batch_size: int | None = option(
+        None, help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000)."
+    )
+    clipping_norm: float | None = option(
+        None,
+        help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).",
+    )
     step_size: float | None = option(None, help="Mirror-descent step size eta (default 0.5).")
-    reference_size: int | None = option(None, help="Public size N0 both stages' schedules are built from: training records (default: the "
-                                        "task's declared size); with --proxy-predictions (required) the file's records, or users.")
+    reference_size: int | None = option(
+        None,
+        help="Public size N0 both stages' schedules are built from: training records (default: the "
+        "task's declared size); with --proxy-predictions (required) the file's records, or users.",
+    )
     seed: int = option(42, help=_SEED_HELP)
     reproducible_noise: bool = option(False, help=_REPRO_HELP)
     noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help=_NOISE_HELP)
@@ -314,7 +443,11 @@ class GaussianRequest(Request):
     epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")
     seed: int = option(42, help="Public seed of the synthetic records.")
-    broken_noise_factor: float = option(1.0, hidden=True, help="Divide the noise by this factor, claim unchanged (a broken mechanism).")
+    broken_noise_factor: float = option(
+        1.0,
+        hidden=True,
+        help="Divide the noise by this factor, claim unchanged (a broken mechanism).",
+    )
 
 
 @dataclass(frozen=True)
@@ -327,65 +460,164 @@ class AuditRequest(Request):
 
     COMMAND: ClassVar[str] = "audit"
     #: How, where and in what format the audit runs (never part of the family's request).
-    RUN_FIELDS: ClassVar[tuple[str, ...]] = ("runs", "confidence", "release", "out", "reproducible_noise", "controls", "control_runs", "workers",
-                                             "executor", "scheduler", "chunk_size", "one_run", "canaries", "one_run_kind", "threat_model",
-                                             "ledger", "json_out", "fail_on_violation", "device",
-                                             "sequential")
+    RUN_FIELDS: ClassVar[tuple[str, ...]] = (
+        "runs",
+        "confidence",
+        "release",
+        "out",
+        "reproducible_noise",
+        "controls",
+        "control_runs",
+        "workers",
+        "executor",
+        "scheduler",
+        "chunk_size",
+        "one_run",
+        "canaries",
+        "one_run_kind",
+        "threat_model",
+        "ledger",
+        "json_out",
+        "fail_on_violation",
+        "device",
+        "sequential",
+    )
 
-    mechanism: str = option(positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias).")
-    canary: str | None = option(None, help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).")
+    mechanism: str = option(
+        positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias)."
+    )
+    canary: str | None = option(
+        None,
+        help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).",
+    )
     runs: int = option(1000, help="Trials R (half with the canary, half without).")
-    epsilon: float | None = option(None, flag="--eps", help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).")
+    epsilon: float | None = option(
+        None,
+        flag="--eps",
+        help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).",
+    )
     delta: float = option(1e-5, help="Target delta in (0, 1).")
-    task: str | None = option(None, help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix.")
-    target: str | None = option(None, help="mixmin target within the task (default: the task's first).")
-    dataset: str | None = option(None, help="Dataset for trained models (default: embedded digits).")
+    task: str | None = option(
+        None, help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix."
+    )
+    target: str | None = option(
+        None, help="mixmin target within the task (default: the task's first)."
+    )
+    dataset: str | None = option(
+        None, help="Dataset for trained models (default: embedded digits)."
+    )
     data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
     profile: str | None = option(None, help=PROFILE_HELP)
-    no_noise: bool = option(False, help="Audit the mechanism with its DP noise removed (must find large leakage).")
+    no_noise: bool = option(
+        False, help="Audit the mechanism with its DP noise removed (must find large leakage)."
+    )
     confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
-    release: str | None = option(None, path=True, help="Audit the configuration recorded in this release.json (or its folder).")
-    out: str | None = option(None, path=True, help="Output directory for audit.json and scores.npz (default: audits/ plus mechanism, "
-                             "dataset and canary, or a fresh -2, ... beside an earlier audit's; one holding results is refused).")
-    seed: int = option(42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split.")
-    reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
+    release: str | None = option(
+        None,
+        path=True,
+        help="Audit the configuration recorded in this release.json (or its folder).",
+    )
+    out: str | None = option(
+        None,
+        path=True,
+        help="Output directory for audit.json and scores.npz (default: audits/ plus mechanism, "
+        "dataset and canary, or a fresh -2, ... beside an earlier audit's; one holding results is refused).",
+    )
+    seed: int = option(
+        42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split."
+    )
+    reproducible_noise: bool = option(
+        False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
+    )
     controls: bool = option(True, help="Also run the no-noise and null controls.")
     control_runs: int | None = option(None, help="Trials per control (default: --runs).")
-    workers: int | None = option(None, help="Worker processes for the trials (local: default min(2, CPUs); dask without --scheduler: a "
-                                 "LocalCluster of N workers on 127.0.0.1).")
-    executor: str = option("local", help="local (processes on this machine) or dask (the trial chunks go to a Dask cluster).")
-    scheduler: str | None = option(None, help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).")
+    workers: int | None = option(
+        None,
+        help="Worker processes for the trials (local: default min(2, CPUs); dask without --scheduler: a "
+        "LocalCluster of N workers on 127.0.0.1).",
+    )
+    executor: str = option(
+        "local",
+        help="local (processes on this machine) or dask (the trial chunks go to a Dask cluster).",
+    )
+    scheduler: str | None = option(
+        None,
+        help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).",
+    )
     chunk_size: int | None = option(None, help="Trials per batched call (speed only).")
     width: int = option(10, help="dp-elm hidden width L.")
-    epochs: int | None = option(None, help="Frozen-feature models: epochs (default: the paper's protocol).")
-    rho: float | None = option(None, help="mixmin: fraction of private training records used for mixture learning "
-                               "(default: the task's training default, 0.5 for digits-mix, 0.1 otherwise).")
-    privacy_unit: str = option("record", help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
-                               "canary user, adjacency add-remove-user (needs --records-per-user).")
-    records_per_user: int | None = option(None, help="G: records of the canary user and records per sampled user and step (--privacy-unit user).")
-    user_ids: str | None = option(None, path=True, help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
-                                  "into users of G by the public seed).")
+    epochs: int | None = option(
+        None, help="Frozen-feature models: epochs (default: the paper's protocol)."
+    )
+    rho: float | None = option(
+        None,
+        help="mixmin: fraction of private training records used for mixture learning "
+        "(default: the task's training default, 0.5 for digits-mix, 0.1 otherwise).",
+    )
+    privacy_unit: str = option(
+        "record",
+        help="record (default) or user: audit user-level DP-SGD (head models) with one whole "
+        "canary user, adjacency add-remove-user (needs --records-per-user).",
+    )
+    records_per_user: int | None = option(
+        None,
+        help="G: records of the canary user and records per sampled user and step (--privacy-unit user).",
+    )
+    user_ids: str | None = option(
+        None,
+        path=True,
+        help="FILE.npy: one user id per row before splitting (--privacy-unit user; default: rows grouped "
+        "into users of G by the public seed).",
+    )
     reference_size: int | None = option(
-        None, help="Public size N0 the schedule is built from, as a release's --reference-size "
+        None,
+        help="Public size N0 the schedule is built from, as a release's --reference-size "
         "(--privacy-unit user: required, the declared number of training users; an audit of a release takes "
-        "the release's).")
-    broken_noise_factor: float = option(1.0, hidden=True, help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).")
-    one_run: bool = option(False, help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
-                           "--canaries independent canaries; DP-SGD head models and dp-dense, dp-cnn, dp-attention. Writes one_run.json.")
-    canaries: int | None = option(None, help="M: canaries of the one-run audit (each included w.p. 1/2; needs --one-run) or of a "
-                                  "white-box / crafted-final audit.")
-    one_run_kind: str = option("gradient", help="One-run canaries: gradient (Dirac gradient canaries) or input-mislabeled (needs --one-run).")
-    threat_model: str = option("final-model", help="final-model (the adversary sees the released model) or trajectory (every iterate: "
-                               "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
-                               "final-model audit also runs, into OUT/final-model); white-box (dp-dense, dp-cnn: --canaries Dirac canaries observed at "
-                               "every step) or crafted-final (dp-dense: only the final model of a plain-SGD run; docs/white_box.md).")
-    ledger: str | None = option(None, path=True, help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).")
+        "the release's).",
+    )
+    broken_noise_factor: float = option(
+        1.0,
+        hidden=True,
+        help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).",
+    )
+    one_run: bool = option(
+        False,
+        help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
+        "--canaries independent canaries; DP-SGD head models and dp-dense, dp-cnn, dp-attention. Writes one_run.json.",
+    )
+    canaries: int | None = option(
+        None,
+        help="M: canaries of the one-run audit (each included w.p. 1/2; needs --one-run) or of a "
+        "white-box / crafted-final audit.",
+    )
+    one_run_kind: str = option(
+        "gradient",
+        help="One-run canaries: gradient (Dirac gradient canaries) or input-mislabeled (needs --one-run).",
+    )
+    threat_model: str = option(
+        "final-model",
+        help="final-model (the adversary sees the released model) or trajectory (every iterate: "
+        "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
+        "final-model audit also runs, into OUT/final-model); white-box (dp-dense, dp-cnn: --canaries Dirac canaries observed at "
+        "every step) or crafted-final (dp-dense: only the final model of a plain-SGD run; docs/white_box.md).",
+    )
+    ledger: str | None = option(
+        None,
+        path=True,
+        help="Ledger database (default: $DPAUDIT_LEDGER or ./.dpaudit/ledger.sqlite).",
+    )
     json_out: bool = option(False, flag="--json", help="Print one JSON object on stdout.")
-    fail_on_violation: bool = option(False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes).")
-    device: str = option("cpu", choices=DEVICES,
-                         help=_DEVICE_HELP.replace("train:", "train in a one-run audit:"))
-    sequential: bool = option(False, help="Sequential (anytime-valid) audit: trials in batches, stop as soon as a violation is certain "
-                              "or no remaining trial (up to --runs) can change the verdict; needs a claimed event.")
+    fail_on_violation: bool = option(
+        False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes)."
+    )
+    device: str = option(
+        "cpu", choices=DEVICES, help=_DEVICE_HELP.replace("train:", "train in a one-run audit:")
+    )
+    sequential: bool = option(
+        False,
+        help="Sequential (anytime-valid) audit: trials in batches, stop as soon as a violation is certain "
+        "or no remaining trial (up to --runs) can change the verdict; needs a claimed event.",
+    )
 
 
 NOISY_SUM_ACCOUNTANTS = ("pld", "rdp", "prv")
@@ -403,18 +635,34 @@ class NoisySumRequest(Request):
 
     COMMAND: ClassVar[str] = "noisy-sum"
 
-    dataset: str = option("digits", help="Dataset (digits, breast-cancer embedded; others need --data-dir).")
-    data_dir: str | None = option(None, help="Directory with real data (default: $DPAUDIT_DATA_DIR).")
+    dataset: str = option(
+        "digits", help="Dataset (digits, breast-cancer embedded; others need --data-dir)."
+    )
+    data_dir: str | None = option(
+        None, help="Directory with real data (default: $DPAUDIT_DATA_DIR)."
+    )
     epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")
-    clipping_norm: float = option(1.0, help="L2 norm C every row is clipped to (the sum's sensitivity).")
-    accountant: str = option("pld", choices=NOISY_SUM_ACCOUNTANTS, help="Accountant calibrating sigma and making the claim (pld: tight).")
+    clipping_norm: float = option(
+        1.0, help="L2 norm C every row is clipped to (the sum's sensitivity)."
+    )
+    accountant: str = option(
+        "pld",
+        choices=NOISY_SUM_ACCOUNTANTS,
+        help="Accountant calibrating sigma and making the claim (pld: tight).",
+    )
     seed: int = option(42, help="Public seed (recorded; the audit's public randomness).")
     non_private: bool = option(False, help="Release the exact clipped sum (no privacy claim).")
-    reproducible_noise: bool = option(False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy.")
-    noise_source: str = option("os-entropy", choices=NOISE_SOURCES, help="os-entropy (default), cryptographic.")
+    reproducible_noise: bool = option(
+        False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
+    )
+    noise_source: str = option(
+        "os-entropy", choices=NOISE_SOURCES, help="os-entropy (default), cryptographic."
+    )
     profile: str | None = option(None, help="Preprocessing profile (default: the dataset's).")
-    split_seed: int | None = option(None, help="Public split seed (default: the dataset's documented default).")
+    split_seed: int | None = option(
+        None, help="Public split seed (default: the dataset's documented default)."
+    )
 
 
 #: The request type of each built-in family, or of a mechanism by name (any other mechanism's comes from its MECHANISM).

@@ -38,7 +38,9 @@ def gaussian_closed_form_epsilon(mu: float, delta: float) -> float:
     """Exact epsilon of N(0,1) vs N(mu,1) at delta (Balle & Wang 2018, Thm. 8)."""
 
     def d(eps: float) -> float:  # e^eps Phi(b) in log space: eps reaches hundreds at q = 1
-        return float(special.ndtr(-eps / mu + mu / 2) - math.exp(eps + special.log_ndtr(-eps / mu - mu / 2)))
+        return float(
+            special.ndtr(-eps / mu + mu / 2) - math.exp(eps + special.log_ndtr(-eps / mu - mu / 2))
+        )
 
     if d(0.0) <= delta:
         return 0.0
@@ -52,7 +54,9 @@ def _log_normal_pdf(x: np.ndarray, mean: float, s: float) -> np.ndarray:
     return -0.5 * ((x - mean) / s) ** 2 - math.log(s * math.sqrt(2 * math.pi))
 
 
-def _composed_loss(logp: np.ndarray, logq: np.ndarray, dx: float, steps: int, h: float) -> tuple[np.ndarray, np.ndarray]:
+def _composed_loss(
+    logp: np.ndarray, logq: np.ndarray, dx: float, steps: int, h: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(loss values, probabilities under P) of the T-fold composed privacy loss."""
     loss = logp - logq
     mass = np.exp(logp) * dx
@@ -75,11 +79,15 @@ def _composed_loss(logp: np.ndarray, logq: np.ndarray, dx: float, steps: int, h:
     return window * h, out[window % m]
 
 
-def subsampled_gaussian_epsilon(sigma: float, q: float, steps: int, delta: float, replace: bool, h: float = 1e-3) -> float:
+def subsampled_gaussian_epsilon(
+    sigma: float, q: float, steps: int, delta: float, replace: bool, h: float = 1e-3
+) -> float:
     """Epsilon estimate of ``steps`` Poisson-subsampled Gaussian steps at ``delta``."""
     s = float(sigma)
     dx = 2e-4 * s
-    x = np.arange(-1.0 - 12.0 * s, 1.0 + 12.0 * s, dx) + 0.5 * dx  # cell midpoints; mass beyond is < 1e-30
+    x = (
+        np.arange(-1.0 - 12.0 * s, 1.0 + 12.0 * s, dx) + 0.5 * dx
+    )  # cell midpoints; mass beyond is < 1e-30
     base = _log_normal_pdf(x, 0.0, s)
     log1mq = math.log1p(-q) if q < 1.0 else -np.inf
     plus = np.logaddexp(log1mq + base, math.log(q) + _log_normal_pdf(x, 1.0, s))
@@ -92,7 +100,10 @@ def subsampled_gaussian_epsilon(sigma: float, q: float, steps: int, delta: float
 
     def d(eps: float) -> float:
         with np.errstate(over="ignore"):
-            return max(float(np.sum(pr * np.clip(1.0 - np.exp(eps - loss), 0.0, None))) for loss, pr in profiles)
+            return max(
+                float(np.sum(pr * np.clip(1.0 - np.exp(eps - loss), 0.0, None)))
+                for loss, pr in profiles
+            )
 
     if d(0.0) <= delta:
         return 0.0

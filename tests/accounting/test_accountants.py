@@ -8,7 +8,14 @@ import mpmath
 import numpy as np
 import pytest
 
-from dpaudit.accounting import RDP_ORDERS, Composed, Parallel, PureEpsilon, SubsampledGaussian, compute_epsilon
+from dpaudit.accounting import (
+    RDP_ORDERS,
+    Composed,
+    Parallel,
+    PureEpsilon,
+    SubsampledGaussian,
+    compute_epsilon,
+)
 from dpaudit.accounting.accountants import rdp_curve
 from dpaudit.accounting.events import event_from_dict
 from dpaudit.errors import AdjacencyMismatchError, UnsupportedEventError, UsageError
@@ -47,7 +54,9 @@ def test_rdp_matches_opacus_accountant(sigma, q, steps, delta):
     assert ours.adjacency == "add-remove-record"
 
 
-@pytest.mark.parametrize("sigma,q,steps,delta", [c for c in CONFIGS if c[1] < 1.0][:6] + [CONFIGS[8]])
+@pytest.mark.parametrize(
+    "sigma,q,steps,delta", [c for c in CONFIGS if c[1] < 1.0][:6] + [CONFIGS[8]]
+)
 def test_prv_matches_prv_accountant(sigma, q, steps, delta):
     import prv_accountant as pa
 
@@ -57,7 +66,9 @@ def test_prv_matches_prv_accountant(sigma, q, steps, delta):
         if q >= 1.0
         else pa.PoissonSubsampledGaussianMechanism(sampling_probability=q, noise_multiplier=sigma)
     )
-    acc = pa.PRVAccountant(prvs=[prv], max_self_compositions=[steps], eps_error=0.01, delta_error=delta * 1e-3)
+    acc = pa.PRVAccountant(
+        prvs=[prv], max_self_compositions=[steps], eps_error=0.01, delta_error=delta * 1e-3
+    )
     lo, est, hi = acc.compute_epsilon(delta=delta, num_self_compositions=[steps])
     assert ours.epsilon == pytest.approx(hi, rel=1e-6)
     assert ours.epsilon_lower == pytest.approx(lo, rel=1e-6)
@@ -71,7 +82,10 @@ def _rdp_integer_reference(q: float, sigma: float, alpha: int) -> float:
     mpmath.mp.dps = 60
     q, s = mpmath.mpf(q), mpmath.mpf(sigma)
     a = mpmath.fsum(
-        mpmath.binomial(alpha, k) * (1 - q) ** (alpha - k) * q**k * mpmath.e ** ((k * k - k) / (2 * s * s))
+        mpmath.binomial(alpha, k)
+        * (1 - q) ** (alpha - k)
+        * q**k
+        * mpmath.e ** ((k * k - k) / (2 * s * s))
         for k in range(alpha + 1)
     )
     return float(mpmath.log(a) / (alpha - 1))
@@ -86,7 +100,11 @@ def test_rdp_curve_matches_arbitrary_precision_reference(sigma, q):
 
 
 def test_rdp_orders_are_the_documented_set():
-    expected = {round(1 + x / 10, 1) for x in range(1, 100)} | set(range(12, 256)) | {2**k for k in range(8, 15)}
+    expected = (
+        {round(1 + x / 10, 1) for x in range(1, 100)}
+        | set(range(12, 256))
+        | {2**k for k in range(8, 15)}
+    )
     assert set(RDP_ORDERS) == {float(a) for a in expected}
     assert len(RDP_ORDERS) == 99 + 244 + 7
     assert 11.0 not in RDP_ORDERS and 16384.0 in RDP_ORDERS
@@ -94,21 +112,29 @@ def test_rdp_orders_are_the_documented_set():
 
 # ------------------------------------------------------------------ contract
 
+
 @pytest.mark.parametrize("accountant", ["rdp", "prv"])
 def test_noop_gives_zero(accountant):
-    assert compute_epsilon(SubsampledGaussian(1.0, 0.1, 0), delta=1e-5, accountant=accountant).epsilon == 0.0
+    assert (
+        compute_epsilon(SubsampledGaussian(1.0, 0.1, 0), delta=1e-5, accountant=accountant).epsilon
+        == 0.0
+    )
 
 
 def test_pure_noop_and_sum():
     assert compute_epsilon(PureEpsilon(1.0, count=0), delta=1e-5, accountant="pure").epsilon == 0.0
-    r = compute_epsilon(Composed((PureEpsilon(0.5), PureEpsilon(0.25, count=2))), delta=1e-5, accountant="pure")
+    r = compute_epsilon(
+        Composed((PureEpsilon(0.5), PureEpsilon(0.25, count=2))), delta=1e-5, accountant="pure"
+    )
     assert r.epsilon == pytest.approx(1.0) and r.delta == 0.0
 
 
 def test_rdp_sequential_composition_equals_more_steps():
     a = SubsampledGaussian(1.0, 0.01, 300)
     two = compute_epsilon(Composed((a, a)), delta=1e-5, accountant="rdp").epsilon
-    doubled = compute_epsilon(SubsampledGaussian(1.0, 0.01, 600), delta=1e-5, accountant="rdp").epsilon
+    doubled = compute_epsilon(
+        SubsampledGaussian(1.0, 0.01, 600), delta=1e-5, accountant="rdp"
+    ).epsilon
     single = compute_epsilon(a, delta=1e-5, accountant="rdp").epsilon
     assert two == pytest.approx(doubled, rel=1e-12)
     assert two < 2 * single  # tight composition beats the naive sum
@@ -117,7 +143,9 @@ def test_rdp_sequential_composition_equals_more_steps():
 def test_prv_sequential_composition_equals_more_steps():
     a = SubsampledGaussian(1.0, 0.01, 300)
     two = compute_epsilon(Composed((a, a)), delta=1e-5, accountant="prv").epsilon
-    doubled = compute_epsilon(SubsampledGaussian(1.0, 0.01, 600), delta=1e-5, accountant="prv").epsilon
+    doubled = compute_epsilon(
+        SubsampledGaussian(1.0, 0.01, 600), delta=1e-5, accountant="prv"
+    ).epsilon
     assert two == pytest.approx(doubled, abs=0.02)  # both within the discretisation error
 
 
@@ -131,10 +159,17 @@ def test_parallel_is_the_worst_branch(accountant):
 
 
 def test_parallel_inside_sequential_composes_each_branch():
-    a, b, c = SubsampledGaussian(1.0, 0.01, 100), SubsampledGaussian(0.8, 0.01, 400), SubsampledGaussian(1.2, 0.02, 200)
+    a, b, c = (
+        SubsampledGaussian(1.0, 0.01, 100),
+        SubsampledGaussian(0.8, 0.01, 400),
+        SubsampledGaussian(1.2, 0.02, 200),
+    )
     tree = Composed((Parallel((a, b)), c))
     got = compute_epsilon(tree, delta=1e-5).epsilon
-    worst = max(compute_epsilon(Composed((a, c)), delta=1e-5).epsilon, compute_epsilon(Composed((b, c)), delta=1e-5).epsilon)
+    worst = max(
+        compute_epsilon(Composed((a, c)), delta=1e-5).epsilon,
+        compute_epsilon(Composed((b, c)), delta=1e-5).epsilon,
+    )
     assert got == pytest.approx(worst, rel=1e-12)
 
 
@@ -157,7 +192,12 @@ def test_unknown_event_type_is_an_error_never_zero():
 
 
 def test_event_round_trip():
-    tree = Composed((Parallel((SubsampledGaussian(1.0, 0.01, 100), PureEpsilon(0.3, 2))), SubsampledGaussian(2.0, 1.0, 5)))
+    tree = Composed(
+        (
+            Parallel((SubsampledGaussian(1.0, 0.01, 100), PureEpsilon(0.3, 2))),
+            SubsampledGaussian(2.0, 1.0, 5),
+        )
+    )
     assert event_from_dict(tree.to_dict()) == tree
 
 
@@ -193,13 +233,28 @@ def test_merging_identical_mechanisms_is_exact():
     merged = merge_leaves([a, b, a, PureEpsilon(0.5), a, PureEpsilon(0.5, 2)])
     assert set(merged) == {SubsampledGaussian(1.0, 0.01, 300), b, PureEpsilon(0.5, 3)}
     # a ledger-sized composition: 400 releases of 4 distinct mechanisms equals 4 merged events
-    many = Composed(tuple([a, b, SubsampledGaussian(2.0, 0.005, 2000), SubsampledGaussian(3.0, 0.005, 2000)] * 100))
-    merged4 = Composed((SubsampledGaussian(1.0, 0.01, 10000), SubsampledGaussian(0.8, 0.02, 5000),
-                        SubsampledGaussian(2.0, 0.005, 200000), SubsampledGaussian(3.0, 0.005, 200000)))
+    many = Composed(
+        tuple(
+            [a, b, SubsampledGaussian(2.0, 0.005, 2000), SubsampledGaussian(3.0, 0.005, 2000)] * 100
+        )
+    )
+    merged4 = Composed(
+        (
+            SubsampledGaussian(1.0, 0.01, 10000),
+            SubsampledGaussian(0.8, 0.02, 5000),
+            SubsampledGaussian(2.0, 0.005, 200000),
+            SubsampledGaussian(3.0, 0.005, 200000),
+        )
+    )
     assert compute_epsilon(many, delta=1e-5).epsilon == compute_epsilon(merged4, delta=1e-5).epsilon
-    small = Composed(tuple([SubsampledGaussian(1.0, 0.01, 10), SubsampledGaussian(0.8, 0.02, 5)] * 100))
+    small = Composed(
+        tuple([SubsampledGaussian(1.0, 0.01, 10), SubsampledGaussian(0.8, 0.02, 5)] * 100)
+    )
     merged2 = Composed((SubsampledGaussian(1.0, 0.01, 1000), SubsampledGaussian(0.8, 0.02, 500)))
-    assert compute_epsilon(small, delta=1e-5, accountant="prv").epsilon == compute_epsilon(merged2, delta=1e-5, accountant="prv").epsilon
+    assert (
+        compute_epsilon(small, delta=1e-5, accountant="prv").epsilon
+        == compute_epsilon(merged2, delta=1e-5, accountant="prv").epsilon
+    )
 
 
 def test_prv_declines_huge_compositions_instead_of_hanging():
@@ -207,7 +262,9 @@ def test_prv_declines_huge_compositions_instead_of_hanging():
         compute_epsilon(SubsampledGaussian(1.0, 0.005, 1_000_000), delta=1e-5, accountant="prv")
 
 
-@pytest.mark.parametrize("sigma,q,steps", [(1.1, 0.01, 1), (0.9, 0.25, 120), (13.625, 1 / 188, 5640)])
+@pytest.mark.parametrize(
+    "sigma,q,steps", [(1.1, 0.01, 1), (0.9, 0.25, 120), (13.625, 1 / 188, 5640)]
+)
 def test_cached_one_step_rdp_equals_opacus_with_steps(sigma, q, steps):
     """rdp_curve scales a cached one-step curve: exactly compute_rdp(steps=T) of the numpy-only
     analysis (rdp_sgm.py), and Opacus's compute_rdp(steps=T) to rounding (tests/accounting/test_rdp_sgm.py)."""
@@ -215,9 +272,16 @@ def test_cached_one_step_rdp_equals_opacus_with_steps(sigma, q, steps):
 
     from dpaudit.accounting import rdp_sgm
 
-    want = np.asarray(rdp_sgm.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)), dtype=float)
-    opacus = np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)), dtype=float)
-    np.testing.assert_allclose(want, opacus, rtol=1e-11, atol=0, equal_nan=True)  # Opacus gives NaN at a few huge orders; its conversion skips them
+    want = np.asarray(
+        rdp_sgm.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)),
+        dtype=float,
+    )
+    opacus = np.asarray(
+        compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=list(RDP_ORDERS)), dtype=float
+    )
+    np.testing.assert_allclose(
+        want, opacus, rtol=1e-11, atol=0, equal_nan=True
+    )  # Opacus gives NaN at a few huge orders; its conversion skips them
     for _ in range(2):  # the second call is served from the cache
         got = rdp_curve([SubsampledGaussian(sigma, q, steps)])
         assert np.array_equal(got, want, equal_nan=True)
@@ -264,7 +328,9 @@ def _profile():
     if _PROFILE is None:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("privacy_profile", Path(__file__).with_name("privacy_profile.py"))
+        spec = importlib.util.spec_from_file_location(
+            "privacy_profile", Path(__file__).with_name("privacy_profile.py")
+        )
         _PROFILE = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(_PROFILE)
     return _PROFILE
@@ -272,15 +338,27 @@ def _profile():
 
 ADJ = ("add-remove-record", "replace-record")
 # (sigma, q, T): sigma in {0.8794, 1, 2}, q in {0.005, 0.01}, T in {1, 100, 2000}
-SUBSAMPLED = [(0.8794, 0.005, 2000), (1.0, 0.005, 2000), (2.0, 0.005, 2000), (1.0, 0.01, 1), (2.0, 0.005, 1),
-              (0.8794, 0.01, 100), (2.0, 0.01, 100), (1.0, 0.01, 2000)]
+SUBSAMPLED = [
+    (0.8794, 0.005, 2000),
+    (1.0, 0.005, 2000),
+    (2.0, 0.005, 2000),
+    (1.0, 0.01, 1),
+    (2.0, 0.005, 1),
+    (0.8794, 0.01, 100),
+    (2.0, 0.01, 100),
+    (1.0, 0.01, 2000),
+]
 
 
 @pytest.mark.parametrize("sigma,q,steps", SUBSAMPLED)
 @pytest.mark.parametrize("adjacency", ADJ)
 def test_pld_matches_an_independent_privacy_profile(sigma, q, steps, adjacency):
-    ref = _profile().subsampled_gaussian_epsilon(sigma, q, steps, 1e-5, replace=adjacency == "replace-record")
-    r = compute_epsilon(SubsampledGaussian(sigma, q, steps), delta=1e-5, accountant="pld", adjacency=adjacency)
+    ref = _profile().subsampled_gaussian_epsilon(
+        sigma, q, steps, 1e-5, replace=adjacency == "replace-record"
+    )
+    r = compute_epsilon(
+        SubsampledGaussian(sigma, q, steps), delta=1e-5, accountant="pld", adjacency=adjacency
+    )
     assert r.adjacency == adjacency and r.accountant == "pld"
     # pld is pessimistic (an upper bound); the reference is a rounded-to-nearest estimate
     assert ref - 0.003 <= r.epsilon <= ref * 1.01 + 0.003
@@ -290,7 +368,9 @@ def test_pld_matches_an_independent_privacy_profile(sigma, q, steps, adjacency):
 def test_rdp_and_prv_add_remove_bound_the_independent_profile(sigma, q, steps):
     ref = _profile().subsampled_gaussian_epsilon(sigma, q, steps, 1e-5, replace=False)
     ev = SubsampledGaussian(sigma, q, steps)
-    assert compute_epsilon(ev, delta=1e-5, accountant="rdp").epsilon >= ref - 0.003  # RDP is loose, never below
+    assert (
+        compute_epsilon(ev, delta=1e-5, accountant="rdp").epsilon >= ref - 0.003
+    )  # RDP is loose, never below
     prv = compute_epsilon(ev, delta=1e-5, accountant="prv")
     assert prv.epsilon_lower - 0.003 <= ref <= prv.epsilon + 0.003
 
@@ -311,7 +391,9 @@ def test_no_subsampling_matches_the_gaussian_closed_form(sigma, steps, adjacency
     try:
         prv = compute_epsilon(ev, delta=1e-5, accountant="prv", adjacency=adjacency)
     except UnsupportedEventError:
-        assert exact > 40  # prv may decline only far in the tails (grid > 5e6 points, or its own check)
+        assert (
+            exact > 40
+        )  # prv may decline only far in the tails (grid > 5e6 points, or its own check)
         return
     assert prv.epsilon >= exact - 1e-6 and prv.epsilon_lower <= exact + 1e-6
 
@@ -319,8 +401,12 @@ def test_no_subsampling_matches_the_gaussian_closed_form(sigma, steps, adjacency
 def test_the_reference_itself_matches_the_closed_form():
     p = _profile()
     for steps, replace in ((1, False), (10, True)):
-        exact = p.gaussian_closed_form_epsilon(math.sqrt(steps) * (2.0 if replace else 1.0) / 2.0, 1e-5)
-        assert p.subsampled_gaussian_epsilon(2.0, 1.0, steps, 1e-5, replace=replace) == pytest.approx(exact, abs=2e-3)
+        exact = p.gaussian_closed_form_epsilon(
+            math.sqrt(steps) * (2.0 if replace else 1.0) / 2.0, 1e-5
+        )
+        assert p.subsampled_gaussian_epsilon(
+            2.0, 1.0, steps, 1e-5, replace=replace
+        ) == pytest.approx(exact, abs=2e-3)
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "prv"])
@@ -345,10 +431,19 @@ def test_replace_one_is_larger_than_add_remove_where_the_issue_measured_it():
 
 
 def test_support_table():
-    from dpaudit.accounting.accountants import ACCOUNTANTS, accountants_supporting, support_error, supports
+    from dpaudit.accounting.accountants import (
+        ACCOUNTANTS,
+        accountants_supporting,
+        support_error,
+        supports,
+    )
 
     assert ACCOUNTANTS == ("rdp", "prv", "pld", "pure")
-    sub, full, pure = SubsampledGaussian(1.0, 0.01, 10), SubsampledGaussian(1.0, 1.0, 10), PureEpsilon(0.5, 2)
+    sub, full, pure = (
+        SubsampledGaussian(1.0, 0.01, 10),
+        SubsampledGaussian(1.0, 1.0, 10),
+        PureEpsilon(0.5, 2),
+    )
     assert accountants_supporting(sub, "add-remove-record") == ("rdp", "prv", "pld")
     assert accountants_supporting(sub, "add-remove-user") == ("rdp", "prv", "pld")
     assert accountants_supporting(sub, "replace-record") == ("pld",)
@@ -374,14 +469,28 @@ def test_pld_composes_sequentially_and_in_parallel():
     a, b = SubsampledGaussian(1.0, 0.01, 300), SubsampledGaussian(0.8, 0.01, 400)
     for adj in ADJ:
         two = compute_epsilon(Composed((a, a)), delta=1e-5, accountant="pld", adjacency=adj).epsilon
-        doubled = compute_epsilon(SubsampledGaussian(1.0, 0.01, 600), delta=1e-5, accountant="pld", adjacency=adj).epsilon
+        doubled = compute_epsilon(
+            SubsampledGaussian(1.0, 0.01, 600), delta=1e-5, accountant="pld", adjacency=adj
+        ).epsilon
         assert two == pytest.approx(doubled, abs=2e-3)
         par = compute_epsilon(Parallel((a, b)), delta=1e-5, accountant="pld", adjacency=adj).epsilon
-        assert par == max(compute_epsilon(x, delta=1e-5, accountant="pld", adjacency=adj).epsilon for x in (a, b))
+        assert par == max(
+            compute_epsilon(x, delta=1e-5, accountant="pld", adjacency=adj).epsilon for x in (a, b)
+        )
     # pure epsilon: never above the sum; a mixed tree is above each part alone
-    assert 1.9 < compute_epsilon(PureEpsilon(0.5, 4), delta=1e-5, accountant="pld", adjacency="replace-record").epsilon <= 2.0 + 1e-9
-    mixed = compute_epsilon(Composed((a, PureEpsilon(0.5))), delta=1e-5, accountant="pld", adjacency="replace-record").epsilon
-    assert mixed > compute_epsilon(a, delta=1e-5, accountant="pld", adjacency="replace-record").epsilon
+    assert (
+        1.9
+        < compute_epsilon(
+            PureEpsilon(0.5, 4), delta=1e-5, accountant="pld", adjacency="replace-record"
+        ).epsilon
+        <= 2.0 + 1e-9
+    )
+    mixed = compute_epsilon(
+        Composed((a, PureEpsilon(0.5))), delta=1e-5, accountant="pld", adjacency="replace-record"
+    ).epsilon
+    assert (
+        mixed > compute_epsilon(a, delta=1e-5, accountant="pld", adjacency="replace-record").epsilon
+    )
 
 
 def test_prv_declines_a_grid_that_would_exhaust_memory():

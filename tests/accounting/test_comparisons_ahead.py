@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting import comparisons as accountants
-from dpaudit.accounting.comparisons import _AHEAD, _comparisons, comparison_epsilons, comparisons_ahead
+from dpaudit.accounting.comparisons import (
+    _AHEAD,
+    _comparisons,
+    comparison_epsilons,
+    comparisons_ahead,
+)
 from dpaudit.accounting.events import SubsampledGaussian, event_from_dict
 from dpaudit.data.base import PreparedDataset
 from dpaudit.releasing import release
@@ -100,20 +105,38 @@ def _data(n=300, d=8):
     for m in (n, 60, 100):
         y = rng.integers(0, 2, m)
         parts += [(rng.normal(size=(m, d)) + y[:, None]).astype(np.float32), y.astype(np.int64)]
-    return PreparedDataset("synthetic", "tabular", *parts, n_classes=2, split_seed=0, reference_size=n)
+    return PreparedDataset(
+        "synthetic", "tabular", *parts, n_classes=2, split_seed=0, reference_size=n
+    )
 
 
 def test_a_release_publishes_the_in_process_comparison_values(one_thread, monkeypatch, tmp_path):
     forks = []
     fork = os.fork
     monkeypatch.setattr(accountants.os, "fork", lambda: forks.append(1) or fork())
-    request = DPSGDRequest(model="dp-rvfl", dataset="synthetic", epsilon=4.0, epochs=2, batch_size=64, reproducible_noise=True)
-    ahead = release("dp-rvfl", request, prepared=_data(), out_dir=tmp_path / "a", record=False, progress=False)
+    request = DPSGDRequest(
+        model="dp-rvfl",
+        dataset="synthetic",
+        epsilon=4.0,
+        epochs=2,
+        batch_size=64,
+        reproducible_noise=True,
+    )
+    ahead = release(
+        "dp-rvfl", request, prepared=_data(), out_dir=tmp_path / "a", record=False, progress=False
+    )
     assert len(forks) == 1  # the prv comparison ran in the child
     monkeypatch.delattr(accountants.os, "fork")
-    here = release("dp-rvfl", request, prepared=_data(), out_dir=tmp_path / "b", record=False, progress=False)
+    here = release(
+        "dp-rvfl", request, prepared=_data(), out_dir=tmp_path / "b", record=False, progress=False
+    )
     assert ahead.epsilons == here.epsilons and isinstance(here.epsilons["prv"], float)
-    assert ahead.epsilons["prv"] == _comparisons(event_from_dict(here.guarantee), here.delta, here.adjacency, ("prv",))["prv"]
+    assert (
+        ahead.epsilons["prv"]
+        == _comparisons(event_from_dict(here.guarantee), here.delta, here.adjacency, ("prv",))[
+            "prv"
+        ]
+    )
 
 
 def _dead(pid: int) -> bool:
@@ -128,10 +151,12 @@ def _dead(pid: int) -> bool:
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
 def test_child_dies_with_a_parent_killed_outright():
     # A parent killed by SIGKILL runs no cleanup: the kernel must end the child (PR_SET_PDEATHSIG).
-    code = ("import time\nfrom dpaudit.accounting import comparisons as a\nfrom dpaudit.accounting.events import SubsampledGaussian\n"
-            "a._comparisons = lambda *args: time.sleep(600)  # a child that would run for 10 minutes\n"
-            "with a.comparisons_ahead([(SubsampledGaussian(1.1, 0.01, 300), 1e-5, 'add-remove-record', ('prv',))]):\n"
-            "    print(a._AHEAD.get().pid, flush=True)\n    time.sleep(600)\n")
+    code = (
+        "import time\nfrom dpaudit.accounting import comparisons as a\nfrom dpaudit.accounting.events import SubsampledGaussian\n"
+        "a._comparisons = lambda *args: time.sleep(600)  # a child that would run for 10 minutes\n"
+        "with a.comparisons_ahead([(SubsampledGaussian(1.1, 0.01, 300), 1e-5, 'add-remove-record', ('prv',))]):\n"
+        "    print(a._AHEAD.get().pid, flush=True)\n    time.sleep(600)\n"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
@@ -166,7 +191,9 @@ def test_remembered_answers_spare_the_child(one_thread, monkeypatch, tmp_path):
             again = _AHEAD.get()
             assert again.pid is None and again.answers  # answered from memory, nothing forked
             assert comparison_epsilons(*job) == here
-    with comparisons_ahead([job], memory=result_cache):  # memory off outside a command: the child again
+    with comparisons_ahead(
+        [job], memory=result_cache
+    ):  # memory off outside a command: the child again
         assert _AHEAD.get().pid is not None
 
 
@@ -186,13 +213,32 @@ def test_train_command_remembers_the_comparison_never_the_claim(one_thread, monk
     monkeypatch.setattr(accountants.os, "fork", lambda: forks.append(1) or fork())
     outs = []
     for i in range(2):
-        r = CliRunner().invoke(app, ["train", "dp-rvfl", "--eps", "2", "--epochs", "1", "--out", str(tmp_path / f"r{i}"),
-                                     "--ledger", str(tmp_path / "l.sqlite"), "--json"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "train",
+                "dp-rvfl",
+                "--eps",
+                "2",
+                "--epochs",
+                "1",
+                "--out",
+                str(tmp_path / f"r{i}"),
+                "--ledger",
+                str(tmp_path / "l.sqlite"),
+                "--json",
+            ],
+        )
         assert r.exit_code == 0, r.output
-        outs.append(_json.loads(r.stdout[r.stdout.index("{"):]))
+        outs.append(_json.loads(r.stdout[r.stdout.index("{") :]))
     assert len(forks) == 1  # the first run's child only
     a, b = outs
     assert a["epsilons"]["prv"] == b["epsilons"]["prv"] and isinstance(b["epsilons"]["prv"], float)
     # the claim is the accountant's, computed in this run
     event = SubsampledGaussian(b["noise_multiplier"], b["sample_rate"], b["steps"])
-    assert b["epsilon"] == compute_epsilon(event, delta=b["delta"], accountant="rdp", adjacency="add-remove-record").epsilon
+    assert (
+        b["epsilon"]
+        == compute_epsilon(
+            event, delta=b["delta"], accountant="rdp", adjacency="add-remove-record"
+        ).epsilon
+    )

@@ -9,8 +9,18 @@ import numpy as np
 import pytest
 
 from dpaudit.audits import stats
-from dpaudit.audits.engine import (AUDIT_FILE, SCORES_FILE, SELECT_FRACTION, AuditResult, audit_callable, audit_scores, plan_trials, read_audit,
-                                   run_audit, violated)
+from dpaudit.audits.engine import (
+    AUDIT_FILE,
+    SCORES_FILE,
+    SELECT_FRACTION,
+    AuditResult,
+    audit_callable,
+    audit_scores,
+    plan_trials,
+    read_audit,
+    run_audit,
+    violated,
+)
 from dpaudit.audits.gaussian import GaussianTarget, calibrate_exact, exact_epsilon
 from dpaudit.errors import UsageError
 
@@ -50,7 +60,9 @@ def test_soundness_gaussian_several_sigmas_and_seeds(sigma):
 
 
 def test_controls_no_noise_finds_leakage_and_null_finds_none():
-    r = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=1000, seed=1, reproducible_noise=True)
+    r = run_audit(
+        GaussianTarget.for_epsilon(epsilon=1.0), runs=1000, seed=1, reproducible_noise=True
+    )
     nn, null = r.controls["no-noise"], r.controls["null"]
     # the Clopper–Pearson test and eps_LB (a bound for any mechanism) reach their ceilings; the
     # claim's Gaussian family result (which decides) goes beyond them, far above the claim
@@ -74,32 +86,78 @@ def test_broken_mechanism_is_caught(eps):
 
 @pytest.mark.parametrize("eps", [1.0, 2.0, 4.0])
 def test_gdp_estimate_calibration_within_30_percent(eps):
-    r = run_audit(GaussianTarget.for_epsilon(epsilon=eps), runs=2000, seed=5, controls=(), reproducible_noise=True)
+    r = run_audit(
+        GaussianTarget.for_epsilon(epsilon=eps),
+        runs=2000,
+        seed=5,
+        controls=(),
+        reproducible_noise=True,
+    )
     g = r.gdp_estimate
     assert abs(g["epsilon"] - eps) <= 0.3 * eps, g
     assert r.epsilon_lower_bound <= eps  # the CP bound, reported beside it, stays sound
 
 
 def test_audit_json_schema_scores_and_round_trip(tmp_path):
-    r = run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=200, seed=2, out_dir=tmp_path, reproducible_noise=True)
+    r = run_audit(
+        GaussianTarget.for_epsilon(epsilon=1.0),
+        runs=200,
+        seed=2,
+        out_dir=tmp_path,
+        reproducible_noise=True,
+    )
     d = json.loads((tmp_path / AUDIT_FILE).read_text())
-    for key in ("mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "method",
-                "counts", "ceiling", "gdp_estimate", "controls", "roc", "auc", "seeds", "task", "dataset",
-                "select_size", "eval_size", "dpaudit_version"):
+    for key in (
+        "mechanism",
+        "canary",
+        "runs",
+        "claimed_epsilon",
+        "delta",
+        "epsilon_lower_bound",
+        "confidence",
+        "method",
+        "counts",
+        "ceiling",
+        "gdp_estimate",
+        "controls",
+        "roc",
+        "auc",
+        "seeds",
+        "task",
+        "dataset",
+        "select_size",
+        "eval_size",
+        "dpaudit_version",
+    ):
         assert key in d, key
     # score-unit values and the reproducible noise seed are local (issue 23 point 5)
-    assert "threshold" not in d and "threshold" not in d["controls"]["null"] and "seed" not in d["seeds"]["noise"]
+    assert (
+        "threshold" not in d
+        and "threshold" not in d["controls"]["null"]
+        and "seed" not in d["seeds"]["noise"]
+    )
     local = json.loads((tmp_path / "audit_local.json").read_text())
-    assert local["audit_id"] == d["id"] and local["threshold"] == r.threshold and local["seeds"]["noise"]["seed"] == 2
+    assert (
+        local["audit_id"] == d["id"]
+        and local["threshold"] == r.threshold
+        and local["seeds"]["noise"]["seed"] == 2
+    )
     assert "violated" not in d and "violated" not in d["controls"]["null"]
     assert set(d["counts"]) == {"tp", "fp", "tn", "fn"}
     assert d["select_size"] + d["eval_size"] == 200 and sum(d["counts"].values()) == d["eval_size"]
     assert set(d["controls"]) == {"no-noise", "null"} and "controls" not in d["controls"]["null"]
     z = np.load(tmp_path / SCORES_FILE)
-    assert z["main_score"].shape == (200,) and z["null_inserted"].sum() == 0 and z["main_world"].sum() == 100
+    assert (
+        z["main_score"].shape == (200,)
+        and z["null_inserted"].sum() == 0
+        and z["main_world"].sum() == 100
+    )
     again = read_audit(tmp_path)
     assert again.epsilon_lower_bound == r.epsilon_lower_bound and again.controls["null"].runs == 200
-    assert again.threshold == r.threshold and again.controls["null"].threshold == r.controls["null"].threshold
+    assert (
+        again.threshold == r.threshold
+        and again.controls["null"].threshold == r.controls["null"].threshold
+    )
     assert read_audit(tmp_path, local=False).threshold is None
     assert not (tmp_path / ".checkpoint").exists()
 
@@ -142,16 +200,30 @@ def test_checkpoint_of_another_configuration_is_not_reused(tmp_path):
     sigma = calibrate_exact(1.0, DELTA)
     t = _FlakyGaussian(noise_multiplier=sigma, fail_after=2)
     with pytest.raises(_Interrupt):
-        run_audit(t, runs=400, seed=9, chunk_size=50, controls=(), out_dir=tmp_path, reproducible_noise=True)
+        run_audit(
+            t,
+            runs=400,
+            seed=9,
+            chunk_size=50,
+            controls=(),
+            out_dir=tmp_path,
+            reproducible_noise=True,
+        )
     t2 = _FlakyGaussian(noise_multiplier=2 * sigma)
-    run_audit(t2, runs=400, seed=9, chunk_size=50, controls=(), out_dir=tmp_path, reproducible_noise=True)
+    run_audit(
+        t2, runs=400, seed=9, chunk_size=50, controls=(), out_dir=tmp_path, reproducible_noise=True
+    )
     assert t2.calls == 8
 
 
 def test_two_workers_give_the_same_trials_as_one():
     t = GaussianTarget.for_epsilon(epsilon=1.0)
-    a = run_audit(t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True, workers=1)
-    b = run_audit(t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True, workers=2)
+    a = run_audit(
+        t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True, workers=1
+    )
+    b = run_audit(
+        t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True, workers=2
+    )
     assert a.counts == b.counts and a.threshold == b.threshold
     assert a.controls["null"].counts == b.controls["null"].counts
 
@@ -185,22 +257,49 @@ def _identity(release) -> float:
 
 
 def test_audit_callable_sound_and_controls():
-    r = audit_callable(_randomized_response, _identity, 2000, claimed_epsilon=EPS_RR, delta=0.0, noiseless_mechanism=_no_noise,
-                       seed=3, reproducible_noise=True)
+    r = audit_callable(
+        _randomized_response,
+        _identity,
+        2000,
+        claimed_epsilon=EPS_RR,
+        delta=0.0,
+        noiseless_mechanism=_no_noise,
+        seed=3,
+        reproducible_noise=True,
+    )
     assert r.epsilon_lower_bound <= EPS_RR
     assert r.epsilon_lower_bound > 0.5  # randomized response is tight: a good audit gets close
     nn = r.controls["no-noise"]  # a perfect test: each bound at its own ceiling
     assert nn.clopper_pearson_epsilon == pytest.approx(nn.ceiling)
     assert nn.epsilon_lower_bound == pytest.approx(nn.general_bound["ceiling"])
-    assert r.controls["null"].epsilon_lower_bound == 0.0 or r.controls["null"].epsilon_lower_bound < 0.3
+    assert (
+        r.controls["null"].epsilon_lower_bound == 0.0
+        or r.controls["null"].epsilon_lower_bound < 0.3
+    )
     assert r.mechanism == "custom" and r.config["callable"] == "_randomized_response"
 
 
 def test_audit_callable_with_two_workers():
-    r = audit_callable(_randomized_response, _identity, 400, claimed_epsilon=EPS_RR, delta=0.0, workers=2, seed=1,
-                       reproducible_noise=True)
-    s = audit_callable(_randomized_response, _identity, 400, claimed_epsilon=EPS_RR, delta=0.0, workers=1, seed=1,
-                       reproducible_noise=True)
+    r = audit_callable(
+        _randomized_response,
+        _identity,
+        400,
+        claimed_epsilon=EPS_RR,
+        delta=0.0,
+        workers=2,
+        seed=1,
+        reproducible_noise=True,
+    )
+    s = audit_callable(
+        _randomized_response,
+        _identity,
+        400,
+        claimed_epsilon=EPS_RR,
+        delta=0.0,
+        workers=1,
+        seed=1,
+        reproducible_noise=True,
+    )
     assert r.counts == s.counts
 
 
@@ -222,6 +321,14 @@ def test_external_executor_gives_the_same_trials():
     a = run_audit(t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True)
     for n in (1, 2):
         with executors.LocalExecutor(n) as ex:
-            b = run_audit(t, runs=600, seed=4, chunk_size=100, controls=("null",), reproducible_noise=True, executor=ex)
+            b = run_audit(
+                t,
+                runs=600,
+                seed=4,
+                chunk_size=100,
+                controls=("null",),
+                reproducible_noise=True,
+                executor=ex,
+            )
         assert a.counts == b.counts and a.threshold == b.threshold
         assert a.controls["null"].counts == b.controls["null"].counts

@@ -22,10 +22,18 @@ def digits():
 
 
 def _elm_release(out, prepared):
-    return release("dp-elm", DPELMRequest(dataset=prepared.name, epsilon=2.0, width=3, seed=1), out_dir=out, record=False, prepared=prepared)
+    return release(
+        "dp-elm",
+        DPELMRequest(dataset=prepared.name, epsilon=2.0, width=3, seed=1),
+        out_dir=out,
+        record=False,
+        prepared=prepared,
+    )
 
 
-def test_audit_of_a_new_release_accepts_its_data_and_refuses_other_public_identity(tmp_path, digits):
+def test_audit_of_a_new_release_accepts_its_data_and_refuses_other_public_identity(
+    tmp_path, digits
+):
     _elm_release(tmp_path / "ok", digits)
     assert "sha256" not in json.loads((tmp_path / "ok" / "release.json").read_text())["dataset"]
     t = target_from_release(tmp_path / "ok")  # the same public identity: accepted
@@ -34,14 +42,18 @@ def test_audit_of_a_new_release_accepts_its_data_and_refuses_other_public_identi
     # count is private): nothing public tells the neighbours apart, so the audit accepts digits
     smaller = dataclasses.replace(digits, x_train=digits.x_train[1:], y_train=digits.y_train[1:])
     _elm_release(tmp_path / "smaller", smaller)
-    assert json.loads((tmp_path / "smaller" / "release.json").read_text())["dataset"] == \
-        json.loads((tmp_path / "ok" / "release.json").read_text())["dataset"]
+    assert (
+        json.loads((tmp_path / "smaller" / "release.json").read_text())["dataset"]
+        == json.loads((tmp_path / "ok" / "release.json").read_text())["dataset"]
+    )
     assert target_from_release(tmp_path / "smaller").describe()["dataset"] == "digits"
     # another evaluation partition (published: outside the claim) is still refused
     d = json.loads((tmp_path / "smaller" / "release.json").read_text())
     d["dataset"]["split_sizes"]["test"] = 270
     (tmp_path / "smaller" / "release.json").write_text(json.dumps(d))
-    with pytest.raises(DataError, match=r"dataset split_sizes must equal the release's \{'val': 269, 'test': 270\}"):
+    with pytest.raises(
+        DataError, match=r"dataset split_sizes must equal the release's \{'val': 269, 'test': 270\}"
+    ):
         target_from_release(tmp_path / "smaller")
     # data of another schema than the release's (same name, sizes and seeds) is refused too
     d = json.loads((tmp_path / "ok" / "release.json").read_text())
@@ -59,7 +71,9 @@ def test_old_release_with_sha256_is_still_checked_exactly(tmp_path, digits):
     d["dataset"]["source_files"] = {}
     path.write_text(json.dumps(d))
     assert target_from_release(tmp_path / "r").describe()["dataset"] == "digits"
-    d["dataset"]["sha256"] = "00" * 32  # same public identity, other content: only the old digest can tell
+    d["dataset"]["sha256"] = (
+        "00" * 32
+    )  # same public identity, other content: only the old digest can tell
     path.write_text(json.dumps(d))
     with pytest.raises(DataError, match="dataset sha256 must equal the release's 000000000000"):
         target_from_release(tmp_path / "r")
@@ -68,10 +82,20 @@ def test_old_release_with_sha256_is_still_checked_exactly(tmp_path, digits):
 def test_check_release_identity_compares_only_recorded_public_fields(digits):
     ident = digits.identity()
     check_release_identity(digits, ident)
-    check_release_identity(digits, {"name": "digits"})  # fields an older release did not record are not required
+    check_release_identity(
+        digits, {"name": "digits"}
+    )  # fields an older release did not record are not required
     # an older release also published the training count: only the published partitions are compared
-    check_release_identity(digits, {**ident, "split_sizes": {"train": 1256, **ident["split_sizes"]}})
+    check_release_identity(
+        digits, {**ident, "split_sizes": {"train": 1256, **ident["split_sizes"]}}
+    )
     check_release_identity(digits, None)
-    for key, other in (("n_features", 32), ("n_classes", 2), ("split_seed", 7), ("kind", "tabular"), ("name", "mnist")):
+    for key, other in (
+        ("n_features", 32),
+        ("n_classes", 2),
+        ("split_seed", 7),
+        ("kind", "tabular"),
+        ("name", "mnist"),
+    ):
         with pytest.raises(DataError, match=f"dataset {key} must equal the release's"):
             check_release_identity(digits, {**ident, key: other})

@@ -18,10 +18,17 @@ from dpaudit.noise import NoiseSource
 
 def _small(canary: str, user: bool = False):
     if user:
-        return UserHeadTarget(model="dp-rvfl", records_per_user=4, epsilon=2.0, canary=canary,
-                              epochs=1, reference_size=300)
-    return HeadTarget(model="dp-rvfl", dataset="digits", epsilon=2.0, canary=canary, epochs=1,
-                      max_train=300)
+        return UserHeadTarget(
+            model="dp-rvfl",
+            records_per_user=4,
+            epsilon=2.0,
+            canary=canary,
+            epochs=1,
+            reference_size=300,
+        )
+    return HeadTarget(
+        model="dp-rvfl", dataset="digits", epsilon=2.0, canary=canary, epochs=1, max_train=300
+    )
 
 
 def test_an_audit_with_its_controls_lays_its_training_rows_out_once(monkeypatch):
@@ -35,19 +42,28 @@ def test_an_audit_with_its_controls_lays_its_training_rows_out_once(monkeypatch)
     assert calls == []  # 3 roles x 3 chunks re-laid the 300 rows out 9 times before
 
 
-@pytest.mark.parametrize("canary,user", [("max-clip", False), ("mislabeled", False),
-                                         ("max-clip", True), ("natural", True)])
+@pytest.mark.parametrize(
+    "canary,user",
+    [("max-clip", False), ("mislabeled", False), ("max-clip", True), ("natural", True)],
+)
 def test_scores_on_the_audit_layout_equal_those_of_a_fresh_layout_bit_for_bit(canary, user):
     target = _small(canary, user)
     target.prepare()
     c = np.arange(6) % 2 == 0
     got = target.scores(c, NoiseSource("reproducible", seed=5))
     users = engine.UserSampling(target._users, target.records_per_user) if user else None
-    fresh = engine.train_heads(np.array(target._z), target._y, target._n_classes, target._config,
-                               noise=NoiseSource("reproducible", seed=5), runs=c.size,
-                               init=target._init,
-                               canary=dataclasses.replace(target._canary, included=c), users=users,
-                               binary_logit=target._binary)
+    fresh = engine.train_heads(
+        np.array(target._z),
+        target._y,
+        target._n_classes,
+        target._config,
+        noise=NoiseSource("reproducible", seed=5),
+        runs=c.size,
+        init=target._init,
+        canary=dataclasses.replace(target._canary, included=c),
+        users=users,
+        binary_logit=target._binary,
+    )
     np.testing.assert_array_equal(got, canary_scores(target, fresh.weights))
 
 
@@ -57,9 +73,16 @@ def test_a_layout_built_for_another_canary_is_refused():
     with pytest.raises(UsageError, match="layout must hold the canary's rows"):
         gradient = np.zeros((target._k, target._z.shape[1] + 1))
         hook = engine.CanaryHook(included=np.ones(2, bool), gradient=gradient)
-        engine.train_heads(None, None, target._n_classes, target._config, runs=2, canary=hook,
-                           noise=NoiseSource("reproducible", seed=1),
-                           layout=target._layout)
+        engine.train_heads(
+            None,
+            None,
+            target._n_classes,
+            target._config,
+            runs=2,
+            canary=hook,
+            noise=NoiseSource("reproducible", seed=1),
+            layout=target._layout,
+        )
 
 
 def test_a_pickled_target_ships_one_copy_of_the_features():

@@ -11,11 +11,28 @@ def _release(split):
     config = {"task": "digits-mix", "stage": "mixture", "rho": 0.1}
     if split is not None:
         config["split"] = split
-    return Release(mechanism="dp-mixmin", dataset={"name": "digits-mix"}, adjacency="add-remove-record", accountant="rdp",
-                   epsilon=1.0, delta=1e-5, guarantee={"type": "subsampled-gaussian", "noise_multiplier": 1.0,
-                                                       "sample_rate": 0.5, "steps": 10},
-                   seed=42, noise_source={"source": "os-entropy"}, noise_multiplier=1.0, sample_rate=0.5, steps=10,
-                   clipping_norm=1.0, normalizer=10, config=config)
+    return Release(
+        mechanism="dp-mixmin",
+        dataset={"name": "digits-mix"},
+        adjacency="add-remove-record",
+        accountant="rdp",
+        epsilon=1.0,
+        delta=1e-5,
+        guarantee={
+            "type": "subsampled-gaussian",
+            "noise_multiplier": 1.0,
+            "sample_rate": 0.5,
+            "steps": 10,
+        },
+        seed=42,
+        noise_source={"source": "os-entropy"},
+        noise_multiplier=1.0,
+        sample_rate=0.5,
+        steps=10,
+        clipping_norm=1.0,
+        normalizer=10,
+        config=config,
+    )
 
 
 @pytest.mark.parametrize("split", [None, {"rule": "caller-supplied"}, {"rule": "permutation"}])

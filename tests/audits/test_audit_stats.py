@@ -14,7 +14,9 @@ from dpaudit.audits import stats
 from dpaudit.errors import DataError, UsageError
 
 
-@pytest.mark.parametrize("k,n,conf", [(0, 10, 0.95), (3, 50, 0.95), (17, 100, 0.9), (49, 50, 0.99), (250, 1000, 0.95)])
+@pytest.mark.parametrize(
+    "k,n,conf", [(0, 10, 0.95), (3, 50, 0.95), (17, 100, 0.9), (49, 50, 0.99), (250, 1000, 0.95)]
+)
 def test_cp_upper_is_the_exact_binomial_bound(k, n, conf):
     a = (1 - conf) / 2  # significance split between the two bounds
     u = stats.cp_upper(k, n, conf)
@@ -56,7 +58,9 @@ def test_joint_coverage_of_eps_lb_by_simulation():
     fpr, fnr = 1 - sps.norm.cdf(t), sps.norm.cdf(t - mu)
     fp = rng.binomial(n, fpr, size=4000)
     fn = rng.binomial(n, fnr, size=4000)
-    eps = stats.epsilon_from_rates(stats.cp_upper(fp, np.full(fp.size, n)), stats.cp_upper(fn, np.full(fn.size, n)), delta)
+    eps = stats.epsilon_from_rates(
+        stats.cp_upper(fp, np.full(fp.size, n)), stats.cp_upper(fn, np.full(fn.size, n)), delta
+    )
     point = math.log((1 - delta - fnr) / fpr)  # what this test can certify at best
     assert point < true_eps
     assert np.mean(eps > point) <= 0.05
@@ -98,7 +102,9 @@ def _brute_force_select(s, y, delta, conf):
     for t in cands:
         for direction in ("greater", "less"):
             tp, fp, tn, fn = stats.confusion(s, y, t, direction)
-            e = stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=conf).epsilon
+            e = stats.epsilon_lower_bound(
+                tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=conf
+            ).epsilon
             best = max(best, e)
     return best
 
@@ -111,7 +117,9 @@ def test_select_threshold_matches_brute_force(shift):
     thr = stats.select_threshold(s, y, delta=1e-5)
     assert thr.select_epsilon == pytest.approx(_brute_force_select(s, y, 1e-5, 0.95))
     tp, fp, tn, fn = stats.confusion(s, y, thr.threshold, thr.direction)
-    assert stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=1e-5).epsilon == pytest.approx(thr.select_epsilon)
+    assert stats.epsilon_lower_bound(
+        tp=tp, fp=fp, tn=tn, fn=fn, delta=1e-5
+    ).epsilon == pytest.approx(thr.select_epsilon)
     if shift < -1:
         assert thr.direction == "less"
 
@@ -152,9 +160,13 @@ def test_gdp_epsilon_inverts_delta_and_matches_prv():
     for sigma in (0.8, 2.0, 5.0):
         e = stats.gdp_epsilon(1 / sigma, 1e-5)
         assert stats.gdp_delta(e, 1 / sigma) == pytest.approx(1e-5, rel=1e-8)
-        prv = compute_epsilon(SubsampledGaussian(sigma, 1.0, 1), delta=1e-5, accountant="prv").epsilon
+        prv = compute_epsilon(
+            SubsampledGaussian(sigma, 1.0, 1), delta=1e-5, accountant="prv"
+        ).epsilon
         assert e == pytest.approx(prv, rel=0.02)
-    assert stats.gdp_mu_for_epsilon(1.0, 1e-5) == pytest.approx(1 / 3.7305, rel=0.01)  # known sigma ~ 3.73 at (1, 1e-5)
+    assert stats.gdp_mu_for_epsilon(1.0, 1e-5) == pytest.approx(
+        1 / 3.7305, rel=0.01
+    )  # known sigma ~ 3.73 at (1, 1e-5)
 
 
 def test_gdp_estimate_is_zero_on_reversed_scores_and_labelled():
@@ -162,7 +174,9 @@ def test_gdp_estimate_is_zero_on_reversed_scores_and_labelled():
     s = np.r_[np.zeros(100), np.ones(100)]
     g = stats.gdp_estimate(s, y, "greater", delta=1e-5)
     assert g["mu"] == 0.0 and g["epsilon"] == 0.0 and "not a bound" in g["kind"]
-    g0 = stats.gdp_estimate(s, y, "less", delta=0.0)  # pure-DP claims are stated at a fallback delta
+    g0 = stats.gdp_estimate(
+        s, y, "less", delta=0.0
+    )  # pure-DP claims are stated at a fallback delta
     assert g0["delta"] == stats.GDP_FALLBACK_DELTA and g0["epsilon"] > 5
 
 
@@ -187,7 +201,10 @@ def test_clopper_pearson_equals_statsmodels(confidence):
             assert _two_sided_cp(int(kk), n, confidence) == [lo2, hi2]
 
 
-@given(st.lists(st.integers(-3, 3), min_size=1, max_size=30), st.lists(st.integers(-3, 3), min_size=1, max_size=30))
+@given(
+    st.lists(st.integers(-3, 3), min_size=1, max_size=30),
+    st.lists(st.integers(-3, 3), min_size=1, max_size=30),
+)
 @settings(max_examples=200, deadline=None)
 def test_mann_whitney_u_equals_scipy(x, y):
     """Ties (small integers) included: U counts tied pairs one half, as scipy.stats does."""

@@ -80,8 +80,13 @@ def _record(trials: int = 400, seed: int = 0) -> dict:
     cells = stats.confusion(s[ev], plan.world[ev], 1.5, "greater")
     counts = dict(zip(("tp", "fp", "tn", "fn"), cells))
     bound = engine.general_bound(s, plan.world, counts, delta=DELTA, confidence=0.95)
-    return {"counts": counts, "delta": DELTA, "confidence": 0.95, "claimed_epsilon": 1.0,
-            "general_bound": bound}
+    return {
+        "counts": counts,
+        "delta": DELTA,
+        "confidence": 0.95,
+        "claimed_epsilon": 1.0,
+        "general_bound": bound,
+    }
 
 
 def _with_levels(rec: dict, levels: dict) -> dict:
@@ -149,9 +154,15 @@ def test_a_report_over_audits_checks_their_stored_level_once(tmp_path, calls):
 
     for seed in range(2):
         rng = np.random.default_rng(seed)
-        res = engine.audit_scores(rng.normal(1.0, 1.0, 200), rng.normal(0.0, 1.0, 200), delta=DELTA,
-                                  claim=SubsampledGaussian(2.0, 1.0, 1), seed=seed, mechanism="gaussian",
-                                  canary="shift")
+        res = engine.audit_scores(
+            rng.normal(1.0, 1.0, 200),
+            rng.normal(0.0, 1.0, 200),
+            delta=DELTA,
+            claim=SubsampledGaussian(2.0, 1.0, 1),
+            seed=seed,
+            mechanism="gaussian",
+            canary="shift",
+        )
         engine.write_audit(res, tmp_path / f"audit{seed}")
     _clear_caches()
     calls.clear()

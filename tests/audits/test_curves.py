@@ -75,9 +75,15 @@ def test_pure_curve_hand_values():
 def test_event_forms_and_their_mu():
     adj = Adjacency.ADD_REMOVE_RECORD
     s = 1.7
-    assert curves._branch_form((SubsampledGaussian(s, 1.0, 4),), adj) == ("gaussian", pytest.approx(2.0 / s))
+    assert curves._branch_form((SubsampledGaussian(s, 1.0, 4),), adj) == (
+        "gaussian",
+        pytest.approx(2.0 / s),
+    )
     # replace-one: the sum moves by 2C
-    assert curves._branch_form((SubsampledGaussian(s, 1.0, 4),), Adjacency.REPLACE_RECORD) == ("gaussian", pytest.approx(4.0 / s))
+    assert curves._branch_form((SubsampledGaussian(s, 1.0, 4),), Adjacency.REPLACE_RECORD) == (
+        "gaussian",
+        pytest.approx(4.0 / s),
+    )
     # Gaussians compose: mu^2 adds
     both = (SubsampledGaussian(1.0, 1.0, 1), SubsampledGaussian(2.0, 1.0, 3))
     assert curves._branch_form(both, adj) == ("gaussian", pytest.approx(math.sqrt(1 + 3 / 4)))
@@ -90,26 +96,38 @@ def test_event_forms_and_their_mu():
 
 
 def test_parallel_is_the_minimum_over_branches():
-    c = curves.claimed_curve(Parallel((SubsampledGaussian(2.0, 1.0, 1), SubsampledGaussian(0.5, 1.0, 1))))
+    c = curves.claimed_curve(
+        Parallel((SubsampledGaussian(2.0, 1.0, 1), SubsampledGaussian(0.5, 1.0, 1)))
+    )
     assert np.allclose(c.fnr(GRID), curves.gaussian_fnr(GRID, 2.0))
     mixed = curves.claimed_curve(Parallel((PureEpsilon(1.0), SubsampledGaussian(1.0, 1.0, 1))))
-    assert np.allclose(mixed.fnr(GRID), np.minimum(curves.pure_fnr(GRID, 1.0), curves.gaussian_fnr(GRID, 1.0)))
+    assert np.allclose(
+        mixed.fnr(GRID), np.minimum(curves.pure_fnr(GRID, 1.0), curves.gaussian_fnr(GRID, 1.0))
+    )
     assert mixed.closed_form is None and c.closed_form == "gaussian"
 
 
 def test_hockey_stick_matches_dp_accounting():
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    pld = pld_lib.from_gaussian_mechanism(standard_deviation=1.0, sensitivity=1.0, sampling_prob=0.1,
-                                          value_discretization_interval=1e-3).self_compose(5)
+    pld = pld_lib.from_gaussian_mechanism(
+        standard_deviation=1.0,
+        sensitivity=1.0,
+        sampling_prob=0.1,
+        value_discretization_interval=1e-3,
+    ).self_compose(5)
     eps = np.linspace(0.0, 6.0, 61)
-    mine = np.maximum(*[curves.hockey_stick(*curves._pmf_arrays(p), eps) for p in (pld._pmf_remove, pld._pmf_add)])
+    mine = np.maximum(
+        *[curves.hockey_stick(*curves._pmf_arrays(p), eps) for p in (pld._pmf_remove, pld._pmf_add)]
+    )
     assert np.allclose(mine, pld.get_delta_for_epsilon(eps), rtol=1e-9, atol=1e-15)
 
 
 @pytest.mark.parametrize("sigma", [0.8, 2.1])
 def test_profile_reproduces_the_gaussian_closed_form_from_below(sigma):
-    eps, delta = curves._branch_profile((SubsampledGaussian(sigma, 1.0, 1),), Adjacency.ADD_REMOVE_RECORD)
+    eps, delta = curves._branch_profile(
+        (SubsampledGaussian(sigma, 1.0, 1),), Adjacency.ADD_REMOVE_RECORD
+    )
     prof = curves.profile_fnr(GRID, eps, delta)
     exact = curves.gaussian_fnr(GRID, 1.0 / sigma)
     assert np.all(prof <= exact + 1e-12)  # never above: a valid lower bound
@@ -118,7 +136,9 @@ def test_profile_reproduces_the_gaussian_closed_form_from_below(sigma):
 
 def test_profile_replace_one_is_the_doubled_sensitivity():
     # dp-accounting's replace-one pair N(-1) vs N(1) at noise 2 is 1-GDP, as the closed form says
-    eps, delta = curves._branch_profile((SubsampledGaussian(2.0, 1.0, 1),), Adjacency.REPLACE_RECORD)
+    eps, delta = curves._branch_profile(
+        (SubsampledGaussian(2.0, 1.0, 1),), Adjacency.REPLACE_RECORD
+    )
     prof = curves.profile_fnr(GRID, eps, delta)
     exact = curves.claimed_curve(SubsampledGaussian(2.0, 1.0, 1), "replace-record").fnr(GRID)
     assert np.allclose(exact, curves.gaussian_fnr(GRID, 1.0))
@@ -143,8 +163,13 @@ def test_subsampling_raises_the_curve():
 
 
 @settings(max_examples=40, deadline=None)
-@given(sigma=st.floats(0.3, 5.0), steps=st.integers(1, 50), eps=st.floats(0.05, 5.0),
-       s1=st.floats(0.1, 10.0), ratio=st.floats(1.0, 5.0))
+@given(
+    sigma=st.floats(0.3, 5.0),
+    steps=st.integers(1, 50),
+    eps=st.floats(0.05, 5.0),
+    s1=st.floats(0.1, 10.0),
+    ratio=st.floats(1.0, 5.0),
+)
 def test_closed_form_curves_rise_with_s_and_fall_with_fpr(sigma, steps, eps, s1, ratio):
     for event in (SubsampledGaussian(sigma, 1.0, steps), PureEpsilon(eps)):
         lo = curves.claimed_curve(curves.scale_event(event, s1)).fnr(GRID)
@@ -166,9 +191,19 @@ def test_profile_curve_rises_with_s(sigma, q, ratio):
 
 
 def test_scale_event_is_the_family():
-    ev = Composed((SubsampledGaussian(1.0, 0.1, 10), Parallel((PureEpsilon(2.0, 3), SubsampledGaussian(3.0, 1.0, 1)))))
+    ev = Composed(
+        (
+            SubsampledGaussian(1.0, 0.1, 10),
+            Parallel((PureEpsilon(2.0, 3), SubsampledGaussian(3.0, 1.0, 1))),
+        )
+    )
     got = curves.scale_event(ev, 2.0)
-    assert got == Composed((SubsampledGaussian(2.0, 0.1, 10), Parallel((PureEpsilon(1.0, 3), SubsampledGaussian(6.0, 1.0, 1)))))
+    assert got == Composed(
+        (
+            SubsampledGaussian(2.0, 0.1, 10),
+            Parallel((PureEpsilon(1.0, 3), SubsampledGaussian(6.0, 1.0, 1))),
+        )
+    )
     assert curves.scale_event(ev, 1.0) == ev
     with pytest.raises(UsageError, match="s must be a finite number > 0, got 0"):
         curves.scale_event(ev, 0)
@@ -193,7 +228,9 @@ def test_bad_inputs_are_one_line_errors():
         curves.curve_test(bad, w, sel, **kw)
     with pytest.raises(UsageError, match="confidence must be in the open interval"):
         curves.curve_test(s, w, sel, confidence=1.0, **kw)
-    with pytest.raises(UnsupportedEventError, match="pure accountant does not support subsampled-gaussian"):
+    with pytest.raises(
+        UnsupportedEventError, match="pure accountant does not support subsampled-gaussian"
+    ):
         curves.curve_test(s, w, sel, accountant="pure", **kw)
 
 
@@ -204,10 +241,19 @@ def test_curve_test_block_and_the_search_against_its_analytic_solution():
     sigma = sigma_for(2.0)
     ev = SubsampledGaussian(sigma, 1.0, 1)
     w, sel, rng = trials(2)
-    res = curves.curve_test(gaussian_scores(rng, w, sigma), w, sel, event=ev, delta=DELTA, accountant="pld")
+    res = curves.curve_test(
+        gaussian_scores(rng, w, sigma), w, sel, event=ev, delta=DELTA, accountant="pld"
+    )
     json.dumps(res, allow_nan=False)  # plain JSON
-    assert res["statistic"] == "claimed-curve" and res["accountant"] == "pld" and res["event"] == ev.to_dict()
-    assert res["select_size"] + res["eval_size"] == 2000 and res["family"]["parameter"] == "noise_multiplier"
+    assert (
+        res["statistic"] == "claimed-curve"
+        and res["accountant"] == "pld"
+        and res["event"] == ev.to_dict()
+    )
+    assert (
+        res["select_size"] + res["eval_size"] == 2000
+        and res["family"]["parameter"] == "noise_multiplier"
+    )
     assert len(res["curve"]["fpr"]) == 200 and len(res["points"]["fpr"]) <= 256
     p = res["point"]
     # Gaussian family: the box is below the curve of s iff mu / s > mu_box, so s* = mu / mu_box.
@@ -218,12 +264,19 @@ def test_curve_test_block_and_the_search_against_its_analytic_solution():
     assert res["family"]["lower_bound"] == pytest.approx(sigma * s_lb)
     assert res["violated"] is (s_lb <= 1.0) and res["violated"] is False
     # eps_LB: the accountant's epsilon of the member at s_LB, = the exact GDP epsilon of mu_box
-    assert res["family_epsilon"] == compute_epsilon(SubsampledGaussian(sigma * s_lb, 1.0, 1), delta=DELTA, accountant="pld").epsilon
+    assert (
+        res["family_epsilon"]
+        == compute_epsilon(
+            SubsampledGaussian(sigma * s_lb, 1.0, 1), delta=DELTA, accountant="pld"
+        ).epsilon
+    )
     assert res["family_epsilon"] == pytest.approx(gdp_epsilon(mu_box, DELTA), abs=0.01)
     # the box is below the curve at s_LB, not below it just under s_LB
     c = curves.claimed_curve(curves.scale_event(ev, s_lb))
     assert c.violated_by(p["fpr_upper"], p["fnr_upper"])
-    assert not curves.claimed_curve(curves.scale_event(ev, s_star * 0.999)).violated_by(p["fpr_upper"], p["fnr_upper"])
+    assert not curves.claimed_curve(curves.scale_event(ev, s_star * 0.999)).violated_by(
+        p["fpr_upper"], p["fnr_upper"]
+    )
     # the curve at the lower bound is reported, and the claimed one
     assert np.allclose(res["curve_at_lower_bound"]["fnr"], c.fnr(curves.curve_grid()))
     assert np.allclose(res["curve"]["fnr"], curves.gaussian_fnr(curves.curve_grid(), 1.0 / sigma))
@@ -231,9 +284,14 @@ def test_curve_test_block_and_the_search_against_its_analytic_solution():
 
 def test_pure_search_against_its_analytic_solution():
     w, sel, rng = trials(1)
-    res = curves.curve_test(laplace_scores(rng, w, 1.0), w, sel, event=PureEpsilon(1.0), delta=0.0, accountant="pure")
+    res = curves.curve_test(
+        laplace_scores(rng, w, 1.0), w, sel, event=PureEpsilon(1.0), delta=0.0, accountant="pure"
+    )
     p = res["point"]
-    eps_box = max(math.log((1 - p["fnr_upper"]) / p["fpr_upper"]), math.log((1 - p["fpr_upper"]) / p["fnr_upper"]))
+    eps_box = max(
+        math.log((1 - p["fnr_upper"]) / p["fpr_upper"]),
+        math.log((1 - p["fpr_upper"]) / p["fnr_upper"]),
+    )
     assert res["family"]["parameter"] == "epsilon"
     # family eps / s: the box rules out every epsilon < eps_box
     assert eps_box / (1 + 1.01 * curves.SCALE_TOLERANCE) <= res["family_epsilon"] <= eps_box
@@ -243,9 +301,15 @@ def test_pure_search_against_its_analytic_solution():
 def test_no_evidence_no_member_ruled_out():
     # constant scores: every rule has FPR + FNR = 1 on EVAL, the box is above the line FNR = 1 - FPR
     w, sel, _ = trials(3, 400)
-    res = curves.curve_test(np.zeros(400), w, sel, event=SubsampledGaussian(1.0, 1.0, 1), delta=DELTA)
+    res = curves.curve_test(
+        np.zeros(400), w, sel, event=SubsampledGaussian(1.0, 1.0, 1), delta=DELTA
+    )
     assert res["point"]["fpr"] + res["point"]["fnr"] == pytest.approx(1.0)
-    assert res["family_epsilon"] == 0.0 and res["scale_lower_bound"] is None and res["violated"] is False
+    assert (
+        res["family_epsilon"] == 0.0
+        and res["scale_lower_bound"] is None
+        and res["violated"] is False
+    )
     assert res["family"]["lower_bound"] is None and res["curve_at_lower_bound"] is None
 
 
@@ -254,11 +318,22 @@ def test_composed_gaussians_search_the_noise_scale():
     sigma = 2.0
     ev = Composed((SubsampledGaussian(sigma, 1.0, 1), SubsampledGaussian(sigma, 1.0, 1)))
     w, sel, rng = trials(4)
-    res = curves.curve_test(gaussian_scores(rng, w, sigma / math.sqrt(2)), w, sel, event=ev, delta=DELTA, accountant="pld")
+    res = curves.curve_test(
+        gaussian_scores(rng, w, sigma / math.sqrt(2)),
+        w,
+        sel,
+        event=ev,
+        delta=DELTA,
+        accountant="pld",
+    )
     p = res["point"]
     mu_box = sps.norm.ppf(1 - p["fpr_upper"]) - sps.norm.ppf(p["fnr_upper"])
     s_star = (math.sqrt(2) / sigma) / mu_box
-    assert res["family"] == {"parameter": "noise_scale", "claimed": 1.0, "lower_bound": res["scale_lower_bound"]}
+    assert res["family"] == {
+        "parameter": "noise_scale",
+        "claimed": 1.0,
+        "lower_bound": res["scale_lower_bound"],
+    }
     assert s_star <= res["scale_lower_bound"] <= s_star * (1 + 1.01 * curves.SCALE_TOLERANCE)
     assert not res["violated"]
 
@@ -274,7 +349,9 @@ def test_soundness_exact_gaussian_200_seeds():
     flagged = 0
     for seed in SEEDS:
         w, sel, rng = trials(seed)
-        res = curves.curve_test(gaussian_scores(rng, w, sigma), w, sel, event=ev, delta=DELTA, accountant="rdp")
+        res = curves.curve_test(
+            gaussian_scores(rng, w, sigma), w, sel, event=ev, delta=DELTA, accountant="rdp"
+        )
         flagged += res["violated"]
     assert flagged / len(SEEDS) <= 0.05
 
@@ -283,7 +360,14 @@ def test_soundness_laplace_pure_epsilon_200_seeds():
     flagged = 0
     for seed in SEEDS:
         w, sel, rng = trials(seed)
-        res = curves.curve_test(laplace_scores(rng, w, 1.0), w, sel, event=PureEpsilon(1.0), delta=0.0, accountant="pure")
+        res = curves.curve_test(
+            laplace_scores(rng, w, 1.0),
+            w,
+            sel,
+            event=PureEpsilon(1.0),
+            delta=0.0,
+            accountant="pure",
+        )
         flagged += res["violated"]
         assert res["violated"] is (res["family_epsilon"] > 1.0)
     assert flagged / len(SEEDS) <= 0.05
@@ -299,20 +383,34 @@ def test_soundness_subsampled_gaussian_exact_privacy_loss_200_seeds():
     boxes = []
     for seed in SEEDS:
         w, sel, rng = trials(seed)
-        b = curves.eval_box(subsampled_lr_scores(rng, w, sigma, q, steps), w, sel, criterion=curves._criterion(curve))
+        b = curves.eval_box(
+            subsampled_lr_scores(rng, w, sigma, q, steps),
+            w,
+            sel,
+            criterion=curves._criterion(curve),
+        )
         boxes.append((b.fpr_upper, b.fnr_upper))
     fpr_hi, fnr_hi = np.array(boxes).T
     violated = curve.violated_by(fpr_hi, fnr_hi)
     assert violated.mean() <= 0.05
     for seed in (0,):
         w, sel, rng = trials(seed)
-        res = curves.curve_test(subsampled_lr_scores(rng, w, sigma, q, steps), w, sel, event=ev, delta=DELTA, accountant="rdp")
+        res = curves.curve_test(
+            subsampled_lr_scores(rng, w, sigma, q, steps),
+            w,
+            sel,
+            event=ev,
+            delta=DELTA,
+            accountant="rdp",
+        )
         assert (res["point"]["fpr_upper"], res["point"]["fnr_upper"]) == boxes[seed]
         assert res["violated"] is bool(violated[seed])
         assert res["family"]["parameter"] == "noise_multiplier" and "proxy" in res["method"]
 
 
-@pytest.mark.parametrize("event,accountant", [(SubsampledGaussian(1.0, 1.0, 1), "rdp"), (PureEpsilon(1.0), "pure")])
+@pytest.mark.parametrize(
+    "event,accountant", [(SubsampledGaussian(1.0, 1.0, 1), "rdp"), (PureEpsilon(1.0), "pure")]
+)
 def test_null_data_gives_zero_in_95_percent_of_seeds(event, accountant):
     """Identical score distributions in both worlds (the failure mode of a published tool:
     eps 4-6 on null data). A subsampled-Gaussian claim selects by the same criterion as the
@@ -320,8 +418,14 @@ def test_null_data_gives_zero_in_95_percent_of_seeds(event, accountant):
     zero = 0
     for seed in SEEDS:
         w, sel, rng = trials(seed)
-        res = curves.curve_test(rng.normal(size=w.size), w, sel, event=event, delta=DELTA if accountant != "pure" else 0.0,
-                                accountant=accountant)
+        res = curves.curve_test(
+            rng.normal(size=w.size),
+            w,
+            sel,
+            event=event,
+            delta=DELTA if accountant != "pure" else 0.0,
+            accountant=accountant,
+        )
         zero += res["family_epsilon"] == 0.0
     assert zero / len(SEEDS) >= 0.95
 
@@ -334,8 +438,16 @@ def _mean_eps(eps_claim: float) -> tuple[float, list[bool]]:
     out = []
     for seed in range(5):
         w, sel, rng = trials(seed)
-        out.append(curves.curve_test(gaussian_scores(rng, w, sigma), w, sel, event=SubsampledGaussian(sigma, 1.0, 1),
-                                     delta=DELTA, accountant="pld"))
+        out.append(
+            curves.curve_test(
+                gaussian_scores(rng, w, sigma),
+                w,
+                sel,
+                event=SubsampledGaussian(sigma, 1.0, 1),
+                delta=DELTA,
+                accountant="pld",
+            )
+        )
     return float(np.mean([r["family_epsilon"] for r in out])), [r["violated"] for r in out]
 
 
@@ -354,6 +466,13 @@ def test_power_unclipped_canary_is_caught_in_every_seed():
     claim = compute_epsilon(ev, delta=DELTA, accountant="pld").epsilon
     for seed in range(5):
         w, sel, rng = trials(seed)
-        res = curves.curve_test(gaussian_scores(rng, w, sigma, shift=3.0), w, sel, event=ev, delta=DELTA, accountant="pld")
+        res = curves.curve_test(
+            gaussian_scores(rng, w, sigma, shift=3.0),
+            w,
+            sel,
+            event=ev,
+            delta=DELTA,
+            accountant="pld",
+        )
         assert res["violated"] and res["family_epsilon"] > claim
         assert res["scale_lower_bound"] < 1.0 and res["family"]["lower_bound"] < sigma

@@ -60,8 +60,18 @@ def test_randomized_response_against_a_gaussian_claim_it_satisfies_keeps_eps_lb_
     for _ in range(100):  # the published eps_LB of evaluate_scores, without its descriptive extras
         s = randomized_response(rng, plan.world, 1.0)
         thr = stats.select_threshold(s[sel], plan.world[sel], delta=DELTA)
-        counts = dict(zip(("tp", "fp", "tn", "fn"), stats.confusion(s[ev], plan.world[ev], thr.threshold, thr.direction)))
-        below += engine.general_bound(s, plan.world, counts, delta=DELTA, confidence=0.95)["epsilon_lower_bound"] <= 1.0
+        counts = dict(
+            zip(
+                ("tp", "fp", "tn", "fn"),
+                stats.confusion(s[ev], plan.world[ev], thr.threshold, thr.direction),
+            )
+        )
+        below += (
+            engine.general_bound(s, plan.world, counts, delta=DELTA, confidence=0.95)[
+                "epsilon_lower_bound"
+            ]
+            <= 1.0
+        )
     assert below >= 95
     # through the audit path, with the claim: eps_LB is that bound, the family figure is its own
     for seed in range(3):
@@ -75,7 +85,13 @@ def test_randomized_response_against_a_gaussian_claim_it_satisfies_keeps_eps_lb_
 
 
 @settings(max_examples=25, deadline=None)
-@given(n_in=st.integers(5, 60), n_out=st.integers(5, 60), shift=st.floats(0.0, 4.0), ties=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    n_in=st.integers(5, 60),
+    n_out=st.integers(5, 60),
+    shift=st.floats(0.0, 4.0),
+    ties=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_band_is_at_least_bonferroni_over_every_threshold(n_in, n_out, shift, ties, seed):
     rng = np.random.default_rng(seed)
     s = np.r_[rng.normal(shift, 1, n_in), rng.normal(0, 1, n_out)]
@@ -84,7 +100,9 @@ def test_band_is_at_least_bonferroni_over_every_threshold(n_in, n_out, shift, ti
     y = np.r_[np.ones(n_in, bool), np.zeros(n_out, bool)]
     b = stats.band_bound(s, y, delta=DELTA, confidence=0.95)
     assert b["epsilon_lower_bound"] >= reference_all_thresholds(s, y, DELTA, 0.95) - 1e-9
-    assert b["epsilon_lower_bound"] == pytest.approx(stats.band_epsilon(b, delta=DELTA, confidence=0.95), abs=1e-12)
+    assert b["epsilon_lower_bound"] == pytest.approx(
+        stats.band_epsilon(b, delta=DELTA, confidence=0.95), abs=1e-12
+    )
     assert stats.band_epsilon(b, delta=DELTA, confidence=0.99) <= b["epsilon_lower_bound"] + 1e-12
 
 
@@ -97,27 +115,55 @@ def test_published_bound_on_the_exact_gaussian_is_not_weaker_than_bonferroni_ove
         rng = np.random.default_rng(seed)
         s = rng.normal(0, 1, 2000) + mu * plan.world
         thr = stats.select_threshold(s[plan.select], plan.world[plan.select], delta=DELTA)
-        counts = dict(zip(("tp", "fp", "tn", "fn"), stats.confusion(s[~plan.select], plan.world[~plan.select], thr.threshold, thr.direction)))
+        counts = dict(
+            zip(
+                ("tp", "fp", "tn", "fn"),
+                stats.confusion(
+                    s[~plan.select], plan.world[~plan.select], thr.threshold, thr.direction
+                ),
+            )
+        )
         gb = engine.general_bound(s, plan.world, counts, delta=DELTA, confidence=0.95)
-        assert gb["epsilon_lower_bound"] >= reference_all_thresholds(s, plan.world, DELTA, 0.95) - 1e-9
-        assert gb["epsilon_lower_bound"] >= stats.cp_bonferroni(s, plan.world, delta=DELTA)["epsilon_lower_bound"] - 1e-9
+        assert (
+            gb["epsilon_lower_bound"] >= reference_all_thresholds(s, plan.world, DELTA, 0.95) - 1e-9
+        )
+        assert (
+            gb["epsilon_lower_bound"]
+            >= stats.cp_bonferroni(s, plan.world, delta=DELTA)["epsilon_lower_bound"] - 1e-9
+        )
         # recomputable from what audit.json keeps
         rec = {"counts": counts, "delta": DELTA, "general_bound": gb}
-        assert verdicts.general_epsilon_at(rec, 0.95) == pytest.approx(gb["epsilon_lower_bound"], abs=1e-12)
+        assert verdicts.general_epsilon_at(rec, 0.95) == pytest.approx(
+            gb["epsilon_lower_bound"], abs=1e-12
+        )
 
 
 def test_old_claimed_curve_record_is_read_with_a_valid_bound():
     rng = np.random.default_rng(1)
-    r = engine.audit_scores(rng.normal(1.0, 1, 300), rng.normal(0, 1, 300), delta=DELTA, claim=SubsampledGaussian(1.0, 1.0, 1))
+    r = engine.audit_scores(
+        rng.normal(1.0, 1, 300),
+        rng.normal(0, 1, 300),
+        delta=DELTA,
+        claim=SubsampledGaussian(1.0, 1.0, 1),
+    )
     d = r.to_dict()
     old = {k: v for k, v in d.items() if k not in ("general_bound", "claim_family_bound")}
-    old["claimed_curve"] = {k: v for k, v in d["claimed_curve"].items() if k not in ("family_epsilon", "counts")}
-    old["claimed_curve"]["epsilon_lower_bound"] = old["epsilon_lower_bound"] = d["claimed_curve"]["family_epsilon"]
+    old["claimed_curve"] = {
+        k: v for k, v in d["claimed_curve"].items() if k not in ("family_epsilon", "counts")
+    }
+    old["claimed_curve"]["epsilon_lower_bound"] = old["epsilon_lower_bound"] = d["claimed_curve"][
+        "family_epsilon"
+    ]
     back = engine.AuditResult.from_dict(old)
     assert back.epsilon_lower_bound == d["clopper_pearson_epsilon"]  # not the family figure
-    assert back.claimed_curve["family_epsilon"] == d["claimed_curve"]["family_epsilon"] and back.epsilon_lower_bound_note
+    assert (
+        back.claimed_curve["family_epsilon"] == d["claimed_curve"]["family_epsilon"]
+        and back.epsilon_lower_bound_note
+    )
     assert back.claim_family_bound["statement"].startswith("noise_multiplier")
-    assert verdicts.decision_at(old, 0.95)["violated"] is r.violated  # its box recomputed from rates and EVAL counts
+    assert (
+        verdicts.decision_at(old, 0.95)["violated"] is r.violated
+    )  # its box recomputed from rates and EVAL counts
 
 
 # ---- the exactly calibrated band (the strength clause of issue 23 point 6)
@@ -126,7 +172,9 @@ def test_crossing_probability_closed_forms():
     for a in (0.1, 0.01, 1e-4):
         assert stats.crossing_probability(1, a) == pytest.approx(a, rel=1e-9)
         b0, b1 = stats._cp_table(2, a)[:2]
-        assert stats.crossing_probability(2, a) == pytest.approx(1 - b1**2 + (b1 - b0) ** 2, rel=1e-9)
+        assert stats.crossing_probability(2, a) == pytest.approx(
+            1 - b1**2 + (b1 - b0) ** 2, rel=1e-9
+        )
 
 
 def test_crossing_probability_matches_simulated_order_statistics():
@@ -146,7 +194,9 @@ def test_band_level_spends_its_share_and_no_more(n):
     assert share / n <= a <= share
     assert stats.crossing_probability(n, a) <= share * (1 + 1e-9)  # float rounding only
     if n > 1:
-        assert stats.crossing_probability(n, a * 1.01) > share * 0.995  # tight: nothing left on the table
+        assert (
+            stats.crossing_probability(n, a * 1.01) > share * 0.995
+        )  # tight: nothing left on the table
 
 
 def test_band_is_simultaneous_for_every_rule_under_the_null():
@@ -154,13 +204,25 @@ def test_band_is_simultaneous_for_every_rule_under_the_null():
     # same law in both worlds, so every rule's true FPR + FNR = 1 and any eps_LB > 0 is a false positive.
     rng = np.random.default_rng(11)
     y = np.r_[np.ones(30, bool), np.zeros(30, bool)]
-    false = sum(stats.band_bound(rng.normal(size=60), y, delta=0.0, confidence=0.8)["epsilon_lower_bound"] > 0 for _ in range(400))
+    false = sum(
+        stats.band_bound(rng.normal(size=60), y, delta=0.0, confidence=0.8)["epsilon_lower_bound"]
+        > 0
+        for _ in range(400)
+    )
     assert false <= 0.2 * 400
 
 
 @settings(max_examples=30, deadline=None)
-@given(n_in=st.integers(1, 70), n_out=st.integers(1, 70), shift=st.floats(0.0, 5.0), ties=st.booleans(), seed=st.integers(0, 2**16))
-def test_published_bound_is_at_least_one_sided_bonferroni_over_every_threshold(n_in, n_out, shift, ties, seed):
+@given(
+    n_in=st.integers(1, 70),
+    n_out=st.integers(1, 70),
+    shift=st.floats(0.0, 5.0),
+    ties=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_published_bound_is_at_least_one_sided_bonferroni_over_every_threshold(
+    n_in, n_out, shift, ties, seed
+):
     # jax_privacy's CanaryScoreAuditor.epsilon_clopper_pearson (one-sided, TPR/FPR) with its Bonferroni
     # correction taken over every threshold (n + 1 of them, fixed before the scores) instead of the
     # data-chosen hull: the published eps_LB is never below it, whatever the split into SELECT and EVAL.
@@ -170,9 +232,16 @@ def test_published_bound_is_at_least_one_sided_bonferroni_over_every_threshold(n
         s = np.round(s)
     y = np.r_[np.ones(n_in, bool), np.zeros(n_out, bool)]
     select = rng.random(y.size) < 0.3
-    counts = dict(zip(("tp", "fp", "tn", "fn"), stats.confusion(s[~select], y[~select], 0.0, "greater")))
+    counts = dict(
+        zip(("tp", "fp", "tn", "fn"), stats.confusion(s[~select], y[~select], 0.0, "greater"))
+    )
     if min(counts["tp"] + counts["fn"], counts["tn"] + counts["fp"]) < 1:
-        counts = {"tp": n_in, "fp": n_out, "tn": 0, "fn": 0}  # any valid box: the band alone must suffice
+        counts = {
+            "tp": n_in,
+            "fp": n_out,
+            "tn": 0,
+            "fn": 0,
+        }  # any valid box: the band alone must suffice
     gb = engine.general_bound(s, y, counts, delta=DELTA, confidence=0.95)
     one_sided = reference_all_thresholds(s, y, DELTA, 0.95, directions=("greater",))
     assert gb["epsilon_lower_bound"] >= one_sided - 1e-9

@@ -29,10 +29,18 @@ WORLDS = np.array([True, False] * 4)
 def _plant(monkeypatch, fault: str) -> None:
     if fault == "skip-clip":
         real = mm._record_sum
-        monkeypatch.setattr(mm, "_record_sum", lambda F, y, config: real(F, y, dataclasses.replace(config, clipping_norm=1e9)))
+        monkeypatch.setattr(
+            mm,
+            "_record_sum",
+            lambda F, y, config: real(F, y, dataclasses.replace(config, clipping_norm=1e9)),
+        )
     else:
         real_gauss = NoiseSource.gaussian_numpy
-        monkeypatch.setattr(NoiseSource, "gaussian_numpy", lambda self, shape, std: real_gauss(self, shape, std / 2.0))
+        monkeypatch.setattr(
+            NoiseSource,
+            "gaussian_numpy",
+            lambda self, shape, std: real_gauss(self, shape, std / 2.0),
+        )
 
 
 def _plan(request):
@@ -40,7 +48,12 @@ def _plan(request):
 
 
 def _released(tmp_path, tag: str) -> np.ndarray:
-    release("mixmin", MixMinRequest(epsilon=4.0, steps=20, reproducible_noise=True), out_dir=tmp_path / tag, record=False)
+    release(
+        "mixmin",
+        MixMinRequest(epsilon=4.0, steps=20, reproducible_noise=True),
+        out_dir=tmp_path / tag,
+        record=False,
+    )
     return np.array(json.loads((tmp_path / tag / "weights.json").read_text())["weights"])
 
 
@@ -52,30 +65,49 @@ def _scores(canary: str = "mislabeled") -> np.ndarray:
 @pytest.mark.parametrize("fault", ["skip-clip", "half-noise"])
 def test_a_planted_fault_changes_the_release_and_the_audit_scores(tmp_path, monkeypatch, fault):
     clean, clean_scores = _released(tmp_path, "clean"), _scores()
-    assert np.array_equal(clean, _released(tmp_path, "again")) and np.array_equal(clean_scores, _scores())  # only the plant differs
+    assert np.array_equal(clean, _released(tmp_path, "again")) and np.array_equal(
+        clean_scores, _scores()
+    )  # only the plant differs
     _plant(monkeypatch, fault)
     assert not np.allclose(_released(tmp_path, "faulty"), clean, rtol=1e-6, atol=0)
     assert not np.allclose(_scores(), clean_scores, rtol=1e-6, atol=0)
 
 
 def _same_target(a, b) -> None:
-    assert a.config == b.config and a.claimed_epsilon == b.claimed_epsilon and a.accountant == b.accountant
+    assert (
+        a.config == b.config
+        and a.claimed_epsilon == b.claimed_epsilon
+        and a.accountant == b.accountant
+    )
     assert a.claimed_event == b.claimed_event and a.private_data() == b.private_data()
     np.testing.assert_array_equal(a.probs, b.probs)
-    np.testing.assert_array_equal(a.scores(WORLDS, NoiseSource("reproducible", seed=2)), b.scores(WORLDS, NoiseSource("reproducible", seed=2)))
+    np.testing.assert_array_equal(
+        a.scores(WORLDS, NoiseSource("reproducible", seed=2)),
+        b.scores(WORLDS, NoiseSource("reproducible", seed=2)),
+    )
 
 
 @pytest.mark.parametrize("canary", ["max-clip", "natural"])
 def test_audit_target_is_the_target_build_makes(canary):
-    _same_target(MECHANISM.audit_target(_plan(MixMinRequest(epsilon=1.0)), canary), build_target("mixmin", canary=canary, epsilon=1.0))
+    _same_target(
+        MECHANISM.audit_target(_plan(MixMinRequest(epsilon=1.0)), canary),
+        build_target("mixmin", canary=canary, epsilon=1.0),
+    )
 
 
 def test_audit_target_of_a_release_is_the_target_build_makes(tmp_path):
     release("mixmin", MixMinRequest(epsilon=2.0, rho=0.3, steps=30), out_dir=tmp_path, record=False)
     rel = read_release(tmp_path)
     plan = _plan(MixMinRequest.from_dict(rel.request))
-    _same_target(MECHANISM.audit_target(plan, "max-clip", release=rel), target_from_release(tmp_path))
-    assert MECHANISM.audit_target(plan, "max-clip", release=rel, no_noise=True)._config_now().noise_multiplier == 0.0
+    _same_target(
+        MECHANISM.audit_target(plan, "max-clip", release=rel), target_from_release(tmp_path)
+    )
+    assert (
+        MECHANISM.audit_target(plan, "max-clip", release=rel, no_noise=True)
+        ._config_now()
+        .noise_multiplier
+        == 0.0
+    )
 
 
 def test_old_release_audits_with_its_recorded_configuration():
@@ -83,10 +115,18 @@ def test_old_release_audits_with_its_recorded_configuration():
 
     from dpaudit.release_compat import release_request
 
-    rel = read_release(Path(__file__).parent / "old_releases" / "mixmin.json")  # no reference size: q from its actual count
+    rel = read_release(
+        Path(__file__).parent / "old_releases" / "mixmin.json"
+    )  # no reference size: q from its actual count
     t = MECHANISM.audit_target(_plan(release_request(rel)), "max-clip", release=rel)
-    assert (t.config.sample_rate, t.config.expected_batch_size, t.config.steps) == (rel.sample_rate, rel.normalizer, rel.steps) == (1.0, 266, 50)
-    assert len(t.labels) == 266 and t.claimed_epsilon == rel.epsilon  # its D_mix on the former task division
+    assert (
+        (t.config.sample_rate, t.config.expected_batch_size, t.config.steps)
+        == (rel.sample_rate, rel.normalizer, rel.steps)
+        == (1.0, 266, 50)
+    )
+    assert (
+        len(t.labels) == 266 and t.claimed_epsilon == rel.epsilon
+    )  # its D_mix on the former task division
 
 
 @pytest.mark.parametrize("old", [False, True])
@@ -100,16 +140,45 @@ def test_plan_from_a_release_record_is_the_releases(tmp_path, old):
     if old:
         rel = read_release(Path(__file__).parent / "old_releases" / "mixmin.json")
         mc = rel.config["mixmin_config"]
-        request = MixMinRequest(task=rel.config["task"], target=rel.config["target"], epsilon=rel.target_epsilon, delta=rel.delta,
-                                rho=rel.config["rho"], seed=rel.seed, steps=mc["steps"], batch_size=round(mc["expected_batch_size"]),
-                                clipping_norm=mc["clipping_norm"], step_size=mc["step_size"], loss=mc["loss"])
+        request = MixMinRequest(
+            task=rel.config["task"],
+            target=rel.config["target"],
+            epsilon=rel.target_epsilon,
+            delta=rel.delta,
+            rho=rel.config["rho"],
+            seed=rel.seed,
+            steps=mc["steps"],
+            batch_size=round(mc["expected_batch_size"]),
+            clipping_norm=mc["clipping_norm"],
+            step_size=mc["step_size"],
+            loss=mc["loss"],
+        )
     else:
-        release("mixmin", MixMinRequest(epsilon=2.0, rho=0.3, steps=30, stage="pipeline"), out_dir=tmp_path, record=False)
-        rel, request = read_release(tmp_path / "mixture"), MixMinRequest.from_dict(read_release(tmp_path / "mixture").request)
+        release(
+            "mixmin",
+            MixMinRequest(epsilon=2.0, rho=0.3, steps=30, stage="pipeline"),
+            out_dir=tmp_path,
+            record=False,
+        )
+        rel, request = (
+            read_release(tmp_path / "mixture"),
+            MixMinRequest.from_dict(read_release(tmp_path / "mixture").request),
+        )
     plan = MECHANISM.plan(request, MixMinInfo.from_release(rel))
     mix = plan.parts[0]
-    assert mix.event.to_dict() == rel.guarantee and mix.partition == rel.partition and plan.dataset == rel.dataset
-    assert {k: mix.release_fields[k] for k in ("noise_multiplier", "sample_rate", "normalizer")} == \
-        {"noise_multiplier": rel.noise_multiplier, "sample_rate": rel.sample_rate, "normalizer": rel.normalizer}
+    assert (
+        mix.event.to_dict() == rel.guarantee
+        and mix.partition == rel.partition
+        and plan.dataset == rel.dataset
+    )
+    assert {
+        k: mix.release_fields[k] for k in ("noise_multiplier", "sample_rate", "normalizer")
+    } == {
+        "noise_multiplier": rel.noise_multiplier,
+        "sample_rate": rel.sample_rate,
+        "normalizer": rel.normalizer,
+    }
     t = MECHANISM.audit_target(plan, "max-clip", release=rel)
-    assert t.config == MixMinConfig(**rel.config["mixmin_config"]) and (not old or len(t.labels) == 266)
+    assert t.config == MixMinConfig(**rel.config["mixmin_config"]) and (
+        not old or len(t.labels) == 266
+    )

@@ -10,8 +10,14 @@ from dpaudit.errors import UsageError
 from dpaudit.mechanisms import registry
 from dpaudit.requests import DPSGDRequest
 
-REQUEST = DPSGDRequest(model="dp-dense", dataset="breast-cancer", epochs=2, batch_size=64, seed=3,
-                       reproducible_noise=True)
+REQUEST = DPSGDRequest(
+    model="dp-dense",
+    dataset="breast-cancer",
+    epochs=2,
+    batch_size=64,
+    seed=3,
+    reproducible_noise=True,
+)
 
 
 def _plan(request=REQUEST):
@@ -23,8 +29,9 @@ def test_no_noise_control_finds_leakage_and_the_audit_stays_within_the_claim():
     mechanism, plan = _plan()
     target = mechanism.audit_target(plan, "max-clip")
     assert target.config.to_dict() == plan.config["dp_sgd"]
-    result = run_audit(target, runs=100, controls=("no-noise",), record=False,
-                       reproducible_noise=True, seed=0)
+    result = run_audit(
+        target, runs=100, controls=("no-noise",), record=False, reproducible_noise=True, seed=0
+    )
     assert result.controls["no-noise"].claimed_curve["violated"]
     assert not result.violated and result.epsilon_lower_bound <= result.claimed_epsilon
 

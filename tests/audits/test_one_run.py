@@ -15,7 +15,7 @@ from dpaudit.errors import UsageError
 
 
 def _binom_pmf(k: int, n: int, q: float) -> float:
-    return math.comb(n, k) * q ** k * (1 - q) ** (n - k)
+    return math.comb(n, k) * q**k * (1 - q) ** (n - k)
 
 
 def _gdp_delta(eps: float, mu: float) -> float:
@@ -28,14 +28,19 @@ def _sigma_for(eps: float, delta: float) -> float:
 
 
 def _gauss_curve_at(sigma: float):
-    return lambda s: (lambda a: special.ndtr(-special.ndtri(np.asarray(a)) - 1.0 / (sigma * s)))
+    return lambda s: lambda a: special.ndtr(-special.ndtri(np.asarray(a)) - 1.0 / (sigma * s))
 
 
 # ---------------------------------------------------------------- (eps, delta): Steinke et al.
 
 
 def test_p_value_delta_zero_is_the_binomial_tail():
-    for m, r, v, eps in [(100, 50, 40, 0.7), (1000, 200, 150, 1.3), (10, 10, 10, 2.0), (50, 20, 0, 1.0)]:
+    for m, r, v, eps in [
+        (100, 50, 40, 0.7),
+        (1000, 200, 150, 1.3),
+        (10, 10, 10, 2.0),
+        (50, 20, 0, 1.0),
+    ]:
         want = stats.binom.sf(v - 1, r, 1.0 / (1.0 + math.exp(-eps)))
         assert O.steinke_p_value(m, r, v, eps, 0.0) == pytest.approx(want, rel=1e-12)
 
@@ -46,29 +51,41 @@ def test_p_value_delta_term_by_hand():
     q = math.exp(eps) / (1 + math.exp(eps))
     beta = _binom_pmf(2, 3, q) + _binom_pmf(3, 3, q)
     alpha = max(_binom_pmf(1, 3, q), (_binom_pmf(1, 3, q) + _binom_pmf(0, 3, q)) / 2)
-    assert O.steinke_p_value(m, r, v, eps, delta) == pytest.approx(beta + 2 * m * delta * alpha, rel=1e-12)
-    assert O.steinke_p_value(1, 1, 1, eps, delta) == pytest.approx(q + 2 * delta * (1 - q), rel=1e-12)
+    assert O.steinke_p_value(m, r, v, eps, delta) == pytest.approx(
+        beta + 2 * m * delta * alpha, rel=1e-12
+    )
+    assert O.steinke_p_value(1, 1, 1, eps, delta) == pytest.approx(
+        q + 2 * delta * (1 - q), rel=1e-12
+    )
 
 
 def test_epsilon_delta_zero_inverts_the_binomial_tail():
     for r, v in [(100, 80), (500, 330), (40, 40)]:
         eps = O.steinke_epsilon(1000, r, v, delta=0.0, significance=0.05)
-        root = optimize.brentq(lambda e: stats.binom.sf(v - 1, r, special.expit(e)) - 0.05, 0.0, 50.0, xtol=1e-12)
-        assert eps == pytest.approx(root, abs=1e-5) and eps <= root + 1e-12  # never above the exact root
+        root = optimize.brentq(
+            lambda e: stats.binom.sf(v - 1, r, special.expit(e)) - 0.05, 0.0, 50.0, xtol=1e-12
+        )
+        assert (
+            eps == pytest.approx(root, abs=1e-5) and eps <= root + 1e-12
+        )  # never above the exact root
         assert O.steinke_p_value(1000, r, v, eps, 0.0) <= 0.05
 
 
 def test_all_correct_ceiling_m_1000():
     # delta = 0 closed form: q^r = 0.05 -> eps = logit(0.05^(1/r)) = 5.809 for r = m = 1000.
     closed = math.log(0.05 ** (1 / 1000) / (1 - 0.05 ** (1 / 1000)))
-    assert O.steinke_epsilon(1000, 1000, 1000, delta=0.0, significance=0.05) == pytest.approx(closed, abs=1e-5)
+    assert O.steinke_epsilon(1000, 1000, 1000, delta=0.0, significance=0.05) == pytest.approx(
+        closed, abs=1e-5
+    )
     # delta = 1e-5 costs a little (the 2 m delta term): measured 5.782.
     with_delta = O.steinke_epsilon(1000, 1000, 1000, delta=1e-5, significance=0.05)
     assert 5.7 < with_delta < closed
 
 
 def test_more_correct_guesses_never_lower_the_bound():
-    vals = [O.steinke_epsilon(500, 200, v, delta=1e-5, significance=0.05) for v in range(100, 201, 10)]
+    vals = [
+        O.steinke_epsilon(500, 200, v, delta=1e-5, significance=0.05) for v in range(100, 201, 10)
+    ]
     assert vals == sorted(vals) and vals[0] == 0.0 and vals[-1] > 3
 
 
@@ -93,8 +110,15 @@ def _lp_sup(mu: float, m: int, c1: int, c: int) -> float:
         for gk, dk, hk in zip(g, dg, hs):
             A.append(r_row - dk * h_row)
             b.append(gk - dk * hk)
-    res = linprog(-(j >= c).astype(float), A_ub=np.array(A), b_ub=np.array(b), A_eq=np.ones((1, n)), b_eq=[1.0],
-                  bounds=[(0, 1)] * n, method="highs")
+    res = linprog(
+        -(j >= c).astype(float),
+        A_ub=np.array(A),
+        b_ub=np.array(b),
+        A_eq=np.ones((1, n)),
+        b_eq=[1.0],
+        bounds=[(0, 1)] * n,
+        method="highs",
+    )
     assert res.status == 0
     return -res.fun
 
@@ -112,7 +136,10 @@ def _rec_sup(mu: float, m: int, c1: int, c: int) -> float:
     return hi
 
 
-@pytest.mark.parametrize("mu,m,c1,c", [(1.0, 10, 8, 7), (2.0, 12, 10, 10), (0.5, 20, 6, 6), (3.0, 20, 20, 19), (1.0, 16, 14, 12)])
+@pytest.mark.parametrize(
+    "mu,m,c1,c",
+    [(1.0, 10, 8, 7), (2.0, 12, 10, 10), (0.5, 20, 6, 6), (3.0, 20, 20, 19), (1.0, 16, 14, 12)],
+)
 def test_fdp_recursion_matches_the_linear_program(mu, m, c1, c):
     lp, rec = _lp_sup(mu, m, c1, c), _rec_sup(mu, m, c1, c)
     # sound: the recursion never rejects a significance some feasible distribution reaches
@@ -143,12 +170,17 @@ def test_soundness_exact_gaussian_canaries(eps):
         inc = rng.random(m) < 0.5
         scores = inc + sigma * rng.standard_normal(m)
         counts = [O.count_correct(scores, inc, kp, kn) for kp, kn in grid]
-        st = max(O.steinke_epsilon(m, r, v, delta=delta, significance=0.05 / len(grid)) for r, v in counts)
+        st = max(
+            O.steinke_epsilon(m, r, v, delta=delta, significance=0.05 / len(grid))
+            for r, v in counts
+        )
         fdp = O.fdp_family_search(counts, m, curve_at=_gauss_curve_at(sigma), significance=0.05)
         worst = max(worst, st)
         assert not fdp["violated"], (seed, fdp)
         assert fdp["scale_lower_bound"] is None or fdp["scale_lower_bound"] > 1.0
-        best_fdp = max(best_fdp, 0.0 if fdp["scale_lower_bound"] is None else 1 / fdp["scale_lower_bound"])
+        best_fdp = max(
+            best_fdp, 0.0 if fdp["scale_lower_bound"] is None else 1 / fdp["scale_lower_bound"]
+        )
     assert worst <= eps
     assert best_fdp > 0.2  # the test has power: some seeds rule out noise >= 5x the true one
 
@@ -172,7 +204,9 @@ def test_no_noise_control_reaches_the_ceiling():
     m = 1000
     rng = np.random.default_rng(3)
     inc = rng.random(m) < 0.5
-    d = O.audit_one_run(inc + 1e-9 * rng.standard_normal(m), inc, delta=1e-5, claim=SubsampledGaussian(3.73, 1.0, 1))
+    d = O.audit_one_run(
+        inc + 1e-9 * rng.standard_normal(m), inc, delta=1e-5, claim=SubsampledGaussian(3.73, 1.0, 1)
+    )
     st = d["steinke"]
     assert st["epsilon_lower_bound"] >= 0.8 * st["ceiling"] and st["ceiling"] > 5.0
     assert d["fdp"]["violated"] and d["fdp"]["epsilon_lower_bound"] >= 0.8 * d["fdp"]["ceiling"]
@@ -188,9 +222,19 @@ def test_bring_your_own_and_the_record(tmp_path):
     m = 400
     inc = rng.random(m) < 0.5
     sigma = _sigma_for(2.0, 1e-5)
-    d = O.audit_one_run(inc + sigma * rng.standard_normal(m), inc, kind="input-ood", delta=1e-5,
-                        claim=SubsampledGaussian(sigma, 1.0, 1), info={"source": "test"})
-    assert d["schema"] == "dpaudit.one-run/1" and d["canaries"] == m and d["included"] == int(inc.sum())
+    d = O.audit_one_run(
+        inc + sigma * rng.standard_normal(m),
+        inc,
+        kind="input-ood",
+        delta=1e-5,
+        claim=SubsampledGaussian(sigma, 1.0, 1),
+        info={"source": "test"},
+    )
+    assert (
+        d["schema"] == "dpaudit.one-run/1"
+        and d["canaries"] == m
+        and d["included"] == int(inc.sum())
+    )
     assert [g["k_pos"] for g in d["grid"]] == [4, 8, 20, 40, 100, 200]
     assert d["fdp"]["family"]["parameter"] == "noise_multiplier" and not d["fdp"]["violated"]
     assert d["claimed_epsilon"] > 2.0  # the rdp accountant's epsilon of the event (>= the exact 2)

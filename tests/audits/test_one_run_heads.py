@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 
 from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
-from dpaudit.mechanisms.dpsgd.one_run_heads import free_coordinates, heads_one_run, with_zero_features
+from dpaudit.mechanisms.dpsgd.one_run_heads import (
+    free_coordinates,
+    heads_one_run,
+    with_zero_features,
+)
 from dpaudit.errors import UsageError
 from dpaudit.noise import NoiseSource
 
@@ -36,9 +40,13 @@ def test_gradient_canaries_no_noise_separate_and_extra_features_are_added(target
     free = len(free_coordinates(target._z, target._k))
     assert free > 0 and free % 10 == 0  # digits: always-zero pixels, K = 10 rows each
     m = free + 25
-    s = heads_one_run(target, canaries=m, noise=NoiseSource("reproducible", seed=1), seed=0, noise_on=False)
+    s = heads_one_run(
+        target, canaries=m, noise=NoiseSource("reproducible", seed=1), seed=0, noise_on=False
+    )
     assert s.kind == "gradient" and s.m == m and 0 < s.included.sum() < m
-    assert s.info["free_coordinates"] == free and s.info["extra_zero_features"] == 3  # ceil(25 / 10)
+    assert (
+        s.info["free_coordinates"] == free and s.info["extra_zero_features"] == 3
+    )  # ceil(25 / 10)
     assert len({tuple(c) for c in s.info["coordinates"]}) == m  # distinct coordinates
     sampled_ever = 1 - (1 - target._config.sample_rate) ** target._config.steps
     assert sampled_ever > 0.9
@@ -53,13 +61,30 @@ def test_gradient_canaries_with_noise_still_rank(target):
 
 
 def test_inclusion_is_a_fair_private_coin(target):
-    inc = np.concatenate([heads_one_run(target, canaries=200, noise=NoiseSource("reproducible", seed=k), seed=0, noise_on=False).included
-                          for k in range(3)])
+    inc = np.concatenate(
+        [
+            heads_one_run(
+                target,
+                canaries=200,
+                noise=NoiseSource("reproducible", seed=k),
+                seed=0,
+                noise_on=False,
+            ).included
+            for k in range(3)
+        ]
+    )
     assert abs(inc.mean() - 0.5) < 0.06  # 600 coins: sd 0.02
 
 
 def test_input_mislabeled_canaries(target):
-    s = heads_one_run(target, canaries=20, noise=NoiseSource("reproducible", seed=3), seed=0, kind="input-mislabeled", noise_on=False)
+    s = heads_one_run(
+        target,
+        canaries=20,
+        noise=NoiseSource("reproducible", seed=3),
+        seed=0,
+        kind="input-mislabeled",
+        noise_on=False,
+    )
     assert s.kind == "input-mislabeled" and s.m == 20 and np.all(np.isfinite(s.scores))
     assert all(a != b for a, b in zip(s.info["labels"], s.info["true_labels"]))
     assert len(set(s.info["test_indices"])) == 20
@@ -68,9 +93,19 @@ def test_input_mislabeled_canaries(target):
 def test_one_run_validation(target):
     with pytest.raises(UsageError, match="canaries must be an integer >= 2, got 1"):
         heads_one_run(target, canaries=1, noise=NoiseSource("reproducible", seed=0), seed=0)
-    with pytest.raises(UsageError, match="kind must be one of gradient, input-mislabeled, got 'user'"):
-        heads_one_run(target, canaries=4, noise=NoiseSource("reproducible", seed=0), seed=0, kind="user")
+    with pytest.raises(
+        UsageError, match="kind must be one of gradient, input-mislabeled, got 'user'"
+    ):
+        heads_one_run(
+            target, canaries=4, noise=NoiseSource("reproducible", seed=0), seed=0, kind="user"
+        )
     with pytest.raises(UsageError, match=r"canaries must be at most \d+ \(held-out test records\)"):
-        heads_one_run(target, canaries=100000, noise=NoiseSource("reproducible", seed=0), seed=0, kind="input-mislabeled")
+        heads_one_run(
+            target,
+            canaries=100000,
+            noise=NoiseSource("reproducible", seed=0),
+            seed=0,
+            kind="input-mislabeled",
+        )
     with pytest.raises(UsageError, match="target must be a HeadTarget"):
         heads_one_run(object(), canaries=4, noise=NoiseSource("reproducible", seed=0), seed=0)

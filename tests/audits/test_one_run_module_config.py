@@ -20,8 +20,23 @@ class _Trained(Exception):
 
 def test_an_sgd_release_is_one_run_audited_with_sgd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    r = CliRunner().invoke(app, ["train", "dp-dense", "--eps", "2", "--epochs", "1", "--optimizer", "sgd",
-                                 "--momentum", "0.5", "--out", "rel"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "dp-dense",
+            "--eps",
+            "2",
+            "--epochs",
+            "1",
+            "--optimizer",
+            "sgd",
+            "--momentum",
+            "0.5",
+            "--out",
+            "rel",
+        ],
+    )
     assert r.exit_code == 0, r.output
     release = read_release("rel")
     seen = []

@@ -8,7 +8,9 @@ from hypothesis import given, settings, strategies as st
 from dpaudit.audit_plans import commitment
 from dpaudit.audits.one_run import plan_coins
 
-seeds = st.fixed_dictionaries({"public": st.integers(0, 2**63 - 1)}, optional={"coins": st.integers(0, 2**63 - 1)})
+seeds = st.fixed_dictionaries(
+    {"public": st.integers(0, 2**63 - 1)}, optional={"coins": st.integers(0, 2**63 - 1)}
+)
 salts = st.text("0123456789abcdef", min_size=64, max_size=64)
 
 
@@ -16,7 +18,9 @@ salts = st.text("0123456789abcdef", min_size=64, max_size=64)
 @given(salts, seeds, seeds)
 def test_commitment_binds_the_seeds(salt, a, b):
     assert (commitment(salt, a) == commitment(salt, b)) == (a == b)
-    assert commitment(salt, a) == commitment(salt, dict(reversed(list(a.items()))))  # key order never matters
+    assert commitment(salt, a) == commitment(
+        salt, dict(reversed(list(a.items())))
+    )  # key order never matters
 
 
 @settings(max_examples=50, deadline=None)
@@ -25,7 +29,9 @@ def test_plan_coins_are_a_function_of_the_committed_seed(seed, m):
     coins = plan_coins(seed, m)
     assert coins.dtype == bool and coins.shape == (m,)
     assert np.array_equal(coins, plan_coins(seed, m))
-    assert np.array_equal(plan_coins(seed, m + 7)[:m], coins)  # a prefix: m changes nothing before it
+    assert np.array_equal(
+        plan_coins(seed, m + 7)[:m], coins
+    )  # a prefix: m changes nothing before it
 
 
 def test_plan_coins_are_fair():

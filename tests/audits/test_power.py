@@ -33,21 +33,30 @@ def _reference_box_mu(mu_true: float, n_in: int, n_out: int) -> float:
 def test_gaussian_power_matches_the_slow_reference():
     sigma = calibrate_exact(4.0, DELTA)
     mu = 1.0 / sigma
-    p = power.audit_power(trials=300, delta=DELTA, claimed_epsilon=4.0, curve=claimed_curve(SubsampledGaussian(sigma, 1.0, 1)))
+    p = power.audit_power(
+        trials=300,
+        delta=DELTA,
+        claimed_epsilon=4.0,
+        curve=claimed_curve(SubsampledGaussian(sigma, 1.0, 1)),
+    )
     n_in = n_out = 150 - round(0.3 * 150)
     assert (p.eval_in, p.eval_out) == (n_in, n_out)
     perfect = -2.0 * st.norm.ppf(_cp(0, n_in))
     assert p.ceiling == pytest.approx(gdp_epsilon(perfect, DELTA), rel=1e-6)
-    assert p.at_claim == pytest.approx(gdp_epsilon(max(_reference_box_mu(mu, n_in, n_out), 0.0), DELTA), rel=1e-6)
+    assert p.at_claim == pytest.approx(
+        gdp_epsilon(max(_reference_box_mu(mu, n_in, n_out), 0.0), DELTA), rel=1e-6
+    )
     assert p.detectable and p.estimator.startswith("claimed-curve")
     # the smallest detected understatement: caught at k, not at k + 0.002 (the search's tolerance is 1e-3)
     k = p.smallest_factor
     assert _reference_box_mu(mu / k, n_in, n_out) > mu
     assert _reference_box_mu(mu / (k + 0.002), n_in, n_out) <= mu
+
     # trials for 90 % of the claim: reached there, not 2 % earlier
     def at(n: int) -> float:
         i, o = power.eval_sizes(n)
         return gdp_epsilon(max(_reference_box_mu(mu, i, o), 0.0), DELTA)
+
     goal = 0.9 * gdp_epsilon(mu, DELTA)
     assert at(p.trials_for_90) >= goal and at(int(p.trials_for_90 * 0.98)) < goal
 

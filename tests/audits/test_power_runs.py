@@ -21,6 +21,7 @@ def _gaussian_counts(mu: float, m: int) -> list[tuple[int, int]]:
     """Expected (guesses, correct) of an exact mu-GDP mechanism, by brentq (not the grid)."""
     out = []
     for k, _ in one_run.guess_grid(m):
+
         def share(a, k=k):
             return 1.0 - st.norm.cdf(st.norm.ppf(1.0 - a) - mu) + a - 2.0 * k / m
 

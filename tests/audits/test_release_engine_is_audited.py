@@ -33,22 +33,39 @@ FAULTS = ("skip-clip", "half-noise", "double-rate")
 def _released_weights(tmp_path, tag: str, **request) -> np.ndarray:
     """The published weights of one reproducible-noise release through ``releasing.release``."""
     out = tmp_path / tag
-    release("dp-rvfl", DPSGDRequest(model="dp-rvfl", reproducible_noise=True, seed=3, **request), out_dir=out, record=False)
+    release(
+        "dp-rvfl",
+        DPSGDRequest(model="dp-rvfl", reproducible_noise=True, seed=3, **request),
+        out_dir=out,
+        record=False,
+    )
     with np.load(out / "weights.npz") as z:
         return np.concatenate([np.asarray(z[k], dtype=np.float64).ravel() for k in sorted(z.files)])
 
 
 def _released_module(tmp_path, tag: str) -> np.ndarray:
     out = tmp_path / tag
-    release("dp-dense", DPSGDRequest(model="dp-dense", reproducible_noise=True, epochs=1, seed=3), out_dir=out, record=False)
+    release(
+        "dp-dense",
+        DPSGDRequest(model="dp-dense", reproducible_noise=True, epochs=1, seed=3),
+        out_dir=out,
+        record=False,
+    )
     sd = torch.load(out / "model.pt", weights_only=True)
     return np.concatenate([v.double().numpy().ravel() for _, v in sorted(sd.items())])
 
 
 _RELEASES = {
     "record head": lambda tmp, tag: _released_weights(tmp, tag, epochs=2),
-    "user head": lambda tmp, tag: _released_weights(tmp, tag, epochs=2, privacy_unit="user", records_per_user=4, reference_size=315,
-                                                      user_ids=str(tmp / "ids.npy")),
+    "user head": lambda tmp, tag: _released_weights(
+        tmp,
+        tag,
+        epochs=2,
+        privacy_unit="user",
+        records_per_user=4,
+        reference_size=315,
+        user_ids=str(tmp / "ids.npy"),
+    ),
     "module": _released_module,
 }
 
@@ -72,8 +89,14 @@ def _head_scores(kind: str) -> np.ndarray:
     if kind == "record head":
         t = HeadTarget(model="dp-rvfl", dataset="digits", canary="mislabeled", epochs=1)
     else:
-        t = UserHeadTarget(model="dp-rvfl", dataset="digits", canary="mislabeled", epochs=1,
-                           records_per_user=4, reference_size=315)
+        t = UserHeadTarget(
+            model="dp-rvfl",
+            dataset="digits",
+            canary="mislabeled",
+            epochs=1,
+            records_per_user=4,
+            reference_size=315,
+        )
     return t.scores(worlds, NoiseSource("reproducible", seed=0))
 
 
@@ -82,8 +105,15 @@ def _module_scores(kind: str) -> np.ndarray:
 
     digits = load_dataset("digits")
     cfg, _ = module_config("dp-dense", digits, epsilon=2.0, delta=1e-5, epochs=1)
-    return modules_one_run("dp-dense", digits, cfg, canaries=20, noise=NoiseSource("reproducible", seed=1), seed=0,
-                           kind="input-mislabeled").scores
+    return modules_one_run(
+        "dp-dense",
+        digits,
+        cfg,
+        canaries=20,
+        noise=NoiseSource("reproducible", seed=1),
+        seed=0,
+        kind="input-mislabeled",
+    ).scores
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -114,17 +144,28 @@ def test_releases_and_audits_all_run_the_one_loop(patch_everywhere, tmp_path):
     _head_scores("record head")
     _head_scores("user head")
     _module_scores("module")
-    assert calls == [("RecordUnits", 1, False), ("UserUnits", 1, False), ("SumUnits", 1, False),
-                     ("RecordUnits", 8, True), ("UserUnits", 8, True), ("SumUnits", 1, False)]
+    assert calls == [
+        ("RecordUnits", 1, False),
+        ("UserUnits", 1, False),
+        ("SumUnits", 1, False),
+        ("RecordUnits", 8, True),
+        ("UserUnits", 8, True),
+        ("SumUnits", 1, False),
+    ]
 
 
 def test_audit_of_the_release_mechanism_sees_the_planted_fault(plant_fault):
     """The no-noise control of a mislabeled-canary audit of dp-rvfl on digits: with clipping intact
     the canary is lost among the sampled records (eps_LB 0); with the shared clipping rule broken
     the audit finds a large eps_LB (measured 0.0 -> 1.95 at 300 trials, seed 0)."""
+
     def audit() -> float:
-        t = HeadTarget(model="dp-rvfl", dataset="digits", canary="mislabeled", epochs=4, noise=False)
-        return run_audit(t, runs=300, seed=0, controls=(), reproducible_noise=True).epsilon_lower_bound
+        t = HeadTarget(
+            model="dp-rvfl", dataset="digits", canary="mislabeled", epochs=4, noise=False
+        )
+        return run_audit(
+            t, runs=300, seed=0, controls=(), reproducible_noise=True
+        ).epsilon_lower_bound
 
     torch.set_num_threads(1)
     clean = audit()
@@ -137,10 +178,16 @@ def test_audit_of_the_release_mechanism_sees_the_planted_fault(plant_fault):
 def test_half_noise_plant_halves_the_step_noise_and_nothing_else(plant_fault):
     """The "half-noise" plant (also used by benchmarks/bench_planted_bugs.py: DP-RVFL with the noise
     multiplier halved must be caught) halves the standard deviation of every DP-SGD step's noise."""
-    cfg = dpsgd.DPSGDConfig(sample_rate=0.5, steps=1, normalizer=1, noise_multiplier=2.0, clipping_norm=1.0)
+    cfg = dpsgd.DPSGDConfig(
+        sample_rate=0.5, steps=1, normalizer=1, noise_multiplier=2.0, clipping_norm=1.0
+    )
 
     def draw() -> np.ndarray:
-        step = dpsgd_core.NoisyStep([torch.zeros(20000, dtype=torch.float32)], cfg, noise=NoiseSource("reproducible", seed=7))
+        step = dpsgd_core.NoisyStep(
+            [torch.zeros(20000, dtype=torch.float32)],
+            cfg,
+            noise=NoiseSource("reproducible", seed=7),
+        )
         step.sums[0].zero_()
         a = step._arrays[0]
         for fill in step._fills:

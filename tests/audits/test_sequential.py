@@ -37,11 +37,15 @@ def test_anytime_upper_holds_at_every_look_at_once():
     p, alpha, n = 0.1, 0.05, 400
     errors = np.cumsum(rng.random((600, n)) < p, axis=1)[:, 9::10]  # looks every 10 trials
     trials = np.broadcast_to(np.arange(10, n + 1, 10), errors.shape)
-    upper = sq.anytime_upper(errors.ravel().astype(float), trials.ravel().astype(float), alpha).reshape(errors.shape)
+    upper = sq.anytime_upper(
+        errors.ravel().astype(float), trials.ravel().astype(float), alpha
+    ).reshape(errors.shape)
     ever_missed = np.mean(np.any(upper < p, axis=1))
     assert ever_missed <= alpha
     # scalar and vector paths agree; the bound only grows with the errors (futility's best case is no further error)
-    assert sq.anytime_upper(7, 120, alpha) == pytest.approx(float(sq.anytime_upper(np.array([7.0]), np.array([120.0]), alpha)[0]), rel=1e-9)
+    assert sq.anytime_upper(7, 120, alpha) == pytest.approx(
+        float(sq.anytime_upper(np.array([7.0]), np.array([120.0]), alpha)[0]), rel=1e-9
+    )
     ups = [sq.anytime_upper(k, 120, alpha) for k in range(0, 30)]
     assert all(a < b for a, b in zip(ups, ups[1:]))
 
@@ -79,7 +83,9 @@ def test_futility_never_flags_and_no_later_look_could_have():
     sigma, curve = _claim(4.0)
     futile = 0
     for r in range(60):
-        scores, plan, test, look, reason = _audit(rng, curve, 1.15 / sigma, 400, r)  # a slight understatement: often futile
+        scores, plan, test, look, reason = _audit(
+            rng, curve, 1.15 / sigma, 400, r
+        )  # a slight understatement: often futile
         if reason != "futility":
             continue
         futile += 1
@@ -91,7 +97,9 @@ def test_futility_never_flags_and_no_later_look_could_have():
 
 def test_plan_is_balanced_per_batch_and_checked():
     plan = sq.plan_sequential(200, seed=0)
-    assert plan.world.reshape(-1, sq.BATCH).sum(axis=1).tolist() == [sq.BATCH // 2] * (200 // sq.BATCH)
+    assert plan.world.reshape(-1, sq.BATCH).sum(axis=1).tolist() == [sq.BATCH // 2] * (
+        200 // sq.BATCH
+    )
     assert plan.looks()[0] == sq.SELECT_TRIALS + sq.BATCH and plan.looks()[-1] == 200
     with pytest.raises(UsageError, match="select_trials must be a multiple"):
         sq.plan_sequential(200, seed=0, batch=20, select_trials=30)
@@ -100,10 +108,23 @@ def test_plan_is_balanced_per_batch_and_checked():
 def test_engine_records_the_mode_the_stop_and_an_anytime_bound():
     sigma = calibrate_exact(4.0, DELTA)
     broken = GaussianTarget(noise_multiplier=sigma, broken_noise_factor=2.0)
-    r = run_audit(broken, runs=2000, sequential=True, controls=("null",), control_runs=100, record=False, reproducible_noise=True, seed=3)
+    r = run_audit(
+        broken,
+        runs=2000,
+        sequential=True,
+        controls=("null",),
+        control_runs=100,
+        record=False,
+        reproducible_noise=True,
+        seed=3,
+    )
     seq = r.sequential
     assert r.violated and seq["mode"] == "sequential" and seq["stopped"] == "violation"
-    assert r.runs == seq["trials_used"] < 2000 and seq["max_trials"] == 2000 and r.controls["null"].runs == 100
+    assert (
+        r.runs == seq["trials_used"] < 2000
+        and seq["max_trials"] == 2000
+        and r.controls["null"].runs == 100
+    )
     assert r.general_bound is None and r.claimed_curve["violated"] is True
     assert r.epsilon_lower_bound <= exact_epsilon(sigma / 2.0, DELTA)
     assert r.power["sequential"] is True and r.power["trials"] == 2000
@@ -121,8 +142,19 @@ def test_engine_records_the_mode_the_stop_and_an_anytime_bound():
 def test_sequential_needs_a_claimed_event_and_room_for_a_look():
     from dpaudit.audits.targets import CallableTarget
 
-    t = CallableTarget(mechanism_fn=lambda inc, rng: float(inc) + rng.normal(), score_fn=float, claimed_epsilon=1.0, delta=DELTA)
+    t = CallableTarget(
+        mechanism_fn=lambda inc, rng: float(inc) + rng.normal(),
+        score_fn=float,
+        claimed_epsilon=1.0,
+        delta=DELTA,
+    )
     with pytest.raises(UsageError, match="sequential must only be used with a claimed event"):
         run_audit(t, runs=200, sequential=True, controls=(), record=False)
     with pytest.raises(UsageError, match="runs must be"):
-        run_audit(GaussianTarget(noise_multiplier=1.0), runs=40, sequential=True, controls=(), record=False)
+        run_audit(
+            GaussianTarget(noise_multiplier=1.0),
+            runs=40,
+            sequential=True,
+            controls=(),
+            record=False,
+        )

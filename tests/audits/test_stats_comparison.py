@@ -48,6 +48,7 @@ def brute_force_bonferroni(s, y, delta, confidence):
 
 # ------------------------------------------------------------------------------ cp_bonferroni
 
+
 def test_cp_bonferroni_perfect_separation_reaches_the_bonferroni_ceiling_by_hand():
     # 20 + 20 distinct scores, perfectly separated: 41 thresholds x 2 directions = 82 rules, each
     # bound at a = 0.05 / 164; with no errors the CP upper end is 1 - a^(1/20) (closed form).
@@ -64,7 +65,9 @@ def test_cp_bonferroni_perfect_separation_reaches_the_bonferroni_ceiling_by_hand
     assert r["counts"] == {"tp": 20, "fp": 0, "tn": 20, "fn": 0}
     # reversed orientation: the "less" rule is found, with the same bound
     r2 = stats.cp_bonferroni(-s, y, delta=DELTA, confidence=0.95)
-    assert r2["direction"] == "less" and r2["epsilon_lower_bound"] == pytest.approx(r["epsilon_lower_bound"], rel=1e-12)
+    assert r2["direction"] == "less" and r2["epsilon_lower_bound"] == pytest.approx(
+        r["epsilon_lower_bound"], rel=1e-12
+    )
 
 
 def test_cp_bonferroni_heavy_ties_use_the_trial_count_not_the_rule_count():
@@ -80,8 +83,11 @@ def test_cp_bonferroni_heavy_ties_use_the_trial_count_not_the_rule_count():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 12), st.booleans()), min_size=2, max_size=40),
-       st.sampled_from([0.0, 1e-5, 0.05]), st.sampled_from([0.9, 0.95]))
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.booleans()), min_size=2, max_size=40),
+    st.sampled_from([0.0, 1e-5, 0.05]),
+    st.sampled_from([0.9, 0.95]),
+)
 def test_cp_bonferroni_matches_a_brute_force_loop(pairs, delta, conf):
     s = np.array([p[0] for p in pairs], float)
     y = np.array([p[1] for p in pairs], bool)
@@ -93,8 +99,11 @@ def test_cp_bonferroni_matches_a_brute_force_loop(pairs, delta, conf):
     assert r["epsilon_lower_bound"] == pytest.approx(ref, rel=1e-9, abs=1e-12)
     # the reported rule reproduces the reported bound from its own counts
     c = r["counts"]
-    again = stats.epsilon_from_rates(stats.cp_upper(c["fp"], c["fp"] + c["tn"], conf, split=2 * m),
-                                     stats.cp_upper(c["fn"], c["fn"] + c["tp"], conf, split=2 * m), delta)
+    again = stats.epsilon_from_rates(
+        stats.cp_upper(c["fp"], c["fp"] + c["tn"], conf, split=2 * m),
+        stats.cp_upper(c["fn"], c["fn"] + c["tp"], conf, split=2 * m),
+        delta,
+    )
     assert again == pytest.approx(r["epsilon_lower_bound"], rel=1e-12, abs=1e-15)
     tp, fp, tn, fn = stats.confusion(s, y, r["threshold"], r["direction"])
     assert {"tp": tp, "fp": fp, "tn": tn, "fn": fn} == c
@@ -111,7 +120,9 @@ def test_cp_bonferroni_never_exceeds_the_single_rule_bound_at_the_same_counts(se
     single = stats.epsilon_lower_bound(**r["counts"], delta=DELTA).epsilon  # one rule, split 2
     assert r["epsilon_lower_bound"] <= single + 1e-12
     # and never above the best uncorrected single rule over all thresholds (selection bias included)
-    assert r["epsilon_lower_bound"] <= stats.select_threshold(s, y, delta=DELTA).select_epsilon + 1e-12
+    assert (
+        r["epsilon_lower_bound"] <= stats.select_threshold(s, y, delta=DELTA).select_epsilon + 1e-12
+    )
 
 
 def test_cp_bonferroni_is_zero_on_null_data_in_at_least_95_percent_of_200_seeds():
@@ -119,7 +130,9 @@ def test_cp_bonferroni_is_zero_on_null_data_in_at_least_95_percent_of_200_seeds(
     for seed in range(200):
         rng = np.random.default_rng(seed)
         y = np.arange(200) % 2 == 0
-        s = rng.normal(size=200) if seed % 2 else rng.integers(0, 3, size=200).astype(float)  # ties too
+        s = (
+            rng.normal(size=200) if seed % 2 else rng.integers(0, 3, size=200).astype(float)
+        )  # ties too
         zero += stats.cp_bonferroni(s, y, delta=DELTA)["epsilon_lower_bound"] == 0.0
     assert zero >= 190
 
@@ -130,7 +143,9 @@ def test_cp_bonferroni_on_exactly_calibrated_mechanisms_rarely_exceeds_the_truth
     over = 0
     for seed in range(200):
         rng = np.random.default_rng(10_000 + seed)
-        if kind == "gaussian":  # mu-GDP (a Gaussian mechanism), true eps (4.38) from the exact profile
+        if (
+            kind == "gaussian"
+        ):  # mu-GDP (a Gaussian mechanism), true eps (4.38) from the exact profile
             mu = 1.0
             y = np.arange(200) % 2 == 0
             s = rng.normal(size=y.size) + mu * y
@@ -146,6 +161,7 @@ def test_cp_bonferroni_on_exactly_calibrated_mechanisms_rarely_exceeds_the_truth
 
 
 # ------------------------------------------------------------------------------ TPR at FPR
+
 
 def brute_force_tpr_at_fpr(s, y, target):
     best = 0
@@ -166,7 +182,9 @@ def test_tpr_at_fpr_by_hand():
     # FPR <= 1 %: at most ten negatives (990..999) -> also the two at 991.5, 7 of 12.
     assert [e["fpr"] for e in r] == [0.001, 0.01]
     assert r[0]["tpr"] == pytest.approx(5 / 12) and r[1]["tpr"] == pytest.approx(7 / 12)
-    assert r[0]["fpr_achieved"] == pytest.approx(0.001) and r[1]["fpr_achieved"] == pytest.approx(0.01)
+    assert r[0]["fpr_achieved"] == pytest.approx(0.001) and r[1]["fpr_achieved"] == pytest.approx(
+        0.01
+    )
     for e, k in zip(r, (5, 7)):
         lo, hi = e["tpr_interval"]
         assert lo == pytest.approx(sps.beta.ppf(0.025, k, 12 - k + 1), rel=1e-9)
@@ -194,7 +212,9 @@ def _two_worlds(seed: int, n: int, shift: float, ties: bool):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10_000), st.integers(2, 400), st.sampled_from([0.001, 0.01, 0.2]), st.booleans())
+@given(
+    st.integers(0, 10_000), st.integers(2, 400), st.sampled_from([0.001, 0.01, 0.2]), st.booleans()
+)
 def test_tpr_at_fpr_matches_a_direct_computation(seed, n, target, ties):
     s, y = _two_worlds(seed, n, 1.5, ties)
     (r,) = stats.tpr_at_fpr(s, y, "greater", targets=(target,))
@@ -204,8 +224,11 @@ def test_tpr_at_fpr_matches_a_direct_computation(seed, n, target, ties):
 
 # ------------------------------------------------------------------------------ AUROC
 
+
 @settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10_000), st.integers(2, 300), st.booleans(), st.sampled_from(["greater", "less"]))
+@given(
+    st.integers(0, 10_000), st.integers(2, 300), st.booleans(), st.sampled_from(["greater", "less"])
+)
 def test_auroc_equals_sklearn(seed, n, ties, direction):
     s, y = _two_worlds(seed, n, 0.7, ties)
     r = stats.auroc_bootstrap(s, y, direction, resamples=20, seed=seed)
@@ -216,7 +239,9 @@ def test_auroc_equals_sklearn(seed, n, ties, direction):
 
 def test_auroc_bootstrap_is_stratified_seeded_and_uses_the_public_stream():
     y = np.repeat([False, True], [3, 50])
-    s = y.astype(float) + np.arange(53) * 1e-3  # perfectly separated: every stratified resample has AUC 1
+    s = (
+        y.astype(float) + np.arange(53) * 1e-3
+    )  # perfectly separated: every stratified resample has AUC 1
     r = stats.auroc_bootstrap(s, y, "greater", seed=1)
     assert r["auc"] == 1.0 and r["interval"] == [1.0, 1.0] and r["bootstrap"] == 1000
     # an unstratified resample of 53 trials misses the 3 negatives with probability (50/53)^53 ~ 4.6 %,
@@ -253,6 +278,7 @@ def test_auroc_bootstrap_interval_covers_a_known_gaussian_shift():
 
 # ------------------------------------------------------------------------------ comparison_statistics
 
+
 def _audit(n=600, mu=1.0, seed=0):
     rng = np.random.default_rng(seed)
     world = np.arange(n) % 2 == 0
@@ -265,17 +291,28 @@ def test_comparison_statistics_layout_and_which_trials_each_part_uses():
     s, world, select = _audit()
     s = s.copy()
     s[select & ~world] += 50.0  # SELECT trials wildly different: must not reach the EVAL statistics
-    r = stats.comparison_statistics(s, world, select, "greater", delta=DELTA, confidence=0.9, seed=3)
+    r = stats.comparison_statistics(
+        s, world, select, "greater", delta=DELTA, confidence=0.9, seed=3
+    )
     assert set(r) == {"cp_bonferroni", "tpr_at_fpr", "auroc", "gdp_estimate"}
-    assert {"epsilon_lower_bound", "thresholds_tested", "threshold", "direction", "method"} <= set(r["cp_bonferroni"])
+    assert {"epsilon_lower_bound", "thresholds_tested", "threshold", "direction", "method"} <= set(
+        r["cp_bonferroni"]
+    )
     ev = ~select
-    assert r["cp_bonferroni"] == stats.cp_bonferroni(s, world, delta=DELTA, confidence=0.9)  # ALL trials
+    assert r["cp_bonferroni"] == stats.cp_bonferroni(
+        s, world, delta=DELTA, confidence=0.9
+    )  # ALL trials
     assert r["tpr_at_fpr"] == stats.tpr_at_fpr(s[ev], world[ev], "greater", confidence=0.9)
     assert [e["fpr"] for e in r["tpr_at_fpr"]] == [0.001, 0.01]
     assert r["auroc"]["auc"] == pytest.approx(roc_auc_score(world[ev], s[ev]), rel=1e-12)
     assert r["auroc"] == stats.auroc_bootstrap(s[ev], world[ev], "greater", confidence=0.9, seed=3)
-    assert set(r["auroc"]) >= {"auc", "interval", "bootstrap", "confidence"} and r["auroc"]["confidence"] == 0.9
-    assert r["gdp_estimate"] == stats.gdp_estimate(s, world, "greater", delta=DELTA, confidence=0.9)  # ALL trials
+    assert (
+        set(r["auroc"]) >= {"auc", "interval", "bootstrap", "confidence"}
+        and r["auroc"]["confidence"] == 0.9
+    )
+    assert r["gdp_estimate"] == stats.gdp_estimate(
+        s, world, "greater", delta=DELTA, confidence=0.9
+    )  # ALL trials
     json.dumps(_json_safe(r), allow_nan=False)  # storable in audit.json
 
 
@@ -286,7 +323,9 @@ def test_comparison_statistics_rejects_bad_input_with_a_clear_message():
     with pytest.raises(UsageError, match="select must have one entry per trial, got 39 for 40"):
         stats.comparison_statistics(s, world, select[:-1], "greater", delta=DELTA)
     with pytest.raises(UsageError, match="EVAL trials per world must be >= 1"):
-        stats.comparison_statistics(s, world, world, "greater", delta=DELTA)  # no EVAL canary-in trial
+        stats.comparison_statistics(
+            s, world, world, "greater", delta=DELTA
+        )  # no EVAL canary-in trial
     with pytest.raises(UsageError, match="confidence"):
         stats.comparison_statistics(s, world, select, "greater", delta=DELTA, confidence=1.0)
     with pytest.raises(UsageError, match="delta"):

@@ -12,19 +12,40 @@ from dpaudit.audits.engine import AuditResult
 DELTA = 1e-5
 
 
-def exact_gaussian_record(rng: np.random.Generator, plan, event: SubsampledGaussian, mu: float) -> dict:
+def exact_gaussian_record(
+    rng: np.random.Generator, plan, event: SubsampledGaussian, mu: float
+) -> dict:
     """An audit record of an exact mu-GDP mechanism tested against its own (true) claim: the
     claimed-curve box (chosen on SELECT, bounded on EVAL) and its verdict, as curve_test makes them."""
     s = rng.normal(0.0, 1.0, plan.world.size) + mu * plan.world
     box = curves.eval_box(s, plan.world, plan.select, criterion="gdp-mu")
     curve = curves.claimed_curve(event)
-    counts = {"fp": round(box.fpr * box.n_out), "n_out": box.n_out, "fn": round(box.fnr * box.n_in), "n_in": box.n_in}
+    counts = {
+        "fp": round(box.fpr * box.n_out),
+        "n_out": box.n_out,
+        "fn": round(box.fnr * box.n_in),
+        "n_in": box.n_in,
+    }
     return {
-        "role": "main", "noise": True, "canary_inserted": True, "claimed_epsilon": 1.0, "delta": DELTA, "confidence": 0.95,
+        "role": "main",
+        "noise": True,
+        "canary_inserted": True,
+        "claimed_epsilon": 1.0,
+        "delta": DELTA,
+        "confidence": 0.95,
         "statistic": "claimed-curve",
-        "counts": {"tp": box.n_in - counts["fn"], "fp": counts["fp"], "tn": box.n_out - counts["fp"], "fn": counts["fn"]},
-        "claimed_curve": {"event": event.to_dict(), "adjacency": "add-remove-record", "counts": counts,
-                          "violated": bool(curve.violated_by(box.fpr_upper, box.fnr_upper))},
+        "counts": {
+            "tp": box.n_in - counts["fn"],
+            "fp": counts["fp"],
+            "tn": box.n_out - counts["fp"],
+            "fn": counts["fn"],
+        },
+        "claimed_curve": {
+            "event": event.to_dict(),
+            "adjacency": "add-remove-record",
+            "counts": counts,
+            "violated": bool(curve.violated_by(box.fpr_upper, box.fnr_upper)),
+        },
     }
 
 
@@ -51,7 +72,9 @@ def test_family_verdict_recomputes_each_audit_at_the_bonferroni_level():
     curve = curves.claimed_curve(event)
     n = 1000
     rec = None
-    for fp in range(20, 400):  # the largest FN count at this FP count that is still violated at 95 %
+    for fp in range(
+        20, 400
+    ):  # the largest FN count at this FP count that is still violated at 95 %
         for fn in range(0, n):
             a, b = stats.cp_upper(fp, n, 0.95, split=2), stats.cp_upper(fn, n, 0.95, split=2)
             if not curve.violated_by(a, b):
@@ -60,15 +83,34 @@ def test_family_verdict_recomputes_each_audit_at_the_bonferroni_level():
         else:
             continue
         if fn > 0:
-            rec = {"role": "main", "noise": True, "canary_inserted": True, "claimed_epsilon": 1.0, "delta": DELTA, "confidence": 0.95,
-                   "statistic": "claimed-curve", "counts": {"tp": n - last, "fp": fp, "tn": n - fp, "fn": last},
-                   "claimed_curve": {"event": event.to_dict(), "adjacency": "add-remove-record", "violated": True,
-                                     "counts": {"fp": fp, "n_out": n, "fn": last, "n_in": n}}}
+            rec = {
+                "role": "main",
+                "noise": True,
+                "canary_inserted": True,
+                "claimed_epsilon": 1.0,
+                "delta": DELTA,
+                "confidence": 0.95,
+                "statistic": "claimed-curve",
+                "counts": {"tp": n - last, "fp": fp, "tn": n - fp, "fn": last},
+                "claimed_curve": {
+                    "event": event.to_dict(),
+                    "adjacency": "add-remove-record",
+                    "violated": True,
+                    "counts": {"fp": fp, "n_out": n, "fn": last, "n_in": n},
+                },
+            }
             break
     assert rec is not None
     assert verdicts.violated(rec) and verdicts.decision_at(rec, 0.95)["violated"] is True
     assert verdicts.decision_at(rec, 1 - 0.05 / 3)["violated"] is False
-    quiet = {**rec, "claimed_curve": {**rec["claimed_curve"], "violated": False, "counts": {"fp": 200, "n_out": n, "fn": 600, "n_in": n}}}
+    quiet = {
+        **rec,
+        "claimed_curve": {
+            **rec["claimed_curve"],
+            "violated": False,
+            "counts": {"fp": 200, "n_out": n, "fn": 600, "n_in": n},
+        },
+    }
     assert verdicts.family_verdict([rec])["violated"] is True  # one audit: its own confidence
     fam = verdicts.family_verdict([rec, quiet, quiet])
     assert fam["violated"] is False and "over 3 audits (Bonferroni" in fam["method"]
@@ -81,8 +123,13 @@ def _record_at_the_boundary() -> dict:
     """A claimed-curve audit.json whose family search stopped at s_LB = 1 exactly: the claimed event
     itself is ruled out, and its family epsilon equals the claimed epsilon."""
     rng = np.random.default_rng(0)
-    res = engine.audit_scores(rng.normal(2.0, 1.0, 200), rng.normal(0.0, 1.0, 200), delta=DELTA,
-                              claim=SubsampledGaussian(1.0, 1.0, 1), accountant="rdp")
+    res = engine.audit_scores(
+        rng.normal(2.0, 1.0, 200),
+        rng.normal(0.0, 1.0, 200),
+        delta=DELTA,
+        claim=SubsampledGaussian(1.0, 1.0, 1),
+        accountant="rdp",
+    )
     d = res.to_dict()
     assert d["claimed_curve"]["violated"]
     d["claimed_curve"].update(scale_lower_bound=1.0, family_epsilon=d["claimed_epsilon"])
@@ -98,7 +145,9 @@ def test_violated_is_one_rule_at_the_boundary_scale_one():
     assert not verdicts.violated(d) and not AuditResult.from_dict(d).violated
     # controls never violate
     d["claimed_curve"]["violated"] = True
-    assert not verdicts.violated({**d, "role": "null"}) and not verdicts.violated({**d, "noise": False})
+    assert not verdicts.violated({**d, "role": "null"}) and not verdicts.violated(
+        {**d, "noise": False}
+    )
 
 
 def test_curve_flag_is_the_scale_bound_at_most_one():
@@ -107,7 +156,9 @@ def test_curve_flag_is_the_scale_bound_at_most_one():
     plan = engine.plan_trials(400, seed=1)
     for shift in (0.5, 1.0, 1.5, 2.0, 3.0):
         s = rng.normal(0.0, 1.0, plan.world.size) + shift * plan.world
-        cc = curves.curve_test(s, plan.world, plan.select, event=event, delta=DELTA, accountant="pld")
+        cc = curves.curve_test(
+            s, plan.world, plan.select, event=event, delta=DELTA, accountant="pld"
+        )
         s_lb = cc["scale_lower_bound"]
         assert cc["violated"] is (s_lb is not None and s_lb <= 1.0)
         fpr_hi, fnr_hi = cc["point"]["fpr_upper"], cc["point"]["fnr_upper"]

@@ -35,18 +35,25 @@ def test_exact_mechanism_step_bound_is_below_and_close_to_the_claim():
 def test_exact_mechanism_bound_by_a_tight_accountant_is_below_the_true_epsilon():
     obs = wb.simulate_steps(np.random.default_rng(6), noise=0.8, rate=0.05, steps=200, canaries=500)
     b = wb.step_bound(obs, claimed=CLAIM, delta=DELTA, accountant="pld")
-    assert 0.8 * b.claimed_epsilon <= b.epsilon_lb <= b.claimed_epsilon  # pld: the true epsilon, up to its discretisation
+    assert (
+        0.8 * b.claimed_epsilon <= b.epsilon_lb <= b.claimed_epsilon
+    )  # pld: the true epsilon, up to its discretisation
 
 
 def test_exact_mechanism_final_bound_is_below_the_claim():
-    obs = wb.simulate_final(np.random.default_rng(2), noise=0.8, rate=0.05, steps=200, canaries=4000)
+    obs = wb.simulate_final(
+        np.random.default_rng(2), noise=0.8, rate=0.05, steps=200, canaries=4000
+    )
     b = wb.final_bound(obs, claimed=CLAIM, delta=DELTA)
     assert not b.violation and 0.6 * b.claimed_epsilon <= b.epsilon_lb <= b.claimed_epsilon
 
 
 def test_physical_limit_tends_to_the_claim():
-    claimed = wb.step_bound(wb.simulate_steps(np.random.default_rng(0), noise=0.8, rate=0.05, steps=200, canaries=50),
-                            claimed=CLAIM, delta=DELTA).claimed_epsilon
+    claimed = wb.step_bound(
+        wb.simulate_steps(np.random.default_rng(0), noise=0.8, rate=0.05, steps=200, canaries=50),
+        claimed=CLAIM,
+        delta=DELTA,
+    ).claimed_epsilon
     limits = [wb.expected_step_bound(CLAIM, m, delta=DELTA) for m in (100, 1000, 100_000)]
     assert limits == sorted(limits) and claimed * 0.99 < limits[-1] <= claimed
 
@@ -66,7 +73,9 @@ def test_step_bound_false_positive_rate_at_most_5_percent():
     sigma, q = 0.8, 0.1
     flagged = 0
     for _ in range(1000):
-        s_hi, d_lo, q_lo = wb.step_statistics(wb.simulate_steps(rng, noise=sigma, rate=q, steps=50, canaries=20), 0.95)
+        s_hi, d_lo, q_lo = wb.step_statistics(
+            wb.simulate_steps(rng, noise=sigma, rate=q, steps=50, canaries=20), 0.95
+        )
         flagged += (d_lo <= 0 or s_hi / d_lo < sigma) or q_lo > q
     assert flagged / 1000 <= 0.05, flagged
 
@@ -76,17 +85,25 @@ def test_each_confidence_bound_covers_at_its_level():
     rng = np.random.default_rng(13)
     misses = np.zeros(3)
     for _ in range(1000):
-        s_hi, d_lo, q_lo = wb.step_statistics(wb.simulate_steps(rng, noise=0.8, rate=0.1, steps=50, canaries=20), 0.95)
+        s_hi, d_lo, q_lo = wb.step_statistics(
+            wb.simulate_steps(rng, noise=0.8, rate=0.1, steps=50, canaries=20), 0.95
+        )
         misses += (s_hi < 0.8, d_lo > 1.0, q_lo > 0.1)
     assert np.all(misses / 1000 <= 0.03), misses
 
 
 def test_final_bound_false_positive_rate_at_most_5_percent():
     rng = np.random.default_rng(12)
-    sigma, q, steps = 0.8, 0.05, 50  # q T = 2.5: a skewed inclusion count, the normal approximation's hard case
+    sigma, q, steps = (
+        0.8,
+        0.05,
+        50,
+    )  # q T = 2.5: a skewed inclusion count, the normal approximation's hard case
     flagged = 0
     for _ in range(1000):
-        s_hi, d_lo = wb.final_statistics(wb.simulate_final(rng, noise=sigma, rate=q, steps=steps, canaries=200), q, 0.95)
+        s_hi, d_lo = wb.final_statistics(
+            wb.simulate_final(rng, noise=sigma, rate=q, steps=steps, canaries=200), q, 0.95
+        )
         flagged += d_lo > 0 and s_hi / d_lo < sigma
     assert flagged / 1000 <= 0.05, flagged
 
@@ -96,18 +113,24 @@ def test_final_bound_false_positive_rate_at_most_5_percent():
 
 def test_catches_ten_percent_noise_understatement():
     claim = SubsampledGaussian(0.8, 0.05, 100)
-    obs = wb.simulate_steps(np.random.default_rng(3), noise=0.72, rate=0.05, steps=100, canaries=2000)
+    obs = wb.simulate_steps(
+        np.random.default_rng(3), noise=0.72, rate=0.05, steps=100, canaries=2000
+    )
     assert wb.step_bound(obs, claimed=claim, delta=DELTA).violation
 
 
 def test_catches_a_clipping_bug():
-    obs = wb.simulate_steps(np.random.default_rng(4), noise=0.8, rate=0.05, steps=100, canaries=1000, sensitivity=1.15)
+    obs = wb.simulate_steps(
+        np.random.default_rng(4), noise=0.8, rate=0.05, steps=100, canaries=1000, sensitivity=1.15
+    )
     b = wb.step_bound(obs, claimed=SubsampledGaussian(0.8, 0.05, 100), delta=DELTA)
     assert b.violation and b.sensitivity_lower > 1.0
 
 
 def test_final_bound_catches_half_noise():
-    obs = wb.simulate_final(np.random.default_rng(5), noise=0.4, rate=0.05, steps=200, canaries=2000)
+    obs = wb.simulate_final(
+        np.random.default_rng(5), noise=0.4, rate=0.05, steps=200, canaries=2000
+    )
     assert wb.final_bound(obs, claimed=CLAIM, delta=DELTA).violation
 
 
@@ -137,8 +160,16 @@ def _audit(setup, role="main", threat_model="white-box", canaries=2000):
     from dpaudit.noise import NoiseSource
 
     data, cfg, event = setup
-    run = white_box_run("dp-dense", data, cfg, canaries=canaries, noise=NoiseSource("reproducible", seed=7), seed=3,
-                        threat_model=threat_model, role=role)
+    run = white_box_run(
+        "dp-dense",
+        data,
+        cfg,
+        canaries=canaries,
+        noise=NoiseSource("reproducible", seed=7),
+        seed=3,
+        threat_model=threat_model,
+        role=role,
+    )
     bound = wb.step_bound if threat_model == "white-box" else wb.final_bound
     return run, bound(run.observations, claimed=event, delta=DELTA)
 
@@ -147,7 +178,9 @@ def test_loop_observations_of_a_correct_run_and_its_controls(digits_setup):
     run, b = _audit(digits_setup)
     assert run.info["steps_executed"] == 100 and run.observations.values.shape == (2000, 100)
     assert not b.violation and b.epsilon_lb > 0.8 * b.claimed_epsilon
-    assert b.sensitivity_lower < 1.0 < b.sensitivity_lower + 0.1  # the clipped canary contributes exactly C
+    assert (
+        b.sensitivity_lower < 1.0 < b.sensitivity_lower + 0.1
+    )  # the clipped canary contributes exactly C
     assert _audit(digits_setup, role="no-noise")[1].violation
     assert _audit(digits_setup, role="null")[1].epsilon_lb == 0.0
 
@@ -162,7 +195,9 @@ def test_loop_noise_understated_by_ten_percent_is_caught(digits_setup, monkeypat
     from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 
     real_fill = dpsgd_core.gaussian_filler
-    monkeypatch.setattr(dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, 0.9 * std))
+    monkeypatch.setattr(
+        dpsgd_core, "gaussian_filler", lambda noise, out, std: real_fill(noise, out, 0.9 * std)
+    )
     assert _audit(digits_setup)[1].violation
 
 
@@ -177,8 +212,27 @@ def test_loop_crafted_final_on_quiet_coordinates(digits_setup):
 
 def test_cli_white_box_tiny(tmp_path):
     out = tmp_path / "wb"
-    r = runner.invoke(app, ["audit", "dp-dense", "--threat-model", "white-box", "--canaries", "300", "--eps", "8", "--epochs", "1",
-                            "--reproducible-noise", "--out", str(out), "--ledger", str(tmp_path / "l.sqlite"), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "audit",
+            "dp-dense",
+            "--threat-model",
+            "white-box",
+            "--canaries",
+            "300",
+            "--eps",
+            "8",
+            "--epochs",
+            "1",
+            "--reproducible-noise",
+            "--out",
+            str(out),
+            "--ledger",
+            str(tmp_path / "l.sqlite"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["threat_model"] == "white-box" and set(d["bounds"]) == {"main", "no-noise", "null"}
@@ -193,12 +247,32 @@ def test_cli_white_box_tiny(tmp_path):
     assert p["at_claim"] == wb.expected_step_bound(event, 300, delta=d["bounds"]["main"]["delta"])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["dp-attention", "--threat-model", "white-box", "--canaries", "10"], "threat model for dp-attention must be"),
-    (["dp-dense", "--threat-model", "white-box"], "canaries must be"),
-    (["dp-cnn", "--threat-model", "crafted-final", "--canaries", "10", "--one-run"], "threat model for --one-run must be"),
-    (["dp-dense", "--threat-model", "white-box", "--canaries", "10", "--privacy-unit", "user"], "must be final-model"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["dp-attention", "--threat-model", "white-box", "--canaries", "10"],
+            "threat model for dp-attention must be",
+        ),
+        (["dp-dense", "--threat-model", "white-box"], "canaries must be"),
+        (
+            ["dp-cnn", "--threat-model", "crafted-final", "--canaries", "10", "--one-run"],
+            "threat model for --one-run must be",
+        ),
+        (
+            [
+                "dp-dense",
+                "--threat-model",
+                "white-box",
+                "--canaries",
+                "10",
+                "--privacy-unit",
+                "user",
+            ],
+            "must be final-model",
+        ),
+    ],
+)
 def test_cli_white_box_refusals(tmp_path, args, message):
     r = runner.invoke(app, ["audit", *args, "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and message in r.output, r.output

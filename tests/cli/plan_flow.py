@@ -42,4 +42,6 @@ def verify_checks(bundle, *extra) -> tuple[bool, list[dict]]:
 
 def failed_checks(bundle, *extra) -> list[tuple[str, str]]:
     """(check, detail) of every failed check of ``dpaudit verify BUNDLE``."""
-    return [(c["name"], c["detail"]) for c in verify_checks(bundle, *extra)[1] if c["status"] == "FAIL"]
+    return [
+        (c["name"], c["detail"]) for c in verify_checks(bundle, *extra)[1] if c["status"] == "FAIL"
+    ]

@@ -13,7 +13,17 @@ from typer.testing import CliRunner
 from dpaudit.cli import app
 
 runner = CliRunner()
-ISSUE_RUN = ["account", "--adjacency", "replace-record", "--noise-multiplier", "1", "--sample-rate", "0.005", "--steps", "2000"]
+ISSUE_RUN = [
+    "account",
+    "--adjacency",
+    "replace-record",
+    "--noise-multiplier",
+    "1",
+    "--sample-rate",
+    "0.005",
+    "--steps",
+    "2000",
+]
 
 
 def _profile():
@@ -43,7 +53,10 @@ def test_replace_record_prints_the_replace_one_value():
     by_name = {x["accountant"]: x for x in d["results"]}
     assert set(by_name) == {"rdp", "prv", "pld"}
     for name in ("rdp", "prv"):
-        assert by_name[name]["epsilon"] is None and "use the pld accountant" in by_name[name]["skipped"]
+        assert (
+            by_name[name]["epsilon"] is None
+            and "use the pld accountant" in by_name[name]["skipped"]
+        )
         assert name in d["skipped"]
     # the human table shows the same
     t = runner.invoke(app, ISSUE_RUN)
@@ -62,8 +75,13 @@ def test_single_accountant_refusing_the_adjacency_is_one_line_exit_2():
 
 def test_account_all_skips_prv_when_it_declines():
     # more compositions than prv supports, and a run whose prv grid would exhaust memory
-    for args, needle in ((["--noise-multiplier", "1", "--sample-rate", "0.001", "--steps", "200000"], "compositions"),
-                         (["--noise-multiplier", "0.3", "--sample-rate", "0.5", "--steps", "3000"], "grid points")):
+    for args, needle in (
+        (
+            ["--noise-multiplier", "1", "--sample-rate", "0.001", "--steps", "200000"],
+            "compositions",
+        ),
+        (["--noise-multiplier", "0.3", "--sample-rate", "0.5", "--steps", "3000"], "grid points"),
+    ):
         with _profile().memory_cap():  # today's code asked prv for a ~1e8-point grid (OOM-killed)
             r = runner.invoke(app, ["account", *args, "--json"])
         assert r.exit_code == 0, r.output
@@ -76,19 +94,72 @@ def test_account_all_skips_prv_when_it_declines():
 
 
 def test_calibrate_prv_declining_is_one_line_exit_2():
-    r = runner.invoke(app, ["calibrate", "--eps", "1", "--sample-rate", "0.001", "--steps", "200000", "--accountant", "prv", "--no-cache"])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--eps",
+            "1",
+            "--sample-rate",
+            "0.001",
+            "--steps",
+            "200000",
+            "--accountant",
+            "prv",
+            "--no-cache",
+        ],
+    )
     _one_line_exit_2(r, "at most 100000 compositions")
-    r = runner.invoke(app, ["calibrate", "--eps", "2", "--sample-rate", "0.01", "--steps", "100", "--adjacency", "replace-record",
-                            "--accountant", "rdp", "--no-cache"])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--eps",
+            "2",
+            "--sample-rate",
+            "0.01",
+            "--steps",
+            "100",
+            "--adjacency",
+            "replace-record",
+            "--accountant",
+            "rdp",
+            "--no-cache",
+        ],
+    )
     _one_line_exit_2(r, "use the pld accountant")
 
 
 def test_calibrate_under_replace_record_defaults_to_an_accountant_that_supports_it():
-    r = runner.invoke(app, ["calibrate", "--eps", "2", "--sample-rate", "0.05", "--steps", "50", "--adjacency", "replace-record", "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "calibrate",
+            "--eps",
+            "2",
+            "--sample-rate",
+            "0.05",
+            "--steps",
+            "50",
+            "--adjacency",
+            "replace-record",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["accountant"] == "pld" and d["adjacency"] == "replace-record" and d["epsilon"] <= 2.0
-    ref = _profile().subsampled_gaussian_epsilon(d["noise_multiplier"], 0.05, 50, 1e-5, replace=True)
+    ref = _profile().subsampled_gaussian_epsilon(
+        d["noise_multiplier"], 0.05, 50, 1e-5, replace=True
+    )
     assert ref <= 2.0 + 0.003
-    a = json.loads(runner.invoke(app, ["calibrate", "--eps", "2", "--sample-rate", "0.05", "--steps", "50", "--json"]).stdout)
-    assert a["accountant"] == "rdp" and a["adjacency"] == "add-remove-record" and a["noise_multiplier"] < d["noise_multiplier"]
+    a = json.loads(
+        runner.invoke(
+            app, ["calibrate", "--eps", "2", "--sample-rate", "0.05", "--steps", "50", "--json"]
+        ).stdout
+    )
+    assert (
+        a["accountant"] == "rdp"
+        and a["adjacency"] == "add-remove-record"
+        and a["noise_multiplier"] < d["noise_multiplier"]
+    )

@@ -20,8 +20,11 @@ def eighty(monkeypatch):
 
 
 def test_audit_lines_fit_80_columns_and_abbreviations_are_explained(tmp_path, eighty):
-    r = runner.invoke(app, ["audit", "gaussian", "--runs", "200", "--no-controls", "--out", str(tmp_path / "a")],
-                      env={"COLUMNS": "80"})
+    r = runner.invoke(
+        app,
+        ["audit", "gaussian", "--runs", "200", "--no-controls", "--out", str(tmp_path / "a")],
+        env={"COLUMNS": "80"},
+    )
     assert r.exit_code == 0, r.output
     too_long = [line for line in r.output.splitlines() if cell_len(line) > 80]
     assert not too_long, too_long

@@ -30,14 +30,59 @@ def flow(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         signed_auditor(mp, root)
         _ok(["train", "dp-rvfl", "--eps", "2", "--epochs", "2", "--out", "rel"])
-        _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--seed", "3", "--out", "a"])
-        _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--one-run", "--canaries", "20", "--out", "o"])
-        _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--confidence", "0.5", "--out", "other"])
+        _ok(
+            [
+                "audit",
+                "plan",
+                "dp-rvfl",
+                "--release",
+                "rel",
+                "--runs",
+                "16",
+                "--no-controls",
+                "--seed",
+                "3",
+                "--out",
+                "a",
+            ]
+        )
+        _ok(
+            [
+                "audit",
+                "plan",
+                "dp-rvfl",
+                "--release",
+                "rel",
+                "--one-run",
+                "--canaries",
+                "20",
+                "--out",
+                "o",
+            ]
+        )
+        _ok(
+            [
+                "audit",
+                "plan",
+                "dp-rvfl",
+                "--release",
+                "rel",
+                "--runs",
+                "16",
+                "--no-controls",
+                "--confidence",
+                "0.5",
+                "--out",
+                "other",
+            ]
+        )
         _ok(["audit", "--plan", "a/plan.json"])
         _ok(["audit", "--plan", "o/plan.json"])
         _ok(["bundle", "rel", "a", "o", "other/plan.json", "--out", "honest"])
         shutil.copytree("a", "a-run1")
-        for f in root.joinpath("a").iterdir():  # a plan's second run is refused while its first run's files are there
+        for f in root.joinpath(
+            "a"
+        ).iterdir():  # a plan's second run is refused while its first run's files are there
             if f.name not in ("plan.json", PLAN_LOCAL_FILE):
                 shutil.rmtree(f) if f.is_dir() else f.unlink()
         second = _ok(["audit", "--plan", "a/plan.json"])
@@ -76,12 +121,22 @@ def test_honest_bundle_passes_and_holds_shareable_parts_only(flow, tmp_path):
     assert "FAIL" not in r.output and "checks passed" in r.output
     assert max(len(line) for line in r.output.splitlines()) <= 80
     names = {p.name for p in b.rglob("*") if p.is_file()}
-    assert names == {"bundle.json", "ledger.json", "release.json", "audit.json", "one_run.json", "plan.json"}
+    assert names == {
+        "bundle.json",
+        "ledger.json",
+        "release.json",
+        "audit.json",
+        "one_run.json",
+        "plan.json",
+    }
     assert json.loads((b / "ledger.json").read_text())["fingerprint_key"] is None
     # the revealed seeds are the committed ones, and the one-run coins are the committed coins
     audit = json.loads(_trial_audit(b).read_text())
     plan = json.loads((b / "plans" / audit["plan"]["id"] / "plan.json").read_text())
-    assert commitment(audit["plan"]["salt"], audit["plan"]["seeds"]) == plan["commitment"] and audit["seeds"]["public"] == 3
+    assert (
+        commitment(audit["plan"]["salt"], audit["plan"]["seeds"]) == plan["commitment"]
+        and audit["seeds"]["public"] == 3
+    )
     one = json.loads(next(b.glob("audits/*/one_run.json")).read_text())
     assert int(plan_coins(one["plan"]["seeds"]["coins"], 20).sum()) == one["included"]
 
@@ -89,10 +144,16 @@ def test_honest_bundle_passes_and_holds_shareable_parts_only(flow, tmp_path):
 def test_a_second_run_is_flagged_and_a_hidden_one_fails(flow):
     assert "2 runs of plan" in flow["second"]
     (failed,) = _failed(flow["root"] / "hidden")
-    assert failed[0] == "runs" and "2 runs of plan" in failed[1] and "1 in the bundle; not in the bundle" in failed[1]
+    assert (
+        failed[0] == "runs"
+        and "2 runs of plan" in failed[1]
+        and "1 in the bundle; not in the bundle" in failed[1]
+    )
     both = runner.invoke(app, ["verify", str(flow["root"] / "both"), "--json"])
     assert both.exit_code == 0, both.output
-    assert [c["detail"] for c in json.loads(both.stdout)["checks"] if c["status"] == "note"][0].startswith("2 runs of plan")
+    assert [c["detail"] for c in json.loads(both.stdout)["checks"] if c["status"] == "note"][
+        0
+    ].startswith("2 runs of plan")
 
 
 def _counts(b):
@@ -116,6 +177,7 @@ def _noise_multiplier(b):
     def change(d):
         d["noise_multiplier"] *= 2
         d["guarantee"]["noise_multiplier"] *= 2
+
     _edit(next(b.glob("releases/*/release.json")), change)
 
 
@@ -123,22 +185,29 @@ def _drop_entry(b):
     _edit(b / "ledger.json", lambda d: d["rows"].pop(len(d["rows"]) // 2))
 
 
-@pytest.mark.parametrize("tamper,check,says", [
-    (_counts, "result = ledger", "differs from the result"),
-    (_counts, "audit vs plan", "do not fit the seeded worlds"),
-    (_statistic, "audit vs plan", "statistic 'clopper-pearson', planned 'claimed-curve'"),
-    (_plan_statistic, "plan", "signature does not verify"),
-    (_salt, "audit vs plan", "do not hash to the commitment"),
-    (_noise_multiplier, "release = ledger", "noise_multiplier"),
-    (_drop_entry, "ledger", "deleted"),
-])
+@pytest.mark.parametrize(
+    "tamper,check,says",
+    [
+        (_counts, "result = ledger", "differs from the result"),
+        (_counts, "audit vs plan", "do not fit the seeded worlds"),
+        (_statistic, "audit vs plan", "statistic 'clopper-pearson', planned 'claimed-curve'"),
+        (_plan_statistic, "plan", "signature does not verify"),
+        (_salt, "audit vs plan", "do not hash to the commitment"),
+        (_noise_multiplier, "release = ledger", "noise_multiplier"),
+        (_drop_entry, "ledger", "deleted"),
+    ],
+)
 def test_each_tampering_is_caught_and_named(flow, tmp_path, tamper, check, says):
     b = _copy(flow, tmp_path)
     tamper(b)
     failed = _failed(b)
     assert any(name == check and says in detail for name, detail in failed), failed
     r = _verify(b)  # the table names the failed check too
-    assert r.exit_code == 1 and any("FAIL" in line and line.split("│")[1].strip() == check for line in r.output.splitlines() if "│" in line)
+    assert r.exit_code == 1 and any(
+        "FAIL" in line and line.split("│")[1].strip() == check
+        for line in r.output.splitlines()
+        if "│" in line
+    )
 
 
 def test_plan_swapped_for_another_registered_plan(flow, tmp_path):
@@ -149,7 +218,9 @@ def test_plan_swapped_for_another_registered_plan(flow, tmp_path):
     shutil.rmtree(mine)
     (b / "plans" / "x").mkdir()
     shutil.copyfile(other, b / "plans" / "x" / "plan.json")
-    assert any(name == "audit vs plan" and "not pre-registered" in detail for name, detail in _failed(b))
+    assert any(
+        name == "audit vs plan" and "not pre-registered" in detail for name, detail in _failed(b)
+    )
 
 
 def test_plan_runs_exactly_as_planned(flow, tmp_path, monkeypatch):
@@ -181,5 +252,7 @@ def test_ledger_plan_entries_run_after_registration_once(tmp_path, monkeypatch):
         with pytest.raises(UsageError, match="already registered"):
             led.record_plan({"plan_id": "p", "stage": "registered"})
         first = led.record_plan({"plan_id": "p", "stage": "run", "audit_id": "a"})
-        assert led.record_plan({"plan_id": "p", "stage": "run", "audit_id": "a"}) == first  # a resumed run: one entry
+        assert (
+            led.record_plan({"plan_id": "p", "stage": "run", "audit_id": "a"}) == first
+        )  # a resumed run: one entry
         assert led.verify().ok and len(led.entries(kind="plan")) == 2

@@ -20,10 +20,51 @@ from typer._coercion import build_runtime_param
 from dpaudit.cli import app
 from dpaudit.cli.coercion import fast_runtime_param, install
 
-STRINGS = ["2", "-3", "+4", "007", "0", "-0", "2.0", "2.", ".5", "-.5", "1e-5", "1E5", "1e400", "-1e400",
-           "1e-400", "0.1", "3.14159265358979323846", "inf", "nan", "1_000", " 2", "2 ", "", " ", "abc",
-           "0x10", "٣", "12345678901234567890", "9" * 40, "rdp", "RDP", "prv", "pld", "add-remove-record",
-           "Add-Remove-Record", "-", ".", "a/b", "/tmp", "~", "true", "no", "x\x00y"]
+STRINGS = [
+    "2",
+    "-3",
+    "+4",
+    "007",
+    "0",
+    "-0",
+    "2.0",
+    "2.",
+    ".5",
+    "-.5",
+    "1e-5",
+    "1E5",
+    "1e400",
+    "-1e400",
+    "1e-400",
+    "0.1",
+    "3.14159265358979323846",
+    "inf",
+    "nan",
+    "1_000",
+    " 2",
+    "2 ",
+    "",
+    " ",
+    "abc",
+    "0x10",
+    "٣",
+    "12345678901234567890",
+    "9" * 40,
+    "rdp",
+    "RDP",
+    "prv",
+    "pld",
+    "add-remove-record",
+    "Add-Remove-Record",
+    "-",
+    ".",
+    "a/b",
+    "/tmp",
+    "~",
+    "true",
+    "no",
+    "x\x00y",
+]
 VALUES = [2, 0, -1, 2.5, 0.0, True, False, Path("a/b")]
 
 
@@ -34,7 +75,10 @@ def _params():
     def walk(cmd, path):
         for p in cmd.params:
             if fast_runtime_param(p) is not None:
-                key = (repr(p.type_descriptor.annotation), bool(getattr(p.type_descriptor.parameter_info, "case_sensitive", True)))
+                key = (
+                    repr(p.type_descriptor.annotation),
+                    bool(getattr(p.type_descriptor.parameter_info, "case_sensitive", True)),
+                )
                 seen.setdefault(key, (" ".join(path) + " " + p.name, cmd, p))
         for name, sub in getattr(cmd, "commands", {}).items():
             walk(sub, path + [name])
@@ -68,10 +112,17 @@ def test_fast_conversion_equals_typer(label, command, param, tmp_path, monkeypat
     values = STRINGS + VALUES
     annotation = param.type_descriptor.annotation
     if isinstance(annotation, type) and issubclass(annotation, Enum):
-        values = values + list(annotation) + [m.value for m in annotation] + [m.value.upper() for m in annotation]
+        values = (
+            values
+            + list(annotation)
+            + [m.value for m in annotation]
+            + [m.value.upper() for m in annotation]
+        )
     for value in values:
         want = _outcome(slow, value, param, ctx)
-        if want[0] == "error" and repr(value) not in want[1]:  # dpaudit's converter also echoes the value typed
+        if (
+            want[0] == "error" and repr(value) not in want[1]
+        ):  # dpaudit's converter also echoes the value typed
             want = ("error", f"{want[1].rstrip('.')}, got {value!r}.")
         assert _outcome(fast, value, param, ctx) == want, (label, value)
 

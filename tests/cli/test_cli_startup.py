@@ -28,7 +28,17 @@ from dpaudit.cli import app
 from dpaudit.records import Release, write_release
 
 #: Stacks none of the light commands may load.
-HEAVY = ("torch", "torchvision", "opacus", "sklearn", "matplotlib", "dask", "distributed", "psycopg", "statsmodels")
+HEAVY = (
+    "torch",
+    "torchvision",
+    "opacus",
+    "sklearn",
+    "matplotlib",
+    "dask",
+    "distributed",
+    "psycopg",
+    "statsmodels",
+)
 #: Loaded only by commands that compute numbers.
 NUMERIC = ("numpy", "scipy")
 
@@ -46,7 +56,13 @@ sys.stderr.write("\\n{MARK}" + json.dumps({{"code": code, "modules": sorted(sys.
 
 
 def _run(args: list[str]) -> tuple[int, set[str], str]:
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
     assert MARK in proc.stderr, proc.stderr[-2000:]
     report = json.loads(proc.stderr.rsplit(MARK, 1)[1])
     return report["code"], set(report["modules"]), proc.stdout
@@ -62,19 +78,42 @@ NO_NUMBERS = {
     "schedule": ["schedule", "--n", "60000", "--batch-size", "256", "--epochs", "10"],
 }
 NUMBERS = {
-    "account-rdp": ["account", "--noise-multiplier", "1.1", "--sample-rate", "0.01", "--steps", "100", "--accountant", "rdp", "--json"],
-    "account-all": ["account", "--noise-multiplier", "2.0", "--sample-rate", "1.0", "--steps", "4"],  # rdp and prv
+    "account-rdp": [
+        "account",
+        "--noise-multiplier",
+        "1.1",
+        "--sample-rate",
+        "0.01",
+        "--steps",
+        "100",
+        "--accountant",
+        "rdp",
+        "--json",
+    ],
+    "account-all": [
+        "account",
+        "--noise-multiplier",
+        "2.0",
+        "--sample-rate",
+        "1.0",
+        "--steps",
+        "4",
+    ],  # rdp and prv
     "calibrate": ["calibrate", "--eps", "2", "--sample-rate", "0.01", "--steps", "100", "--json"],
 }
 
 
-@pytest.mark.parametrize("args", list({**NO_NUMBERS, **NUMBERS}.values()), ids=list({**NO_NUMBERS, **NUMBERS}))
+@pytest.mark.parametrize(
+    "args", list({**NO_NUMBERS, **NUMBERS}.values()), ids=list({**NO_NUMBERS, **NUMBERS})
+)
 def test_light_commands_do_not_import_torch(args):
     code, modules, stdout = _run(args)
     assert code == 0, stdout
     assert stdout.strip()
     loaded = _top(modules)
-    assert not loaded & set(HEAVY), f"dpaudit {' '.join(args)} imported {sorted(loaded & set(HEAVY))}"
+    assert not loaded & set(HEAVY), (
+        f"dpaudit {' '.join(args)} imported {sorted(loaded & set(HEAVY))}"
+    )
 
 
 @pytest.mark.parametrize("args", list(NO_NUMBERS.values()), ids=list(NO_NUMBERS))
@@ -82,12 +121,25 @@ def test_commands_without_numbers_do_not_import_numpy(args):
     code, modules, stdout = _run(args)
     assert code == 0, stdout
     loaded = _top(modules)
-    assert not loaded & set(NUMERIC), f"dpaudit {' '.join(args)} imported {sorted(loaded & set(NUMERIC))}"
+    assert not loaded & set(NUMERIC), (
+        f"dpaudit {' '.join(args)} imported {sorted(loaded & set(NUMERIC))}"
+    )
 
 
 def test_rdp_account_matches_in_process(tmp_path):
     """The number from the torch-free process equals the one computed where opacus is imported."""
-    args = ["account", "--noise-multiplier", "1.1", "--sample-rate", "0.01", "--steps", "100", "--accountant", "rdp", "--json"]
+    args = [
+        "account",
+        "--noise-multiplier",
+        "1.1",
+        "--sample-rate",
+        "0.01",
+        "--steps",
+        "100",
+        "--accountant",
+        "rdp",
+        "--json",
+    ]
     code, modules, stdout = _run(args)
     assert code == 0 and "torch" not in _top(modules)
     import opacus.accountants.analysis.rdp  # noqa: F401  (in this process the package is loaded: its own module is used)
@@ -101,23 +153,39 @@ def _ledger_of(tmp_path, events, epsilon: float):
     """A ledger with one recorded dp-rvfl release per event (``epsilon`` as each one's claim)."""
     ledger = tmp_path / "ledger.sqlite"
     for i, event in enumerate(events):
-        rel = Release(mechanism="dp-rvfl", dataset={"name": "mnist", "sha256": "cd" * 32}, adjacency="add-remove-record",
-                      accountant="rdp", epsilon=epsilon, delta=1e-5, guarantee=event.to_dict(), seed=3,
-                      noise_source={"kind": "os-entropy"}, partition="train", git_commit=None)
+        rel = Release(
+            mechanism="dp-rvfl",
+            dataset={"name": "mnist", "sha256": "cd" * 32},
+            adjacency="add-remove-record",
+            accountant="rdp",
+            epsilon=epsilon,
+            delta=1e-5,
+            guarantee=event.to_dict(),
+            seed=3,
+            noise_source={"kind": "os-entropy"},
+            partition="train",
+            git_commit=None,
+        )
         write_release(rel, tmp_path / f"r{i}")
-        res = CliRunner().invoke(app, ["ledger", "record", str(tmp_path / f"r{i}"), "--ledger", str(ledger)])
+        res = CliRunner().invoke(
+            app, ["ledger", "record", str(tmp_path / f"r{i}"), "--ledger", str(ledger)]
+        )
         assert res.exit_code == 0, res.output
     return ledger
 
 
 def test_ledger_summary_does_not_import_torch(tmp_path):
-    ledger = _ledger_of(tmp_path, (SubsampledGaussian(2.0, 1.0, 4), SubsampledGaussian(3.0, 1.0, 9)), epsilon=1.5)
+    ledger = _ledger_of(
+        tmp_path, (SubsampledGaussian(2.0, 1.0, 4), SubsampledGaussian(3.0, 1.0, 9)), epsilon=1.5
+    )
     for extra in ([], ["--json"]):
         code, modules, stdout = _run(["ledger", "summary", "--ledger", str(ledger), *extra])
         assert code == 0, stdout
         assert "mnist" in stdout
         loaded = _top(modules)
-        assert not loaded & set(HEAVY), f"dpaudit ledger summary imported {sorted(loaded & set(HEAVY))}"
+        assert not loaded & set(HEAVY), (
+            f"dpaudit ledger summary imported {sorted(loaded & set(HEAVY))}"
+        )
 
 
 # ---------------------------------------------------------------- issue 14: <= 0.5 s start-up
@@ -133,11 +201,15 @@ def test_rdp_commands_do_not_import_scipy(name):
     code, modules, stdout = _run(NUMBERS[name])
     assert code == 0, stdout
     loaded = _top(modules)
-    assert not loaded & set(SLOW_NUMERIC), f"dpaudit {name} imported {sorted(loaded & set(SLOW_NUMERIC))}"
+    assert not loaded & set(SLOW_NUMERIC), (
+        f"dpaudit {name} imported {sorted(loaded & set(SLOW_NUMERIC))}"
+    )
 
 
 def _ledger_of_two(tmp_path):
-    return _ledger_of(tmp_path, (SubsampledGaussian(2.0, 0.01, 400), SubsampledGaussian(3.0, 1.0, 9)), epsilon=9.5)
+    return _ledger_of(
+        tmp_path, (SubsampledGaussian(2.0, 0.01, 400), SubsampledGaussian(3.0, 1.0, 9)), epsilon=9.5
+    )
 
 
 def test_warm_ledger_summary_does_not_import_prv_and_reports_the_same(tmp_path, monkeypatch):
@@ -151,15 +223,25 @@ def test_warm_ledger_summary_does_not_import_prv_and_reports_the_same(tmp_path, 
     assert "prv_accountant" in _top(cold_modules)  # the cold run computes prv
     code, modules, warm = _run(args)
     assert code == 0, warm
-    assert not _top(modules) & set(SLOW_NUMERIC + HEAVY), sorted(_top(modules) & set(SLOW_NUMERIC + HEAVY))
+    assert not _top(modules) & set(SLOW_NUMERIC + HEAVY), sorted(
+        _top(modules) & set(SLOW_NUMERIC + HEAVY)
+    )
     assert json.loads(warm) == json.loads(cold)
     rows = json.loads(warm)["rows"]
-    assert rows[0]["epsilon_prv"] is not None and rows[0]["epsilon"] == min(rows[0]["epsilon_rdp"], rows[0]["epsilon_prv"])
+    assert rows[0]["epsilon_prv"] is not None and rows[0]["epsilon"] == min(
+        rows[0]["epsilon_rdp"], rows[0]["epsilon_prv"]
+    )
 
 
 def _registered(args: list[str]) -> list[str]:
     code = WRAPPER.replace('"modules": sorted(sys.modules)', '"modules": sorted(app._loaded)')
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
     return json.loads(proc.stderr.rsplit(MARK, 1)[1])["modules"]
 
 
@@ -171,12 +253,22 @@ def test_version_registers_no_command_family():
 
 def test_every_module_imports_without_a_heavy_stack():
     """Importing all of dpaudit runs none of the heavy stacks (issue 24: dpaudit's own imports are all eager)."""
-    code = ("import importlib, pkgutil, sys, dpaudit\nfor m in pkgutil.walk_packages(dpaudit.__path__, 'dpaudit.'):\n"
-            "    importlib.import_module(m.name)\nprint(sorted({m.split('.')[0] for m in sys.modules}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    code = (
+        "import importlib, pkgutil, sys, dpaudit\nfor m in pkgutil.walk_packages(dpaudit.__path__, 'dpaudit.'):\n"
+        "    importlib.import_module(m.name)\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = set(json.loads(proc.stdout.strip().replace("'", '"')))
-    assert "dpaudit" in loaded and not loaded & set(HEAVY + NUMERIC + SLOW_NUMERIC), sorted(loaded & set(HEAVY + NUMERIC + SLOW_NUMERIC))
+    assert "dpaudit" in loaded and not loaded & set(HEAVY + NUMERIC + SLOW_NUMERIC), sorted(
+        loaded & set(HEAVY + NUMERIC + SLOW_NUMERIC)
+    )
 
 
 def test_lazy_root_lists_what_the_families_register():
@@ -198,16 +290,36 @@ def test_lazy_root_lists_what_the_families_register():
 
 
 LAZY_CALL = "import sys\nfrom dpaudit.cli import app\ntry:\n    app(args=sys.argv[1:], prog_name='dpaudit')\nexcept SystemExit as e:\n    print('exit', e.code)"
-EAGER_CALL = ("import sys, typer\nfrom dpaudit.cli import app\ntry:\n    typer.main.get_command(app)(args=sys.argv[1:], prog_name='dpaudit')\n"
-              "except SystemExit as e:\n    print('exit', e.code)")
+EAGER_CALL = (
+    "import sys, typer\nfrom dpaudit.cli import app\ntry:\n    typer.main.get_command(app)(args=sys.argv[1:], prog_name='dpaudit')\n"
+    "except SystemExit as e:\n    print('exit', e.code)"
+)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["ledger", "--help"], ["ledger", "summary", "--help"], ["audit", "noisy-sum", "--help"],
-                                  ["nosuch"], ["schedule", "--n", "x"]], ids=lambda a: "-".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["ledger", "--help"],
+        ["ledger", "summary", "--help"],
+        ["audit", "noisy-sum", "--help"],
+        ["nosuch"],
+        ["schedule", "--n", "x"],
+    ],
+    ids=lambda a: "-".join(a),
+)
 def test_lazy_app_prints_what_the_eager_app_prints(args):
     env = dict(os.environ, COLUMNS="100")
-    lazy, eager = (subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)
-                   for code in (LAZY_CALL, EAGER_CALL))
+    lazy, eager = (
+        subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        for code in (LAZY_CALL, EAGER_CALL)
+    )
     assert (lazy.stdout, lazy.stderr) == (eager.stdout, eager.stderr)
     assert lazy.stdout.strip() or lazy.stderr.strip()
 
@@ -225,8 +337,21 @@ def test_an_audit_loads_no_statsmodels_metrics_or_compiler(tmp_path):
     """`dpaudit audit` computes its statistics with numpy/scipy.special (no statsmodels, no
     scikit-learn metrics) and trains DP-MixMin's public proxies without torch.optim (whose first use
     imports torch._dynamo, ~2 s): measured in BENCHMARKS.md (issue 14, the MixMin audit)."""
-    code, modules, stdout = _run(["audit", "mixmin", "--canary", "max-clip", "--runs", "60", "--no-controls", "--workers", "1",
-                                  "--out", str(tmp_path / "a")])
+    code, modules, stdout = _run(
+        [
+            "audit",
+            "mixmin",
+            "--canary",
+            "max-clip",
+            "--runs",
+            "60",
+            "--no-controls",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "a"),
+        ]
+    )
     assert code == 0, stdout
     # (scikit-learn, and pandas behind it, are loaded here: the embedded digits come from sklearn.datasets)
     forbidden = {"statsmodels", "sklearn.metrics", "torch._dynamo"}
@@ -258,13 +383,23 @@ REFUSED = {
 def test_help_and_refused_input_do_not_import_torch(args, code):
     got, modules, stdout = _run(args)
     assert got == code, stdout
-    assert not _top(modules) & set(HEAVY), f"dpaudit {' '.join(args)} imported {sorted(_top(modules) & set(HEAVY))}"
+    assert not _top(modules) & set(HEAVY), (
+        f"dpaudit {' '.join(args)} imported {sorted(_top(modules) & set(HEAVY))}"
+    )
 
 
 def test_the_whole_app_builds_without_torch():
     """Every command family registered and converted (the eager path of CliRunner and typer): no heavy stack."""
     code = "import sys, typer\nfrom dpaudit.cli import app\ntyper.main.get_command(app)\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     loaded = set(json.loads(proc.stdout.strip().replace("'", '"')))
-    assert "dpaudit" in loaded and not loaded & set(HEAVY + NUMERIC), sorted(loaded & set(HEAVY + NUMERIC))
+    assert "dpaudit" in loaded and not loaded & set(HEAVY + NUMERIC), sorted(
+        loaded & set(HEAVY + NUMERIC)
+    )

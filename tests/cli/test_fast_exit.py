@@ -34,7 +34,13 @@ main()
 def _run(tmp_path, *argv, stack="torch"):
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     marker = tmp_path / "marker.txt"
-    done = subprocess.run([sys.executable, "-c", SCRIPT.format(stack=stack), str(marker), *argv], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(stack=stack), str(marker), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     return done, marker
 
 
@@ -42,9 +48,14 @@ def _run(tmp_path, *argv, stack="torch"):
 def test_after_torch_or_numpy_the_exit_handlers_output_and_code_survive(tmp_path, stack):
     done, marker = _run(tmp_path, "--version", stack=stack)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("buffered, no newline") and f"dpaudit {dpaudit.__version__}" in done.stdout
+    assert (
+        done.stdout.startswith("buffered, no newline")
+        and f"dpaudit {dpaudit.__version__}" in done.stdout
+    )
     assert marker.read_text() == "handler ran"
-    assert "interpreter teardown ran" not in done.stderr  # the ~0.65 s of torch's finalisers were skipped
+    assert (
+        "interpreter teardown ran" not in done.stderr
+    )  # the ~0.65 s of torch's finalisers were skipped
 
 
 def test_a_refused_argument_keeps_its_exit_code(tmp_path):

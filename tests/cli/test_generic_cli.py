@@ -54,7 +54,9 @@ class FakeSum(MechanismBase):
     def data_info(self, request, data):
         from dpaudit.mechanisms.contract import DataInfo
 
-        return DataInfo(name="synthetic", kind="tabular", n_train=50, n_features=request.dimension, n_classes=2)
+        return DataInfo(
+            name="synthetic", kind="tabular", n_train=50, n_features=request.dimension, n_classes=2
+        )
 
     def plan(self, request, info):
         from dpaudit.accounting import SubsampledGaussian
@@ -62,20 +64,46 @@ class FakeSum(MechanismBase):
         from dpaudit.mechanisms.contract import ReleasePlan
 
         sigma = calibrate_exact(request.epsilon, request.delta)
-        return ReleasePlan(mechanism="fake-sum", request=request, dataset={"name": "synthetic"}, partition="train",
-                           adjacency="add-remove-record", accountant="pld", event=SubsampledGaussian(sigma, 1.0, 1),
-                           target_epsilon=request.epsilon, delta=request.delta, seed=request.seed,
-                           config={"dimension": info.n_features})
+        return ReleasePlan(
+            mechanism="fake-sum",
+            request=request,
+            dataset={"name": "synthetic"},
+            partition="train",
+            adjacency="add-remove-record",
+            accountant="pld",
+            event=SubsampledGaussian(sigma, 1.0, 1),
+            target_epsilon=request.epsilon,
+            delta=request.delta,
+            seed=request.seed,
+            config={"dimension": info.n_features},
+        )
 
     def audit_target(self, plan, canary, *, release=None, user_ids=None, no_noise=False):
         from dpaudit.audits.gaussian import GaussianTarget
         from dpaudit.audits.targets import prepared
 
-        return prepared(GaussianTarget(noise_multiplier=plan.event.noise_multiplier, delta=plan.delta, canary=canary,
-                                       dimension=plan.config["dimension"], n_records=50, seed=plan.seed, mechanism="fake-sum"), no_noise)
+        return prepared(
+            GaussianTarget(
+                noise_multiplier=plan.event.noise_multiplier,
+                delta=plan.delta,
+                canary=canary,
+                dimension=plan.config["dimension"],
+                n_records=50,
+                seed=plan.seed,
+                mechanism="fake-sum",
+            ),
+            no_noise,
+        )
 
 
-ENTRY = CatalogueEntry("fake-sum", "fake-sum", "other", ("max-clip", "natural"), 1.0, description="test-only Gaussian sum")
+ENTRY = CatalogueEntry(
+    "fake-sum",
+    "fake-sum",
+    "other",
+    ("max-clip", "natural"),
+    1.0,
+    description="test-only Gaussian sum",
+)
 
 
 def _register(monkeypatch) -> None:
@@ -119,9 +147,18 @@ def _capture_release(monkeypatch, captured):
 
 
 def _fake_requests():
-    return st.builds(FakeSumRequest, epsilon=st.floats(0.01, 50), delta=st.floats(1e-9, 0.5), dimension=st.integers(1, 10**6),
-                     label=st.none() | st.text(alphabet="abc xyz/_.", min_size=1, max_size=6), scale=st.none() | st.floats(-1e6, 1e6),
-                     flavour=st.sampled_from(("plain", "salted")), seed=st.integers(0, 2**31), clip=st.booleans(), verbose=st.booleans())
+    return st.builds(
+        FakeSumRequest,
+        epsilon=st.floats(0.01, 50),
+        delta=st.floats(1e-9, 0.5),
+        dimension=st.integers(1, 10**6),
+        label=st.none() | st.text(alphabet="abc xyz/_.", min_size=1, max_size=6),
+        scale=st.none() | st.floats(-1e6, 1e6),
+        flavour=st.sampled_from(("plain", "salted")),
+        seed=st.integers(0, 2**31),
+        clip=st.booleans(),
+        verbose=st.booleans(),
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -142,26 +179,66 @@ def test_generic_train_options_come_from_the_request_fields(monkeypatch):
     _capture_release(monkeypatch, captured)
     r = runner.invoke(_train_app(captured), ["fake-sum", "--help"])
     assert r.exit_code == 0
-    for flag in ("--eps", "--delta", "--dimension", "--label", "--scale", "--flavour", "--seed", "--clip", "--no-clip", "--verbose",
-                 "--out", "--ledger", "--json"):
+    for flag in (
+        "--eps",
+        "--delta",
+        "--dimension",
+        "--label",
+        "--scale",
+        "--flavour",
+        "--seed",
+        "--clip",
+        "--no-clip",
+        "--verbose",
+        "--out",
+        "--ledger",
+        "--json",
+    ):
         assert flag in r.output, flag
     r = runner.invoke(_train_app(captured), ["fake-sum", "--flavour", "peppered"])
-    assert r.exit_code == 2 and "peppered" in r.output  # a choice outside the allowed ones is refused by the parser
+    assert (
+        r.exit_code == 2 and "peppered" in r.output
+    )  # a choice outside the allowed ones is refused by the parser
     r = runner.invoke(_train_app(captured), ["fake-sum", "--no-clip", "--out", "somewhere"])
     assert isinstance(r.exception, _Stop)
-    assert captured[-1][1] == FakeSumRequest(clip=False) and str(captured[-1][2]["out_dir"]) == "somewhere"
+    assert (
+        captured[-1][1] == FakeSumRequest(clip=False)
+        and str(captured[-1][2]["out_dir"]) == "somewhere"
+    )
 
 
 def test_generic_audit_of_a_test_only_catalogue_entry(fake_catalogue, tmp_path):
     out = tmp_path / "audit"
-    r = runner.invoke(app, ["audit", "fake-sum", "--eps", "1.5", "--dimension", "3", "--runs", "200", "--no-controls",
-                            "--reproducible-noise", "--out", str(out), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "audit",
+            "fake-sum",
+            "--eps",
+            "1.5",
+            "--dimension",
+            "3",
+            "--runs",
+            "200",
+            "--no-controls",
+            "--reproducible-noise",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d["mechanism"] == "fake-sum" and d["canary"] == "max-clip" and d["claimed_epsilon"] == pytest.approx(1.5)
+    assert (
+        d["mechanism"] == "fake-sum"
+        and d["canary"] == "max-clip"
+        and d["claimed_epsilon"] == pytest.approx(1.5)
+    )
     assert d["epsilon_lower_bound"] <= 1.5
-    assert d["command"] == ("dpaudit audit fake-sum --eps 1.5 --dimension 3 --canary max-clip --runs 200 --confidence 0.95 "
-                            f"--no-controls --reproducible-noise --out {out}")
+    assert d["command"] == (
+        "dpaudit audit fake-sum --eps 1.5 --dimension 3 --canary max-clip --runs 200 --confidence 0.95 "
+        f"--no-controls --reproducible-noise --out {out}"
+    )
     r = runner.invoke(app, ["audit", "fake-sum", "--canary", "worst-case"])
     assert r.exit_code == 2
 
@@ -170,11 +247,41 @@ def test_noisy_sum_train_then_audit_its_release(tmp_path, monkeypatch):
     # A catalogue entry with no bespoke command: train and audit come from its Request.
     assert "noisy-sum" in CATALOGUE
     rel_dir, aud = tmp_path / "rel", tmp_path / "aud"
-    r = runner.invoke(app, ["train", "noisy-sum", "--eps", "1.5", "--reproducible-noise", "--out", str(rel_dir), "--json"])
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "noisy-sum",
+            "--eps",
+            "1.5",
+            "--reproducible-noise",
+            "--out",
+            str(rel_dir),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rel = json.loads((rel_dir / "release.json").read_text())
-    assert rel["request"]["epsilon"] == 1.5 and rel["command"] == f"dpaudit train noisy-sum --eps 1.5 --delta 1e-05 --reproducible-noise --out {rel_dir}"
-    r = runner.invoke(app, ["audit", "noisy-sum", "--release", str(rel_dir), "--runs", "200", "--no-controls", "--out", str(aud), "--json"])
+    assert (
+        rel["request"]["epsilon"] == 1.5
+        and rel["command"]
+        == f"dpaudit train noisy-sum --eps 1.5 --delta 1e-05 --reproducible-noise --out {rel_dir}"
+    )
+    r = runner.invoke(
+        app,
+        [
+            "audit",
+            "noisy-sum",
+            "--release",
+            str(rel_dir),
+            "--runs",
+            "200",
+            "--no-controls",
+            "--out",
+            str(aud),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["release_id"] == rel["id"] and d["epsilon_lower_bound"] <= rel["epsilon"]

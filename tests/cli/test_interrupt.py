@@ -23,8 +23,23 @@ _EPOCHS = "50000"
 
 def _start_train(tmp_path):
     led = tmp_path / "ledger.sqlite"
-    cmd = [sys.executable, "-c", "from dpaudit.cli import main; main()", "train", "dp-rvfl", "--dataset",
-           "digits", "--eps", "1", "--epochs", _EPOCHS, "--ledger", str(led), "--out", str(tmp_path / "run")]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from dpaudit.cli import main; main()",
+        "train",
+        "dp-rvfl",
+        "--dataset",
+        "digits",
+        "--eps",
+        "1",
+        "--epochs",
+        _EPOCHS,
+        "--ledger",
+        str(led),
+        "--out",
+        str(tmp_path / "run"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, led
 
@@ -44,8 +59,13 @@ def _wait_for_open_reservation(proc, led, timeout_s: float = 60.0) -> str:
     pytest.fail("no reservation appeared in the ledger")
 
 
-@pytest.mark.parametrize("signum, name, status", [(signal.SIGTERM, "SIGTERM", 128 + signal.SIGTERM),
-                                                   (signal.SIGINT, "SIGINT", 128 + signal.SIGINT)])
+@pytest.mark.parametrize(
+    "signum, name, status",
+    [
+        (signal.SIGTERM, "SIGTERM", 128 + signal.SIGTERM),
+        (signal.SIGINT, "SIGINT", 128 + signal.SIGINT),
+    ],
+)
 def test_an_interrupted_train_cancels_its_reservation_and_says_so(tmp_path, signum, name, status):
     proc, led = _start_train(tmp_path)
     rid = _wait_for_open_reservation(proc, led)
@@ -57,7 +77,9 @@ def test_an_interrupted_train_cancels_its_reservation_and_says_so(tmp_path, sign
         proc.kill()
         pytest.fail(f"{name} did not stop train")
     tail = (proc.returncode, err[-2000:])
-    assert proc.returncode == status, tail  # 128 + the signal, as a shell reports a process it killed
+    assert proc.returncode == status, (
+        tail
+    )  # 128 + the signal, as a shell reports a process it killed
     lines = [line for line in err.splitlines() if line.startswith("dpaudit: interrupted")]
     said = f"dpaudit: interrupted ({name}): reservation {rid} cancelled, nothing was released."
     assert lines == [said], tail
@@ -68,24 +90,35 @@ def test_an_interrupted_train_cancels_its_reservation_and_says_so(tmp_path, sign
     assert not (tmp_path / "run" / "release.json").exists()
 
 
-def test_an_interrupt_after_release_files_were_written_keeps_the_budget_spent(tmp_path, monkeypatch, capsys):
+def test_an_interrupt_after_release_files_were_written_keeps_the_budget_spent(
+    tmp_path, monkeypatch, capsys
+):
     from dpaudit import releasing
     from dpaudit.data import load_dataset
     from dpaudit.mechanisms.simple.noisy_sum import NoisySumRequest
 
-    def interrupted(*args, **kwargs):  # Ctrl-C after the weights file is written, before release.json
+    def interrupted(
+        *args, **kwargs
+    ):  # Ctrl-C after the weights file is written, before release.json
         raise KeyboardInterrupt
 
     monkeypatch.setattr(releasing, "publish", interrupted)
     led, seed_file = tmp_path / "l.sqlite", tmp_path / "noise.seed"
     with releasing.secret_noise_seed(seed_file), pytest.raises(KeyboardInterrupt):
-        releasing.release("noisy-sum", NoisySumRequest(), out_dir=tmp_path / "r", ledger_path=led,
-                          prepared=load_dataset("digits"))
+        releasing.release(
+            "noisy-sum",
+            NoisySumRequest(),
+            out_dir=tmp_path / "r",
+            ledger_path=led,
+            prepared=load_dataset("digits"),
+        )
     assert (tmp_path / "r" / "sum.npz").exists()
     with open_ledger(led, create=False) as ledger:
         (held,) = ledger.open_reservations()  # noisy output may exist: counted as spent
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"dpaudit: interrupted (SIGINT): reservation {held.id} kept as spent because release "
-                   f"files may have been written to {tmp_path / 'r'} (delete them, then `dpaudit ledger void "
-                   f"{held.id} --reason ...`); noise seed use 1 of {seed_file.resolve()} stays used "
-                   f"(never drawn from again)."]
+    assert err == [
+        f"dpaudit: interrupted (SIGINT): reservation {held.id} kept as spent because release "
+        f"files may have been written to {tmp_path / 'r'} (delete them, then `dpaudit ledger void "
+        f"{held.id} --reason ...`); noise seed use 1 of {seed_file.resolve()} stays used "
+        f"(never drawn from again)."
+    ]

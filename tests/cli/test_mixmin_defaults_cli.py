@@ -17,7 +17,9 @@ runner = CliRunner()
 
 def test_embedded_default_gives_a_useful_mixture_and_a_test_utility(tmp_path):
     out = tmp_path / "run"
-    res = runner.invoke(app, ["train", "mixmin", "--eps", "1", "--out", str(out), "--reproducible-noise", "--json"])
+    res = runner.invoke(
+        app, ["train", "mixmin", "--eps", "1", "--out", str(out), "--reproducible-noise", "--json"]
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     names = data["config"]["source_names"]
@@ -29,7 +31,9 @@ def test_embedded_default_gives_a_useful_mixture_and_a_test_utility(tmp_path):
     star = solve_mixmin(probs, y[t.train_idx].astype(float), "bce")
     assert 1 - cosine(w, star) >= 0.9, (w.round(3), star.round(3))
     # the human output adds a utility figure computed on the test partition, labelled as such ...
-    res = runner.invoke(app, ["train", "mixmin", "--eps", "1", "--out", str(tmp_path / "h"), "--reproducible-noise"])
+    res = runner.invoke(
+        app, ["train", "mixmin", "--eps", "1", "--out", str(tmp_path / "h"), "--reproducible-noise"]
+    )
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
     assert "utility on the private TEST partition" in text and "not in the release" in text
@@ -37,5 +41,9 @@ def test_embedded_default_gives_a_useful_mixture_and_a_test_utility(tmp_path):
     # ... which is never published
     release = (tmp_path / "h" / "release.json").read_text()
     # (the noise sampler's description mentions "uniforms": look for the utility's own words)
-    assert "uniform mixture" not in release and "uniform_mixture" not in release and "best_single_source" not in release
+    assert (
+        "uniform mixture" not in release
+        and "uniform_mixture" not in release
+        and "best_single_source" not in release
+    )
     assert "TEST partition" not in release and "utility" not in json.loads(release)["metrics"]

@@ -40,7 +40,9 @@ def _second_default_audit_is_fresh(here, args) -> Path:
 
 def test_a_second_default_audit_gets_a_fresh_folder_named_in_one_line(here):
     first = _second_default_audit_is_fresh(here, GAUSSIAN)
-    assert "synthetic" in first.name  # the default folder names the data audited, not only mechanism, canary
+    assert (
+        "synthetic" in first.name
+    )  # the default folder names the data audited, not only mechanism, canary
 
 
 def test_an_explicit_out_holding_an_audit_is_refused_before_any_trial(here):
@@ -56,10 +58,12 @@ def test_an_explicit_out_holding_an_audit_is_refused_before_any_trial(here):
 
 def test_a_one_run_audit_into_a_folder_with_results_is_refused(here):
     (here / "o").mkdir()
-    (here / "o" / "one_run.json").write_text("{\"mine\": 1}\n")
+    (here / "o" / "one_run.json").write_text('{"mine": 1}\n')
     r = runner.invoke(app, ["audit", "dp-rvfl", "--one-run", "--canaries", "20", "--out", "o"])
     _one_line_refusal(r, "--out must be a folder without results", "one_run.json")
-    assert (here / "o" / "one_run.json").read_text() == "{\"mine\": 1}\n" and not (here / "ledger.sqlite").exists()
+    assert (here / "o" / "one_run.json").read_text() == '{"mine": 1}\n' and not (
+        here / "ledger.sqlite"
+    ).exists()
 
 
 def test_audit_opacus_into_a_folder_with_results_is_refused_before_the_script_runs(here):
@@ -74,18 +78,30 @@ def test_audit_opacus_into_a_folder_with_results_is_refused_before_the_script_ru
 def test_report_out_refuses_an_existing_file_and_the_default_gets_a_fresh_name(here):
     assert runner.invoke(app, [*GAUSSIAN, "--out", "a"]).exit_code == 0
     (here / "mine.html").write_text("my page")
-    _one_line_refusal(runner.invoke(app, ["report", "a", "--out", "mine.html"]), "--out must be a new file", "mine.html")
+    _one_line_refusal(
+        runner.invoke(app, ["report", "a", "--out", "mine.html"]),
+        "--out must be a new file",
+        "mine.html",
+    )
     assert (here / "mine.html").read_text() == "my page"
     (here / "report.html").write_text("an earlier report")
     r = runner.invoke(app, ["report", "a"])
-    assert r.exit_code == 0 and (here / "report-2.html").is_file() and (here / "report.html").read_text() == "an earlier report"
+    assert (
+        r.exit_code == 0
+        and (here / "report-2.html").is_file()
+        and (here / "report.html").read_text() == "an earlier report"
+    )
     assert "writing to report-2.html" in " ".join(r.stderr.split())
 
 
 def test_ledger_export_refuses_an_existing_file(here):
     assert runner.invoke(app, [*GAUSSIAN, "--out", "a"]).exit_code == 0
     (here / "e.json").write_text("keep")
-    _one_line_refusal(runner.invoke(app, ["ledger", "export", "--out", "e.json"]), "--out must be a new file", "e.json")
+    _one_line_refusal(
+        runner.invoke(app, ["ledger", "export", "--out", "e.json"]),
+        "--out must be a new file",
+        "e.json",
+    )
     assert (here / "e.json").read_text() == "keep"
 
 
@@ -94,7 +110,12 @@ def test_a_plan_runs_once_and_its_first_run_is_never_touched(here, monkeypatch):
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(sg.keygen("auditor").path))
     with open_ledger(None) as led:
         led.register_key()
-    assert runner.invoke(app, ["audit", "plan", "gaussian", "--runs", "40", "--no-controls", "--out", "p"]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["audit", "plan", "gaussian", "--runs", "40", "--no-controls", "--out", "p"]
+        ).exit_code
+        == 0
+    )
     assert runner.invoke(app, ["audit", "--plan", "p/plan.json"]).exit_code == 0
     before = {p.name: p.read_bytes() for p in (here / "p").iterdir() if p.is_file()}
     r = runner.invoke(app, ["audit", "--plan", "p/plan.json"])
@@ -102,11 +123,17 @@ def test_a_plan_runs_once_and_its_first_run_is_never_touched(here, monkeypatch):
     assert {p.name: p.read_bytes() for p in (here / "p").iterdir() if p.is_file()} == before
     # a new plan into a folder holding an audit's results is refused too (its run would write over them)
     # (another claim: a plan of a target that was already audited is refused, verify's rule)
-    r = runner.invoke(app, ["audit", "plan", "gaussian", "--eps", "3", "--runs", "40", "--out", "p2"])
+    r = runner.invoke(
+        app, ["audit", "plan", "gaussian", "--eps", "3", "--runs", "40", "--out", "p2"]
+    )
     assert r.exit_code == 0
     assert runner.invoke(app, [*GAUSSIAN, "--out", "q"]).exit_code == 0
-    _one_line_refusal(runner.invoke(app, ["audit", "plan", "gaussian", "--eps", "4", "--runs", "40", "--out", "q"]),
-                      "must be a folder without results")
+    _one_line_refusal(
+        runner.invoke(
+            app, ["audit", "plan", "gaussian", "--eps", "4", "--runs", "40", "--out", "q"]
+        ),
+        "must be a folder without results",
+    )
 
 
 #: A catalogue entry audited by the generic ``audit NAME`` command.
@@ -123,4 +150,6 @@ def test_generic_audit_command_never_overwrites(here):
     _one_line_refusal(r, "--out must be a folder without results", "'a'", "audit.json")
     assert {p.name: p.read_bytes() for p in (here / "a").iterdir() if p.is_file()} == before
     first = _second_default_audit_is_fresh(here, NOISY_SUM)
-    assert first.name.startswith("noisy-sum-") and first.name.endswith("-max-clip")  # the data in between
+    assert first.name.startswith("noisy-sum-") and first.name.endswith(
+        "-max-clip"
+    )  # the data in between

@@ -62,19 +62,31 @@ def test_a_run_has_one_result(auditor):
     with open_ledger(auditor) as led:
         led.record_plan({"plan_id": "p", "stage": "registered"})
         with pytest.raises(UsageError, match="never started"):
-            led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64})
+            led.record_plan(
+                {"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64}
+            )
         led.record_plan({"plan_id": "p", "stage": "run", "audit_id": "a"})
-        first = led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64})
-        again = led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64})
+        first = led.record_plan(
+            {"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64}
+        )
+        again = led.record_plan(
+            {"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "1" * 64}
+        )
         assert again == first  # a resumed run
         n = len(led.entries(kind="plan"))
         with pytest.raises(UsageError, match="recorded once"):
-            led.record_plan({"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "2" * 64})
+            led.record_plan(
+                {"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "2" * 64}
+            )
         assert len(led.entries(kind="plan")) == n
 
 
 def test_a_plan_never_fixes_reproducible_noise(auditor, monkeypatch):
-    _refused([*PLAN, "--reproducible-noise"], "reproducible noise must be off for a planned audit", auditor)
+    _refused(
+        [*PLAN, "--reproducible-noise"],
+        "reproducible noise must be off for a planned audit",
+        auditor,
+    )
     # a plan written around the refusal is refused when run, and fails verify
     with monkeypatch.context() as m:
         m.setattr("dpaudit.audit_plans.refuse_reproducible_noise", lambda reproducible: None)

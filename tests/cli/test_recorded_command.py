@@ -15,12 +15,79 @@ from dpaudit.cli.common import recorded_argv
 
 CASES = [
     ["audit", "gaussian"],
-    ["audit", "gaussian", "--runs", "200", "--eps", "2", "--seed", "3", "--reproducible-noise", "--workers", "1", "--json"],
-    ["audit", "dp-rvfl", "--canary", "max-clip", "--no-controls", "--control-runs", "50", "--epochs", "2", "--data-dir", "/d/x y"],
-    ["audit", "mixmin", "--task", "mnist-mix", "--rho", "0.25", "--confidence", "0.9", "--chunk-size", "64", "--no-noise"],
-    ["audit", "dp-rvfl", "--one-run", "--canaries", "100", "--one-run-kind", "input-mislabeled", "--out", "o"],
-    ["audit", "dp-rvfl", "--privacy-unit", "user", "--records-per-user", "4", "--threat-model", "trajectory", "--delta", "1e-06"],
-    ["audit", "dp-elm", "--release", "r/release.json", "--executor", "dask", "--scheduler", "tcp://h:1"],
+    [
+        "audit",
+        "gaussian",
+        "--runs",
+        "200",
+        "--eps",
+        "2",
+        "--seed",
+        "3",
+        "--reproducible-noise",
+        "--workers",
+        "1",
+        "--json",
+    ],
+    [
+        "audit",
+        "dp-rvfl",
+        "--canary",
+        "max-clip",
+        "--no-controls",
+        "--control-runs",
+        "50",
+        "--epochs",
+        "2",
+        "--data-dir",
+        "/d/x y",
+    ],
+    [
+        "audit",
+        "mixmin",
+        "--task",
+        "mnist-mix",
+        "--rho",
+        "0.25",
+        "--confidence",
+        "0.9",
+        "--chunk-size",
+        "64",
+        "--no-noise",
+    ],
+    [
+        "audit",
+        "dp-rvfl",
+        "--one-run",
+        "--canaries",
+        "100",
+        "--one-run-kind",
+        "input-mislabeled",
+        "--out",
+        "o",
+    ],
+    [
+        "audit",
+        "dp-rvfl",
+        "--privacy-unit",
+        "user",
+        "--records-per-user",
+        "4",
+        "--threat-model",
+        "trajectory",
+        "--delta",
+        "1e-06",
+    ],
+    [
+        "audit",
+        "dp-elm",
+        "--release",
+        "r/release.json",
+        "--executor",
+        "dask",
+        "--scheduler",
+        "tcp://h:1",
+    ],
 ]
 
 
@@ -46,7 +113,11 @@ def test_recorded_command_parses_back_to_the_same_parameters(argv):
 
 def test_resolved_values_and_the_last_options():
     ctx = _context(["audit", "gaussian", "--out", "x", "--threat-model", "trajectory"])
-    rec = recorded_argv(ctx, values={"epsilon": 2.0, "threat_model": "final-model", "out": "x/final-model"}, omit=NOT_RECORDED)
+    rec = recorded_argv(
+        ctx,
+        values={"epsilon": 2.0, "threat_model": "final-model", "out": "x/final-model"},
+        omit=NOT_RECORDED,
+    )
     assert "--threat-model" not in rec and rec[-2:] == ["--out", "x/final-model"]
     assert rec[rec.index("--eps") + 1] == "2.0"
     with_flag_off = recorded_argv(_context(["audit", "gaussian", "--no-controls"]))

@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 
 from dpaudit.cli import app
 
-_spec = importlib.util.spec_from_file_location("report_fixtures_cli", Path(__file__).resolve().parents[1] / "reports" / "report_fixtures.py")
+_spec = importlib.util.spec_from_file_location(
+    "report_fixtures_cli", Path(__file__).resolve().parents[1] / "reports" / "report_fixtures.py"
+)
 fx = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fx)
 
@@ -45,7 +47,9 @@ def test_html_to_out_file_prints_verdict_and_path(runs, tmp_path):
     r = runner.invoke(app, ["report", str(runs), "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert out.read_text().startswith("<!DOCTYPE html>")
-    assert "dp-rvfl: no evidence of a violation" in r.stdout and f"report written to {out}" in r.stdout
+    assert (
+        "dp-rvfl: no evidence of a violation" in r.stdout and f"report written to {out}" in r.stdout
+    )
 
 
 def test_md_with_json_summary(runs, tmp_path):
@@ -63,7 +67,9 @@ def test_violation_verdict_and_fail_flag(runs, tmp_path):
     r = runner.invoke(app, ["report", str(runs), "--out", str(tmp_path / "x.html")])
     assert r.exit_code == 0
     assert "broken: VIOLATION: eps_LB 2.500 > claimed 1.000" in r.stdout
-    r = runner.invoke(app, ["report", str(runs), "--out", str(tmp_path / "x2.html"), "--fail-on-violation"])  # never over x.html
+    r = runner.invoke(
+        app, ["report", str(runs), "--out", str(tmp_path / "x2.html"), "--fail-on-violation"]
+    )  # never over x.html
     assert r.exit_code == 1
 
 
@@ -83,7 +89,9 @@ def test_only_truncated_inputs_is_one_line_error(tmp_path):
 
 
 def test_missing_explicit_ledger_is_one_line_error(runs, tmp_path):
-    r = runner.invoke(app, ["report", str(runs), "--ledger", str(tmp_path / "none.sqlite"), "--format", "json"])
+    r = runner.invoke(
+        app, ["report", str(runs), "--ledger", str(tmp_path / "none.sqlite"), "--format", "json"]
+    )
     assert r.exit_code == 2 and "ledger must be an existing" in r.stderr
 
 

@@ -32,13 +32,19 @@ def test_sweep_spec_runs_resumes_and_prints_one_json_object(tmp_path):
     spec = tmp_path / "grid.toml"
     spec.write_text(SPEC)
     r = _runner()
-    res = r.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--json"])
+    res = r.invoke(
+        app, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--json"]
+    )
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout)
     assert (d["name"], d["tasks"], d["done"], d["ran"]) == ("cli", 8, 8, 8)
     assert d["executor"] == {"executor": "local", "workers": 1, "threads_per_worker": 1}
-    assert (tmp_path / "out" / "cli" / "tables.md").exists() and (tmp_path / "out" / "cli" / "tables.json").exists()
-    again = r.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--json"])
+    assert (tmp_path / "out" / "cli" / "tables.md").exists() and (
+        tmp_path / "out" / "cli" / "tables.json"
+    ).exists()
+    again = r.invoke(
+        app, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--json"]
+    )
     d2 = json.loads(again.stdout)
     assert again.exit_code == 0 and (d2["ran"], d2["skipped_finished"]) == (0, 8)
     plan = r.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--plan", "--json"])
@@ -49,20 +55,42 @@ def test_sweep_spec_runs_resumes_and_prints_one_json_object(tmp_path):
     assert t["contrast_family_size"] == 2 and all(c["n"] == 2 for c in t["contrasts"])
     md = r.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--table"])
     assert md.exit_code == 0 and "## Paired contrasts (2 in the Holm family)" in md.stdout
-    assert "| synthetic | 2 | accuracy | mean − median | 2 |" in md.stdout  # tables are not re-wrapped
+    assert (
+        "| synthetic | 2 | accuracy | mean − median | 2 |" in md.stdout
+    )  # tables are not re-wrapped
 
 
 def test_slices_and_failures_set_the_exit_code(tmp_path):
     spec = tmp_path / "grid.toml"
     spec.write_text(SPEC.replace("n = 100", "n = 100\nfail_seeds = [2]"))
     r = _runner()
-    res = r.invoke(app, ["sweep", str(spec), "--out", str(tmp_path), "--workers", "1", "--eps", "2", "--json"])
+    res = r.invoke(
+        app, ["sweep", str(spec), "--out", str(tmp_path), "--workers", "1", "--eps", "2", "--json"]
+    )
     d = json.loads(res.stdout)
     assert res.exit_code == 1 and (d["tasks"], d["done"], d["failed"]) == (4, 2, 2)
     assert all(f["seed"] == 2 and f["epsilon"] == 2.0 for f in d["failures"])
-    res2 = r.invoke(app, ["sweep", str(spec), "--out", str(tmp_path), "--workers", "1", "--eps", "2", "--json"])
-    assert res2.exit_code == 0 and json.loads(res2.stdout)["ran"] == 0  # failed tasks wait for --retry-failed
-    res3 = r.invoke(app, ["sweep", str(spec), "--out", str(tmp_path), "--workers", "1", "--eps", "2", "--retry-failed", "--json"])
+    res2 = r.invoke(
+        app, ["sweep", str(spec), "--out", str(tmp_path), "--workers", "1", "--eps", "2", "--json"]
+    )
+    assert (
+        res2.exit_code == 0 and json.loads(res2.stdout)["ran"] == 0
+    )  # failed tasks wait for --retry-failed
+    res3 = r.invoke(
+        app,
+        [
+            "sweep",
+            str(spec),
+            "--out",
+            str(tmp_path),
+            "--workers",
+            "1",
+            "--eps",
+            "2",
+            "--retry-failed",
+            "--json",
+        ],
+    )
     assert res3.exit_code == 1 and json.loads(res3.stdout)["ran"] == 2
 
 

@@ -13,7 +13,17 @@ runner = CliRunner()
 
 
 def _run(tmp_path, name, *extra):
-    args = ["train", "dp-elm", "--dataset", "digits", "--out", str(tmp_path / name), "--ledger", str(tmp_path / "ledger.sqlite"), *extra]
+    args = [
+        "train",
+        "dp-elm",
+        "--dataset",
+        "digits",
+        "--out",
+        str(tmp_path / name),
+        "--ledger",
+        str(tmp_path / "ledger.sqlite"),
+        *extra,
+    ]
     return runner.invoke(app, args)
 
 
@@ -24,13 +34,39 @@ def _json(result):
 
 def test_json_output_and_release_file(tmp_path):
     d = _json(_run(tmp_path, "a", "--width", "10", "--eps", "2", "--json"))
-    assert d["noise_scale"] == 60.0 and d["width"] == 10 and d["sampler"] == "discrete-laplace" and d["sampler_certified"] is True
-    assert d["accountant"] == "pure" and d["delta"] == 0.0 and d["epsilon"] == 2.0 and d["target_epsilon"] == 2.0
+    assert (
+        d["noise_scale"] == 60.0
+        and d["width"] == 10
+        and d["sampler"] == "discrete-laplace"
+        and d["sampler_certified"] is True
+    )
+    assert (
+        d["accountant"] == "pure"
+        and d["delta"] == 0.0
+        and d["epsilon"] == 2.0
+        and d["target_epsilon"] == 2.0
+    )
     assert d["noise_source"]["source"] == "os-entropy" and d["seed"] == 42
     rel = json.loads((tmp_path / "a" / "release.json").read_text())
-    for key in ("mechanism", "dataset", "adjacency", "accountant", "target_epsilon", "epsilon", "delta", "noise_source", "metrics", "timings", "seed"):
+    for key in (
+        "mechanism",
+        "dataset",
+        "adjacency",
+        "accountant",
+        "target_epsilon",
+        "epsilon",
+        "delta",
+        "noise_source",
+        "metrics",
+        "timings",
+        "seed",
+    ):
         assert key in rel
-    assert rel["config"]["sampler"] == "discrete-laplace" and rel["config"]["width"] == 10 and rel["config"]["noise_scale"] == 60.0
+    assert (
+        rel["config"]["sampler"] == "discrete-laplace"
+        and rel["config"]["width"] == 10
+        and rel["config"]["noise_scale"] == 60.0
+    )
     assert d["release"] == str(tmp_path / "a" / "release.json")
     assert d["release_id"] == rel["id"]
 
@@ -52,14 +88,39 @@ def test_same_seed_fresh_noise_unless_reproducible(tmp_path):
     assert np.array_equal(gram("c", "--reproducible-noise"), gram("d", "--reproducible-noise"))
     rc = json.loads((tmp_path / "c" / "release.json").read_text())
     rd = json.loads((tmp_path / "d" / "release.json").read_text())
-    assert rc["metrics"] == rd["metrics"] and rc["noise_source"] == {**rd["noise_source"], "source": "reproducible", "seed": 7, "secret": False}
+    assert rc["metrics"] == rd["metrics"] and rc["noise_source"] == {
+        **rd["noise_source"],
+        "source": "reproducible",
+        "seed": 7,
+        "secret": False,
+    }
 
 
 def test_cryptographic_source_and_textbook_sampler_flags(tmp_path):
-    d = _json(_run(tmp_path, "e", "--width", "1", "--noise-source", "cryptographic", "--sampler", "textbook", "--adjacency", "replace-record", "--json"))
-    assert d["noise_source"]["source"] == "cryptographic" and d["sampler"] == "textbook" and d["sampler_certified"] is False
+    d = _json(
+        _run(
+            tmp_path,
+            "e",
+            "--width",
+            "1",
+            "--noise-source",
+            "cryptographic",
+            "--sampler",
+            "textbook",
+            "--adjacency",
+            "replace-record",
+            "--json",
+        )
+    )
+    assert (
+        d["noise_source"]["source"] == "cryptographic"
+        and d["sampler"] == "textbook"
+        and d["sampler_certified"] is False
+    )
     assert d["adjacency"] == "replace-record" and d["noise_scale"] == 1.5
-    r = _run(tmp_path, "f", "--width", "1", "--sampler", "textbook", "--adjacency", "replace-record")
+    r = _run(
+        tmp_path, "f", "--width", "1", "--sampler", "textbook", "--adjacency", "replace-record"
+    )
     assert r.exit_code == 0 and "leaks" in r.stderr
     # The ledger holds replace-one releases of digits now: an add/remove claim cannot compose.
     r = _run(tmp_path, "g", "--width", "1")
@@ -67,8 +128,11 @@ def test_cryptographic_source_and_textbook_sampler_flags(tmp_path):
 
 
 def test_bad_values_exit_2_with_one_line(tmp_path):
-    for extra, msg in ((["--width", "0"], "width must be an integer >= 1"), (["--eps", "-1"], "--eps must be a finite number > 0"),
-                       (["--dataset", "nope"], "dataset")):
+    for extra, msg in (
+        (["--width", "0"], "width must be an integer >= 1"),
+        (["--eps", "-1"], "--eps must be a finite number > 0"),
+        (["--dataset", "nope"], "dataset"),
+    ):
         r = _run(tmp_path, "g", *extra)
         assert r.exit_code == 2, r.output
         errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]

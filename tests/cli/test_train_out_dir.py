@@ -33,19 +33,28 @@ def no_work(patch_everywhere, monkeypatch):
     monkeypatch.setattr(mixmin_pipeline, "calibrate_noise_multiplier", _no_work)
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "dp-rvfl", "--eps", "2", "--out", "/proc/x"],
-    ["train", "dp-cnn", "--non-private", "--out", "/proc/x"],
-    ["train", "dp-elm", "--eps", "2", "--out", "/proc/x"],
-    ["train", "mixmin", "--eps", "1", "--out", "/proc/x"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "dp-rvfl", "--eps", "2", "--out", "/proc/x"],
+        ["train", "dp-cnn", "--non-private", "--out", "/proc/x"],
+        ["train", "dp-elm", "--eps", "2", "--out", "/proc/x"],
+        ["train", "mixmin", "--eps", "1", "--out", "/proc/x"],
+    ],
+)
 def test_unwritable_out_is_refused_before_any_work(argv, no_work, tmp_path):
     res = runner.invoke(app, argv + ["--ledger", str(tmp_path / "l.sqlite")])
     assert res.exit_code == 2, (res.exception, res.stderr)
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "'/proc/x'" in errors[0] and "cannot create it" in errors[0], res.stderr
-    assert "Traceback" not in res.stderr and res.stderr.strip().splitlines()[-1] == errors[0]  # one line, nothing after it
-    assert not (tmp_path / "l.sqlite").exists()  # nothing was reserved: the run never reached the ledger
+    assert len(errors) == 1 and "'/proc/x'" in errors[0] and "cannot create it" in errors[0], (
+        res.stderr
+    )
+    assert (
+        "Traceback" not in res.stderr and res.stderr.strip().splitlines()[-1] == errors[0]
+    )  # one line, nothing after it
+    assert not (
+        tmp_path / "l.sqlite"
+    ).exists()  # nothing was reserved: the run never reached the ledger
 
 
 def test_out_that_is_a_file_is_refused(no_work, tmp_path):
@@ -53,10 +62,13 @@ def test_out_that_is_a_file_is_refused(no_work, tmp_path):
     f.write_text("not a directory")
     res = runner.invoke(app, ["train", "dp-rvfl", "--eps", "2", "--out", str(f)])
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
-    assert res.exit_code == 2 and len(errors) == 1 and "it exists and is not a directory" in errors[0]
+    assert (
+        res.exit_code == 2 and len(errors) == 1 and "it exists and is not a directory" in errors[0]
+    )
 
 
 # ---- issue 23, point 10: a release folder is never overwritten; a typo costs no ledger entry
+
 
 def _error_line(res) -> str:
     assert res.exit_code == 2, (res.exception, res.stderr)
@@ -83,7 +95,10 @@ def test_a_release_folder_is_never_overwritten(tmp_path):
     entries = _ledger_kinds(led)
     line = _error_line(runner.invoke(app, argv))
     assert f"release {first}" in line and "never overwritten" in line
-    assert json.loads((out / "release.json").read_text())["id"] == first and (out / "weights.npz").read_bytes() == weights
+    assert (
+        json.loads((out / "release.json").read_text())["id"] == first
+        and (out / "weights.npz").read_bytes() == weights
+    )
     assert _ledger_kinds(led) == entries  # refused before anything was reserved
 
 
@@ -93,17 +108,36 @@ def test_mixmin_stages_do_not_share_a_folder(tmp_path):
     led, out = str(tmp_path / "l.sqlite"), tmp_path / "mixmin"
     fast = ["--steps", "5", "--batch-size", "50", "--ledger", led]
     assert runner.invoke(app, ["train", "mixmin", *fast, "--out", str(out)]).exit_code == 0
-    assert "never overwritten" in _error_line(runner.invoke(app, ["train", "mixmin", "--stage", "pipeline", *fast, "--out", str(out)]))
+    assert "never overwritten" in _error_line(
+        runner.invoke(app, ["train", "mixmin", "--stage", "pipeline", *fast, "--out", str(out)])
+    )
     # a pipeline's folder holds its parts one level below (mixture/, finetune/): a mixture-only
     # run into it is refused too
     write_release(read_release(out), tmp_path / "pipe" / "mixture")
-    assert "never overwritten" in _error_line(runner.invoke(app, ["train", "mixmin", *fast, "--out", str(tmp_path / "pipe")]))
+    assert "never overwritten" in _error_line(
+        runner.invoke(app, ["train", "mixmin", *fast, "--out", str(tmp_path / "pipe")])
+    )
 
 
-@pytest.mark.parametrize("bad", [["--noise-source", "bogus"], ["--noise-source", "reproducible"], ["--eps", "1e6"]])
+@pytest.mark.parametrize(
+    "bad", [["--noise-source", "bogus"], ["--noise-source", "reproducible"], ["--eps", "1e6"]]
+)
 def test_a_bad_request_is_refused_before_any_ledger_entry(tmp_path, bad):
     led = tmp_path / "l.sqlite"
-    res = runner.invoke(app, ["train", "dp-rvfl", "--epochs", "1", *bad, "--out", str(tmp_path / "r"), "--ledger", str(led)])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "dp-rvfl",
+            "--epochs",
+            "1",
+            *bad,
+            "--out",
+            str(tmp_path / "r"),
+            "--ledger",
+            str(led),
+        ],
+    )
     _error_line(res)
     assert not led.exists() or _ledger_kinds(led) == []  # no reservation, no cancellation
     assert not (tmp_path / "r").exists()

@@ -26,7 +26,20 @@ def test_all_models_are_registered():
 
 def test_default_dataset_json_release(tmp_path):
     out = tmp_path / "run"
-    res = runner.invoke(app, ["train", "dp-rvfl", "--eps", "2", "--json", "--out", str(out), "--ledger", str(tmp_path / "l.sqlite")])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "dp-rvfl",
+            "--eps",
+            "2",
+            "--json",
+            "--out",
+            str(out),
+            "--ledger",
+            str(tmp_path / "l.sqlite"),
+        ],
+    )
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)  # exactly one JSON object on stdout
     assert data["mechanism"] == "dp-rvfl" and data["dataset"] == "digits"
@@ -41,7 +54,10 @@ def test_default_dataset_json_release(tmp_path):
         assert [e.id for e in ledger.entries(dataset="digits", kind="release")] == [data["id"]]
         entry = ledger.get(data["id"])
     # the summary shows the ledger's keyed fingerprint of the data, never a plain digest
-    assert "dataset_sha256" not in data and data["dataset_fingerprint"] == entry.payload["dataset_fingerprint"]
+    assert (
+        "dataset_sha256" not in data
+        and data["dataset_fingerprint"] == entry.payload["dataset_fingerprint"]
+    )
     assert "sha256" not in on_disk["dataset"]
 
 
@@ -55,7 +71,12 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
         id = "x"
 
         def to_dict(self):
-            return {"mechanism": "dp-cnn", "dataset": {"name": "heart"}, "metrics": self.metrics, "timings": self.timings}
+            return {
+                "mechanism": "dp-cnn",
+                "dataset": {"name": "heart"},
+                "metrics": self.metrics,
+                "timings": self.timings,
+            }
 
     def fake(name, request, **kw):
         seen["request"] = request
@@ -66,18 +87,55 @@ def test_arguments_are_forwarded(monkeypatch, tmp_path):
     from dpaudit.requests import DPSGDRequest
 
     monkeypatch.setattr(releasing, "release", fake)
-    argv = ["train", "dp-cnn", "--dataset", "heart", "--data-dir", str(tmp_path), "--eps", "0.5", "--delta", "1e-06",
-            "--seed", "44", "--non-private", "--out", str(tmp_path / "o"), "--reproducible-noise", "--epochs", "3",
-            "--batch-size", "32", "--split-seed", "2027", "--threads", "1", "--json"]
+    argv = [
+        "train",
+        "dp-cnn",
+        "--dataset",
+        "heart",
+        "--data-dir",
+        str(tmp_path),
+        "--eps",
+        "0.5",
+        "--delta",
+        "1e-06",
+        "--seed",
+        "44",
+        "--non-private",
+        "--out",
+        str(tmp_path / "o"),
+        "--reproducible-noise",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "32",
+        "--split-seed",
+        "2027",
+        "--threads",
+        "1",
+        "--json",
+    ]
     res = runner.invoke(app, argv)
     assert res.exit_code == 0, res.stderr
     # The command parses into the request the library releases (and the release records).
-    assert seen["request"] == DPSGDRequest(model="dp-cnn", dataset="heart", data_dir=str(tmp_path), epsilon=0.5, delta=1e-6, seed=44,
-                                           non_private=True, reproducible_noise=True, epochs=3, batch_size=32, split_seed=2027)
+    assert seen["request"] == DPSGDRequest(
+        model="dp-cnn",
+        dataset="heart",
+        data_dir=str(tmp_path),
+        epsilon=0.5,
+        delta=1e-6,
+        seed=44,
+        non_private=True,
+        reproducible_noise=True,
+        epochs=3,
+        batch_size=32,
+        split_seed=2027,
+    )
     assert str(seen["out_dir"]) == str(tmp_path / "o")
     # ... and the request's argv is the command it was parsed from (less the run-only flags)
     # (an absolute --data-dir is this machine's: never recorded)
-    assert sorted(seen["request"].to_argv(out=tmp_path / "o")[1:]) == sorted(a for a in argv if a not in ("--threads", "1", "--json", "--data-dir", str(tmp_path)))
+    assert sorted(seen["request"].to_argv(out=tmp_path / "o")[1:]) == sorted(
+        a for a in argv if a not in ("--threads", "1", "--json", "--data-dir", str(tmp_path))
+    )
     assert "no --dataset" not in res.stderr
     assert json.loads(res.stdout)["mechanism"] == "dp-cnn"
 
@@ -100,5 +158,7 @@ def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
 
 
 def test_missing_real_data_is_one_line(tmp_path):
-    res = runner.invoke(app, ["train", "dp-rvfl", "--dataset", "mnist", "--data-dir", str(tmp_path / "empty")])
+    res = runner.invoke(
+        app, ["train", "dp-rvfl", "--dataset", "mnist", "--data-dir", str(tmp_path / "empty")]
+    )
     assert res.exit_code == 2 and "Traceback" not in res.stderr

@@ -38,11 +38,36 @@ def record(tmp_path_factory):
         _ok(["bundle", "g3", "--out", "shopped"])
         _ok(["bundle", "g0", "g1", "g2", "g3", "--out", "whole"])
         _ok(["train", "dp-rvfl", "--eps", "2", "--epochs", "2", "--out", "rel"])
-        _ok(["audit", "plan", "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--out", "a"])
+        _ok(
+            [
+                "audit",
+                "plan",
+                "dp-rvfl",
+                "--release",
+                "rel",
+                "--runs",
+                "16",
+                "--no-controls",
+                "--out",
+                "a",
+            ]
+        )
         _ok(["audit", "--plan", "a/plan.json"])
         _ok(["bundle", "rel", "--out", "release-alone"])
         _ok(["bundle", "rel", "a", "--out", "release-whole"])
-        _ok(["train", "dp-rvfl", "--eps", "2", "--epochs", "2", "--reproducible-noise", "--out", "repro"])
+        _ok(
+            [
+                "train",
+                "dp-rvfl",
+                "--eps",
+                "2",
+                "--epochs",
+                "2",
+                "--reproducible-noise",
+                "--out",
+                "repro",
+            ]
+        )
         _ok(["bundle", "repro", "--out", "repro-bundle"])
         yield {"root": root, "ledger": led, "key": key}
 
@@ -61,7 +86,9 @@ def test_a_bundle_omitting_plans_of_its_target_fails_naming_them(record):
     assert _plan_id(root / "g3")[:12] not in detail
     ok, checks = _checks(root / "whole")
     assert ok, [c for c in checks if c["status"] == "FAIL"]
-    assert any(c["name"] == "plans of target" and "4 plans of gaussian" in c["detail"] for c in checks)
+    assert any(
+        c["name"] == "plans of target" and "4 plans of gaussian" in c["detail"] for c in checks
+    )
 
 
 def test_a_release_bundled_without_its_planned_audits_fails(record):
@@ -82,8 +109,19 @@ def test_a_plan_registered_after_an_audit_of_its_target_fails(record, tmp_path, 
     monkeypatch.setenv("DPAUDIT_LEDGER", str(led))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(record["root"] / "cfg"))
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(record["key"].path))
-    late = [*GAUSSIAN_PLAN[:2], "dp-rvfl", "--release", "rel", "--runs", "16", "--no-controls", "--seed", "9",
-            "--out", "late"]
+    late = [
+        *GAUSSIAN_PLAN[:2],
+        "dp-rvfl",
+        "--release",
+        "rel",
+        "--runs",
+        "16",
+        "--no-controls",
+        "--seed",
+        "9",
+        "--out",
+        "late",
+    ]
     refused = runner.invoke(app, late)
     assert refused.exit_code == 2 and "before any audit of its target" in refused.output
     monkeypatch.setattr("dpaudit.ledger.plan_rules._refuse_late_registration", lambda *a: None)
@@ -118,8 +156,12 @@ def test_only_the_first_result_counts_even_with_an_anchor(record, tmp_path):
     edited = json.loads((bundle / "audits" / audit["id"] / "audit.json").read_text())
     with open_ledger(led, signing_key=record["key"].path) as ledger, ledger._store.write():
         # what a writer going around record_plan (which refuses it) appends
-        second = {"plan_id": audit["plan"]["id"], "stage": "result", "audit_id": audit["id"],
-                  "sha256": digest(edited)}
+        second = {
+            "plan_id": audit["plan"]["id"],
+            "stage": "result",
+            "audit_id": audit["id"],
+            "sha256": digest(edited),
+        }
         ledger._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, second)
     shutil.rmtree(bundle)
     make_bundle([tmp_path / f"g{i}" for i in range(4)], ledger=led, out=bundle)
@@ -131,7 +173,9 @@ def test_only_the_first_result_counts_even_with_an_anchor(record, tmp_path):
 def test_a_release_the_ledger_counts_as_not_private_fails(record, tmp_path):
     root = record["root"]
     failed = _failed(root / "repro-bundle")
-    assert any(n == "private" and "not private" in d and "published seed" in d for n, d in failed), failed
+    assert any(
+        n == "private" and "not private" in d and "published seed" in d for n, d in failed
+    ), failed
     b = tmp_path / "b"
     shutil.copytree(root / "repro-bundle", b)
     rel = next(b.glob("releases/*/release.json"))

@@ -28,21 +28,35 @@ main()
 
 def _run(args, tmp_path, code="from dpaudit.cli import main; main()"):
     env = {**os.environ, "MPLBACKEND": "Agg", "DPAUDIT_LEDGER": str(tmp_path / "l.sqlite")}
-    return subprocess.run([sys.executable, "-W", "default", "-c", code, *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-W", "default", "-c", code, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_warning_is_one_dpaudit_line_and_an_expected_one_is_dropped(tmp_path):
-    r = _run(["schedule", "--n", "100", "--batch-size", "10", "--epochs", "1"], tmp_path, WARNING_RUN)
+    r = _run(
+        ["schedule", "--n", "100", "--batch-size", "10", "--epochs", "1"], tmp_path, WARNING_RUN
+    )
     assert r.returncode == 0, r.stderr
     assert not RAW.search(r.stderr) and "np.log" not in r.stderr, r.stderr
     said = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
     assert len(said) == 1, r.stderr
-    assert re.fullmatch(r"warning: RuntimeWarning: divide by zero encountered in log \(<string>:\d+\)", said[0])
+    assert re.fullmatch(
+        r"warning: RuntimeWarning: divide by zero encountered in log \(<string>:\d+\)", said[0]
+    )
     assert "backward hook" not in r.stderr
 
 
 def test_documented_commands_leak_no_raw_warning(tmp_path):
-    for args in ("train dp-rvfl --epochs 1 --out r", "audit gaussian --runs 200 --out a", "report r a --out x.html"):
+    for args in (
+        "train dp-rvfl --epochs 1 --out r",
+        "audit gaussian --runs 200 --out a",
+        "report r a --out x.html",
+    ):
         r = _run(args.split(), tmp_path)
         assert r.returncode == 0 and not RAW.search(r.stderr), (args, r.stderr[-3000:])

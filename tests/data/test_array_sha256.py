@@ -24,8 +24,12 @@ DTYPES = st.sampled_from(["float32", "float64", "int64", ">i4", "uint8", "bool"]
 
 
 @settings(max_examples=60, deadline=None)
-@given(dt=DTYPES, shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5), data=st.data(),
-       order=st.sampled_from(["C", "F", "strided"]))
+@given(
+    dt=DTYPES,
+    shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5),
+    data=st.data(),
+    order=st.sampled_from(["C", "F", "strided"]),
+)
 def test_digest_is_dtype_shape_and_tobytes(dt, shape, data, order):
     a = data.draw(hnp.arrays(np.dtype(dt), shape))
     if order == "F":
@@ -37,5 +41,8 @@ def test_digest_is_dtype_shape_and_tobytes(dt, shape, data, order):
 
 def test_known_digest():
     # Pinned: a change of the format would make every recorded dataset digest differ.
-    assert array_sha256(np.arange(6, dtype=np.float32).reshape(2, 3)) == "b438c5d786e1b613aa64ec714cb7157d230f98c8d68854da82b4f471d73c9acf"
+    assert (
+        array_sha256(np.arange(6, dtype=np.float32).reshape(2, 3))
+        == "b438c5d786e1b613aa64ec714cb7157d230f98c8d68854da82b4f471d73c9acf"
+    )
     assert array_sha256(np.zeros(0, dtype=np.int64)) == hashlib.sha256(b"int64(0,)").hexdigest()

@@ -19,14 +19,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpaudit.data import AUTHORS_PROFILE, dataset_info, load_dataset, profile_files, profile_split_sizes
+from dpaudit.data import (
+    AUTHORS_PROFILE,
+    dataset_info,
+    load_dataset,
+    profile_files,
+    profile_split_sizes,
+)
 from dpaudit.data import authors
 from dpaudit.data.splits import split_indices, train_val_indices
 from dpaudit.errors import DataError, UsageError
 
 
 def _sha(idx) -> str:
-    return hashlib.sha256(np.sort(np.asarray(idx, dtype=np.int64)).astype("<i8").tobytes()).hexdigest()
+    return hashlib.sha256(
+        np.sort(np.asarray(idx, dtype=np.int64)).astype("<i8").tobytes()
+    ).hexdigest()
 
 
 def _rule_tabular(n: int, seed: int = 2026):
@@ -81,7 +89,13 @@ def _count_cardio_rows(path) -> int:
                 continue
             if row["cardio"].strip() == "":
                 continue
-            if 120 <= h <= 220 and 30 <= w <= 200 and 80 <= hi <= 250 and 40 <= lo <= 150 and hi >= lo:
+            if (
+                120 <= h <= 220
+                and 30 <= w <= 200
+                and 80 <= hi <= 250
+                and 40 <= lo <= 150
+                and hi >= lo
+            ):
                 kept += 1
     return kept
 
@@ -101,7 +115,11 @@ def test_cardio_index_sets_follow_the_rule(data_dir):
     rows = authors.load_rows("cardio", data_dir)
     assert rows.x.shape == (68_608, 32) and data.n_features == 32
     _check_partitions(data, idx, expected, rows.x, rows.y)
-    assert data.split_sizes == {"train": 48_025, "val": 10_291, "test": 10_292} == profile_split_sizes("cardio", "authors")
+    assert (
+        data.split_sizes
+        == {"train": 48_025, "val": 10_291, "test": 10_292}
+        == profile_split_sizes("cardio", "authors")
+    )
     # dpaudit's own profile draws another permutation: without the profile the sets differ.
     ours = split_indices(n, 2026, 70, 15)
     assert _sha(ours[0]) != _sha(expected[0]) and _sha(ours[2]) != _sha(expected[2])
@@ -120,20 +138,29 @@ def test_heart_index_sets_follow_the_rule(data_dir):
     rows = authors.load_rows("heart", data_dir)
     assert rows.x.shape == (302, 47) and data.n_features == 47
     _check_partitions(data, idx, expected, rows.x, rows.y)
-    assert data.split_sizes == {"train": 211, "val": 45, "test": 46} == profile_split_sizes("heart", "authors")
+    assert (
+        data.split_sizes
+        == {"train": 211, "val": 45, "test": 46}
+        == profile_split_sizes("heart", "authors")
+    )
     assert data.source_files.keys() == {"heart_kaggle.csv"}
     ours = split_indices(n, 2026, 70, 15)
     assert _sha(ours[2]) != _sha(expected[2])
 
 
 def test_mnist_index_sets_follow_the_rule(data_dir):
-    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+    for name in (
+        "train-images-idx3-ubyte.gz",
+        "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz",
+        "t10k-labels-idx1-ubyte.gz",
+    ):
         require_file(data_dir, f"mnist/{name}")
     data, idx = authors.load(dataset_info("mnist"), data_dir)
     rows = authors.load_rows("mnist", data_dir)
     expected = _rule_images(60_000, 10_000)
     assert len(rows.y) == 60_000 and len(rows.y_test) == 10_000
-    flat = lambda x: (x.reshape(len(x), -1).astype(np.float32) / np.float32(255))  # noqa: E731  ToTensor
+    flat = lambda x: x.reshape(len(x), -1).astype(np.float32) / np.float32(255)  # noqa: E731  ToTensor
     got = idx.sha256()
     for part, exp in zip(("train", "val", "test"), expected):
         assert got[part] == _sha(exp) and f"{part} {_sha(exp)}" in data.notes
@@ -142,7 +169,11 @@ def test_mnist_index_sets_follow_the_rule(data_dir):
     np.testing.assert_array_equal(data.y_test, rows.y_test[expected[2]])
     np.testing.assert_array_equal(data.x_train[:500], flat(rows.x[expected[0][:500]]))
     np.testing.assert_array_equal(data.x_test[-500:], flat(rows.x_test[expected[2][-500:]]))
-    assert data.split_sizes == {"train": 51_000, "val": 9_000, "test": 10_000} == profile_split_sizes("mnist", "authors")
+    assert (
+        data.split_sizes
+        == {"train": 51_000, "val": 9_000, "test": 10_000}
+        == profile_split_sizes("mnist", "authors")
+    )
     assert data.image_shape == (1, 28, 28) and 0.0 <= data.x_val.min() and data.x_val.max() <= 1.0
     ours_train, _ = train_val_indices(60_000, 2026, 85)
     assert _sha(ours_train) != _sha(expected[0])
@@ -156,7 +187,14 @@ def _write_cifar(root, n_per_batch=12, n_test=10, seed=0):
     folder = root / "cifar10" / "cifar-10-batches-py"
     folder.mkdir(parents=True)
     train, test = [], None
-    for name in ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch"):
+    for name in (
+        "data_batch_1",
+        "data_batch_2",
+        "data_batch_3",
+        "data_batch_4",
+        "data_batch_5",
+        "test_batch",
+    ):
         n = n_test if name == "test_batch" else n_per_batch
         data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
         labels = [int(v) for v in rng.integers(0, 10, size=n)]
@@ -183,7 +221,11 @@ def test_cifar10_index_sets_follow_the_rule_on_synthetic_batches(tmp_path):
     assert data.split_sizes == {"train": 51, "val": 9, "test": 10}
     assert data.image_shape == (3, 32, 32)
     assert "NOT the official CIFAR-10" in data.notes
-    assert profile_split_sizes("cifar10", "authors") == {"train": 42_500, "val": 7_500, "test": 10_000}
+    assert profile_split_sizes("cifar10", "authors") == {
+        "train": 42_500,
+        "val": 7_500,
+        "test": 10_000,
+    }
 
 
 # ----------------------------------------------------------------------------- split rule
@@ -198,7 +240,9 @@ def test_tabular_split_is_the_rule_and_a_partition(n, seed):
         np.testing.assert_array_equal(got, e)  # same order too
     allidx = np.concatenate([s.train, s.val, s.test])
     assert allidx.dtype == np.int64 and np.array_equal(np.sort(allidx), np.arange(n))
-    assert s.sizes()["train"] == math.floor(0.7 * n) and s.sizes()["train"] + s.sizes()["val"] == math.floor(0.85 * n)
+    assert s.sizes()["train"] == math.floor(0.7 * n) and s.sizes()["train"] + s.sizes()[
+        "val"
+    ] == math.floor(0.85 * n)
 
 
 def test_cut_points_use_the_float_product():
@@ -224,13 +268,13 @@ def test_split_seed_override_keeps_the_rule(tmp_path):
 
 CARDIO_HEADER = "id;age;gender;height;weight;ap_hi;ap_lo;cholesterol;gluc;smoke;alco;active;cardio"
 CARDIO_ROWS = [
-    "0;18262.5;1;170;70;120;80;1;1;0;0;1;0",   # ordinary row
-    "1;;2;120;200;250;40;3;5;1;1;0;1",         # age missing; BMI 138.9 clipped; gluc 5 unknown
-    "2;60000;3;220;30;80;80;;1;0;0;0;1",       # age 164 y clipped; gender 3 unknown; cholesterol missing
-    "3;18000;1;119;70;120;80;1;1;0;0;1;0",     # height below 120: dropped
-    "4;18000;1;170;70;100;110;1;1;0;0;1;0",    # ap_hi < ap_lo: dropped
-    "5;18000;1;170;70;120;80;1;1;0;0;1;",      # target missing: dropped
-    "6;18000;1;170;;120;80;1;1;0;0;1;1",       # weight missing: fails the filter, dropped
+    "0;18262.5;1;170;70;120;80;1;1;0;0;1;0",  # ordinary row
+    "1;;2;120;200;250;40;3;5;1;1;0;1",  # age missing; BMI 138.9 clipped; gluc 5 unknown
+    "2;60000;3;220;30;80;80;;1;0;0;0;1",  # age 164 y clipped; gender 3 unknown; cholesterol missing
+    "3;18000;1;119;70;120;80;1;1;0;0;1;0",  # height below 120: dropped
+    "4;18000;1;170;70;100;110;1;1;0;0;1;0",  # ap_hi < ap_lo: dropped
+    "5;18000;1;170;70;120;80;1;1;0;0;1;",  # target missing: dropped
+    "6;18000;1;170;;120;80;1;1;0;0;1;1",  # weight missing: fails the filter, dropped
 ]
 
 
@@ -250,26 +294,44 @@ def _cat(v, levels):
 def _cardio_row(age_days, gender, height, weight, ap_hi, ap_lo, chol, gluc, smoke, alco, active):
     age = None if age_days is None else age_days / 365.25
     bmi = weight / (height / 100) ** 2
-    return (_num(age, 0, 120) + _num(height, 100, 250) + _num(weight, 20, 300) + _num(ap_hi, 40, 300)
-            + _num(ap_lo, 20, 200) + _num(bmi, 5, 100) + _cat(gender, (1, 2)) + _cat(chol, (1, 2, 3))
-            + _cat(gluc, (1, 2, 3)) + _cat(smoke, (0, 1)) + _cat(alco, (0, 1)) + _cat(active, (0, 1)))
+    return (
+        _num(age, 0, 120)
+        + _num(height, 100, 250)
+        + _num(weight, 20, 300)
+        + _num(ap_hi, 40, 300)
+        + _num(ap_lo, 20, 200)
+        + _num(bmi, 5, 100)
+        + _cat(gender, (1, 2))
+        + _cat(chol, (1, 2, 3))
+        + _cat(gluc, (1, 2, 3))
+        + _cat(smoke, (0, 1))
+        + _cat(alco, (0, 1))
+        + _cat(active, (0, 1))
+    )
 
 
 def test_cardio_encoding_on_hand_made_rows(tmp_path):
     path = tmp_path / "cardio_train.csv"
     path.write_text("\n".join([CARDIO_HEADER] + CARDIO_ROWS) + "\n")
     x, y = authors.prepare_cardio(path)
-    expected = np.array([
-        _cardio_row(18262.5, 1, 170, 70, 120, 80, 1, 1, 0, 0, 1),
-        _cardio_row(None, 2, 120, 200, 250, 40, 3, 5, 1, 1, 0),
-        _cardio_row(60000, 3, 220, 30, 80, 80, None, 1, 0, 0, 0),
-    ])
+    expected = np.array(
+        [
+            _cardio_row(18262.5, 1, 170, 70, 120, 80, 1, 1, 0, 0, 1),
+            _cardio_row(None, 2, 120, 200, 250, 40, 3, 5, 1, 1, 0),
+            _cardio_row(60000, 3, 220, 30, 80, 80, None, 1, 0, 0, 0),
+        ]
+    )
     assert x.shape == (3, 32) and x.dtype == np.float32
     np.testing.assert_allclose(x, expected, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(y, [0, 1, 1])
     names = authors.CARDIO_FEATURES
-    assert names[:2] == ("age_years", "age_years__missing") and names[10:12] == ("bmi", "bmi__missing")
-    assert names[12:15] == ("gender=1", "gender=2", "gender=unknown") and names[-1] == "active=unknown"
+    assert names[:2] == ("age_years", "age_years__missing") and names[10:12] == (
+        "bmi",
+        "bmi__missing",
+    )
+    assert (
+        names[12:15] == ("gender=1", "gender=2", "gender=unknown") and names[-1] == "active=unknown"
+    )
     assert x[1, names.index("bmi")] == 1.0 and x[1, names.index("age_years")] == 0.0
     assert x[2, names.index("age_years")] == 1.0 and x[2, names.index("cholesterol=unknown")] == 1.0
 
@@ -277,36 +339,53 @@ def test_cardio_encoding_on_hand_made_rows(tmp_path):
 HEART_HEADER = "age,sex,cp,trestbps,chol,fbs,restecg,thalach,exang,oldpeak,slope,ca,thal,target"
 HEART_ROWS = [
     "63,1,3,145,233,1,0,150,0,2.3,0,0,1,1",
-    "63,1,3,145,233,1,0,150,0,2.3,0,0,1,1",    # exact duplicate of the first: dropped
-    "40,0,4,500,?,0,2,20,1,-1,3,4,7,0",        # trestbps / thalach / oldpeak clipped, chol missing
-    "40,0,5,500,,0,2,20,1,-1,3,4,5,2",         # cp 5 and thal 5 unknown, target 2 -> 1
-    "63,1,3,145,233,1,0,150,0,2.3,0,0,1,0",    # differs in the target only: kept
+    "63,1,3,145,233,1,0,150,0,2.3,0,0,1,1",  # exact duplicate of the first: dropped
+    "40,0,4,500,?,0,2,20,1,-1,3,4,7,0",  # trestbps / thalach / oldpeak clipped, chol missing
+    "40,0,5,500,,0,2,20,1,-1,3,4,5,2",  # cp 5 and thal 5 unknown, target 2 -> 1
+    "63,1,3,145,233,1,0,150,0,2.3,0,0,1,0",  # differs in the target only: kept
 ]
 
 
-def _heart_row(age, sex, cp, trestbps, chol, fbs, restecg, thalach, exang, oldpeak, slope, ca, thal):
-    return (_num(age, 0, 120) + _num(trestbps, 40, 300) + _num(chol, 0, 700) + _num(thalach, 30, 250)
-            + _num(oldpeak, 0, 10) + _cat(cp, (0, 1, 2, 3, 4)) + _cat(restecg, (0, 1, 2)) + _cat(slope, (0, 1, 2, 3))
-            + _cat(ca, (0, 1, 2, 3, 4)) + _cat(thal, (0, 1, 2, 3, 6, 7)) + _cat(sex, (0, 1)) + _cat(fbs, (0, 1))
-            + _cat(exang, (0, 1)))
+def _heart_row(
+    age, sex, cp, trestbps, chol, fbs, restecg, thalach, exang, oldpeak, slope, ca, thal
+):
+    return (
+        _num(age, 0, 120)
+        + _num(trestbps, 40, 300)
+        + _num(chol, 0, 700)
+        + _num(thalach, 30, 250)
+        + _num(oldpeak, 0, 10)
+        + _cat(cp, (0, 1, 2, 3, 4))
+        + _cat(restecg, (0, 1, 2))
+        + _cat(slope, (0, 1, 2, 3))
+        + _cat(ca, (0, 1, 2, 3, 4))
+        + _cat(thal, (0, 1, 2, 3, 6, 7))
+        + _cat(sex, (0, 1))
+        + _cat(fbs, (0, 1))
+        + _cat(exang, (0, 1))
+    )
 
 
 def _write_heart(root, rows):
     folder = root / "heart"
     folder.mkdir(parents=True, exist_ok=True)
     # a UTF-8 byte-order mark like the Kaggle file
-    (folder / "heart_kaggle.csv").write_text("\ufeff" + "\n".join([HEART_HEADER] + rows) + "\n", encoding="utf-8")
+    (folder / "heart_kaggle.csv").write_text(
+        "\ufeff" + "\n".join([HEART_HEADER] + rows) + "\n", encoding="utf-8"
+    )
     return folder / "heart_kaggle.csv"
 
 
 def test_heart_encoding_on_hand_made_rows(tmp_path):
     x, y = authors.prepare_heart(_write_heart(tmp_path, HEART_ROWS))
-    expected = np.array([
-        _heart_row(63, 1, 3, 145, 233, 1, 0, 150, 0, 2.3, 0, 0, 1),
-        _heart_row(40, 0, 4, 500, None, 0, 2, 20, 1, -1, 3, 4, 7),
-        _heart_row(40, 0, 5, 500, None, 0, 2, 20, 1, -1, 3, 4, 5),
-        _heart_row(63, 1, 3, 145, 233, 1, 0, 150, 0, 2.3, 0, 0, 1),
-    ])
+    expected = np.array(
+        [
+            _heart_row(63, 1, 3, 145, 233, 1, 0, 150, 0, 2.3, 0, 0, 1),
+            _heart_row(40, 0, 4, 500, None, 0, 2, 20, 1, -1, 3, 4, 7),
+            _heart_row(40, 0, 5, 500, None, 0, 2, 20, 1, -1, 3, 4, 5),
+            _heart_row(63, 1, 3, 145, 233, 1, 0, 150, 0, 2.3, 0, 0, 1),
+        ]
+    )
     assert x.shape == (4, 47)
     np.testing.assert_allclose(x, expected, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(y, [1, 0, 1, 0])
@@ -335,7 +414,9 @@ def test_a_missing_heart_target_is_a_data_error(tmp_path):
 
 def test_a_bad_cardio_target_is_a_data_error(tmp_path):
     (tmp_path / "cardio").mkdir()
-    (tmp_path / "cardio" / "cardio_train.csv").write_text(CARDIO_HEADER + "\n0;18000;1;170;70;120;80;1;1;0;0;1;3\n")
+    (tmp_path / "cardio" / "cardio_train.csv").write_text(
+        CARDIO_HEADER + "\n0;18000;1;170;70;120;80;1;1;0;0;1;3\n"
+    )
     with pytest.raises(DataError, match="cardio must be 0 or 1"):
         load_dataset("cardio", data_dir=tmp_path, profile="authors")
 
@@ -356,7 +437,11 @@ def test_registry_lists_the_profile_and_its_files():
     assert profile_files("heart", "authors") == ("heart/heart_kaggle.csv",)
     assert profile_files("heart") == ("heart/processed.cleveland.data",)
     assert profile_files("cardio", "authors") == ("cardio/cardio_train.csv",)
-    assert profile_split_sizes("heart") == {"train": 212, "val": 45, "test": 46}  # the default profile is unchanged
+    assert profile_split_sizes("heart") == {
+        "train": 212,
+        "val": 45,
+        "test": 46,
+    }  # the default profile is unchanged
 
 
 def test_missing_authors_heart_file_names_it(tmp_path):

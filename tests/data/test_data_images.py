@@ -35,13 +35,21 @@ def test_profiles_equal_torchvision_transforms(shape):
     raw, s = apply_profile(imgs, "raw01")
     np.testing.assert_array_equal(raw, _reference(imgs, transforms.ToTensor()))
     cen, _ = apply_profile(imgs, "centered")
-    ref = _reference(imgs, transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,) * s[0], (0.5,) * s[0])]))
+    ref = _reference(
+        imgs,
+        transforms.Compose(
+            [transforms.ToTensor(), transforms.Normalize((0.5,) * s[0], (0.5,) * s[0])]
+        ),
+    )
     np.testing.assert_array_equal(cen, ref)
     assert cen.min() == -1.0 and cen.max() == 1.0 and raw.min() == 0.0 and raw.max() == 1.0
     half, hs = apply_profile(imgs, "half-resolution")
     h, w = shape[1] // 2, shape[2] // 2
     assert hs == (s[0], h, w)
-    np.testing.assert_array_equal(half, _reference(imgs, transforms.Compose([transforms.Resize((h, w)), transforms.ToTensor()])))
+    np.testing.assert_array_equal(
+        half,
+        _reference(imgs, transforms.Compose([transforms.Resize((h, w)), transforms.ToTensor()])),
+    )
     assert half.dtype == np.float32 and 0.0 <= half.min() and half.max() <= 1.0
 
 
@@ -58,12 +66,27 @@ def _write_cifar(root, n_per_batch=12, n_test=10, protocol=2, seed=0):
         data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
         labels = [int(v) for v in rng.integers(0, 10, size=n)]
         with open(folder / name, "wb") as f:
-            pickle.dump({"batch_label": name, "data": data, "labels": labels,
-                         "filenames": [f"img{i}.png" for i in range(n)]}, f, protocol=protocol)
+            pickle.dump(
+                {
+                    "batch_label": name,
+                    "data": data,
+                    "labels": labels,
+                    "filenames": [f"img{i}.png" for i in range(n)],
+                },
+                f,
+                protocol=protocol,
+            )
         batches[name] = (data, labels)
     with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": [f"class{i}" for i in range(10)], "num_cases_per_batch": n_per_batch,
-                     "num_vis": 3072}, f, protocol=protocol)
+        pickle.dump(
+            {
+                "label_names": [f"class{i}" for i in range(10)],
+                "num_cases_per_batch": n_per_batch,
+                "num_vis": 3072,
+            },
+            f,
+            protocol=protocol,
+        )
     return folder, batches
 
 
@@ -83,7 +106,9 @@ def test_synthetic_cifar_round_trip(tmp_path, protocol):
     tr, va = train_val_indices(60, 5, 85)
     assert d.split_sizes == {"train": 51, "val": 9, "test": 10} and d.image_shape == (3, 32, 32)
     np.testing.assert_array_equal(d.x_train, (train_data[tr] / np.float32(255)).astype(np.float32))
-    np.testing.assert_array_equal(d.x_test, (batches["test_batch"][0] / np.float32(255)).astype(np.float32))
+    np.testing.assert_array_equal(
+        d.x_test, (batches["test_batch"][0] / np.float32(255)).astype(np.float32)
+    )
     np.testing.assert_array_equal(d.y_val, np.asarray(y_tr)[va])
     assert "NOT the official" in d.notes and len(d.source_files) == 7
     half = load_dataset("cifar10", data_dir=tmp_path, profile="half-resolution")
@@ -116,7 +141,11 @@ def test_corrupt_cifar_is_a_data_error(tmp_path, damage):
         path.write_bytes(path.read_bytes()[:100])
     else:
         data, labels = batches["test_batch"]
-        obj = {"data": data, "labels": labels[:-1]} if damage == "labels" else {"data": data[:, :100], "labels": labels}
+        obj = (
+            {"data": data, "labels": labels[:-1]}
+            if damage == "labels"
+            else {"data": data[:, :100], "labels": labels}
+        )
         with open(path, "wb") as f:
             pickle.dump(obj, f)
     with pytest.raises(DataError) as e:
@@ -142,7 +171,12 @@ def test_corrupt_mnist_gz(tmp_path):
     with pytest.raises(DataError) as e:
         load_dataset("mnist", data_dir=tmp_path)
     msg = str(e.value)
-    assert "t10k-labels-idx1-ubyte.gz" in msg and "corrupt" in msg and str(folder) in msg and "\n" not in msg
+    assert (
+        "t10k-labels-idx1-ubyte.gz" in msg
+        and "corrupt" in msg
+        and str(folder) in msg
+        and "\n" not in msg
+    )
 
 
 def test_malformed_mnist_idx(tmp_path):
@@ -225,11 +259,15 @@ def test_mnist_load_does_not_import_torchvision(tmp_path):
             f.write(_idx_bytes(x))
         with gzip.open(folder / f"{prefix}-labels-idx1-ubyte.gz", "wb", compresslevel=1) as f:
             f.write(_idx_bytes(y))
-    code = ("import sys; from dpaudit.data.images import load_mnist_raw; "
-            f"x = load_mnist_raw({str(tmp_path)!r}); assert x[0].shape == (60000, 28, 28); "
-            "print('torchvision' in sys.modules)")
-    env = {**__import__('os').environ, "DPAUDIT_CACHE_DIR": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    code = (
+        "import sys; from dpaudit.data.images import load_mnist_raw; "
+        f"x = load_mnist_raw({str(tmp_path)!r}); assert x[0].shape == (60000, 28, 28); "
+        "print('torchvision' in sys.modules)"
+    )
+    env = {**__import__("os").environ, "DPAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
@@ -239,9 +277,17 @@ def test_every_pixel_value_gets_torchvisions_float(profile):
     """The profiles are NumPy float32 operations (no torch import): for each of the 256 values the
     float ToTensor (and Normalize) give, bit for bit, whatever the image layout."""
     values = np.arange(256, dtype=np.uint8)
-    tf = transforms.ToTensor() if profile == "raw01" else transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
+    tf = (
+        transforms.ToTensor()
+        if profile == "raw01"
+        else transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
+    )
     got, _ = apply_profile(values.reshape(1, 16, 16), profile)
     want = _reference(values.reshape(1, 16, 16), tf)
-    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32))
-    rgb, _ = apply_profile(np.stack([values.reshape(16, 16)] * 3, axis=-1)[None], profile)  # (1, 16, 16, 3): channels first after
+    assert got.dtype == np.float32 and np.array_equal(
+        got.view(np.uint32), want.astype(np.float32).view(np.uint32)
+    )
+    rgb, _ = apply_profile(
+        np.stack([values.reshape(16, 16)] * 3, axis=-1)[None], profile
+    )  # (1, 16, 16, 3): channels first after
     assert np.array_equal(rgb.reshape(3, -1), np.repeat(got, 3, axis=0))

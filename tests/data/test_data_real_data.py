@@ -78,7 +78,9 @@ def test_cardio_table_1(data_dir):
     for x in (ds.x_train, ds.x_val, ds.x_test):
         assert x.dtype == np.float32 and x.min() >= -1.0 and x.max() <= 1.0
     assert set(np.unique(ds.y_train)) == {0, 1}
-    assert ds.source_files["cardio_train.csv"] == file_digest(data_dir / "cardio" / "cardio_train.csv")
+    assert ds.source_files["cardio_train.csv"] == file_digest(
+        data_dir / "cardio" / "cardio_train.csv"
+    )
     again = load_dataset("cardio", data_dir=data_dir)
     assert again.sha256 == ds.sha256
     other = load_dataset("cardio", data_dir=data_dir, split_seed=2027)
@@ -93,11 +95,15 @@ def test_heart_table_1(data_dir):
     y = np.concatenate([ds.y_train, ds.y_val, ds.y_test])
     assert int(y.sum()) == 139 and len(y) == 303  # num > 0 count of the UCI Cleveland file
     for seed in (2026, 2027, 2028, 2029):  # the paper's Heart partition seeds
-        assert load_dataset("heart", data_dir=data_dir, split_seed=seed).split_sizes == ds.split_sizes
+        assert (
+            load_dataset("heart", data_dir=data_dir, split_seed=seed).split_sizes == ds.split_sizes
+        )
 
 
-@pytest.mark.parametrize("centre, n, positives", [("cleveland", 303, 139), ("hungarian", 294, 106),
-                                                   ("switzerland", 123, 115), ("va", 200, 149)])
+@pytest.mark.parametrize(
+    "centre, n, positives",
+    [("cleveland", 303, 139), ("hungarian", 294, 106), ("switzerland", 123, 115), ("va", 200, 149)],
+)
 def test_heart_centres_share_one_feature_space(data_dir, centre, n, positives):
     require_file(data_dir, f"heart/processed.{centre}.data")
     x, y = load_heart_centre(centre, data_dir=data_dir)
@@ -120,7 +126,11 @@ def test_mnist_cache_is_built_once_and_reused(mnist, monkeypatch):
     stamp = marker.stat().st_mtime_ns
     # A second load must not decompress again: forbid gzip and reload.
 
-    monkeypatch.setattr(images.gzip, "open", lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-decompressed")))
+    monkeypatch.setattr(
+        images.gzip,
+        "open",
+        lambda *a, **k: (_ for _ in ()).throw(AssertionError("re-decompressed")),
+    )
     x_tr, _, _, _ = load_mnist_raw(d)
     assert x_tr.shape == (60_000, 28, 28) and marker.stat().st_mtime_ns == stamp
     assert not list((cache_dir() / "data").glob(".mnist-tmp-*"))

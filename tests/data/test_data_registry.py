@@ -60,8 +60,15 @@ def test_missing_data_dir_is_a_one_line_data_error(monkeypatch):
     assert "DPAUDIT_DATA_DIR" in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("name, files", [("cardio", "cardio_train.csv"), ("heart", "processed.cleveland.data"),
-                                         ("mnist", "train-images-idx3-ubyte.gz"), ("cifar10", "data_batch_1")])
+@pytest.mark.parametrize(
+    "name, files",
+    [
+        ("cardio", "cardio_train.csv"),
+        ("heart", "processed.cleveland.data"),
+        ("mnist", "train-images-idx3-ubyte.gz"),
+        ("cifar10", "data_batch_1"),
+    ],
+)
 def test_missing_files_name_expected_files_and_folder(name, files, tmp_path):
     with pytest.raises(DataError) as e:
         load_dataset(name, data_dir=tmp_path)
@@ -80,8 +87,17 @@ def test_data_dir_from_environment(monkeypatch, tmp_path):
 
 def test_digits_default_split_and_pixels():
     d = load_dataset("digits")
-    assert d.split_sizes == dataset_info("digits").split_sizes == {"train": 1257, "val": 269, "test": 271}
-    assert d.kind == "image" and d.image_shape == (1, 8, 8) and d.n_classes == 10 and d.split_seed == 2026
+    assert (
+        d.split_sizes
+        == dataset_info("digits").split_sizes
+        == {"train": 1257, "val": 269, "test": 271}
+    )
+    assert (
+        d.kind == "image"
+        and d.image_shape == (1, 8, 8)
+        and d.n_classes == 10
+        and d.split_seed == 2026
+    )
     assert d.x_train.dtype == np.float32 and d.y_train.dtype == np.int64
     ref = load_digits()
     tr, va, te = split_indices(1797, 2026, 70, 15)
@@ -91,7 +107,11 @@ def test_digits_default_split_and_pixels():
 
 
 def test_digits_split_depends_only_on_seed():
-    a, b, c = load_dataset("digits", split_seed=1), load_dataset("digits", split_seed=1), load_dataset("digits", split_seed=2)
+    a, b, c = (
+        load_dataset("digits", split_seed=1),
+        load_dataset("digits", split_seed=1),
+        load_dataset("digits", split_seed=2),
+    )
     assert a.sha256 == b.sha256 and a.sha256 != c.sha256
     # Disjoint partitions: the three parts together are the whole dataset, each row once.
     rows = np.concatenate([a.x_train, a.x_val, a.x_test])
@@ -106,7 +126,9 @@ def test_digits_profiles():
     np.testing.assert_allclose(cen.x_train, (raw.x_train - 0.5) / 0.5, atol=0)
     assert cen.x_train.min() >= -1.0 and cen.x_train.max() <= 1.0 and cen.x_train.min() < 0
     assert half.image_shape == (1, 4, 4) and half.n_features == 16
-    ref = transforms.Resize((4, 4), antialias=True)(torch.from_numpy(raw.x_test.reshape(-1, 1, 8, 8)))
+    ref = transforms.Resize((4, 4), antialias=True)(
+        torch.from_numpy(raw.x_test.reshape(-1, 1, 8, 8))
+    )
     np.testing.assert_allclose(half.x_test, ref.reshape(len(ref), -1).numpy(), atol=1e-7)
     assert half.x_train.min() >= 0.0 and half.x_train.max() <= 1.0
 
@@ -116,14 +138,24 @@ def test_digits_profiles():
 
 def test_breast_cancer_fixed_bounds():
     d = load_dataset("breast-cancer")
-    assert d.split_sizes == {"train": 398, "val": 85, "test": 86} and d.n_features == 30 and d.kind == "tabular"
+    assert (
+        d.split_sizes == {"train": 398, "val": 85, "test": 86}
+        and d.n_features == 30
+        and d.kind == "tabular"
+    )
     assert set(np.unique(np.concatenate([d.y_train, d.y_val, d.y_test]))) == {0, 1}
     for x in (d.x_train, d.x_val, d.x_test):
         assert x.dtype == np.float32 and x.min() >= -1.0 and x.max() <= 1.0
     # Independent reference: clip(x, 0, U) mapped to [-1, 1] with the documented constants.
     ref = load_breast_cancer()
-    upper = np.array([BREAST_CANCER_UPPER[n.replace("mean ", "").replace(" error", "").replace("worst ", "")][
-        0 if n.startswith("mean") else (1 if n.endswith("error") else 2)] for n in ref.feature_names])
+    upper = np.array(
+        [
+            BREAST_CANCER_UPPER[n.replace("mean ", "").replace(" error", "").replace("worst ", "")][
+                0 if n.startswith("mean") else (1 if n.endswith("error") else 2)
+            ]
+            for n in ref.feature_names
+        ]
+    )
     want = (2 * np.clip(ref.data, 0, upper) / upper - 1).astype(np.float32)
     tr, va, te = split_indices(569, 2026, 70, 15)
     np.testing.assert_allclose(d.x_train, want[tr], rtol=0, atol=1e-6)

@@ -29,7 +29,12 @@ def test_default_seed_is_the_papers_primary_heart_seed():
 
 
 @settings(max_examples=50, deadline=None)
-@given(n=st.integers(0, 2000), seed=st.integers(0, 2**32), train=st.integers(0, 100), val=st.integers(0, 100))
+@given(
+    n=st.integers(0, 2000),
+    seed=st.integers(0, 2**32),
+    train=st.integers(0, 100),
+    val=st.integers(0, 100),
+)
 def test_split_is_a_disjoint_cover_and_deterministic(n, seed, train, val):
     val = min(val, 100 - train)
     a = split_indices(n, seed, train, val)

@@ -33,7 +33,7 @@ def test_index_users_first_appearance_order():
     assert ix.order.tolist() == [0, 1, 5, 2, 4, 3, 6]
     # each user's slice of `order` holds exactly the records carrying its id, ascending
     for u in range(ix.n_users):
-        recs = ix.order[ix.offsets[u]:ix.offsets[u + 1]]
+        recs = ix.order[ix.offsets[u] : ix.offsets[u + 1]]
         assert recs.tolist() == np.flatnonzero(ids == ix.ids[u]).tolist()
 
 
@@ -60,7 +60,11 @@ def test_split_by_users_integer_cut_points_and_reproducible():
     n_tr, n_va, n_te = split_counts(103, *USER_SPLIT_PERCENT)
     assert [np.unique(ids[p]).size for p in (tr, va, te)] == [n_tr, n_va, n_te] == [72, 15, 16]
     assert np.array_equal(np.sort(np.concatenate([tr, va, te])), np.arange(ids.size))
-    for p in (tr, va, te):  # records listed user by user, each user's records contiguous and ascending
+    for p in (
+        tr,
+        va,
+        te,
+    ):  # records listed user by user, each user's records contiguous and ascending
         u = ids[p]
         starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
         assert np.unique(u).size == starts.size
@@ -80,11 +84,17 @@ def test_split_by_users_with_singleton_users_is_the_record_split(n, seed):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=200), st.integers(0, 2**32), st.integers(0, 100))
+@given(
+    st.lists(st.integers(0, 30), min_size=1, max_size=200),
+    st.integers(0, 2**32),
+    st.integers(0, 100),
+)
 def test_split_by_users_never_splits_a_user(raw, seed, train_percent):
     ids = np.array(raw)
     val_percent = (100 - train_percent) // 2
-    parts = split_by_users(ids, split_seed=seed, train_percent=train_percent, val_percent=val_percent)
+    parts = split_by_users(
+        ids, split_seed=seed, train_percent=train_percent, val_percent=val_percent
+    )
     assert sum(p.size for p in parts) == ids.size
     assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(ids.size))
     sets = [set(ids[p].tolist()) for p in parts]
@@ -127,9 +137,13 @@ def test_unsplit_official_test_rule():
     x_off, y_off = rng.normal(size=(40, 3)).astype(np.float32), rng.integers(0, 10, 40)
     x_te, y_te = rng.normal(size=(6, 3)).astype(np.float32), rng.integers(0, 10, 6)
     tr, va = train_val_indices(40, 11, 85)
-    ds = PreparedDataset("mnist", "image", x_off[tr], y_off[tr], x_off[va], y_off[va], x_te, y_te, 10, 11)
+    ds = PreparedDataset(
+        "mnist", "image", x_off[tr], y_off[tr], x_off[va], y_off[va], x_te, y_te, 10, 11
+    )
     x, y = unsplit(ds)
-    assert np.array_equal(x, np.concatenate([x_off, x_te])) and np.array_equal(y, np.concatenate([y_off, y_te]))
+    assert np.array_equal(x, np.concatenate([x_off, x_te])) and np.array_equal(
+        y, np.concatenate([y_off, y_te])
+    )
 
 
 def test_attach_user_ids_resplits_by_users():
@@ -143,9 +157,16 @@ def test_attach_user_ids_resplits_by_users():
     assert np.array_equal(du.user_ids["train"], ids[tr])
     check_user_split(du.user_ids["train"], du.user_ids["val"], du.user_ids["test"])
     ident = du.identity()
-    assert ident["n_users"] == {"val": np.unique(ids[va]).size, "test": np.unique(ids[te]).size}  # the training count is private
+    assert ident["n_users"] == {
+        "val": np.unique(ids[va]).size,
+        "test": np.unique(ids[te]).size,
+    }  # the training count is private
     # who the users are is never published (a hash of the ids would tell neighbours apart): only counts
-    assert "user_ids_sha256" not in ident and isinstance(du.user_ids_sha256, str) and ds.user_ids_sha256 is None
+    assert (
+        "user_ids_sha256" not in ident
+        and isinstance(du.user_ids_sha256, str)
+        and ds.user_ids_sha256 is None
+    )
     with pytest.raises(DataError, match="already split by users"):
         attach_user_ids(du, ids)
 
@@ -165,7 +186,11 @@ def test_attach_user_ids_refuses_record_level_split_and_partial_ids():
     with pytest.raises(UsageError, match="user_ids must map train"):
         attach_user_ids(ds, {"training": ids})
     # disjoint per-partition ids are accepted as they are
-    ok = {"train": np.arange(len(ds.y_train)), "val": -1 - np.arange(len(ds.y_val)), "test": 10**6 + np.arange(len(ds.y_test))}
+    ok = {
+        "train": np.arange(len(ds.y_train)),
+        "val": -1 - np.arange(len(ds.y_val)),
+        "test": 10**6 + np.arange(len(ds.y_test)),
+    }
     du = attach_user_ids(ds, ok)
     assert np.array_equal(du.x_train, ds.x_train) and du.user_ids["val"][0] == -1
 

@@ -40,8 +40,14 @@ def _copies(tmp_path, probs, labels):
 
 
 def _mixmin(path, ledger_path, out_dir):
-    request = MixMinRequest(proxy_predictions=str(path), epsilon=1.0, steps=10, batch_size=1000,
-                            clipping_norm=5.0, reference_size=N)
+    request = MixMinRequest(
+        proxy_predictions=str(path),
+        epsilon=1.0,
+        steps=10,
+        batch_size=1000,
+        clipping_norm=5.0,
+        reference_size=N,
+    )
     return release("mixmin", request, out_dir=out_dir, ledger_path=ledger_path)
 
 
@@ -55,7 +61,9 @@ def test_a_copy_of_a_proxy_file_meets_the_originals_cap(tmp_path, original, copy
         total = lc.dataset_total(led._states(name)[name])
         spent = lc.total_bounds(total, delta=1e-5, adjacency=first.adjacency)["epsilon"]
         led.cap(name, spent * 1.01, 1e-5)  # room for no second run on these people
-    with pytest.raises(BudgetExceededError, match=f"dataset '{name}' exceeded through shared people"):
+    with pytest.raises(
+        BudgetExceededError, match=f"dataset '{name}' exceeded through shared people"
+    ):
         _mixmin(_copies(tmp_path, probs, labels)[copy], ledger_path, tmp_path / "b")
     with open_ledger(ledger_path) as led:
         assert len(led.entries(kind="release")) == 1 and led.open_reservations() == []

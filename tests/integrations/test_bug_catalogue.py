@@ -30,7 +30,9 @@ def _codes(name: str, seed: int) -> frozenset:
 @pytest.mark.parametrize("bug", cat.CATALOGUE, ids=[b.name for b in cat.CATALOGUE])
 def test_each_bug_is_caught(bug):
     found = _codes(bug.name, 0)
-    assert bug.expected <= found, f"{bug.name}: expected {sorted(bug.expected)}, found {sorted(found)}"
+    assert bug.expected <= found, (
+        f"{bug.name}: expected {sorted(bug.expected)}, found {sorted(found)}"
+    )
 
 
 @pytest.mark.parametrize("seed", CORRECT_SEEDS)
@@ -39,11 +41,22 @@ def test_the_correct_pipeline_has_no_finding(seed):
 
 
 def test_summary_all_caught_none_flagged(capsys):
-    rows = [{"bug": b, "caught": int(b.expected <= _codes(b.name, 0)), "runs": 1, "seconds": float("nan")}
-            for b in cat.CATALOGUE]
+    rows = [
+        {
+            "bug": b,
+            "caught": int(b.expected <= _codes(b.name, 0)),
+            "runs": 1,
+            "seconds": float("nan"),
+        }
+        for b in cat.CATALOGUE
+    ]
     flagged = [s for s in CORRECT_SEEDS if _codes("correct", s)]
-    result = {"rows": rows, "flagged": flagged, "correct_runs": len(CORRECT_SEEDS),
-              "correct_seconds": float("nan")}
+    result = {
+        "rows": rows,
+        "flagged": flagged,
+        "correct_runs": len(CORRECT_SEEDS),
+        "correct_seconds": float("nan"),
+    }
     with capsys.disabled():
         print("\n" + cat.table(result))
     assert sum(r["caught"] for r in rows) == len(rows) and flagged == []
@@ -58,7 +71,9 @@ def test_the_catalogue_covers_the_issue_list():
 # ------------------------------------------------------------------ the detections added for the catalogue
 def _loader(weights, *, replacement=True, batch=cat.BATCH):
     data = cat.dataset(0)
-    sampler = torch.utils.data.WeightedRandomSampler(weights, num_samples=cat.N, replacement=replacement)
+    sampler = torch.utils.data.WeightedRandomSampler(
+        weights, num_samples=cat.N, replacement=replacement
+    )
     return torch.utils.data.DataLoader(data, batch_size=batch, sampler=sampler)
 
 
@@ -67,7 +82,9 @@ def test_weighted_sampler_finding_states_the_top_rate():
     w[0] = 21.0  # record 0 has weight 21 of a total 125: 1 - (1 - 21/125)^10 per batch of 10
     (f,) = weight_findings(_loader(w), 1 / 11)
     assert f.code == "non-uniform-sampler" and f"{1 - (1 - 21 / 125) ** 10:.4g}" in f.message
-    assert weight_findings(_loader(torch.full((cat.N,), 3.0)), 1 / 11) == []  # equal weights: one rate
+    assert (
+        weight_findings(_loader(torch.full((cat.N,), 3.0)), 1 / 11) == []
+    )  # equal weights: one rate
     assert weight_findings(torch.utils.data.DataLoader(cat.dataset(0), batch_size=10), 1 / 11) == []
 
 
@@ -84,7 +101,10 @@ def test_pooled_noise_catches_a_10_percent_understatement_no_single_update_does(
     rng = np.random.default_rng(0)
     for _ in range(5):
         found = _noise_codes(0.81 * rng.chisquare(300, 22), 300)
-        assert "too-little-noise" in found and "together carried noise of std" in found["too-little-noise"]
+        assert (
+            "too-little-noise" in found
+            and "together carried noise of std" in found["too-little-noise"]
+        )
 
 
 def test_pooled_noise_false_positive_simulation():
@@ -107,4 +127,6 @@ def test_unclipped_parameters_seen_by_the_check_alone():
     run.train(each=lambda i, x, y: (run.plain_backward(x, y), head.step()))
     codes = {f.code for f in run.check.findings()}
     assert "unclipped-parameters" in codes
-    assert "head.weight" in next(f.message for f in run.check.findings() if f.code == "unclipped-parameters")
+    assert "head.weight" in next(
+        f.message for f in run.check.findings() if f.code == "unclipped-parameters"
+    )

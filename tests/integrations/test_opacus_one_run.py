@@ -37,13 +37,21 @@ def _train(sigma: float, canaries: int | None, *, epochs: int = 6, seed: int = 0
     """Train once with Opacus; returns (canaries, model, per-step noise, accountant history)."""
     from opacus import PrivacyEngine
 
-    torch.manual_seed(seed)  # model init, Poisson batches and Opacus noise all from the global generator
+    torch.manual_seed(
+        seed
+    )  # model init, Poisson batches and Opacus noise all from the global generator
     model = Tiny()
-    c = OpacusCanaries(model, canaries=canaries, seed=1, tensors=["side.weight"], noise_seed=7) if canaries else None
+    c = (
+        OpacusCanaries(model, canaries=canaries, seed=1, tensors=["side.weight"], noise_seed=7)
+        if canaries
+        else None
+    )
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     loader = torch.utils.data.DataLoader(_data(), batch_size=BATCH)
     engine = PrivacyEngine(accountant="rdp")
-    model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma, max_grad_norm=1.0)
+    model, opt, loader = engine.make_private(
+        module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma, max_grad_norm=1.0
+    )
     if c is not None:
         c.attach(opt, data_loader=loader)
     import opacus.optimizers.optimizer as dpo
@@ -88,7 +96,9 @@ def test_opacus_noise_and_accounting_are_unchanged():
     c, _, noise_canary, hist_canary = _train(1.0, 12)
     assert c.sampled.sum() > 0  # canaries were really injected
     assert len(noise_plain) == len(noise_canary) == 24 * 4  # one draw per parameter tensor per step
-    assert all(torch.equal(a, b) for a, b in zip(noise_plain, noise_canary))  # the same draws, bit for bit
+    assert all(
+        torch.equal(a, b) for a, b in zip(noise_plain, noise_canary)
+    )  # the same draws, bit for bit
     assert hist_plain == hist_canary == [(1.0, BATCH / N, 24)]
     assert c.claim().noise_multiplier == 1.0 and c.claim().steps == 24
 

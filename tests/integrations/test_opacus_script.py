@@ -22,7 +22,7 @@ from dpaudit.ledger.book import open_ledger
 runner = CliRunner()
 SIGMA, EPOCHS, N, BATCH = 0.8, 3, 105, 10
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import argparse, json
     import torch
     from opacus import PrivacyEngine
@@ -63,7 +63,7 @@ SCRIPT = textwrap.dedent('''
             opt.step()
             steps += 1
     json.dump({"epsilon": engine.get_epsilon(1e-5), "steps": steps}, open(a.report, "w"))
-''')
+""")
 
 
 @pytest.fixture
@@ -73,7 +73,9 @@ def script(tmp_path, monkeypatch):
     return tmp_path / "train.py"
 
 
-def _audit(*options, script_args=("--epochs", str(EPOCHS), "--sigma", str(SIGMA), "--report", "seen.json")):
+def _audit(
+    *options, script_args=("--epochs", str(EPOCHS), "--sigma", str(SIGMA), "--report", "seen.json")
+):
     return runner.invoke(app, ["audit", "opacus", "train.py", *options, "--", *script_args])
 
 
@@ -82,26 +84,62 @@ def test_correct_pipeline_is_audited_without_findings(script):
     r = _audit("--canaries", "200", "--tensors", "side.weight", "--out", "o", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["audit_dir"] == "o"  # --json: the script's own prints go to stderr
-    seen, rec = json.loads((script.parent / "seen.json").read_text()), json.loads((script.parent / "o" / "one_run.json").read_text())
+    seen, rec = (
+        json.loads((script.parent / "seen.json").read_text()),
+        json.loads((script.parent / "o" / "one_run.json").read_text()),
+    )
     assert seen["steps"] == rec["info"]["steps"] > 0  # every optimizer step went through the hook
     assert rec["findings"] == [] and "certified" not in rec
-    assert rec["accountant_epsilon"] == pytest.approx(seen["epsilon"], rel=1e-12)  # the script's own accountant
+    assert rec["accountant_epsilon"] == pytest.approx(
+        seen["epsilon"], rel=1e-12
+    )  # the script's own accountant
     # the claim is the executed run's: Opacus's sample rate 1/11, the executed steps; its epsilon recomputed independently
     ev = SubsampledGaussian(SIGMA, 1 / 11, seen["steps"])
-    assert rec["claimed_epsilon"] == pytest.approx(compute_epsilon(ev, delta=1e-5, accountant="rdp").epsilon, rel=1e-9)
-    assert rec["canaries"] == 200 and rec["info"]["tensors"] == ["side.weight"] and not rec["violated"]
+    assert rec["claimed_epsilon"] == pytest.approx(
+        compute_epsilon(ev, delta=1e-5, accountant="rdp").epsilon, rel=1e-9
+    )
+    assert (
+        rec["canaries"] == 200 and rec["info"]["tensors"] == ["side.weight"] and not rec["violated"]
+    )
 
 
 def test_planted_fixed_batches_are_found_and_not_certified(script):
-    r = _audit("--canaries", "200", "--tensors", "side.weight", "--out", "o", script_args=(
-        "--epochs", str(EPOCHS), "--sigma", str(SIGMA), "--report", "seen.json", "--fixed"))
+    r = _audit(
+        "--canaries",
+        "200",
+        "--tensors",
+        "side.weight",
+        "--out",
+        "o",
+        script_args=(
+            "--epochs",
+            str(EPOCHS),
+            "--sigma",
+            str(SIGMA),
+            "--report",
+            "seen.json",
+            "--fixed",
+        ),
+    )
     assert r.exit_code == 0, r.output
     rec = json.loads((script.parent / "o" / "one_run.json").read_text())
-    assert {f["code"] for f in rec["findings"]} == {"not-poisson", "fixed-batch-size", "not-poisson-records"}
-    assert rec["certified"] == "not certified: pipeline findings" and "pipeline finding not-poisson" in r.output
+    assert {f["code"] for f in rec["findings"]} == {
+        "not-poisson",
+        "fixed-batch-size",
+        "not-poisson-records",
+    }
+    assert (
+        rec["certified"] == "not certified: pipeline findings"
+        and "pipeline finding not-poisson" in r.output
+    )
     # without amplification: each record in one batch per epoch, the Gaussian mechanism composed over the epochs
-    want = compute_epsilon(SubsampledGaussian(SIGMA, 1.0, EPOCHS), delta=1e-5, accountant="rdp").epsilon
-    assert rec["no_amplification"]["epsilon"] == pytest.approx(want, rel=1e-12) and want > rec["claimed_epsilon"]
+    want = compute_epsilon(
+        SubsampledGaussian(SIGMA, 1.0, EPOCHS), delta=1e-5, accountant="rdp"
+    ).epsilon
+    assert (
+        rec["no_amplification"]["epsilon"] == pytest.approx(want, rel=1e-12)
+        and want > rec["claimed_epsilon"]
+    )
 
 
 def test_under_a_plan_the_run_and_result_are_recorded_and_verify(script, monkeypatch):
@@ -110,14 +148,37 @@ def test_under_a_plan_the_run_and_result_are_recorded_and_verify(script, monkeyp
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, str(sg.keygen("auditor").path))
     with open_ledger(None) as led:
         led.register_key()
-    r = runner.invoke(app, ["audit", "plan", "opacus", "--noise-multiplier", str(SIGMA), "--sample-rate", str(1 / 11), "--epochs", str(EPOCHS),
-                            "--delta", "1e-5", "--canaries", "100", "--tensors", "side.weight", "--out", "p"])
+    r = runner.invoke(
+        app,
+        [
+            "audit",
+            "plan",
+            "opacus",
+            "--noise-multiplier",
+            str(SIGMA),
+            "--sample-rate",
+            str(1 / 11),
+            "--epochs",
+            str(EPOCHS),
+            "--delta",
+            "1e-5",
+            "--canaries",
+            "100",
+            "--tensors",
+            "side.weight",
+            "--out",
+            "p",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert _audit("--plan", "p/plan.json", "--delta", "1e-3").exit_code == 2  # the plan fixes delta
     assert _audit("--plan", "p/plan.json", "--canaries", "99").exit_code == 2  # and the canaries
     r = _audit("--plan", "p/plan.json")
     assert r.exit_code == 0, r.output
-    plan, rec = json.loads((script.parent / "p" / "plan.json").read_text()), json.loads((script.parent / "p" / "one_run.json").read_text())
+    plan, rec = (
+        json.loads((script.parent / "p" / "plan.json").read_text()),
+        json.loads((script.parent / "p" / "one_run.json").read_text()),
+    )
     assert rec["plan"]["id"] == plan["id"] and rec["findings"] == [] and rec["canaries"] == 100
     with open_ledger(None, create=False) as led:
         stages = [e.payload["stage"] for e in led.entries(kind="plan")]
@@ -128,32 +189,54 @@ def test_under_a_plan_the_run_and_result_are_recorded_and_verify(script, monkeyp
     # a second run of the plan is refused before the script runs: the first run's files stay as they are
     first = (script.parent / "p" / "one_run.json").read_bytes()
     r = _audit("--plan", "p/plan.json", script_args=("--epochs", "1", "--report", "again.json"))
-    assert r.exit_code == 2 and "plan must be run once" in r.output and not (script.parent / "again.json").exists()
+    assert (
+        r.exit_code == 2
+        and "plan must be run once" in r.output
+        and not (script.parent / "again.json").exists()
+    )
     assert (script.parent / "p" / "one_run.json").read_bytes() == first
     # a less private run than planned is refused when make_private returns, before any training step (the plan copied
     # to a folder without results, so that the rule of make_private is what refuses it)
     (script.parent / "p2").mkdir()
     for f in ("plan.json", "plan.local.json"):
         shutil.copy(script.parent / "p" / f, script.parent / "p2" / f)
-    r = _audit("--plan", "p2/plan.json", script_args=("--epochs", "1", "--sigma", "0.5", "--report", "x.json"))
-    assert r.exit_code == 2 and "noise_multiplier must be at least the planned 0.8" in r.output and not (script.parent / "x.json").exists()
+    r = _audit(
+        "--plan",
+        "p2/plan.json",
+        script_args=("--epochs", "1", "--sigma", "0.5", "--report", "x.json"),
+    )
+    assert (
+        r.exit_code == 2
+        and "noise_multiplier must be at least the planned 0.8" in r.output
+        and not (script.parent / "x.json").exists()
+    )
 
 
-@pytest.mark.parametrize("argv,says", [
-    (["missing.py"], "SCRIPT must be an existing .py file"),
-    (["seen.txt"], "SCRIPT must be an existing .py file"),
-    (["train.py", "--out", "seen.txt"], "--out must be a directory dpaudit can create and write"),
-    (["train.py", "--plan", "nope/plan.json"], "audit plan not found: nope/plan.json."),
-    (["train.py", "--canaries", "1"], "--canaries must be an integer >= 2, got 1."),
-    (["train.py", "--delta", "2"], "--delta must be in the open interval (0, 1), got 2.0."),
-    (["train.py", "--canaries", "100000"], "--canaries must be at most"),
-    (["train.py", "--tensors", "nope.weight"], "--tensors must name trainable parameters"),
-])
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["missing.py"], "SCRIPT must be an existing .py file"),
+        (["seen.txt"], "SCRIPT must be an existing .py file"),
+        (
+            ["train.py", "--out", "seen.txt"],
+            "--out must be a directory dpaudit can create and write",
+        ),
+        (["train.py", "--plan", "nope/plan.json"], "audit plan not found: nope/plan.json."),
+        (["train.py", "--canaries", "1"], "--canaries must be an integer >= 2, got 1."),
+        (["train.py", "--delta", "2"], "--delta must be in the open interval (0, 1), got 2.0."),
+        (["train.py", "--canaries", "100000"], "--canaries must be at most"),
+        (["train.py", "--tensors", "nope.weight"], "--tensors must name trainable parameters"),
+    ],
+)
 def test_bad_inputs_exit_2(script, argv, says):
     (script.parent / "seen.txt").write_text("x")
-    r = runner.invoke(app, ["audit", "opacus", *argv, "--", "--epochs", "1", "--sigma", "1", "--report", "r.json"])
+    r = runner.invoke(
+        app, ["audit", "opacus", *argv, "--", "--epochs", "1", "--sigma", "1", "--report", "r.json"]
+    )
     assert r.exit_code == 2 and says in r.output, r.output
-    assert not (script.parent / "r.json").exists()  # refused before (or at make_private, before) any training
+    assert not (
+        script.parent / "r.json"
+    ).exists()  # refused before (or at make_private, before) any training
 
 
 def test_a_script_without_make_private_or_failing_exits_2(tmp_path, monkeypatch):
@@ -161,7 +244,10 @@ def test_a_script_without_make_private_or_failing_exits_2(tmp_path, monkeypatch)
     (tmp_path / "none.py").write_text("print('no training')\n")
     (tmp_path / "fail.py").write_text("import sys\nsys.exit(3)\n")
     r = runner.invoke(app, ["audit", "opacus", "none.py"])
-    assert r.exit_code == 2 and "SCRIPT must train through opacus.PrivacyEngine.make_private" in r.output
+    assert (
+        r.exit_code == 2
+        and "SCRIPT must train through opacus.PrivacyEngine.make_private" in r.output
+    )
     r = runner.invoke(app, ["audit", "opacus", "fail.py"])
     assert r.exit_code == 2 and "SCRIPT must exit with status 0, got 3." in r.output
 
@@ -169,15 +255,21 @@ def test_a_script_without_make_private_or_failing_exits_2(tmp_path, monkeypatch)
 def test_a_script_without_a_noise_multiplier_is_refused_in_one_line(script):
     """Opacus accepts noise_multiplier=None; the hook refuses it at make_private, before any training."""
     r = _audit("--canaries", "10", script_args=("--epochs", "1", "--report", "r.json"))
-    assert r.exit_code == 2 and "optimizer.noise_multiplier must be one number >= 0, got None." in r.output, r.output
+    assert (
+        r.exit_code == 2
+        and "optimizer.noise_multiplier must be one number >= 0, got None." in r.output
+    ), r.output
     assert not (script.parent / "r.json").exists()
 
 
 def test_a_script_that_attaches_its_own_canaries_is_refused(script):
     """Two canary sets may share coordinates (twice the sensitivity): the second attach is refused."""
-    own = SCRIPT.replace("steps = 0\n", "from dpaudit.integrations.opacus import OpacusCanaries\n"
-                                          "OpacusCanaries(model, canaries=10, tensors=['side.weight']).attach(opt, data_loader=loader)\n"
-                                          "steps = 0\n")
+    own = SCRIPT.replace(
+        "steps = 0\n",
+        "from dpaudit.integrations.opacus import OpacusCanaries\n"
+        "OpacusCanaries(model, canaries=10, tensors=['side.weight']).attach(opt, data_loader=loader)\n"
+        "steps = 0\n",
+    )
     script.write_text(own)
     r = _audit("--canaries", "10", "--tensors", "side.weight")
     assert r.exit_code == 2 and "optimizer must carry one set of canaries" in r.output
@@ -188,7 +280,11 @@ def test_the_scripts_warnings_are_one_line_each_and_never_hidden(script):
     r = _audit("--canaries", "50", "--tensors", "side.weight", "--out", "o")
     assert r.exit_code == 0, r.output
     flat = " ".join(r.output.split())
-    assert flat.count("secure_mode off") == 1 and "Full backward hook" not in flat and "UserWarning" not in flat
+    assert (
+        flat.count("secure_mode off") == 1
+        and "Full backward hook" not in flat
+        and "UserWarning" not in flat
+    )
     assert "warning from train.py:" in flat
 
 
@@ -199,7 +295,9 @@ def test_warning_lines_keep_every_unexpected_warning():
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warnings.warn("Full backward hook is firing when gradients are computed with respect to module outputs since ...")
+        warnings.warn(
+            "Full backward hook is firing when gradients are computed with respect to module outputs since ..."
+        )
         warnings.warn("Secure RNG turned off. This is perfectly fine for experimentation ...")
         warnings.warn("overflow encountered in exp\nsecond line", RuntimeWarning)
         warnings.warn("overflow encountered in exp\nsecond line", RuntimeWarning)

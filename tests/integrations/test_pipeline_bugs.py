@@ -15,8 +15,12 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch import nn
 
 from dpaudit.integrations.opacus import OpacusCanaries
-from dpaudit.integrations.pipeline import (NOT_CERTIFIED, PipelineCheck, inclusion_count_test,
-                                           trained_from_draws)
+from dpaudit.integrations.pipeline import (
+    NOT_CERTIFIED,
+    PipelineCheck,
+    inclusion_count_test,
+    trained_from_draws,
+)
 
 N, BATCH = 105, 10
 
@@ -31,14 +35,15 @@ class UniformWithReplacementSampler(UniformWithReplacementSampler):  # noqa: F81
         for _ in range(len(self)):
             # no empty batch: the default collate refuses one
             size = max(1, int(rng.binomial(self.num_samples, self.sample_rate)))
-            yield perm[at:at + size].tolist() if at < self.num_samples else perm[:size].tolist()
+            yield perm[at : at + size].tolist() if at < self.num_samples else perm[:size].tolist()
             at += size
 
 
 def _data(n: int = N):
     g = torch.Generator().manual_seed(1)
-    return torch.utils.data.TensorDataset(torch.randn(n, 4, generator=g),
-                                          torch.randint(0, 2, (n,), generator=g))
+    return torch.utils.data.TensorDataset(
+        torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g)
+    )
 
 
 def _setup(seed: int, *, loader=None, poisson: bool = True):
@@ -48,8 +53,13 @@ def _setup(seed: int, *, loader=None, poisson: bool = True):
     engine = PrivacyEngine(accountant="rdp")
     loader = loader or torch.utils.data.DataLoader(_data(), batch_size=BATCH)
     model, opt, loader = engine.make_private(
-        module=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), data_loader=loader,
-        noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=poisson)
+        module=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data_loader=loader,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        poisson_sampling=poisson,
+    )
     c.attach(opt, data_loader=loader)
     check = PipelineCheck().attach(opt, data_loader=loader, accountant=engine.accountant)
     return model, opt, loader, c, check
@@ -65,7 +75,9 @@ def _train(model, opt, batches, *, bypass_at: int = -1):
 def _codes(c, check, model=None) -> set[str]:
     b = c.audit(model, delta=1e-5, pipeline=check).bounds
     b.setdefault("findings", [])
-    assert ("certified" in b) is bool(b["findings"]) and b.get("certified", NOT_CERTIFIED) == NOT_CERTIFIED
+    assert ("certified" in b) is bool(b["findings"]) and b.get(
+        "certified", NOT_CERTIFIED
+    ) == NOT_CERTIFIED
     return {f["code"] for f in b["findings"]}
 
 
@@ -142,7 +154,7 @@ def test_inclusion_count_test_half_epoch_and_honest_draws():
     rng = np.random.default_rng(0)
     n, q, steps = 2000, 0.02, 25
     counts = np.zeros(n, dtype=np.int64)
-    counts[rng.permutation(n)[:steps * 40]] = 1
+    counts[rng.permutation(n)[: steps * 40]] = 1
     assert inclusion_count_test(counts, steps=steps, q=q)[0] < 1e-6
     draws = [(rng.random((steps, n)) < q).sum(0) for _ in range(50)]
     honest = [inclusion_count_test(c, steps=steps, q=q)[0] for c in draws]
@@ -170,7 +182,8 @@ def test_training_through_a_second_dp_optimizer_with_less_noise():
     from opacus.optimizers import DPOptimizer
 
     model, opt, loader, c, check = _setup(0)
-    other = DPOptimizer(opt.original_optimizer, noise_multiplier=0.05, max_grad_norm=1.0,
-                        expected_batch_size=BATCH)
+    other = DPOptimizer(
+        opt.original_optimizer, noise_multiplier=0.05, max_grad_norm=1.0, expected_batch_size=BATCH
+    )
     _train(model, other, loader)
     assert "changed-after-training" in _codes(c, check, model)

@@ -8,11 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
-_spec = importlib.util.spec_from_file_location("bench_sampler_mismatch", Path(__file__).parents[2] / "benchmarks" / "bench_sampler_mismatch.py")
+_spec = importlib.util.spec_from_file_location(
+    "bench_sampler_mismatch", Path(__file__).parents[2] / "benchmarks" / "bench_sampler_mismatch.py"
+)
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-CFG = {"n": 12, "q": 0.25, "epochs": 1, "sigma": 0.3}  # T = 4 steps; documented in benchmarks/RESULTS-issue28.md
+CFG = {
+    "n": 12,
+    "q": 0.25,
+    "epochs": 1,
+    "sigma": 0.3,
+}  # T = 4 steps; documented in benchmarks/RESULTS-issue28.md
 
 
 def test_shuffle_puts_the_canary_in_one_batch_per_epoch():

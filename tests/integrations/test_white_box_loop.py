@@ -32,19 +32,28 @@ def _clipped_sum(model, xb, yb) -> dict:
     return per_sample_clipped_sum(model, params, xb, yb, C)
 
 
-def plain_loop(*, noise_factor: float = 1.0, null: bool = False, canaries: int = 1000, seed: int = 0):
+def plain_loop(
+    *, noise_factor: float = 1.0, null: bool = False, canaries: int = 1000, seed: int = 0
+):
     """A user's plain loop: Poisson batches, own clipping, own noise (``noise_factor`` times the
     declared std: the planted understatement), SGD on the noisy sum over the public m0 = N q."""
     torch.manual_seed(seed)
     model = nn.Linear(40, 30)
     x, y, gen = _data(seed)
-    check = PipelineCheck(noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS, max_grad_norm=C, dataset_size=N)
-    LoopWhiteBox(model, canaries=canaries, tensors=["weight"], seed=1, noise_seed=seed, null=null).watch(check)
+    check = PipelineCheck(
+        noise_multiplier=SIGMA, sample_rate=Q, steps=STEPS, max_grad_norm=C, dataset_size=N
+    )
+    LoopWhiteBox(
+        model, canaries=canaries, tensors=["weight"], seed=1, noise_seed=seed, null=null
+    ).watch(check)
     for _ in range(STEPS):
         mask = torch.rand(N, generator=gen) < Q
         summed = _clipped_sum(model, x[mask], y[mask])
         check.clip(int(mask.sum()), C, clipped=summed)
-        noisy = {n: s + noise_factor * SIGMA * C * torch.randn(s.shape, generator=gen) for n, s in summed.items()}
+        noisy = {
+            n: s + noise_factor * SIGMA * C * torch.randn(s.shape, generator=gen)
+            for n, s in summed.items()
+        }
         check.noise(SIGMA, C, noisy=noisy)
         with torch.no_grad():
             for n, p in model.named_parameters():
@@ -99,5 +108,6 @@ def test_misuse_is_refused_in_one_line():
         check.clip(3, 1.0, clipped=sums)
     with pytest.raises(UsageError, match="contiguous"):
         wbox = LoopWhiteBox(model, canaries=4, tensors=["weight"]).watch(
-            PipelineCheck(noise_multiplier=1.0, sample_rate=0.1, max_grad_norm=1.0))
+            PipelineCheck(noise_multiplier=1.0, sample_rate=0.1, max_grad_norm=1.0)
+        )
         wbox.before_noise({"weight": torch.zeros(4, 3).t()})

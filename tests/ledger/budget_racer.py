@@ -29,8 +29,18 @@ def dataset() -> PreparedDataset:
     rng = np.random.default_rng(0)
     x = rng.random((60, 4)).astype(np.float32)
     y = rng.integers(0, 2, 60).astype(np.int64)
-    return PreparedDataset(name="race", kind="tabular", x_train=x[:40], y_train=y[:40], x_val=x[40:50], y_val=y[40:50],
-                           x_test=x[50:], y_test=y[50:], n_classes=2, split_seed=0)
+    return PreparedDataset(
+        name="race",
+        kind="tabular",
+        x_train=x[:40],
+        y_train=y[:40],
+        x_val=x[40:50],
+        y_val=y[40:50],
+        x_test=x[50:],
+        y_test=y[50:],
+        n_classes=2,
+        split_seed=0,
+    )
 
 
 def main() -> None:
@@ -47,7 +57,13 @@ def main() -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     try:
-        rel = release("dp-elm", DPELMRequest(dataset="race", width=3, epsilon=1.0), prepared=data, ledger_path=ledger, out_dir=out)
+        rel = release(
+            "dp-elm",
+            DPELMRequest(dataset="race", width=3, epsilon=1.0),
+            prepared=data,
+            ledger_path=ledger,
+            out_dir=out,
+        )
     except DPAuditError as e:
         print(f"refused {type(e).__name__}: {e}", flush=True)
         sys.exit(3)

@@ -21,13 +21,19 @@ _CLUSTER_HELPER = Path(__file__).resolve().parents[1] / "pg_cluster.py"
 
 def in_ci() -> bool:
     """``$CI`` (set by CI services) or ``$DPAUDIT_REQUIRE_POSTGRES`` (set by .ci/run) is set."""
-    return any(os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no") for v in ("CI", "DPAUDIT_REQUIRE_POSTGRES"))
+    return any(
+        os.environ.get(v, "").strip().lower() not in ("", "0", "false", "no")
+        for v in ("CI", "DPAUDIT_REQUIRE_POSTGRES")
+    )
 
 
 def missing(reason: str):
     """Skip (visibly) on a developer machine; fail in CI."""
     if in_ci():
-        pytest.fail(f"CI must provide a PostgreSQL server for the team-ledger tests: {reason}", pytrace=False)
+        pytest.fail(
+            f"CI must provide a PostgreSQL server for the team-ledger tests: {reason}",
+            pytrace=False,
+        )
     pytest.skip(reason)
 
 
@@ -49,7 +55,9 @@ def pg_server_url() -> str:
     """The superuser URL of the test server (skip / fail as described above)."""
     url = os.environ.get(PG_ENV)
     if not url:
-        missing(f"no PostgreSQL test server: set {PG_ENV}=postgresql://USER:PW@127.0.0.1:PORT/DB (.ci/run starts one)")
+        missing(
+            f"no PostgreSQL test server: set {PG_ENV}=postgresql://USER:PW@127.0.0.1:PORT/DB (.ci/run starts one)"
+        )
     try:
         import psycopg
     except ImportError:
@@ -58,7 +66,9 @@ def pg_server_url() -> str:
         with psycopg.connect(url, connect_timeout=5) as c:
             c.execute("SELECT 1")
     except psycopg.Error as e:
-        missing(f"PostgreSQL test server in ${PG_ENV} is unreachable: {str(e).strip().splitlines()[0]}")
+        missing(
+            f"PostgreSQL test server in ${PG_ENV} is unreachable: {str(e).strip().splitlines()[0]}"
+        )
     return url
 
 
@@ -99,11 +109,15 @@ def pg_role(pg_server_url):
     with psycopg.connect(pg_server_url, autocommit=True) as c:
         c.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{pw}'")
     parts = urllib.parse.urlsplit(pg_server_url)
-    url = urllib.parse.urlunsplit(parts._replace(netloc=f"{name}:{pw}@{parts.hostname}:{parts.port}"))
+    url = urllib.parse.urlunsplit(
+        parts._replace(netloc=f"{name}:{pw}@{parts.hostname}:{parts.port}")
+    )
     yield name, pw, url
     with psycopg.connect(pg_server_url, autocommit=True) as c:
         # Terminate its sessions first (a test may leave one open on failure).
-        c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,))
+        c.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,)
+        )
         c.execute(f"DROP OWNED BY {name} CASCADE")
         c.execute(f"DROP ROLE {name}")
 
@@ -113,7 +127,9 @@ def private_pg_cluster(tmp_path_factory):
     """A private throwaway server (loopback only) that a test may restart; stopped and removed after."""
     helper = load_cluster_helper()
     if helper.find_bindir() is None:
-        missing("PostgreSQL server binaries (initdb, pg_ctl) not found: install Debian's 'postgresql' package")
+        missing(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found: install Debian's 'postgresql' package"
+        )
     if os.geteuid() == 0:
         try:
             import pwd

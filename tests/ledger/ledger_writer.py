@@ -29,9 +29,17 @@ def main() -> None:
             sys.stdin.readline()
         while count == 0 or i < count:
             rel = Release(
-                mechanism="test-writer", dataset={"name": "toy", "sha256": "0" * 64}, adjacency="add-remove-record",
-                accountant="rdp", epsilon=1.0, delta=1e-5, guarantee=event.to_dict(), seed=i, noise_source={"kind": "test"},
-                partition=f"part-{tag}", git_commit=None,
+                mechanism="test-writer",
+                dataset={"name": "toy", "sha256": "0" * 64},
+                adjacency="add-remove-record",
+                accountant="rdp",
+                epsilon=1.0,
+                delta=1e-5,
+                guarantee=event.to_dict(),
+                seed=i,
+                noise_source={"kind": "test"},
+                partition=f"part-{tag}",
+                git_commit=None,
             )
             eid = ledger.record(rel)
             sys.stdout.write(eid + "\n")

@@ -37,8 +37,16 @@ runner = CliRunner()
 
 def release(event, digest, *, partition="train", dataset="digits-mix", **ds) -> Release:
     return Release(
-        mechanism="dp-mixmin", dataset={"name": dataset, "sha256": digest, **ds}, adjacency="add-remove-record", accountant="rdp",
-        epsilon=1.0, delta=1e-5, guarantee=event.to_dict(), seed=0, noise_source={"kind": "test"}, partition=partition,
+        mechanism="dp-mixmin",
+        dataset={"name": dataset, "sha256": digest, **ds},
+        adjacency="add-remove-record",
+        accountant="rdp",
+        epsilon=1.0,
+        delta=1e-5,
+        guarantee=event.to_dict(),
+        seed=0,
+        noise_source={"kind": "test"},
+        partition=partition,
         git_commit=None,
     )
 
@@ -55,7 +63,9 @@ def total(led, dataset="digits-mix") -> dict:
 # ---------------------------------------------------------------- point 2: one name, one set of records
 
 
-def test_other_data_under_a_known_name_is_refused_until_declared_then_versions_compose_sequentially(tmp_path):
+def test_other_data_under_a_known_name_is_refused_until_declared_then_versions_compose_sequentially(
+    tmp_path,
+):
     with open_ledger(tmp_path / "l.sqlite") as led:
         led.declare_partition("digits-mix", "split", ["split/mix", "split/ft"], "dp-mixmin")
         led.record(release(MIX, SHA_A, partition="split/mix", split_seed=42))
@@ -72,15 +82,33 @@ def test_other_data_under_a_known_name_is_refused_until_declared_then_versions_c
         assert f"dpaudit ledger declare-version digits-mix --fingerprint {fp_b}" in msg
         # ... and before training, from the planned release's digest.
         with pytest.raises(DPAuditError, match="refused before training"):
-            led.preflight(dataset="digits-mix", partition="split/ft", event=FT, adjacency="add-remove-record", data_digest=SHA_B)
+            led.preflight(
+                dataset="digits-mix",
+                partition="split/ft",
+                event=FT,
+                adjacency="add-remove-record",
+                data_digest=SHA_B,
+            )
         with pytest.raises(DPAuditError):
-            led.reserve(dataset="digits-mix", partition="split/ft", event=FT, adjacency="add-remove-record", data_digest=SHA_B)
+            led.reserve(
+                dataset="digits-mix",
+                partition="split/ft",
+                event=FT,
+                adjacency="add-remove-record",
+                data_digest=SHA_B,
+            )
         assert len(led.entries(kind="release")) == 2 and led.entries(kind="reservation") == []
         # Declared: accepted, and the versions compose sequentially even across the "disjoint"
         # children (the split of one version says nothing about the other's records).
         vid = led.declare_version("digits-mix", fp_b, "split seed 43")
         assert led.declare_version("digits-mix", fp_b.upper(), "again") == vid  # idempotent
-        led.preflight(dataset="digits-mix", partition="split/ft", event=FT, adjacency="add-remove-record", data_digest=SHA_B)
+        led.preflight(
+            dataset="digits-mix",
+            partition="split/ft",
+            event=FT,
+            adjacency="add-remove-record",
+            data_digest=SHA_B,
+        )
         led.record(other)
         row = total(led)
         assert row["epsilon"] == pytest.approx(best(Composed((Parallel((MIX, FT)), FT))), rel=1e-9)
@@ -112,7 +140,20 @@ def test_declare_version_through_the_cli(tmp_path):
     with open_ledger(path) as led:
         led.record(release(MIX, SHA_B))
         assert total(led)["releases_subtree"] == 2
-    r = runner.invoke(app, ["ledger", "declare-version", "digits-mix", "--fingerprint", "xyz", "--reason", "r", "--ledger", str(path)])
+    r = runner.invoke(
+        app,
+        [
+            "ledger",
+            "declare-version",
+            "digits-mix",
+            "--fingerprint",
+            "xyz",
+            "--reason",
+            "r",
+            "--ledger",
+            str(path),
+        ],
+    )
     assert r.exit_code == 2 and "fingerprint must be" in r.output
 
 
@@ -123,13 +164,29 @@ def test_dp_elm_split_seed_changes_the_identity_but_the_public_seed_does_not(tmp
 
     path = tmp_path / "l.sqlite"
     kw = dict(dataset="digits", width=3, epsilon=1.0)
-    release("dp-elm", DPELMRequest(seed=1, split_seed=5, **kw), out_dir=tmp_path / "a", ledger_path=path)
-    release("dp-elm", DPELMRequest(seed=2, split_seed=5, **kw), out_dir=tmp_path / "b", ledger_path=path)  # random features only: same data
-    with pytest.raises(DPAuditError, match="the split differs: split_seed 6 here, 5 in the recorded releases") as e:
-        release("dp-elm", DPELMRequest(seed=1, split_seed=6, **kw), out_dir=tmp_path / "c", ledger_path=path)
-    assert "refused before training" in str(e.value) and not (tmp_path / "c" / "release.json").exists()
+    release(
+        "dp-elm", DPELMRequest(seed=1, split_seed=5, **kw), out_dir=tmp_path / "a", ledger_path=path
+    )
+    release(
+        "dp-elm", DPELMRequest(seed=2, split_seed=5, **kw), out_dir=tmp_path / "b", ledger_path=path
+    )  # random features only: same data
+    with pytest.raises(
+        DPAuditError, match="the split differs: split_seed 6 here, 5 in the recorded releases"
+    ) as e:
+        release(
+            "dp-elm",
+            DPELMRequest(seed=1, split_seed=6, **kw),
+            out_dir=tmp_path / "c",
+            ledger_path=path,
+        )
+    assert (
+        "refused before training" in str(e.value) and not (tmp_path / "c" / "release.json").exists()
+    )
     with open_ledger(path) as led:
-        assert len(led.entries(kind="release")) == 2 and len(total(led, "digits")["dataset_fingerprints"]) == 1
+        assert (
+            len(led.entries(kind="release")) == 2
+            and len(total(led, "digits")["dataset_fingerprints"]) == 1
+        )
 
 
 # ---------------------------------------------------------------- point 5: keyed fingerprint
@@ -143,18 +200,32 @@ def test_the_ledger_stores_and_shows_a_keyed_fingerprint_never_the_plain_digest(
         if not f.name.endswith(".key"):
             assert SHA_A.encode() not in f.read_bytes(), f
     with open_ledger(path) as led:
-        led.reserve(dataset="digits-mix", partition="train", event=MIX, adjacency="add-remove-record", data_digest=SHA_A)
+        led.reserve(
+            dataset="digits-mix",
+            partition="train",
+            event=MIX,
+            adjacency="add-remove-record",
+            data_digest=SHA_A,
+        )
         key_file = led.key_path
     key = key_file.read_bytes()
     assert key_file == path.with_name("l.sqlite.key") and len(key) == 32
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     expected = hmac.new(key, SHA_A.encode("ascii"), hashlib.sha256).hexdigest()  # independent HMAC
-    listed = json.loads(runner.invoke(app, ["ledger", "list", "--ledger", str(path), "--json"]).stdout)["entries"]
-    shown = json.loads(runner.invoke(app, ["ledger", "summary", "--ledger", str(path), "--json"]).stdout)["rows"]
-    one = json.loads(runner.invoke(app, ["ledger", "show", rid, "--ledger", str(path), "--json"]).stdout)
+    listed = json.loads(
+        runner.invoke(app, ["ledger", "list", "--ledger", str(path), "--json"]).stdout
+    )["entries"]
+    shown = json.loads(
+        runner.invoke(app, ["ledger", "summary", "--ledger", str(path), "--json"]).stdout
+    )["rows"]
+    one = json.loads(
+        runner.invoke(app, ["ledger", "show", rid, "--ledger", str(path), "--json"]).stdout
+    )
     text = json.dumps([listed, shown, one])
     assert SHA_A not in text and "dataset_sha256" not in text
-    assert [e["dataset_fingerprint"] for e in listed] == [expected, expected] and one["dataset_fingerprint"] == expected
+    assert [e["dataset_fingerprint"] for e in listed] == [expected, expected] and one[
+        "dataset_fingerprint"
+    ] == expected
     assert all(r["dataset_fingerprints"] == [expected] for r in shown)
     # The key is the ledger's own: another ledger fingerprints the same data differently.
     with open_ledger(tmp_path / "other.sqlite") as other:
@@ -165,18 +236,32 @@ def test_the_ledger_stores_and_shows_a_keyed_fingerprint_never_the_plain_digest(
         led.fingerprint(SHA_A)
 
 
-def test_entries_written_before_keyed_fingerprints_are_keyed_when_read_and_keep_their_identity(tmp_path):
+def test_entries_written_before_keyed_fingerprints_are_keyed_when_read_and_keep_their_identity(
+    tmp_path,
+):
     path = tmp_path / "l.sqlite"
     with open_ledger(path) as led:
         # An entry as the previous dpaudit wrote it: the plain sha256 in the payload.
-        old = {"release_id": "old1", "mechanism": "dp-rvfl", "dataset_name": "digits-mix", "dataset_sha256": SHA_A,
-               "partition": "train", "adjacency": "add-remove-record", "guarantee": MIX.to_dict(), "epsilon": 1.0,
-               "delta": 1e-5, "non_private": False}
+        old = {
+            "release_id": "old1",
+            "mechanism": "dp-rvfl",
+            "dataset_name": "digits-mix",
+            "dataset_sha256": SHA_A,
+            "partition": "train",
+            "adjacency": "add-remove-record",
+            "guarantee": MIX.to_dict(),
+            "epsilon": 1.0,
+            "delta": 1e-5,
+            "non_private": False,
+        }
         with led.store.write():
             led._append("release", "digits-mix", old, entry_id="old1")
     with open_ledger(path) as led:
         e = led.get("old1")
-        assert e.payload["dataset_fingerprint"] == led.fingerprint(SHA_A) and "dataset_sha256" not in e.payload
+        assert (
+            e.payload["dataset_fingerprint"] == led.fingerprint(SHA_A)
+            and "dataset_sha256" not in e.payload
+        )
         led.record(release(MIX, SHA_A))  # the same data as the old entry: accepted
         with pytest.raises(DPAuditError, match="declare-version"):
             led.record(release(MIX, SHA_B))
@@ -197,23 +282,34 @@ def test_a_textbook_laplace_dp_elm_release_makes_the_total_unbounded_until_voide
     path = tmp_path / "l.sqlite"
     kw = dict(dataset="digits", width=3, epsilon=1.0)
     release("dp-elm", DPELMRequest(**kw), out_dir=tmp_path / "a", ledger_path=path)
-    rel = release("dp-elm", DPELMRequest(sampler="textbook", **kw), out_dir=tmp_path / "b", ledger_path=path)
+    rel = release(
+        "dp-elm", DPELMRequest(sampler="textbook", **kw), out_dir=tmp_path / "b", ledger_path=path
+    )
     with open_ledger(path) as led:
         row = total(led, "digits")
         assert math.isinf(row["epsilon"]) and row["unbounded"] and row["uncertified_releases"] == 1
         assert row["bound_by"] == "uncertified release"
-        assert row["unbounded_reasons"] == [f"uncertified release {rel.id}: uncertified: textbook floating-point Laplace sampler "
-                                            "(ideal-arithmetic guarantee only)"]
+        assert row["unbounded_reasons"] == [
+            f"uncertified release {rel.id}: uncertified: textbook floating-point Laplace sampler "
+            "(ideal-arithmetic guarantee only)"
+        ]
         assert "textbook floating-point Laplace sampler" in led.get(rel.id).payload["uncertified"]
     r = runner.invoke(app, ["ledger", "summary", "--ledger", str(path)])
-    assert r.exit_code == 0 and "digits is unbounded: uncertified release" in " ".join(r.output.split())
+    assert r.exit_code == 0 and "digits is unbounded: uncertified release" in " ".join(
+        r.output.split()
+    )
     with open_ledger(path) as led:
         led.void(rel.id, "uncertified sampler; model withdrawn", published=False)
         assert total(led, "digits")["epsilon"] == pytest.approx(1.0)
         led.cap("digits", 5.0, 1e-5)
     # With a cap, an uncertified release is refused before training (it would be unbounded).
     with pytest.raises(BudgetExceededError, match="textbook"):
-        release("dp-elm", DPELMRequest(sampler="textbook", **kw), out_dir=tmp_path / "c", ledger_path=path)
+        release(
+            "dp-elm",
+            DPELMRequest(sampler="textbook", **kw),
+            out_dir=tmp_path / "c",
+            ledger_path=path,
+        )
     assert not (tmp_path / "c" / "release.json").exists()
 
 
@@ -232,8 +328,16 @@ def test_renamed_proxy_predictions_share_the_budget_and_the_cap(tmp_path):
     copy = tmp_path / "renamed-copy.npz"
     shutil.copy(f, copy)
     path = tmp_path / "l.sqlite"
+
     def train_and_release_mixmin(*, proxy_predictions, out_dir):
-        request = MixMinRequest(proxy_predictions=str(proxy_predictions), epsilon=1.0, steps=20, batch_size=1000, clipping_norm=5.0, reference_size=300)
+        request = MixMinRequest(
+            proxy_predictions=str(proxy_predictions),
+            epsilon=1.0,
+            steps=20,
+            batch_size=1000,
+            clipping_norm=5.0,
+            reference_size=300,
+        )
         return release("mixmin", request, out_dir=out_dir, ledger_path=path)
 
     r1 = train_and_release_mixmin(proxy_predictions=f, out_dir=tmp_path / "a")
@@ -246,10 +350,19 @@ def test_renamed_proxy_predictions_share_the_budget_and_the_cap(tmp_path):
     with pytest.raises(BudgetExceededError, match=name):
         train_and_release_mixmin(proxy_predictions=copy, out_dir=tmp_path / "b")
     # The same values saved in another float dtype are the same content.
-    np.savez(tmp_path / "f32.npz", probs=probs.astype(np.float32).astype(np.float64), labels=labels.astype(np.float32))
-    np.savez(tmp_path / "f32b.npz", probs=probs.astype(np.float32), labels=labels.astype(np.float32))
+    np.savez(
+        tmp_path / "f32.npz",
+        probs=probs.astype(np.float32).astype(np.float64),
+        labels=labels.astype(np.float32),
+    )
+    np.savez(
+        tmp_path / "f32b.npz", probs=probs.astype(np.float32), labels=labels.astype(np.float32)
+    )
     from dpaudit.mechanisms.mixmin.tasks import load_proxy_predictions
 
-    assert load_proxy_predictions(tmp_path / "f32.npz").sha256 == load_proxy_predictions(tmp_path / "f32b.npz").sha256
+    assert (
+        load_proxy_predictions(tmp_path / "f32.npz").sha256
+        == load_proxy_predictions(tmp_path / "f32b.npz").sha256
+    )
     with open_ledger(path) as led:
         assert len(led.entries(kind="release")) == 1 and led.open_reservations() == []

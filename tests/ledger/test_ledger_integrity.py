@@ -18,8 +18,16 @@ from dpaudit.records import Release
 def _release(i: int) -> Release:
     ev = SubsampledGaussian(1.0, 0.01, 10 + i)
     return Release(
-        mechanism="m", dataset={"name": "toy", "sha256": "0" * 64}, adjacency="add-remove-record", accountant="rdp",
-        epsilon=1.0, delta=1e-5, guarantee=ev.to_dict(), seed=i, noise_source={}, git_commit=None,
+        mechanism="m",
+        dataset={"name": "toy", "sha256": "0" * 64},
+        adjacency="add-remove-record",
+        accountant="rdp",
+        epsilon=1.0,
+        delta=1e-5,
+        guarantee=ev.to_dict(),
+        seed=i,
+        noise_source={},
+        git_commit=None,
     )
 
 
@@ -66,7 +74,10 @@ def test_triggers_refuse_update_and_delete(filled):
 
 def test_verify_names_an_edited_row(filled):
     path, ids = filled
-    _tamper(path, "UPDATE entries SET payload = replace(payload, '\"steps\":12', '\"steps\":1') WHERE seq = 3")
+    _tamper(
+        path,
+        "UPDATE entries SET payload = replace(payload, '\"steps\":12', '\"steps\":1') WHERE seq = 3",
+    )
     probs, rep = _problems(path)
     assert [(p.kind, p.seq, p.id) for p in probs] == [("edited", 3, ids[2])]
     assert "entry #3" in probs[0].message and ids[2] in probs[0].message
@@ -81,7 +92,10 @@ def test_verify_names_an_edited_row(filled):
 
 def test_verify_names_a_row_edited_and_rehashed(filled):
     path, ids = filled
-    _tamper(path, "UPDATE entries SET created_at = '2000-01-01', hash = 'f' || substr(hash, 2) WHERE seq = 2")
+    _tamper(
+        path,
+        "UPDATE entries SET created_at = '2000-01-01', hash = 'f' || substr(hash, 2) WHERE seq = 2",
+    )
     probs, _ = _problems(path)
     kinds = {(p.kind, p.seq) for p in probs}
     assert ("edited", 2) in kinds
@@ -138,7 +152,9 @@ def test_an_empty_file_becomes_a_new_ledger(tmp_path):
         assert led.schema_version == ledger_mod.latest_schema_version() and led.entries() == []
 
 
-@pytest.mark.parametrize("content", [b"hello, this is not a database\n" * 10, b"SQLite", os.urandom(4096)])
+@pytest.mark.parametrize(
+    "content", [b"hello, this is not a database\n" * 10, b"SQLite", os.urandom(4096)]
+)
 def test_a_non_sqlite_file_is_refused_and_left_untouched(tmp_path, content):
     path = tmp_path / "ledger.sqlite"
     path.write_bytes(content)
@@ -255,7 +271,14 @@ def test_a_failing_migration_leaves_the_old_ledger_intact(filled, monkeypatch):
         open_ledger(path)
     monkeypatch.delitem(ledger_mod.MIGRATIONS, latest + 1)
     with open_ledger(path) as led:
-        assert led.schema_version == latest and [e.id for e in led.entries()] == ids and led.verify().ok
+        assert (
+            led.schema_version == latest
+            and [e.id for e in led.entries()] == ids
+            and led.verify().ok
+        )
     conn = sqlite3.connect(path)
-    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
+    assert (
+        conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0]
+        == 0
+    )
     conn.close()

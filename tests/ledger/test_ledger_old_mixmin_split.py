@@ -20,22 +20,40 @@ FT = SubsampledGaussian(noise_multiplier=6.0, sample_rate=1.0, steps=10)
 
 
 def _release(event, partition):
-    return Release(mechanism="dp-mixmin", dataset={"name": "digits-mix", "sha256": "cd" * 32}, adjacency="add-remove-record",
-                   accountant="rdp", epsilon=1.0, delta=1e-5, guarantee=event.to_dict(), seed=0, noise_source={"kind": "os-entropy"},
-                   partition=partition, git_commit=None, noise_multiplier=event.noise_multiplier, sample_rate=event.sample_rate,
-                   steps=event.steps, clipping_norm=1.0)
+    return Release(
+        mechanism="dp-mixmin",
+        dataset={"name": "digits-mix", "sha256": "cd" * 32},
+        adjacency="add-remove-record",
+        accountant="rdp",
+        epsilon=1.0,
+        delta=1e-5,
+        guarantee=event.to_dict(),
+        seed=0,
+        noise_source={"kind": "os-entropy"},
+        partition=partition,
+        git_commit=None,
+        noise_multiplier=event.noise_multiplier,
+        sample_rate=event.sample_rate,
+        steps=event.steps,
+        clipping_norm=1.0,
+    )
 
 
 def _rdp(event):
     return compute_epsilon(event, delta=1e-5, accountant="rdp").epsilon
 
 
-@pytest.mark.parametrize("split, parallel", [
-    ("train/mixmin-rho0.1-seed42", False),                     # old permutation split: sequential
-    ("train/mixmin-user-rho0.25-seed7", False),
-    ("train/mixmin-keyed-bernoulli-v1-rho0.1-seed42", True),   # today's keyed split: parallel
-])
-def test_old_permutation_splits_compose_sequentially_and_keyed_splits_in_parallel(tmp_path, split, parallel):
+@pytest.mark.parametrize(
+    "split, parallel",
+    [
+        ("train/mixmin-rho0.1-seed42", False),  # old permutation split: sequential
+        ("train/mixmin-user-rho0.25-seed7", False),
+        ("train/mixmin-keyed-bernoulli-v1-rho0.1-seed42", True),  # today's keyed split: parallel
+    ],
+)
+def test_old_permutation_splits_compose_sequentially_and_keyed_splits_in_parallel(
+    tmp_path, split, parallel
+):
     with Ledger(tmp_path / "ledger.sqlite") as led:
         led.declare_partition("digits-mix", split, [split + "/mix", split + "/ft"], "dp-mixmin")
         led.record(_release(MIX, split + "/mix"))

@@ -25,9 +25,13 @@ def test_a_path_stays_sqlite_and_the_default_is_unchanged(tmp_path, monkeypatch)
     assert resolve_ledger("runs/a:b/l.sqlite").backend == "sqlite"
 
 
-@pytest.mark.parametrize("text", [
-    "postgresql://alice@db.example/budget", "postgres://alice@db.example/budget",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "postgresql://alice@db.example/budget",
+        "postgres://alice@db.example/budget",
+    ],
+)
 def test_postgresql_urls_select_postgresql(text):
     loc = resolve_ledger(text)
     assert loc.backend == "postgresql" and loc.path is None
@@ -48,7 +52,16 @@ def test_the_url_survives_pathlib_and_the_environment(monkeypatch):
     assert resolve_ledger().url == loc.url
 
 
-@pytest.mark.parametrize("text", ["foo://x/y", "sqlite://l.sqlite", "mysql://root@127.0.0.1/db", "file:///tmp/l.sqlite", "http://h/x"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "foo://x/y",
+        "sqlite://l.sqlite",
+        "mysql://root@127.0.0.1/db",
+        "file:///tmp/l.sqlite",
+        "http://h/x",
+    ],
+)
 def test_an_unknown_scheme_is_refused_naming_it(text):
     with pytest.raises(UsageError, match="unknown scheme") as ei:
         resolve_ledger(text)
@@ -57,10 +70,13 @@ def test_an_unknown_scheme_is_refused_naming_it(text):
         resolve_ledger(Path(text))
 
 
-@pytest.mark.parametrize("text,what", [
-    ("postgresql://alice@h/", "must name a database"),
-    ("postgresql://alice@h/db?schema=Bad-Name", "schema must be"),
-])
+@pytest.mark.parametrize(
+    "text,what",
+    [
+        ("postgresql://alice@h/", "must name a database"),
+        ("postgresql://alice@h/db?schema=Bad-Name", "schema must be"),
+    ],
+)
 def test_a_malformed_postgresql_url_is_refused(text, what):
     with pytest.raises(UsageError, match=what):
         resolve_ledger(text)
@@ -77,8 +93,15 @@ def test_the_cli_never_turns_a_url_into_a_file(tmp_path, monkeypatch, value):
         assert "unknown scheme 'foo'" in r.output
 
 
-@pytest.mark.parametrize("text", ["postgresql:///team", "postgresql:///team?host=/run/pg", "postgres:///team?schema=lab2",
-                                  "postgresql://:pw@/team"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "postgresql:///team",
+        "postgresql:///team?host=/run/pg",
+        "postgres:///team?schema=lab2",
+        "postgresql://:pw@/team",
+    ],
+)
 def test_url_with_an_empty_host_keeps_its_slashes(text):
     """postgresql:///DB (the local server's default socket) stays a URL with an empty host in
     every form the ledger hands on (urlunsplit alone would give postgresql:/DB)."""
@@ -91,7 +114,9 @@ def test_url_with_an_empty_host_keeps_its_slashes(text):
     assert "pw" not in loc.display
 
 
-def test_reading_a_missing_postgresql_ledger_creates_nothing(pg_ledger_url, pg_server_url, pg_schema):
+def test_reading_a_missing_postgresql_ledger_creates_nothing(
+    pg_ledger_url, pg_server_url, pg_schema
+):
     """Issue 23, point 10 on PostgreSQL: a reading command on a schema that holds no ledger is an
     error naming it, and the schema is not created (a mistyped URL must not read as an empty ledger)."""
     import psycopg
@@ -107,6 +132,12 @@ def test_reading_a_missing_postgresql_ledger_creates_nothing(pg_ledger_url, pg_s
         r = CliRunner().invoke(app, cmd + ["--ledger", pg_ledger_url])
         assert r.exit_code == 2 and "does not exist" in r.output, (cmd, r.output)
     with psycopg.connect(pg_server_url) as c:
-        assert c.execute("SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s", (pg_schema,)).fetchone()[0] == 0
+        assert (
+            c.execute(
+                "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+                (pg_schema,),
+            ).fetchone()[0]
+            == 0
+        )
     with open_ledger(pg_ledger_url) as led:  # a writing command still creates it
         assert led.entries() == []

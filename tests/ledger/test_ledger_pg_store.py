@@ -56,9 +56,15 @@ def test_a_new_ledger_has_the_latest_schema_the_triggers_and_a_key(pg_ledger_url
 def test_entries_are_append_only_even_for_the_owner(pg_ledger_url):
     with _closing(_store(pg_ledger_url)) as st:
         assert _append(st, "a", G, "1" * 64) == 1
-        for sql in ("UPDATE {s}.entries SET kind = 'x'", "DELETE FROM {s}.entries", "TRUNCATE {s}.entries",
-                    "UPDATE {s}.chain_head SET count = 7", "DELETE FROM {s}.chain_head", "TRUNCATE {s}.chain_head",
-                    "INSERT INTO {s}.chain_head VALUES (2, 0, 0, 'x')"):
+        for sql in (
+            "UPDATE {s}.entries SET kind = 'x'",
+            "DELETE FROM {s}.entries",
+            "TRUNCATE {s}.entries",
+            "UPDATE {s}.chain_head SET count = 7",
+            "DELETE FROM {s}.chain_head",
+            "TRUNCATE {s}.chain_head",
+            "INSERT INTO {s}.chain_head VALUES (2, 0, 0, 'x')",
+        ):
             with pytest.raises(LedgerError, match="append-only|moves only with an appended entry"):
                 st.execute(sql.format(s=st.s))
         assert st.head() == (1, 1, "1" * 64)
@@ -77,7 +83,9 @@ def test_the_server_refuses_an_entry_that_does_not_follow_the_head(pg_ledger_url
         assert st.head() == (2, 2, "2" * 64)
 
 
-def test_a_writer_role_can_insert_and_read_but_not_change_anything(pg_server_url, pg_schema, pg_role):
+def test_a_writer_role_can_insert_and_read_but_not_change_anything(
+    pg_server_url, pg_schema, pg_role
+):
     name, _pw, role_url = pg_role
     owner_url = with_schema(pg_server_url, pg_schema)
     with _closing(_store(owner_url)) as st:
@@ -86,9 +94,15 @@ def test_a_writer_role_can_insert_and_read_but_not_change_anything(pg_server_url
     with _closing(_store(with_schema(role_url, pg_schema))) as w:
         assert _append(w, "a", G, "1" * 64) == 1  # the SECURITY DEFINER trigger moved the head
         assert w.head() == (1, 1, "1" * 64) and len(w.fingerprint_key()) == 32
-        for sql in ("UPDATE {s}.entries SET kind = 'x'", "DELETE FROM {s}.entries", "TRUNCATE {s}.entries",
-                    "UPDATE {s}.chain_head SET count = 7", "ALTER TABLE {s}.entries DISABLE TRIGGER entries_no_update",
-                    "DROP TRIGGER entries_no_update ON {s}.entries", "UPDATE {s}.secret SET fingerprint_key = fingerprint_key"):
+        for sql in (
+            "UPDATE {s}.entries SET kind = 'x'",
+            "DELETE FROM {s}.entries",
+            "TRUNCATE {s}.entries",
+            "UPDATE {s}.chain_head SET count = 7",
+            "ALTER TABLE {s}.entries DISABLE TRIGGER entries_no_update",
+            "DROP TRIGGER entries_no_update ON {s}.entries",
+            "UPDATE {s}.secret SET fingerprint_key = fingerprint_key",
+        ):
             with pytest.raises(LedgerError, match="permission denied|must be owner"):
                 w.execute(sql.format(s=w.s))
         assert w.health() == []
@@ -137,8 +151,10 @@ def test_an_older_schema_is_migrated_and_a_newer_one_refused(pg_ledger_url, monk
     with _closing(_store(pg_ledger_url)) as st:
         assert st.schema_version() == 1 and "signer" not in st._columns()
         with st.write():
-            st.conn.execute(f"INSERT INTO {st.s}.entries (id, kind, created_at, dataset, payload, prev_hash, hash) "
-                            f"VALUES ('old', 'cap', 't', 'ds', '{{}}', '{G}', '{'1' * 64}')")
+            st.conn.execute(
+                f"INSERT INTO {st.s}.entries (id, kind, created_at, dataset, payload, prev_hash, hash) "
+                f"VALUES ('old', 'cap', 't', 'ds', '{{}}', '{G}', '{'1' * 64}')"
+            )
     monkeypatch.undo()
     with _closing(_store(pg_ledger_url)) as st:
         assert st.schema_version() == 2 and {"signer", "signature"} <= st._columns()
@@ -157,7 +173,9 @@ def test_a_schema_of_another_application_is_refused_and_left_untouched(pg_server
     with pytest.raises(LedgerError, match="not a dpaudit ledger"):
         _store(with_schema(pg_server_url, pg_schema))
     with psycopg.connect(pg_server_url) as c:
-        tables = c.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (pg_schema,)).fetchall()
+        tables = c.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (pg_schema,)
+        ).fetchall()
     assert tables == [("orders",)]
 
 
@@ -174,7 +192,11 @@ def test_an_unreachable_server_is_one_ledger_error_line():
     with pytest.raises(LedgerError) as ei:
         _store("postgresql://nobody:pw@127.0.0.1:1/db")
     msg = str(ei.value)
-    assert msg.startswith("cannot reach ledger postgresql://nobody:***@127.0.0.1:1/db") and "\n" not in msg and "pw@" not in msg
+    assert (
+        msg.startswith("cannot reach ledger postgresql://nobody:***@127.0.0.1:1/db")
+        and "\n" not in msg
+        and "pw@" not in msg
+    )
 
 
 @pytest.mark.slow
@@ -189,8 +211,13 @@ def test_a_server_restart_mid_write_leaves_no_half_written_entry(private_pg_clus
                 helper.restart(root)  # the server goes away while the transaction is open
                 st.insert("c", "cap", "t", "ds", "{}", "2" * 64, "3" * 64)
         msg = str(ei.value)
-        assert "connection to the PostgreSQL server was lost" in msg and "no entry is half-written" in msg
-        assert "\n" not in msg and st.location.url.split(":")[2].split("@")[0] not in msg  # no password
+        assert (
+            "connection to the PostgreSQL server was lost" in msg
+            and "no entry is half-written" in msg
+        )
+        assert (
+            "\n" not in msg and st.location.url.split(":")[2].split("@")[0] not in msg
+        )  # no password
         # The next transaction reconnects; the interrupted one left nothing behind.
         assert [r[1] for r in st.rows()] == ["a"] and st.head() == (1, 1, "1" * 64)
         _append(st, "b", "1" * 64, "2" * 64)

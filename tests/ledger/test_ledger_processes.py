@@ -22,13 +22,18 @@ def _spawn(ledger: Path, tag: str, count: int, wait: bool = False) -> subprocess
     return subprocess.Popen(
         [sys.executable, str(WRITER), str(ledger), tag, str(count)] + (["wait"] if wait else []),
         stdin=subprocess.PIPE if wait else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
 def _read_ready(proc: subprocess.Popen) -> None:
     line = proc.stdout.readline()
-    assert line.strip() == "ready", f"writer did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    assert line.strip() == "ready", (
+        f"writer did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    )
 
 
 @pytest.mark.slow

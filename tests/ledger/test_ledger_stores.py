@@ -33,6 +33,7 @@ def open_store(request, tmp_path):
             st = ledger_pg.PostgresStore(resolve_ledger(url), **kw)
             opened.append(st)
             return st
+
     yield make
     for st in opened:
         st.close()
@@ -49,11 +50,37 @@ def test_insert_rows_head_and_reopen(open_store):
     assert tuple(st.head()) == (0, 0, G) and st.last() is None and st.health() == []
     with st.write():
         assert st.insert("a", "cap", "t1", "ds", "{}", G, H1) == 1
-        assert st.insert("b", "release", "t2", "other", '{"dataset_fingerprint":"ab"}', H1, H2, "k" * 32, "s" * 128) == 2
+        assert (
+            st.insert(
+                "b",
+                "release",
+                "t2",
+                "other",
+                '{"dataset_fingerprint":"ab"}',
+                H1,
+                H2,
+                "k" * 32,
+                "s" * 128,
+            )
+            == 2
+        )
     assert tuple(st.head()) == (2, 2, H2) and tuple(st.last()) == (2, H2)
     rows = [tuple(r) for r in st.rows()]
-    assert rows == [(1, "a", "cap", "t1", "ds", "{}", G, H1, None, None),
-                    (2, "b", "release", "t2", "other", '{"dataset_fingerprint":"ab"}', H1, H2, "k" * 32, "s" * 128)]
+    assert rows == [
+        (1, "a", "cap", "t1", "ds", "{}", G, H1, None, None),
+        (
+            2,
+            "b",
+            "release",
+            "t2",
+            "other",
+            '{"dataset_fingerprint":"ab"}',
+            H1,
+            H2,
+            "k" * 32,
+            "s" * 128,
+        ),
+    ]
     assert [tuple(r) for r in st.rows(dataset="other")] == rows[1:]
     assert [tuple(r) for r in st.rows(entry_id="a")] == rows[:1]
     assert st.count_keyed() == 1
@@ -70,13 +97,17 @@ def test_a_failed_write_leaves_nothing(open_store):
             st.insert("a", "cap", "t", "ds", "{}", G, H1)
             raise RuntimeError("training crashed")
     assert st.rows() == [] and tuple(st.head()) == (0, 0, G)
-    with pytest.raises(LedgerError):  # a duplicate id: the second insert fails, the first rolls back too
+    with pytest.raises(
+        LedgerError
+    ):  # a duplicate id: the second insert fails, the first rolls back too
         with st.write():
             st.insert("a", "cap", "t", "ds", "{}", G, H1)
             st.insert("a", "cap", "t", "ds", "{}", H1, H2)
     assert st.rows() == [] and tuple(st.head()) == (0, 0, G)
     with st.write():
-        assert st.insert("a", "cap", "t", "ds", "{}", G, H1) == 1  # numbering has no gap after rollbacks
+        assert (
+            st.insert("a", "cap", "t", "ds", "{}", G, H1) == 1
+        )  # numbering has no gap after rollbacks
 
 
 def test_reads_in_one_snapshot_and_inside_a_write(open_store):
@@ -94,9 +125,18 @@ def test_a_ledger_from_a_newer_dpaudit_is_refused_untouched(open_store):
     newer = ledger_sqlite.latest_schema_version() + 1
     if isinstance(st, ledger_sqlite.SqliteStore):
         with st.conn:
-            st.conn.execute("INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, 't', '9.9')", (newer,))
+            st.conn.execute(
+                "INSERT INTO schema_version (version, applied_at, dpaudit_version) VALUES (?, 't', '9.9')",
+                (newer,),
+            )
     else:
-        st.execute(f"INSERT INTO {st.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, 't', '9.9')", (newer,))
+        st.execute(
+            f"INSERT INTO {st.s}.schema_version (version, applied_at, dpaudit_version) VALUES (%s, 't', '9.9')",
+            (newer,),
+        )
     st.close()
-    with pytest.raises(LedgerError, match=f"schema version {newer}, newer than this dpaudit .* upgrade dpaudit. The ledger was left untouched"):
+    with pytest.raises(
+        LedgerError,
+        match=f"schema version {newer}, newer than this dpaudit .* upgrade dpaudit. The ledger was left untouched",
+    ):
         open_store()

@@ -24,8 +24,20 @@ runner = CliRunner()
 
 
 def _cli_cap(led_path, dataset, eps, *extra, data_dir=None):
-    args = ["ledger", "cap", "--dataset", dataset, "--eps", str(eps), "--delta", "1e-5",
-            "--ledger", str(led_path), "--json", *extra]
+    args = [
+        "ledger",
+        "cap",
+        "--dataset",
+        dataset,
+        "--eps",
+        str(eps),
+        "--delta",
+        "1e-5",
+        "--ledger",
+        str(led_path),
+        "--json",
+        *extra,
+    ]
     return runner.invoke(app, args + ([] if data_dir is None else ["--data-dir", str(data_dir)]))
 
 
@@ -37,9 +49,18 @@ def _rows(private, public=(), source="s"):
 def _release(name, event):
     from dpaudit.records import Release
 
-    return Release(mechanism="m", dataset={"name": name}, adjacency=ADJ, accountant="rdp", epsilon=1.0,
-                   delta=1e-5, guarantee=event.to_dict(), seed=0, noise_source={"kind": "os-entropy"},
-                   partition="train")
+    return Release(
+        mechanism="m",
+        dataset={"name": name},
+        adjacency=ADJ,
+        accountant="rdp",
+        epsilon=1.0,
+        delta=1e-5,
+        guarantee=event.to_dict(),
+        seed=0,
+        noise_source={"kind": "os-entropy"},
+        partition="train",
+    )
 
 
 def _reserve(led, name, rows, event):
@@ -62,11 +83,15 @@ def test_a_cap_set_before_any_release_covers_heart_mix(data_dir, tmp_path, monke
         with pytest.raises(BudgetExceededError, match=r"'heart' exceeded through shared people"):
             _reserve(led, "heart-mix", mix_rows, PureEpsilon(0.8))
         row = next(r for r in led.summary("heart") if r["partition"] == "*")
-        assert row["shares_people_with"] == ["heart-mix"] and row["remaining"] == pytest.approx(2.0 - 1.6)
+        assert row["shares_people_with"] == ["heart-mix"] and row["remaining"] == pytest.approx(
+            2.0 - 1.6
+        )
         assert set(led.entries(kind="cap")[0].payload["rows"]) == {"private", "public"}
 
 
-def test_a_cap_with_audits_set_before_any_release_covers_other_names_audits(data_dir, tmp_path, monkeypatch):
+def test_a_cap_with_audits_set_before_any_release_covers_other_names_audits(
+    data_dir, tmp_path, monkeypatch
+):
     """An audit goes through the same people check: heart's cap (with audits) refuses heart-mix audits
     that would take heart's people over it, whether the audit names its rows or not."""
     from dpaudit.mechanisms.mixmin.tasks import load_task
@@ -76,16 +101,29 @@ def test_a_cap_with_audits_set_before_any_release_covers_other_names_audits(data
     assert _cli_cap(led_path, "heart", 10, "--include-audits").exit_code == 0
     mix_rows = load_task("heart-mix", data_dir=data_dir).rows
     with open_ledger(led_path) as led:
+
         def audit(i, **kw):
-            return led.record_audit(audit_id=f"{i:032x}", dataset="heart-mix", partition="train",
-                                    adjacency=ADJ, event=PureEpsilon(4.0), trials=1, mechanism="dp-rvfl",
-                                    **kw)
+            return led.record_audit(
+                audit_id=f"{i:032x}",
+                dataset="heart-mix",
+                partition="train",
+                adjacency=ADJ,
+                event=PureEpsilon(4.0),
+                trials=1,
+                mechanism="dp-rvfl",
+                **kw,
+            )
+
         rid = _reserve(led, "heart-mix", mix_rows, PureEpsilon(0.5))
         audit(1)  # rows unknown: every Cleveland row, assumed
         audit(2, release_id=rid)  # the audited reservation's rows
-        with pytest.raises(BudgetExceededError, match=r"'heart' exceeded through shared people.*audit"):
+        with pytest.raises(
+            BudgetExceededError, match=r"'heart' exceeded through shared people.*audit"
+        ):
             audit(3)
-        with pytest.raises(BudgetExceededError, match=r"'heart' exceeded through shared people.*audit"):
+        with pytest.raises(
+            BudgetExceededError, match=r"'heart' exceeded through shared people.*audit"
+        ):
             audit(4, release_id=rid)
         assert len(led.entries(kind="audit")) == 2
 
@@ -121,17 +159,30 @@ def test_role_collisions_are_refused_on_any_overlap(tmp_path):
     """A declared "every row" (rows not tracked, e.g. a user re-split) collides with any row read in
     the other role, under another name and inside one release."""
     with open_ledger(tmp_path / "l.sqlite") as led:
-        led.reserve(dataset="resplit", partition="train", event=PureEpsilon(0.5), adjacency=ADJ,
-                    data_rows=(RowSet("s", "private", None),))
-        with pytest.raises(RowRoleCollisionError, match="must not be read as public by dataset 'other'"):
+        led.reserve(
+            dataset="resplit",
+            partition="train",
+            event=PureEpsilon(0.5),
+            adjacency=ADJ,
+            data_rows=(RowSet("s", "private", None),),
+        )
+        with pytest.raises(
+            RowRoleCollisionError, match="must not be read as public by dataset 'other'"
+        ):
             _reserve(led, "other", _rows(range(100, 110), public=[3]), PureEpsilon(0.5))
         with pytest.raises(RowRoleCollisionError, match="read as both"):
-            _reserve(led, "both", (RowSet("t", "private", None), RowSet("t", "public", (1,))),
-                     PureEpsilon(0.5))
+            _reserve(
+                led,
+                "both",
+                (RowSet("t", "private", None), RowSet("t", "public", (1,))),
+                PureEpsilon(0.5),
+            )
         # a cap's declared rows collide too
         led.cap("pub", 1.0, 1e-5, data_rows=(RowSet("u", "public", None),))
-        with pytest.raises(RowRoleCollisionError,
-                           match="as private by dataset 'pub2': dataset 'pub' already reads them as public"):
+        with pytest.raises(
+            RowRoleCollisionError,
+            match="as private by dataset 'pub2': dataset 'pub' already reads them as public",
+        ):
             _reserve(led, "pub2", _rows([1], source="u"), PureEpsilon(0.5))
 
 
@@ -140,8 +191,13 @@ def test_rows_never_recorded_compose_but_do_not_collide(tmp_path):
     (fail closed), but it cannot refuse a role it never declared."""
     with open_ledger(tmp_path / "l.sqlite") as led:
         led.record(_release("heart", PureEpsilon(0.5)))
-        r = led.check(dataset="heart-mix", partition="train", event=PureEpsilon(0.5), adjacency=ADJ,
-                      data_rows=_rows([1], public=[2], source="uci-heart-cleveland"))
+        r = led.check(
+            dataset="heart-mix",
+            partition="train",
+            event=PureEpsilon(0.5),
+            adjacency=ADJ,
+            data_rows=_rows([1], public=[2], source="uci-heart-cleveland"),
+        )
         assert r["allowed"]
 
 
@@ -162,7 +218,9 @@ def test_an_edited_prv_cache_never_decides_a_cap(tmp_path, monkeypatch):
         path = tmp_path / "cache" / "prv_results.json"
         data = json.loads(path.read_text())
         assert data["entries"]
-        for key, entry in data["entries"].items():  # the forger rewrites the value and its unkeyed check
+        for key, entry in data[
+            "entries"
+        ].items():  # the forger rewrites the value and its unkeyed check
             entry["value"] = {"epsilon": 0.01, "epsilon_lower": 0.0, "epsilon_estimate": 0.01}
             entry["check"] = result_cache._check(key, entry["value"])
         path.write_text(json.dumps(data))

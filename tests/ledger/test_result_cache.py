@@ -41,10 +41,17 @@ def test_exact_key(cache_dir, prv_result):
     with result_cache.enabled():
         result_cache.store(EVENT, 1e-5, "prv", ADJ, prv_result)
         assert result_cache.lookup(EVENT, 1e-5, "prv", ADJ) == prv_result
-        for event, delta, acc, adj in [(SubsampledGaussian(1.1, 0.01, 301), 1e-5, "prv", ADJ), (EVENT, 1.0000001e-5, "prv", ADJ),
-                                       (EVENT, 1e-5, "prv", "add-remove-user"), (EVENT, 1e-5, "rdp", ADJ), (EVENT, 1e-5, "pld", ADJ)]:
+        for event, delta, acc, adj in [
+            (SubsampledGaussian(1.1, 0.01, 301), 1e-5, "prv", ADJ),
+            (EVENT, 1.0000001e-5, "prv", ADJ),
+            (EVENT, 1e-5, "prv", "add-remove-user"),
+            (EVENT, 1e-5, "rdp", ADJ),
+            (EVENT, 1e-5, "pld", ADJ),
+        ]:
             assert result_cache.lookup(event, delta, acc, adj) is None
-        result_cache.store(EVENT, 1e-5, "rdp", ADJ, compute_epsilon(EVENT, delta=1e-5, accountant="rdp"))
+        result_cache.store(
+            EVENT, 1e-5, "rdp", ADJ, compute_epsilon(EVENT, delta=1e-5, accountant="rdp")
+        )
         assert result_cache.lookup(EVENT, 1e-5, "rdp", ADJ) is None  # rdp is always recomputed
 
 
@@ -54,7 +61,9 @@ def test_edited_or_damaged_entries_are_ignored(cache_dir, prv_result):
         result_cache.store(EVENT, 1e-5, "prv", ADJ, prv_result)
         data = json.loads(path.read_text())
         (entry,) = data["entries"].values()
-        entry["value"]["epsilon"] = prv_result.epsilon / 2  # an under-report, without a matching check
+        entry["value"]["epsilon"] = (
+            prv_result.epsilon / 2
+        )  # an under-report, without a matching check
         path.write_text(json.dumps(data))
         assert result_cache.lookup(EVENT, 1e-5, "prv", ADJ) is None
         path.write_text(path.read_text()[:40])  # half a file
@@ -77,9 +86,19 @@ def test_summary_from_the_cache_equals_the_computed_one(cache_dir, tmp_path, mon
 
     with open_ledger(tmp_path / "l.sqlite") as led:
         for i, ev in enumerate((EVENT, SubsampledGaussian(2.0, 1.0, 4))):
-            rel = Release(mechanism="dp-rvfl", dataset={"name": "mnist", "sha256": "cd" * 32}, adjacency=ADJ, accountant="rdp",
-                          epsilon=9.0, delta=1e-5, guarantee=ev.to_dict(), seed=3, noise_source={"kind": "os-entropy"},
-                          partition="train", git_commit=None)
+            rel = Release(
+                mechanism="dp-rvfl",
+                dataset={"name": "mnist", "sha256": "cd" * 32},
+                adjacency=ADJ,
+                accountant="rdp",
+                epsilon=9.0,
+                delta=1e-5,
+                guarantee=ev.to_dict(),
+                seed=3,
+                noise_source={"kind": "os-entropy"},
+                partition="train",
+                git_commit=None,
+            )
             led.record(rel)
         plain = led.summary()
         monkeypatch.setattr(ledger_compose, "_CACHE", ledger_compose.OrderedDict())

@@ -71,7 +71,11 @@ def test_public_keys_parse_from_text_pem_and_files(cfg, tmp_path):
     k = sg.keygen()
     from cryptography.hazmat.primitives import serialization
 
-    pem = k.private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    pem = (
+        k.private.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     assert sg.parse_public_key(pem) == k.public_raw
     assert sg.parse_public_key(str(cfg / "default.pub")) == k.public_raw
     for bad in ("", "ed25519:", "ed25519:!!!", "ed25519:" + "QUFB" * 4, "rsa:AAAA"):
@@ -103,14 +107,20 @@ class Chain:
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
         eid = f"e{seq}"
         kid = (sign_as or signer).key_id if signer else None
-        sig = signer.sign(sg.signing_material(prev, eid, kind, "t", dataset, text, kid)) if signer else None
+        sig = (
+            signer.sign(sg.signing_material(prev, eid, kind, "t", dataset, text, kid))
+            if signer
+            else None
+        )
         row = sg.SignedRow(seq, eid, kind, "t", dataset, text, prev, kid, sig)
         h = hashlib.sha256(json.dumps(list(row)).encode()).hexdigest()
         self.rows.append(_Row(row, h))
         return self
 
     def register(self, key, by, role="member"):
-        return self.add(sg.KEY_KIND, sg.key_payload(key.public_raw, key.name, role), by, dataset=sg.LEDGER_SCOPE)
+        return self.add(
+            sg.KEY_KIND, sg.key_payload(key.public_raw, key.name, role), by, dataset=sg.LEDGER_SCOPE
+        )
 
     def plain(self):
         return [r.row for r in self.rows]
@@ -148,7 +158,10 @@ def test_an_edited_entry_fails_naming_it_even_after_rehashing():
     edited = rows[3]._replace(payload_text=rows[3].payload_text.replace("0.8", "1.6"))
     _, found = sg.check_signatures(rows[:3] + [edited])
     assert [(f.seq, f.id) for f in found] == [(4, "e4")]
-    assert "invalid signature by key" in found[0].message and "entry #4 (release e4)" in found[0].message
+    assert (
+        "invalid signature by key" in found[0].message
+        and "entry #4 (release e4)" in found[0].message
+    )
 
 
 def test_a_signature_covers_the_previous_hash():
@@ -163,7 +176,12 @@ def test_signers_must_be_registered_before_they_sign():
     _, found = sg.check_signatures(c.plain())
     assert [f.seq for f in found] == [2] and "not registered before it" in found[0].message
     # A registration signed by an unregistered key does not count either.
-    c = Chain().register(OWNER, OWNER, "owner").register(MEMBER, OUTSIDER).add("release", {}, MEMBER)
+    c = (
+        Chain()
+        .register(OWNER, OWNER, "owner")
+        .register(MEMBER, OUTSIDER)
+        .add("release", {}, MEMBER)
+    )
     _, found = sg.check_signatures(c.plain())
     assert [f.seq for f in found] == [2, 3]
 
@@ -185,9 +203,15 @@ def test_the_owners_registration_makes_every_later_unsigned_entry_a_problem():
     c = _team().add("release", {}, None)
     ring, found = sg.check_signatures(c.plain())
     assert ring.required_since == 1
-    assert [f.seq for f in found] == [5] and "requires signatures since entry #1" in found[0].message
+    assert [f.seq for f in found] == [5] and "requires signatures since entry #1" in found[
+        0
+    ].message
     # A policy entry (older ledgers) changes nothing.
-    c = _team().add(sg.POLICY_KIND, {"require_signatures": True}, OWNER, dataset=sg.LEDGER_SCOPE).add("release", {}, None)
+    c = (
+        _team()
+        .add(sg.POLICY_KIND, {"require_signatures": True}, OWNER, dataset=sg.LEDGER_SCOPE)
+        .add("release", {}, None)
+    )
     ring, found = sg.check_signatures(c.plain())
     assert ring.required_since == 1 and [f.seq for f in found] == [6]
     # Unsigned entries before the registration are fine: the policy starts there.
@@ -197,8 +221,15 @@ def test_the_owners_registration_makes_every_later_unsigned_entry_a_problem():
 
 
 def test_rewriting_the_unsigned_history_before_the_registration_breaks_its_signature():
-    c = Chain().add("release", {"noise_multiplier": 1.0}, None).register(OWNER, OWNER, "owner").add("release", {}, OWNER)
-    forged = Chain().add("release", {"noise_multiplier": 9.0}, None)  # the first entry edited, its hash recomputed
+    c = (
+        Chain()
+        .add("release", {"noise_multiplier": 1.0}, None)
+        .register(OWNER, OWNER, "owner")
+        .add("release", {}, OWNER)
+    )
+    forged = Chain().add(
+        "release", {"noise_multiplier": 9.0}, None
+    )  # the first entry edited, its hash recomputed
     rows = c.plain()
     rows = [forged.plain()[0], rows[1]._replace(prev_hash=forged.rows[0].signature_hash), rows[2]]
     _, found = sg.check_signatures(rows, owner=OWNER.key_id)
@@ -212,13 +243,19 @@ def test_a_pinned_owner_whose_registration_was_removed_is_named():
     ring, found = sg.check_signatures(c.plain())
     assert found == [] and ring.owner is None
     _, found = sg.check_signatures(c.plain(), owner=OWNER.key_id)
-    assert len(found) == 1 and "registers no owner key" in found[0].message and "removed" in found[0].message
+    assert (
+        len(found) == 1
+        and "registers no owner key" in found[0].message
+        and "removed" in found[0].message
+    )
 
 
 def test_a_void_on_a_signed_ledger_is_signed_by_the_owner_and_says_whether_it_was_published():
     ok = _team().add("void", {"target": "e4", "reason": "r", "artefacts_published": False}, OWNER)
     assert sg.check_signatures(ok.plain())[1] == []
-    by_member = _team().add("void", {"target": "e4", "reason": "r", "artefacts_published": False}, MEMBER)
+    by_member = _team().add(
+        "void", {"target": "e4", "reason": "r", "artefacts_published": False}, MEMBER
+    )
     _, found = sg.check_signatures(by_member.plain())
     assert [f.seq for f in found] == [5] and "not by the ledger's owner" in found[0].message
     silent = _team().add("void", {"target": "e4", "reason": "r"}, OWNER)
@@ -228,20 +265,30 @@ def test_a_void_on_a_signed_ledger_is_signed_by_the_owner_and_says_whether_it_wa
         _, found = sg.check_signatures(_team().add(kind, {"target": "e4"}, None).plain())
         assert [f.seq for f in found] == [5] and "is unsigned" in found[0].message
     # Without a policy an unsigned release is allowed (old ledgers), an unsigned key entry is not.
-    c = Chain().add("release", {}, None).add(sg.KEY_KIND, sg.key_payload(OWNER.public_raw, "o", "owner"), None, dataset="")
+    c = (
+        Chain()
+        .add("release", {}, None)
+        .add(sg.KEY_KIND, sg.key_payload(OWNER.public_raw, "o", "owner"), None, dataset="")
+    )
     ring, found = sg.check_signatures(c.plain())
     assert [f.seq for f in found] == [2] and ring.unsigned == 2
 
 
 @settings(max_examples=40, deadline=None)
-@given(which=st.integers(0, 3), field=st.sampled_from(["id", "kind", "created_at", "dataset", "payload_text", "prev_hash"]),
-       pos=st.integers(0, 200), flip=st.integers(1, 255))
+@given(
+    which=st.integers(0, 3),
+    field=st.sampled_from(["id", "kind", "created_at", "dataset", "payload_text", "prev_hash"]),
+    pos=st.integers(0, 200),
+    flip=st.integers(1, 255),
+)
 def test_any_change_to_any_signed_field_is_named(which, field, pos, flip):
     rows = _team().plain()
     r = rows[which]
     value = getattr(r, field)
     i = pos % len(value) if value else 0
-    changed = (value[:i] + chr((ord(value[i]) ^ flip) % 128 or 1) + value[i + 1:]) if value else "x"
+    changed = (
+        (value[:i] + chr((ord(value[i]) ^ flip) % 128 or 1) + value[i + 1 :]) if value else "x"
+    )
     if changed == value:
         return
     rows[which] = r._replace(**{field: changed})

@@ -27,7 +27,11 @@ G = SubsampledGaussian(noise_multiplier=1.0, sample_rate=0.01, steps=100)
 
 
 def key(seed: int, name: str) -> sg.SigningKey:
-    return sg.SigningKey(name, Path(f"/nonexistent/{name}.key"), Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32))
+    return sg.SigningKey(
+        name,
+        Path(f"/nonexistent/{name}.key"),
+        Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32),
+    )
 
 
 OWNER, ALICE, MALLORY = key(1, "owner"), key(2, "alice"), key(3, "mallory")
@@ -36,9 +40,20 @@ OWNER, ALICE, MALLORY = key(1, "owner"), key(2, "alice"), key(3, "mallory")
 def release(i: int, nm: float = 1.0) -> Release:
     ev = SubsampledGaussian(noise_multiplier=nm, sample_rate=0.01, steps=100 + i)
     return Release(
-        mechanism="dp-sgd", dataset={"name": "toy", "sha256": "ab" * 32}, adjacency="add-remove-record", accountant="rdp",
-        epsilon=1.0, delta=1e-5, guarantee=ev.to_dict(), seed=i, noise_source={"kind": "test"}, git_commit=None,
-        noise_multiplier=nm, sample_rate=0.01, steps=100 + i, clipping_norm=1.0,
+        mechanism="dp-sgd",
+        dataset={"name": "toy", "sha256": "ab" * 32},
+        adjacency="add-remove-record",
+        accountant="rdp",
+        epsilon=1.0,
+        delta=1e-5,
+        guarantee=ev.to_dict(),
+        seed=i,
+        noise_source={"kind": "test"},
+        git_commit=None,
+        noise_multiplier=nm,
+        sample_rate=0.01,
+        steps=100 + i,
+        clipping_norm=1.0,
     )
 
 
@@ -90,11 +105,18 @@ def forge(target, seq: int, change) -> None:
             c.execute(f"DROP TRIGGER entries_no_update ON {s}.entries")
             c.execute(f"DROP TRIGGER chain_head_guard ON {s}.chain_head")
             for u in updates:
-                c.execute(f"UPDATE {s}.entries SET payload = %s, prev_hash = %s, hash = %s WHERE seq = %s", u)
+                c.execute(
+                    f"UPDATE {s}.entries SET payload = %s, prev_hash = %s, hash = %s WHERE seq = %s",
+                    u,
+                )
             c.execute(f"UPDATE {s}.chain_head SET hash = %s", (prev,))
             # ... and puts the triggers back, so that nothing looks altered.
-            c.execute(f"CREATE TRIGGER entries_no_update BEFORE UPDATE ON {s}.entries FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change()")
-            c.execute(f"CREATE TRIGGER chain_head_guard BEFORE UPDATE OR DELETE OR INSERT ON {s}.chain_head FOR EACH ROW EXECUTE FUNCTION {s}.guard_head()")
+            c.execute(
+                f"CREATE TRIGGER entries_no_update BEFORE UPDATE ON {s}.entries FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change()"
+            )
+            c.execute(
+                f"CREATE TRIGGER chain_head_guard BEFORE UPDATE OR DELETE OR INSERT ON {s}.chain_head FOR EACH ROW EXECUTE FUNCTION {s}.guard_head()"
+            )
 
 
 def _double_noise(p):
@@ -128,10 +150,19 @@ def test_a_forged_release_fails_verification_with_signatures_naming_it(target):
     forge(target, 4, _double_noise)  # the second release (entries: key, key, rel, rel, rel)
     found, rep = _problems(target)
     # The edited entry is named; so is the next one, whose signature covers the edited entry's hash.
-    assert [(p.kind, p.seq, p.id) for p in found] == [("signature", 4, ids[1]), ("signature", 5, ids[2])]
-    assert "invalid signature by key" in found[0].message and f"entry #4 (release {ids[1]})" in found[0].message
+    assert [(p.kind, p.seq, p.id) for p in found] == [
+        ("signature", 4, ids[1]),
+        ("signature", 5, ids[2]),
+    ]
+    assert (
+        "invalid signature by key" in found[0].message
+        and f"entry #4 (release {ids[1]})" in found[0].message
+    )
     # Budgets are never computed from it (fail closed), and the CLI exits 1 naming the entry.
-    with open_ledger(target, signing_key=None) as led, pytest.raises(LedgerError, match="fails verification.*entry #4"):
+    with (
+        open_ledger(target, signing_key=None) as led,
+        pytest.raises(LedgerError, match="fails verification.*entry #4"),
+    ):
         led.summary()
     r = CliRunner().invoke(app, ["ledger", "verify", "--ledger", str(target)])
     assert r.exit_code == 1 and f"entry #4 (release {ids[1]})" in r.output
@@ -146,7 +177,9 @@ def test_stripping_signatures_is_caught_by_the_next_signature_and_the_policy(tar
     # Edit the last release and strip its signature: the policy makes an unsigned entry a problem.
     forge_strip(target, 4)
     found, _ = _problems(target)
-    assert [(p.kind, p.seq) for p in found] == [("signature", 4)] and "requires signatures since entry #1" in found[0].message
+    assert [(p.kind, p.seq) for p in found] == [
+        ("signature", 4)
+    ] and "requires signatures since entry #1" in found[0].message
     assert ids
 
 
@@ -158,7 +191,9 @@ def forge_strip(target, seq: int) -> None:
     for r in rows:
         s, eid, kind, created, ds, text, _prev, _h, signer, signature = r
         if s == seq:
-            text = json.dumps(_double_noise(json.loads(text)), sort_keys=True, separators=(",", ":"))
+            text = json.dumps(
+                _double_noise(json.loads(text)), sort_keys=True, separators=(",", ":")
+            )
             signer = signature = None
         h = entry_hash(prev, eid, kind, created, ds, text, signer, signature)
         updates.append((text, prev, h, signer, signature, s))
@@ -169,7 +204,10 @@ def forge_strip(target, seq: int) -> None:
         conn = sqlite3.connect(target, isolation_level=None)
         conn.execute("DROP TRIGGER entries_no_update")
         for u in updates:
-            conn.execute("UPDATE entries SET payload = ?, prev_hash = ?, hash = ?, signer = ?, signature = ? WHERE seq = ?", u)
+            conn.execute(
+                "UPDATE entries SET payload = ?, prev_hash = ?, hash = ?, signer = ?, signature = ? WHERE seq = ?",
+                u,
+            )
         conn.execute("UPDATE chain_head SET hash = ?", (prev,))
         conn.close()
     else:
@@ -183,7 +221,10 @@ def forge_strip(target, seq: int) -> None:
             c.execute(f"ALTER TABLE {s}.entries DISABLE TRIGGER entries_no_update")
             c.execute(f"ALTER TABLE {s}.chain_head DISABLE TRIGGER chain_head_guard")
             for u in updates:
-                c.execute(f"UPDATE {s}.entries SET payload = %s, prev_hash = %s, hash = %s, signer = %s, signature = %s WHERE seq = %s", u)
+                c.execute(
+                    f"UPDATE {s}.entries SET payload = %s, prev_hash = %s, hash = %s, signer = %s, signature = %s WHERE seq = %s",
+                    u,
+                )
             c.execute(f"UPDATE {s}.chain_head SET hash = %s", (prev,))
             c.execute(f"ALTER TABLE {s}.entries ENABLE TRIGGER entries_no_update")
             c.execute(f"ALTER TABLE {s}.chain_head ENABLE TRIGGER chain_head_guard")
@@ -199,7 +240,7 @@ def rewrite_from(target, seq: int, edit) -> None:
     rows = _rows(target)
     prev = rows[seq - 2][7] if seq > 1 else "0" * 64
     new = []
-    for r in rows[seq - 1:]:
+    for r in rows[seq - 1 :]:
         s, eid, kind, created, ds, text, *_ = r
         payload = edit(kind, json.loads(text))
         if payload is None:
@@ -215,9 +256,14 @@ def rewrite_from(target, seq: int, edit) -> None:
         conn = sqlite3.connect(target, isolation_level=None)
         conn.execute("DROP TRIGGER entries_no_delete")
         conn.execute("DELETE FROM entries WHERE seq >= ?", (seq,))
-        conn.executemany("INSERT INTO entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)", new)
+        conn.executemany(
+            "INSERT INTO entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)",
+            new,
+        )
         conn.execute("UPDATE chain_head SET seq = ?, count = ?, hash = ?", (count, count, prev))
-        conn.execute("CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
+        conn.execute(
+            "CREATE TRIGGER entries_no_delete BEFORE DELETE ON entries BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END"
+        )
         conn.close()
         return
     import psycopg
@@ -232,8 +278,13 @@ def rewrite_from(target, seq: int, edit) -> None:
         c.execute(f"ALTER TABLE {s}.chain_head DISABLE TRIGGER chain_head_guard")
         c.execute(f"DELETE FROM {s}.entries WHERE seq >= %s", (seq,))
         for row in new:
-            c.execute(f"INSERT INTO {s}.entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", row)
-        c.execute(f"UPDATE {s}.chain_head SET seq = %s, count = %s, hash = %s", (count, count, prev))
+            c.execute(
+                f"INSERT INTO {s}.entries (seq, id, kind, created_at, dataset, payload, prev_hash, hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                row,
+            )
+        c.execute(
+            f"UPDATE {s}.chain_head SET seq = %s, count = %s, hash = %s", (count, count, prev)
+        )
         for t in ("entries_no_delete", "entries_chain"):
             c.execute(f"ALTER TABLE {s}.entries ENABLE TRIGGER {t}")
         c.execute(f"ALTER TABLE {s}.chain_head ENABLE TRIGGER chain_head_guard")
@@ -247,8 +298,20 @@ def append_unsigned(target, kind: str, dataset: str, payload: dict) -> None:
 
     with open_ledger(target, signing_key=None) as led, led.store.write():
         prev = led.store.head()[2]
-        eid, created, text = uuid.uuid4().hex, "2026-12-01T00:00:00.000000+00:00", canonical_json(payload)
-        led.store.insert(eid, kind, created, dataset, text, prev, entry_hash(prev, eid, kind, created, dataset, text))
+        eid, created, text = (
+            uuid.uuid4().hex,
+            "2026-12-01T00:00:00.000000+00:00",
+            canonical_json(payload),
+        )
+        led.store.insert(
+            eid,
+            kind,
+            created,
+            dataset,
+            text,
+            prev,
+            entry_hash(prev, eid, kind, created, dataset, text),
+        )
 
 
 def _signed_toy_ledger(target, policy: bool = True) -> list[str]:
@@ -294,21 +357,34 @@ def test_deleting_from_the_policy_on_and_reinserting_unsigned_fails_verify_and_p
     rewrite_from(target, 2, _weaken)
     found, rep = _problems(target, owner=OWNER.key_id)
     # The owner's registration (entry 1) survives, so every later unsigned entry is named.
-    assert [(p.kind, p.seq) for p in found] == [("signature", 2), ("signature", 3), ("signature", 4), ("signature", 5)]
+    assert [(p.kind, p.seq) for p in found] == [
+        ("signature", 2),
+        ("signature", 3),
+        ("signature", 4),
+        ("signature", 5),
+    ]
     assert all("requires signatures since entry #1" in p.message for p in found)
     assert _problems(target)[0] == found  # no pin needed for this one
     _refused_everywhere(target)
-    r = CliRunner().invoke(app, ["ledger", "verify", "--owner", OWNER.key_id, "--ledger", str(target)])
+    r = CliRunner().invoke(
+        app, ["ledger", "verify", "--owner", OWNER.key_id, "--ledger", str(target)]
+    )
     assert r.exit_code == 1 and "entry #2 (cap" in " ".join(r.output.split())
     r = CliRunner().invoke(app, ["ledger", "summary", "--ledger", str(target)])
-    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1 and "fails verification" in r.output
+    assert (
+        r.exit_code == 2
+        and len(r.output.strip().splitlines()) == 1
+        and "fails verification" in r.output
+    )
 
 
 def test_deleting_the_owners_registration_too_is_caught_by_the_pinned_owner(target, monkeypatch):
     _signed_toy_ledger(target)
     rewrite_from(target, 1, lambda k, p: None if k in ("key", "policy") else _weaken(k, p))
     found, rep = _problems(target)
-    assert found == [] and rep.signatures["signed"] == 0  # without a pin it looks like an unsigned ledger
+    assert (
+        found == [] and rep.signatures["signed"] == 0
+    )  # without a pin it looks like an unsigned ledger
     found, _ = _problems(target, owner=OWNER.key_id)
     assert len(found) == 1 and "registers no owner key" in found[0].message
     _refused_everywhere(target, owner=OWNER.key_id)
@@ -321,21 +397,33 @@ def test_deleting_the_owners_registration_too_is_caught_by_the_pinned_owner(targ
 @pytest.mark.parametrize("kind", ["void", "cap", "partition"])
 def test_an_unsigned_entry_appended_to_a_signed_ledger_fails_verify_and_preflight(target, kind):
     ids = _signed_toy_ledger(target, policy=False)  # every entry signed, no policy entry
-    payload = {"void": {"target": ids[0], "reason": "x", "artefacts_published": False},
-               "cap": {"dataset": "toy", "epsilon": 100.0, "delta": 1e-5},
-               "partition": {"dataset": "toy", "parent": "all", "children": ["train", "other"], "declared_by": "x"}}[kind]
+    payload = {
+        "void": {"target": ids[0], "reason": "x", "artefacts_published": False},
+        "cap": {"dataset": "toy", "epsilon": 100.0, "delta": 1e-5},
+        "partition": {
+            "dataset": "toy",
+            "parent": "all",
+            "children": ["train", "other"],
+            "declared_by": "x",
+        },
+    }[kind]
     append_unsigned(target, kind, "toy", payload)
     found, _ = _problems(target, owner=OWNER.key_id)
     # a partition over children that already hold releases is also an authority finding (it would lower their spend)
     extra = [(6, "authority")] if kind == "partition" else []
-    assert [(p.seq, p.kind) for p in found] == [(6, "signature")] + extra and f"entry #6 ({kind}" in found[0].message
+    assert [(p.seq, p.kind) for p in found] == [
+        (6, "signature")
+    ] + extra and f"entry #6 ({kind}" in found[0].message
     _refused_everywhere(target)
 
 
 def test_a_signed_ledger_refuses_unsigned_writes_from_the_owners_registration_on(target):
     with open_ledger(target, signing_key=OWNER) as led:
         led.register_key()  # no policy entry: the registration is the policy
-    with open_ledger(target, signing_key=None) as led, pytest.raises(LedgerError, match="requires signed entries .since entry #1"):
+    with (
+        open_ledger(target, signing_key=None) as led,
+        pytest.raises(LedgerError, match="requires signed entries .since entry #1"),
+    ):
         led.record(release(0))
 
 
@@ -366,7 +454,11 @@ def test_keys_policy_and_who_may_sign(target):
         assert led.get(eid).signer == ALICE.key_id
         rep = led.verify(owner=OWNER.key_id)
         assert rep.ok, rep.problems
-        assert rep.signatures["owner"] == OWNER.key_id and rep.signatures["unsigned"] == 1 and rep.signatures["signed"] == 4
+        assert (
+            rep.signatures["owner"] == OWNER.key_id
+            and rep.signatures["unsigned"] == 1
+            and rep.signatures["signed"] == 4
+        )
         assert {k["name"] for k in rep.signatures["keys"]} == {"owner", "alice"}
         assert not led.verify(owner=MALLORY.key_id).ok
         assert len(led.entries(kind="release")) == 2  # key and policy entries compose nothing
@@ -429,19 +521,51 @@ def test_the_cli_team_workflow(tmp_path, monkeypatch, target):
     r = run(app, ["ledger", "register-key", "--json", *led])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["role"] == "owner"
-    r = run(app, ["ledger", "register-key", "--public-key", bob["public_key"], "--name", "bob", "--json", *led])
+    r = run(
+        app,
+        [
+            "ledger",
+            "register-key",
+            "--public-key",
+            bob["public_key"],
+            "--name",
+            "bob",
+            "--json",
+            *led,
+        ],
+    )
     assert r.exit_code == 0 and json.loads(r.output)["registered_by"] == owner["key_id"]
     assert run(app, ["ledger", "require-signatures", *led]).exit_code == 0
     monkeypatch.setenv(sg.SIGNING_KEY_ENV, "bob")
     # digits (embedded data): the cap declares its rows, two signed `rows` entries before the cap
     r = run(app, ["ledger", "cap", "--dataset", "digits", "--eps", "3", "--delta", "1e-5", *led])
-    assert r.exit_code == 2 and "only the owner may set or raise a cap" in " ".join(r.output.split())  # a member sets no cap
-    r = run(app, ["ledger", "cap", "--dataset", "digits", "--eps", "3", "--delta", "1e-5", "--key", "default", *led])
+    assert r.exit_code == 2 and "only the owner may set or raise a cap" in " ".join(
+        r.output.split()
+    )  # a member sets no cap
+    r = run(
+        app,
+        [
+            "ledger",
+            "cap",
+            "--dataset",
+            "digits",
+            "--eps",
+            "3",
+            "--delta",
+            "1e-5",
+            "--key",
+            "default",
+            *led,
+        ],
+    )
     assert r.exit_code == 0, r.output
     r = run(app, ["ledger", "head", "--json", *led])
     head = json.loads(r.output)
     assert head["entries"] == 6
-    r = run(app, ["ledger", "verify", "--json", "--anchor", head["hash"], "--owner", owner["key_id"], *led])
+    r = run(
+        app,
+        ["ledger", "verify", "--json", "--anchor", head["hash"], "--owner", owner["key_id"], *led],
+    )
     rep = json.loads(r.output)
     assert r.exit_code == 0 and rep["ok"]
     assert rep["signatures"]["signed"] == 6 and rep["signatures"]["required_since"] == 1
@@ -455,12 +579,20 @@ def test_the_cli_team_workflow(tmp_path, monkeypatch, target):
 # ---------------------------------------------------------------- moving between backends
 
 
-def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signature(tmp_path, pg_ledger_url):
+def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signature(
+    tmp_path, pg_ledger_url
+):
     src, back = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
     with open_ledger(src, signing_key=OWNER) as led:
         led.register_key()
         led.cap("toy", 9.0, 1e-5)
-        rid = led.reserve(dataset="toy", partition="train", event=PureEpsilon(1.0), adjacency="add-remove-record", data_digest="ab" * 32)
+        rid = led.reserve(
+            dataset="toy",
+            partition="train",
+            event=PureEpsilon(1.0),
+            adjacency="add-remove-record",
+            data_digest="ab" * 32,
+        )
         led.settle(rid, [release(0)])
         mistake = release(1)
         led.record(mistake)
@@ -475,7 +607,9 @@ def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signat
     # The fingerprint key leaves only when asked for (issue 23 point 8).
     r = run(app, ["ledger", "export", "--out", str(dump), "--ledger", str(src)])
     assert r.exit_code == 0 and "without" in r.output, r.output
-    assert secret not in dump.read_text() and json.loads(dump.read_text())["fingerprint_key"] is None
+    assert (
+        secret not in dump.read_text() and json.loads(dump.read_text())["fingerprint_key"] is None
+    )
     r = run(app, ["ledger", "export", "--include-key", "--out", str(dump), "--ledger", str(src)])
     assert r.exit_code == 2 and "must be a new file" in r.output  # never overwritten
     dump.unlink()
@@ -485,9 +619,22 @@ def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signat
     assert (dump.stat().st_mode & 0o777) == 0o600
     r = run(app, ["ledger", "import", "--from", str(dump), "--json", "--ledger", pg_ledger_url])
     assert r.exit_code == 0 and json.loads(r.output)["ok"], r.output
-    r = run(app, ["ledger", "export", "--include-key", "--out", str(tmp_path / "dump2.json"), "--ledger", pg_ledger_url])
+    r = run(
+        app,
+        [
+            "ledger",
+            "export",
+            "--include-key",
+            "--out",
+            str(tmp_path / "dump2.json"),
+            "--ledger",
+            pg_ledger_url,
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = run(app, ["ledger", "import", "--from", str(tmp_path / "dump2.json"), "--ledger", str(back)])
+    r = run(
+        app, ["ledger", "import", "--from", str(tmp_path / "dump2.json"), "--ledger", str(back)]
+    )
     assert r.exit_code == 0, r.output
     a, p, b = _rows(src), _rows(pg_ledger_url), _rows(back)
     assert a == p == b and all(r[8] == OWNER.key_id for r in a)
@@ -495,7 +642,9 @@ def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signat
         with open_ledger(t, signing_key=None) as led:
             assert led.verify(owner=OWNER.key_id).ok
             assert led.summary() == before
-            assert led.fingerprint("cd" * 32) == fp  # same fingerprint key: new data is identified alike
+            assert (
+                led.fingerprint("cd" * 32) == fp
+            )  # same fingerprint key: new data is identified alike
     # Importing twice, or into a ledger with entries, is refused.
     r = run(app, ["ledger", "import", "--from", str(dump), "--ledger", pg_ledger_url])
     assert r.exit_code == 2 and "must be empty" in r.output
@@ -512,12 +661,23 @@ def test_eight_concurrent_runs_against_a_postgresql_cap_that_admits_three(tmp_pa
     with open_ledger(pg_ledger_url) as led:
         led.cap("race", 3.5, 1e-5)  # admits three pure epsilon-1 releases
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, str(RACER), pg_ledger_url, str(tmp_path / f"run{i}")], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(RACER), pg_ledger_url, str(tmp_path / f"run{i}")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(8)
+    ]
     try:
         for p in procs:
             line = p.stdout.readline()
-            assert line.strip() == "ready", f"racer did not start: {line!r} {p.stderr.read() if p.poll() is not None else ''}"
+            assert line.strip() == "ready", (
+                f"racer did not start: {line!r} {p.stderr.read() if p.poll() is not None else ''}"
+            )
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
@@ -531,7 +691,9 @@ def test_eight_concurrent_runs_against_a_postgresql_cap_that_admits_three(tmp_pa
     released = [o for (o, _), c in zip(outs, codes) if c == 0]
     refused = [o for (o, _), c in zip(outs, codes) if c == 3]
     assert sorted(codes) == [0] * 3 + [3] * 5, [(c, o, e[-400:]) for (o, e), c in zip(outs, codes)]
-    assert all("BudgetExceededError" in o and "training" not in o.splitlines() for o in refused), refused
+    assert all("BudgetExceededError" in o and "training" not in o.splitlines() for o in refused), (
+        refused
+    )
     assert all("training" in o.splitlines() for o in released)
     with open_ledger(pg_ledger_url) as led:
         assert len(led.entries(kind="release")) == 3 and led.open_reservations() == []
@@ -541,7 +703,9 @@ def test_eight_concurrent_runs_against_a_postgresql_cap_that_admits_three(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_valid(private_pg_cluster):
+def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_valid(
+    private_pg_cluster,
+):
     """A run reserves its budget, the server restarts while it trains, and the run then settles:
     (1) a write in flight during the restart fails with one LedgerError line and leaves nothing;
     (2) the reservation made before the restart is still there, spent, visible and voidable;
@@ -550,11 +714,19 @@ def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_v
     with open_ledger(url, signing_key=OWNER) as led:
         led.register_key()
         led.cap("toy", 3.0, 1e-5)
-        rid = led.reserve(dataset="toy", partition="train", event=PureEpsilon(1.0), adjacency="add-remove-record", data_digest="ab" * 32)
+        rid = led.reserve(
+            dataset="toy",
+            partition="train",
+            event=PureEpsilon(1.0),
+            adjacency="add-remove-record",
+            data_digest="ab" * 32,
+        )
         # The server restarts while the settlement's transaction is open.
         real_record = led._record
 
-        def record_then_restart(rel, art, *rows):  # rows: the reservation's row sets (issue 23, point 1)
+        def record_then_restart(
+            rel, art, *rows
+        ):  # rows: the reservation's row sets (issue 23, point 1)
             out = real_record(rel, art, *rows)
             helper.restart(root)
             return out
@@ -563,7 +735,11 @@ def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_v
         with pytest.raises(LedgerError) as ei:
             led.settle(rid, [release(0)])
         msg = str(ei.value)
-        assert "connection to the PostgreSQL server was lost" in msg and "no entry is half-written" in msg and "\n" not in msg
+        assert (
+            "connection to the PostgreSQL server was lost" in msg
+            and "no entry is half-written" in msg
+            and "\n" not in msg
+        )
         led._record = real_record
         # Nothing of the settlement is there; the reservation is open (spent) and listed.
         assert [e.kind for e in led.entries()] == ["key", "cap", "reservation"]
@@ -576,7 +752,9 @@ def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_v
         assert led.open_reservations() == [] and led.verify().ok
 
 
-def test_a_granted_writer_role_uses_the_ledger_but_cannot_rewrite_it(pg_server_url, pg_schema, pg_role, tmp_path):
+def test_a_granted_writer_role_uses_the_ledger_but_cannot_rewrite_it(
+    pg_server_url, pg_schema, pg_role, tmp_path
+):
     from .conftest import with_schema
 
     name, _pw, role_url = pg_role
@@ -588,13 +766,25 @@ def test_a_granted_writer_role_uses_the_ledger_but_cannot_rewrite_it(pg_server_u
     r = CliRunner().invoke(app, ["ledger", "grant", "--role", name, "--ledger", owner_url])
     assert r.exit_code == 0, r.output
     with open_ledger(writer_url, signing_key=ALICE) as led:
-        rid = led.reserve(dataset="toy", partition="train", event=PureEpsilon(1.0), adjacency="add-remove-record", data_digest="ab" * 32)
+        rid = led.reserve(
+            dataset="toy",
+            partition="train",
+            event=PureEpsilon(1.0),
+            adjacency="add-remove-record",
+            data_digest="ab" * 32,
+        )
         (eid,) = led.settle(rid, [release(0)])
         assert led.get(eid).signer == ALICE.key_id and led.verify().ok
-        for sql in ("UPDATE {s}.entries SET payload = '{{}}'", "DELETE FROM {s}.entries", "DROP TRIGGER entries_no_update ON {s}.entries"):
+        for sql in (
+            "UPDATE {s}.entries SET payload = '{{}}'",
+            "DELETE FROM {s}.entries",
+            "DROP TRIGGER entries_no_update ON {s}.entries",
+        ):
             with pytest.raises(LedgerError, match="permission denied|must be owner"):
                 led.store.execute(sql.format(s=led.store.s))
-    r = CliRunner().invoke(app, ["ledger", "grant", "--role", name, "--ledger", str(tmp_path / "l.sqlite")])
+    r = CliRunner().invoke(
+        app, ["ledger", "grant", "--role", name, "--ledger", str(tmp_path / "l.sqlite")]
+    )
     assert r.exit_code == 2 and "must be a postgresql:// ledger" in r.output
 
 
@@ -609,8 +799,13 @@ def test_on_a_signed_ledger_only_the_owner_voids_and_says_whether_artefacts_were
         led.register_key()
         led.register_key(ALICE.public_text, "alice")
         a, b, _ = (led.record(release(i, nm=0.7)) for i in range(3))
-        full = next(r for r in led.summary(accountants=("rdp",)) if r["partition"] == "*")["epsilon"]
-    with open_ledger(target, signing_key=ALICE) as led, pytest.raises(LedgerAuthorityError, match="signed by its owner's key"):
+        full = next(r for r in led.summary(accountants=("rdp",)) if r["partition"] == "*")[
+            "epsilon"
+        ]
+    with (
+        open_ledger(target, signing_key=ALICE) as led,
+        pytest.raises(LedgerAuthorityError, match="signed by its owner's key"),
+    ):
         led.void(a, "mistake", published=False)
     with open_ledger(target, signing_key=OWNER) as led:
         with pytest.raises(LedgerAuthorityError, match="ever published"):
@@ -621,11 +816,17 @@ def test_on_a_signed_ledger_only_the_owner_voids_and_says_whether_artefacts_were
         assert led.verify(owner=OWNER.key_id).ok
     # The never-published void leaves the total and is shown apart; the published one keeps counting.
     kept = Composed((SubsampledGaussian(0.7, 0.01, 101), SubsampledGaussian(0.7, 0.01, 102)))
-    assert row["epsilon_rdp"] == pytest.approx(compute_epsilon(kept, delta=1e-5, accountant="rdp").epsilon, rel=1e-9)
+    assert row["epsilon_rdp"] == pytest.approx(
+        compute_epsilon(kept, delta=1e-5, accountant="rdp").epsilon, rel=1e-9
+    )
     assert row["epsilon"] < full
     assert row["voided_releases"] == 2 and row["voided_published_releases"] == 1
-    alone = compute_epsilon(SubsampledGaussian(0.7, 0.01, 100), delta=1e-5, accountant="rdp").epsilon
+    alone = compute_epsilon(
+        SubsampledGaussian(0.7, 0.01, 100), delta=1e-5, accountant="rdp"
+    ).epsilon
     assert row["voided_epsilon"] == pytest.approx(alone, rel=1e-9)
-    r = CliRunner().invoke(app, ["ledger", "summary", "--ledger", str(target)], env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app, ["ledger", "summary", "--ledger", str(target)], env={"COLUMNS": "200"}
+    )
     out = " ".join(r.output.split())
     assert r.exit_code == 0 and "voided, not counted" in out and "still counted: 1" in out

@@ -12,14 +12,24 @@ from dpaudit.ledger.integrity import Snapshot, verify_snapshot, withhold_row_set
 
 def _shared_export(tmp_path) -> tuple[dict, dict]:
     with open_ledger(tmp_path / "ledger.sqlite") as led:
-        led.reserve(dataset="toy", partition="train", event=PureEpsilon(0.5), adjacency="add-remove-record",
-                    data_rows=(RowSet("s", "private", tuple(range(10))),))
+        led.reserve(
+            dataset="toy",
+            partition="train",
+            event=PureEpsilon(0.5),
+            adjacency="add-remove-record",
+            data_rows=(RowSet("s", "private", tuple(range(10))),),
+        )
         return withhold_row_sets(led.export_rows()), led.head()
 
 
 def _verify(dump: dict, head: dict, rows) -> object:
-    snap = Snapshot("ledger.json", "export", dump["schema_version"], (head["seq"], head["entries"], head["hash"]),
-                    [tuple(r) for r in rows])
+    snap = Snapshot(
+        "ledger.json",
+        "export",
+        dump["schema_version"],
+        (head["seq"], head["entries"], head["hash"]),
+        [tuple(r) for r in rows],
+    )
     return verify_snapshot(snap, anchor=None, owner=None)
 
 

@@ -22,6 +22,7 @@ from dpaudit.requests import (
 
 from .contract_base import MechanismContract, Wrapped, expected_failures, without_first_user
 
+
 def with_optimizer_flipped(plan):
     """The plan training with the other update rule (adam <-> sgd) on the same schedule."""
     dp = plan.config["dp_sgd"]

@@ -39,10 +39,16 @@ def no_cuda(monkeypatch):
 
 
 def _cnn_release(tmp_path, name: str, **device) -> tuple[dict, dict]:
-    req = DPSGDRequest(model="dp-cnn", epochs=1, batch_size=256, reproducible_noise=True, seed=5,
-                       **device)
-    rel = release("dp-cnn", req, out_dir=tmp_path / name, ledger_path=tmp_path / "ledger.sqlite",
-                  progress=False)
+    req = DPSGDRequest(
+        model="dp-cnn", epochs=1, batch_size=256, reproducible_noise=True, seed=5, **device
+    )
+    rel = release(
+        "dp-cnn",
+        req,
+        out_dir=tmp_path / name,
+        ledger_path=tmp_path / "ledger.sqlite",
+        progress=False,
+    )
     return rel.timings, torch.load(tmp_path / name / "model.pt")
 
 
@@ -56,12 +62,15 @@ def test_a_cpu_release_equals_the_default_one_and_records_its_device(tmp_path, n
 
 def test_cuda_without_a_gpu_is_one_line_before_any_data_are_loaded(tmp_path, monkeypatch, no_cuda):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(dpsgd_release, "load_dataset",
-                        lambda *a, **k: pytest.fail("data loaded before the refusal"))
+    monkeypatch.setattr(
+        dpsgd_release, "load_dataset", lambda *a, **k: pytest.fail("data loaded before the refusal")
+    )
     r = CliRunner().invoke(app, ["train", "dp-cnn", "--device", "cuda"])
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    says = ("error: --device must be cpu or auto on this machine (torch finds no CUDA device), "
-            "got 'cuda'.")
+    says = (
+        "error: --device must be cpu or auto on this machine (torch finds no CUDA device), "
+        "got 'cuda'."
+    )
     assert r.exit_code == 2 and lines == [says], r.output
     assert list(tmp_path.iterdir()) == []
 
@@ -73,8 +82,9 @@ def test_device_values_and_where_cuda_is_refused(no_cuda):
     with pytest.raises(UsageError, match="device must be cpu or auto for this run"):
         dpsgd_release.MECHANISM.validate(DPSGDRequest(model="dp-rvfl", device="cuda"))  # NumPy
     with pytest.raises(UsageError, match="device must be cpu or auto for this run"):
-        one_run_auditing.audit_device(AuditRequest(mechanism="dp-cnn", device="cuda",
-                                                   threat_model="white-box", canaries=4))
+        one_run_auditing.audit_device(
+            AuditRequest(mechanism="dp-cnn", device="cuda", threat_model="white-box", canaries=4)
+        )
     one_run = AuditRequest(mechanism="dp-cnn", device="auto", one_run=True, canaries=4)
     assert one_run_auditing.audit_device(one_run) == "cpu"
 
@@ -86,9 +96,18 @@ def test_auto_takes_cuda_when_torch_finds_it(monkeypatch):
 
 def test_a_one_run_module_audit_on_the_cpu_device_equals_the_default_and_says_where_it_ran():
     data = load_dataset("digits")
-    runs = [modules_one_run("dp-cnn", data, CONFIG, canaries=20,
-                            noise=NoiseSource("reproducible", seed=2), seed=0, **kw)
-            for kw in ({}, {"device": "cpu"})]
+    runs = [
+        modules_one_run(
+            "dp-cnn",
+            data,
+            CONFIG,
+            canaries=20,
+            noise=NoiseSource("reproducible", seed=2),
+            seed=0,
+            **kw,
+        )
+        for kw in ({}, {"device": "cpu"})
+    ]
     np.testing.assert_array_equal(runs[0].scores, runs[1].scores)
     assert runs[1].info["device"] == "cpu"
 
@@ -103,8 +122,9 @@ def test_the_noise_is_drawn_on_the_cpu_and_added_as_one_tensor():
     step.device_sums.zero_()
     step.apply(1)
     src = NoiseSource("reproducible", seed=9)
-    want = np.concatenate([src.gaussian_into(np.empty(n, dtype=np.float32), CONFIG.noise_std)
-                           for n in (12, 5)])
+    want = np.concatenate(
+        [src.gaussian_into(np.empty(n, dtype=np.float32), CONFIG.noise_std) for n in (12, 5)]
+    )
     np.testing.assert_array_equal(step._noise, want)
 
 
@@ -120,18 +140,21 @@ def test_a_module_outside_ghost_clipping_must_train_on_the_cpu():
         train_module_dp_sgd(module, x, y, CONFIG, noise=NoiseSource(), device="meta")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(),
-                    reason="no CUDA device: the CUDA-vs-CPU comparison needs a GPU")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device: the CUDA-vs-CPU comparison needs a GPU"
+)
 def test_cuda_training_matches_the_cpu_on_a_tiny_model():
     data = load_dataset("digits")
     x = torch.as_tensor(data.x_train[:400], dtype=torch.float32)
     y = torch.as_tensor(data.y_train[:400])
     weights = {}
     for device in ("cpu", "cuda"):
-        module = build_module("cnn", kind="image", n_features=64, n_classes=10,
-                              image_shape=(1, 8, 8), seed=1)
-        steps = train_module_dp_sgd(module, x, y, CONFIG, noise=NoiseSource("reproducible", seed=4),
-                                    device=device)
+        module = build_module(
+            "cnn", kind="image", n_features=64, n_classes=10, image_shape=(1, 8, 8), seed=1
+        )
+        steps = train_module_dp_sgd(
+            module, x, y, CONFIG, noise=NoiseSource("reproducible", seed=4), device=device
+        )
         assert steps == CONFIG.steps and next(module.parameters()).device.type == "cpu"
         weights[device] = {n: p.detach().clone() for n, p in module.named_parameters()}
     for n, w in weights["cpu"].items():

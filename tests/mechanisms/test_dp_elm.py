@@ -31,8 +31,18 @@ def synthetic(n=600, d=12, k=3, seed=0, name="synthetic-elm") -> PreparedDataset
     xtr, ytr = part(n)
     xva, yva = part(50)
     xte, yte = part(300)
-    return PreparedDataset(name=name, kind="tabular", x_train=xtr, y_train=ytr, x_val=xva, y_val=yva, x_test=xte, y_test=yte,
-                           n_classes=k, split_seed=2026)
+    return PreparedDataset(
+        name=name,
+        kind="tabular",
+        x_train=xtr,
+        y_train=ytr,
+        x_val=xva,
+        y_val=yva,
+        x_test=xte,
+        y_test=yte,
+        n_classes=k,
+        split_seed=2026,
+    )
 
 
 # ---------------------------------------------------------------- scale and sensitivity
@@ -58,9 +68,16 @@ def test_sensitivities_and_both_analyses():
 
 
 @settings(max_examples=40, deadline=None)
-@given(width=st.sampled_from([1, 3, 5]), k=st.integers(2, 4), seed=st.integers(0, 2**16),
-       scale_a=st.sampled_from([0.0, 1.0, 50.0]), scale_b=st.sampled_from([0.0, 1.0, 50.0]))
-def test_one_record_moves_the_exact_statistics_by_at_most_the_sensitivity(width, k, seed, scale_a, scale_b):
+@given(
+    width=st.sampled_from([1, 3, 5]),
+    k=st.integers(2, 4),
+    seed=st.integers(0, 2**16),
+    scale_a=st.sampled_from([0.0, 1.0, 50.0]),
+    scale_b=st.sampled_from([0.0, 1.0, 50.0]),
+)
+def test_one_record_moves_the_exact_statistics_by_at_most_the_sensitivity(
+    width, k, seed, scale_a, scale_b
+):
     # Brute force over random and saturating records (large inputs push sigmoids to 0 or 1).
     rng = np.random.default_rng(seed)
     d = 4
@@ -86,13 +103,17 @@ def test_one_record_moves_the_exact_statistics_by_at_most_the_sensitivity(width,
 def test_features_are_public_standard_normal_and_sigmoid_is_stable():
     f = elm.elm_features(50, 10, 42)
     rng = public_rng(42, elm.TAG_ELM)
-    assert np.array_equal(f.weight, rng.standard_normal((50, 10))) and np.array_equal(f.bias, rng.standard_normal(10))
+    assert np.array_equal(f.weight, rng.standard_normal((50, 10))) and np.array_equal(
+        f.bias, rng.standard_normal(10)
+    )
     assert not np.array_equal(elm.elm_features(50, 10, 43).weight, f.weight)
     big = np.full((2, 50), 1e6)
     h = f.transform(np.vstack([big, -big]))
     assert np.all(np.isfinite(h)) and h.min() >= 0.0 and h.max() <= 1.0
     x = np.random.default_rng(1).normal(0, 1, (5, 50))
-    assert np.allclose(f.transform(x), 1 / (1 + np.exp(-(x @ f.weight + f.bias))), rtol=1e-14, atol=0)
+    assert np.allclose(
+        f.transform(x), 1 / (1 + np.exp(-(x @ f.weight + f.bias))), rtol=1e-14, atol=0
+    )
 
 
 def test_statistics_match_a_per_record_reference():
@@ -111,7 +132,9 @@ def test_statistics_match_a_per_record_reference():
     e = elm.elm_sufficient_statistics(x, y, width, 9, n_classes=k)
     assert e.grid_bits == 20 and e.gram.dtype == np.int64
     assert np.array_equal(e.gram, sum(np.outer(q[i], q[i]) for i in range(n)))
-    assert np.array_equal(e.cross, sum(np.outer(q[i], np.eye(k, dtype=np.int64)[y[i]]) for i in range(n)))
+    assert np.array_equal(
+        e.cross, sum(np.outer(q[i], np.eye(k, dtype=np.int64)[y[i]]) for i in range(n))
+    )
     assert np.allclose(e.gram_float(), ref_gram, rtol=1e-5)
 
 
@@ -122,7 +145,11 @@ def test_statistics_add_one_record_exactly():
     rest = elm.elm_sufficient_statistics(x[:-1], y[:-1], 3, 1, n_classes=3)
     one = elm.elm_sufficient_statistics(x[-1:], y[-1:], 3, 1, n_classes=3)
     both = rest.plus(one)
-    assert np.array_equal(both.gram, full.gram) and np.array_equal(both.cross, full.cross) and both.n_records == 300
+    assert (
+        np.array_equal(both.gram, full.gram)
+        and np.array_equal(both.cross, full.cross)
+        and both.n_records == 300
+    )
     empty = elm.elm_sufficient_statistics(x[:0], y[:0], 3, 1, n_classes=3)
     assert np.array_equal(full.plus(empty).gram, full.gram)
     with pytest.raises(UsageError, match="statistics must share"):
@@ -156,8 +183,12 @@ def test_discrete_noise_has_the_laplace_variance_of_scale_L_L_plus_2_over_eps():
     x, y = rng.normal(0, 1, (50, 3)), rng.integers(0, 2, 50)
     s = elm.elm_sufficient_statistics(x, y, 1, 0, n_classes=2)  # L = 1: 1 + 2 entries
     src = NoiseSource("reproducible", seed=2)
-    z = np.array([np.concatenate([(gc[0] - s.gram_float()).ravel(), (gc[1] - s.cross_float()).ravel()])
-                  for gc in (elm.privatize_statistics(s, 2.0, src) for _ in range(4000))])
+    z = np.array(
+        [
+            np.concatenate([(gc[0] - s.gram_float()).ravel(), (gc[1] - s.cross_float()).ravel()])
+            for gc in (elm.privatize_statistics(s, 2.0, src) for _ in range(4000))
+        ]
+    )
     b = elm.noise_scale(1, 2.0)  # 1.5
     assert abs(z.mean()) < 5 * math.sqrt(2 * b * b / z.size)
     assert abs(z.var() / (2 * b * b) - 1) < 0.05
@@ -190,16 +221,28 @@ def test_non_private_fit_is_the_closed_form_least_squares_solution():
     r = elm.fit_dp_elm(data.x_train, data.y_train, 3, 10, None, seed=42, noise=None)
     h = r.features.transform(data.x_train)
     ref = np.linalg.solve(h.T @ h, h.T @ np.eye(3)[data.y_train])
-    assert np.allclose(r.beta, ref, rtol=1e-8, atol=1e-10) and r.epsilon is None and r.noise_scale is None
+    assert (
+        np.allclose(r.beta, ref, rtol=1e-8, atol=1e-10)
+        and r.epsilon is None
+        and r.noise_scale is None
+    )
     assert (r.predict(data.x_test) == data.y_test).mean() > 0.8
 
 
 def test_private_fit_reports_what_it_did_and_is_cheap_for_trials():
     data = synthetic()
     feats = elm.elm_features(data.n_features, 3, 42)
-    s = elm.elm_sufficient_statistics(data.x_train, data.y_train, 3, 42, n_classes=3, features=feats)
-    results = [elm.fit_from_statistics(s, feats, 2.0, noise=NoiseSource("reproducible", seed=i)) for i in range(200)]
-    assert all(r.sampler == "discrete-laplace" and r.noise_scale == 7.5 and r.solver in ("solve", "pinv") for r in results)
+    s = elm.elm_sufficient_statistics(
+        data.x_train, data.y_train, 3, 42, n_classes=3, features=feats
+    )
+    results = [
+        elm.fit_from_statistics(s, feats, 2.0, noise=NoiseSource("reproducible", seed=i))
+        for i in range(200)
+    ]
+    assert all(
+        r.sampler == "discrete-laplace" and r.noise_scale == 7.5 and r.solver in ("solve", "pinv")
+        for r in results
+    )
     assert len({r.beta.tobytes() for r in results}) == 200
     p = results[0].probabilities(data.x_test)
     assert np.allclose(p.sum(axis=1), 1.0)
@@ -209,20 +252,42 @@ def test_private_fit_reports_what_it_did_and_is_cheap_for_trials():
 def _release(tmp_path, name="r", **kw):
     prepared = kw.pop("prepared", None) or synthetic()
     run = {k: kw.pop(k) for k in ("ledger_path", "record") if k in kw}
-    return release("dp-elm", DPELMRequest(dataset=prepared.name, seed=42, **kw), out_dir=tmp_path / name, prepared=prepared, **run)
+    return release(
+        "dp-elm",
+        DPELMRequest(dataset=prepared.name, seed=42, **kw),
+        out_dir=tmp_path / name,
+        prepared=prepared,
+        **run,
+    )
 
 
 def test_release_records_the_pure_claim_both_analyses_and_the_sampler(tmp_path):
     rel = _release(tmp_path, width=5, epsilon=2.0)
     assert rel.mechanism == "dp-elm" and rel.accountant == "pure" and rel.delta == 0.0
     assert rel.guarantee == PureEpsilon(2.0).to_dict() and rel.epsilon <= rel.target_epsilon == 2.0
-    assert rel.adjacency == "add-remove-record" and rel.config["claim_adjacency"] == "add-remove-record"
+    assert (
+        rel.adjacency == "add-remove-record"
+        and rel.config["claim_adjacency"] == "add-remove-record"
+    )
     cfg = rel.config
     assert cfg["width"] == 5 and cfg["noise_scale"] == 17.5 and cfg["sampler"] == "discrete-laplace"
-    assert cfg["sampler_guarantee"]["certified"] is True and cfg["sampler_guarantee"]["epsilon_inflation"] == 0.0
-    assert cfg["analyses"]["replace-record"]["l1_sensitivity"] == 35 and cfg["analyses"]["add-remove-record"]["l1_sensitivity"] == 30
+    assert (
+        cfg["sampler_guarantee"]["certified"] is True
+        and cfg["sampler_guarantee"]["epsilon_inflation"] == 0.0
+    )
+    assert (
+        cfg["analyses"]["replace-record"]["l1_sensitivity"] == 35
+        and cfg["analyses"]["add-remove-record"]["l1_sensitivity"] == 30
+    )
     assert cfg["symmetrised"] is False and cfg["ridge"] == 0.0 and cfg["chunk"] == 1024
-    assert set(rel.metrics) == {"accuracy", "precision_macro", "recall_macro", "f1_macro", "auroc", "auprc"}
+    assert set(rel.metrics) == {
+        "accuracy",
+        "precision_macro",
+        "recall_macro",
+        "f1_macro",
+        "auroc",
+        "auprc",
+    }
     back = read_release(tmp_path / "r")
     assert back.to_dict() == rel.to_dict()
     assert (tmp_path / "r" / "weights.npz").exists()
@@ -255,14 +320,22 @@ def test_same_seed_gives_fresh_noise_unless_reproducible(tmp_path):
 
     g1, w1 = noised("a")
     g2, w2 = noised("b")
-    assert np.array_equal(w1, w2) and not np.array_equal(g1, g2)  # public features same, noise fresh
+    assert np.array_equal(w1, w2) and not np.array_equal(
+        g1, g2
+    )  # public features same, noise fresh
     g3, _ = noised("c", reproducible_noise=True)
     g4, _ = noised("d", reproducible_noise=True)
     assert np.array_equal(g3, g4)
     r1, r2 = read_release(tmp_path / "c"), read_release(tmp_path / "d")
-    assert r1.metrics == r2.metrics and r1.noise_source == r2.noise_source and r1.noise_source["secret"] is False
+    assert (
+        r1.metrics == r2.metrics
+        and r1.noise_source == r2.noise_source
+        and r1.noise_source["secret"] is False
+    )
     g5, _ = noised("e", noise_source="cryptographic")
-    assert read_release(tmp_path / "e").noise_source["source"] == "cryptographic" and not np.array_equal(g5, g3)
+    assert read_release(tmp_path / "e").noise_source[
+        "source"
+    ] == "cryptographic" and not np.array_equal(g5, g3)
 
 
 def test_release_refuses_bad_arguments_before_loading(tmp_path):
@@ -275,7 +348,12 @@ def test_release_refuses_bad_arguments_before_loading(tmp_path):
 
 
 def test_digits_release_end_to_end(tmp_path):
-    rel = release("dp-elm", DPELMRequest(dataset="digits", width=10, epsilon=2.0, seed=42), out_dir=tmp_path / "d", record=False)
+    rel = release(
+        "dp-elm",
+        DPELMRequest(dataset="digits", width=10, epsilon=2.0, seed=42),
+        out_dir=tmp_path / "d",
+        record=False,
+    )
     assert rel.dataset["name"] == "digits" and rel.config["noise_scale"] == 60.0
     assert 0.0 <= rel.metrics["accuracy"] <= 1.0
 
@@ -292,6 +370,14 @@ def test_mnist_non_private_reference_beats_the_majority_class(data_dir):
 
 def test_non_private_release_makes_no_claim(tmp_path):
     rel = _release(tmp_path, "np", width=10, non_private=True, record=False)
-    assert rel.non_private is True and rel.epsilon == float("inf") and rel.guarantee == {"type": "non-private"}
-    assert rel.target_epsilon is None and rel.config["noise_scale"] is None and rel.config["sampler"] is None
+    assert (
+        rel.non_private is True
+        and rel.epsilon == float("inf")
+        and rel.guarantee == {"type": "non-private"}
+    )
+    assert (
+        rel.target_epsilon is None
+        and rel.config["noise_scale"] is None
+        and rel.config["sampler"] is None
+    )
     assert rel.metrics["accuracy"] > 0.8

@@ -12,7 +12,13 @@ from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
 from dpaudit.mechanisms.dpsgd.loop import SumUnits, run_dp_sgd, train_heads
-from dpaudit.mechanisms.dpsgd.core import AdamState, adam_update, head_clipped_sum, head_probabilities, poisson_indices
+from dpaudit.mechanisms.dpsgd.core import (
+    AdamState,
+    adam_update,
+    head_clipped_sum,
+    head_probabilities,
+    poisson_indices,
+)
 from dpaudit.noise import NoiseSource
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")
@@ -48,7 +54,9 @@ def test_adam_matches_torch_optim_adam():
         adam_update([ours], [torch.tensor(g)], state, cfg)
         ref.grad = torch.tensor(g)
         opt.step()
-    assert torch.equal(ours, ref.detach())  # bit for bit (float64 here; float32 in test_mixmin_tasks)
+    assert torch.equal(
+        ours, ref.detach()
+    )  # bit for bit (float64 here; float32 in test_mixmin_tasks)
 
 
 def _reference_clipped_sum(w, z, y, c, binary_logit, clip=True):
@@ -59,7 +67,9 @@ def _reference_clipped_sum(w, z, y, c, binary_logit, clip=True):
         z1 = torch.cat([torch.as_tensor(zi), torch.ones(1, dtype=torch.float64)])
         s = wt @ z1
         if binary_logit:
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(s, torch.tensor([float(yi)], dtype=torch.float64))
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                s, torch.tensor([float(yi)], dtype=torch.float64)
+            )
         else:
             loss = torch.nn.functional.cross_entropy(s.unsqueeze(0), torch.tensor([int(yi)]))
         (g,) = torch.autograd.grad(loss, wt)
@@ -79,15 +89,28 @@ def test_closed_form_clipped_sum_matches_autograd_loop(binary_logit, k, c):
     w = rng.normal(size=(k, d + 1))
     z1 = np.concatenate([z, np.ones((n, 1))], axis=1)
     got = head_clipped_sum(w, z1, np.linalg.norm(z1, axis=1), y, c, binary_logit=binary_logit)
-    np.testing.assert_allclose(got, _reference_clipped_sum(w, z, y, c, binary_logit), rtol=1e-10, atol=1e-12)
-    got_unclipped = head_clipped_sum(w, z1, np.linalg.norm(z1, axis=1), y, c, binary_logit=binary_logit, clip=False)
-    np.testing.assert_allclose(got_unclipped, _reference_clipped_sum(w, z, y, c, binary_logit, clip=False), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        got, _reference_clipped_sum(w, z, y, c, binary_logit), rtol=1e-10, atol=1e-12
+    )
+    got_unclipped = head_clipped_sum(
+        w, z1, np.linalg.norm(z1, axis=1), y, c, binary_logit=binary_logit, clip=False
+    )
+    np.testing.assert_allclose(
+        got_unclipped,
+        _reference_clipped_sum(w, z, y, c, binary_logit, clip=False),
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 @settings(max_examples=40, deadline=None)
 @given(
-    n=st.integers(1, 12), d=st.integers(1, 8), k=st.integers(2, 5),
-    scale=st.floats(1e-3, 1e3), c=st.floats(1e-3, 10.0), seed=st.integers(0, 2**31),
+    n=st.integers(1, 12),
+    d=st.integers(1, 8),
+    k=st.integers(2, 5),
+    scale=st.floats(1e-3, 1e3),
+    c=st.floats(1e-3, 10.0),
+    seed=st.integers(0, 2**31),
 )
 def test_each_clipped_contribution_is_bounded(n, d, k, scale, c, seed):
     """Sensitivity: one example's contribution to the clipped sum never exceeds C."""
@@ -97,7 +120,7 @@ def test_each_clipped_contribution_is_bounded(n, d, k, scale, c, seed):
     w = rng.normal(size=(k, d + 1))
     norms = np.linalg.norm(z1, axis=1)
     for i in range(n):
-        single = head_clipped_sum(w, z1[i:i + 1], norms[i:i + 1], y[i:i + 1], c)
+        single = head_clipped_sum(w, z1[i : i + 1], norms[i : i + 1], y[i : i + 1], c)
         assert np.linalg.norm(single) <= c * (1 + 1e-9)
     full = head_clipped_sum(w, z1, norms, y, c)
     rest = head_clipped_sum(w, z1[1:], norms[1:], y[1:], c) if n > 1 else np.zeros_like(full)
@@ -113,11 +136,19 @@ def test_clipped_sum_matches_opacus_dp_optimizer_float64():
     n, d, k = 17, 11, 5
     z = rng.normal(size=(n, d)) * 2
     y = rng.integers(0, k, n)
-    torch.manual_seed(2)  # fixed weights: an unseeded draw made the comparison flaky (Opacus divides by norm + 1e-6)
+    torch.manual_seed(
+        2
+    )  # fixed weights: an unseeded draw made the comparison flaky (Opacus divides by norm + 1e-6)
     lin = torch.nn.Linear(d, k).double()
     w = torch.cat([lin.weight.detach(), lin.bias.detach()[:, None]], dim=1).numpy().copy()
     gsm = GradSampleModule(lin)
-    opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.1), noise_multiplier=0.0, max_grad_norm=0.7, expected_batch_size=n, loss_reduction="sum")
+    opt = DPOptimizer(
+        torch.optim.SGD(gsm.parameters(), lr=0.1),
+        noise_multiplier=0.0,
+        max_grad_norm=0.7,
+        expected_batch_size=n,
+        loss_reduction="sum",
+    )
     loss = torch.nn.functional.cross_entropy(gsm(torch.tensor(z)), torch.tensor(y), reduction="sum")
     loss.backward()
     opt.clip_and_accumulate()
@@ -167,7 +198,9 @@ class _ScriptedNoise(NoiseSource):
 def test_engine_normalizer_noise_and_empty_batches(monkeypatch):
     masks = [[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 0, 0]]
     noise = _ScriptedNoise(masks, noise_value=0.25)
-    cfg = DPSGDConfig(sample_rate=0.3, steps=4, normalizer=7, noise_multiplier=2.0, clipping_norm=0.5)
+    cfg = DPSGDConfig(
+        sample_rate=0.3, steps=4, normalizer=7, noise_multiplier=2.0, clipping_norm=0.5
+    )
     seen_grads, seen_idx = [], []
     real_step = dpsgd_core.Adam.step
 
@@ -199,8 +232,12 @@ def test_one_head_run_matches_slow_reference_float64(n, q):
     z = rng.normal(size=(n, d))
     y = rng.integers(0, k, n)
     init = rng.normal(size=(k, d + 1)) * 0.1
-    cfg = DPSGDConfig(sample_rate=q, steps=12, normalizer=8, noise_multiplier=0.8, clipping_norm=0.9)
-    fast = train_heads(z, y, k, cfg, noise=NoiseSource("reproducible", seed=9), init=init, dtype=torch.float64)
+    cfg = DPSGDConfig(
+        sample_rate=q, steps=12, normalizer=8, noise_multiplier=0.8, clipping_norm=0.9
+    )
+    fast = train_heads(
+        z, y, k, cfg, noise=NoiseSource("reproducible", seed=9), init=init, dtype=torch.float64
+    )
     assert fast.steps_executed == 12
 
     noise = NoiseSource("reproducible", seed=9)
@@ -210,8 +247,12 @@ def test_one_head_run_matches_slow_reference_float64(n, q):
     for _ in range(cfg.steps):
         idx = dpsgd_core.poisson_batch(noise, 1, n, cfg.sample_rate)[0]
         empty += idx.size == 0
-        g = torch.tensor(_reference_clipped_sum(w.detach().numpy(), z[idx], y[idx], cfg.clipping_norm, False))
-        g = g + noise.gaussian_torch((k, d + 1), cfg.noise_multiplier * cfg.clipping_norm, dtype=torch.float64)
+        g = torch.tensor(
+            _reference_clipped_sum(w.detach().numpy(), z[idx], y[idx], cfg.clipping_norm, False)
+        )
+        g = g + noise.gaussian_torch(
+            (k, d + 1), cfg.noise_multiplier * cfg.clipping_norm, dtype=torch.float64
+        )
         w.grad = g / cfg.normalizer
         opt.step()
     np.testing.assert_allclose(fast.weights[0], w.detach().numpy(), rtol=1e-9, atol=1e-12)
@@ -250,7 +291,9 @@ def test_linear_head_learns_separable_data():
     res = train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=3))
     acc = (head_probabilities(res.weights[0], z).argmax(1) == y).mean()
     assert acc > 0.95
-    binary = train_heads(z[y < 2], y[y < 2], 2, cfg, noise=NoiseSource("reproducible", seed=3), binary_logit=True)
+    binary = train_heads(
+        z[y < 2], y[y < 2], 2, cfg, noise=NoiseSource("reproducible", seed=3), binary_logit=True
+    )
     assert binary.weights.shape == (1, 1, 6)
     assert (head_probabilities(binary.weights[0], z[y < 2]).argmax(1) == y[y < 2]).mean() > 0.95
 
@@ -258,18 +301,37 @@ def test_linear_head_learns_separable_data():
 def test_linear_head_input_validation():
     cfg = _cfg()
     with pytest.raises(UsageError, match="labels must be"):
-        train_heads(np.zeros((3, 2)), np.array([0, 1, 5]), 3, cfg, noise=NoiseSource("reproducible", seed=0))
+        train_heads(
+            np.zeros((3, 2)), np.array([0, 1, 5]), 3, cfg, noise=NoiseSource("reproducible", seed=0)
+        )
     with pytest.raises(UsageError, match="init must have shape"):
-        train_heads(np.zeros((3, 2)), np.array([0, 1, 1]), 2, cfg, noise=NoiseSource("reproducible", seed=0), init=np.zeros((2, 2)))
+        train_heads(
+            np.zeros((3, 2)),
+            np.array([0, 1, 1]),
+            2,
+            cfg,
+            noise=NoiseSource("reproducible", seed=0),
+            init=np.zeros((2, 2)),
+        )
 
 
 def test_z_with_bias_column_is_the_same_training():
     rng = np.random.default_rng(7)
     z, y = rng.normal(size=(50, 4)), rng.integers(0, 3, 50)
     cfg = _cfg(steps=6, sample_rate=0.3, normalizer=15)
-    plain = train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), dtype=torch.float64).weights[0]
+    plain = train_heads(
+        z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), dtype=torch.float64
+    ).weights[0]
     z1 = np.concatenate([z, np.ones((50, 1))], axis=1)
-    pre = train_heads(z1, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), dtype=torch.float64, z_has_bias_column=True).weights[0]
+    pre = train_heads(
+        z1,
+        y,
+        3,
+        cfg,
+        noise=NoiseSource("reproducible", seed=4),
+        dtype=torch.float64,
+        z_has_bias_column=True,
+    ).weights[0]
     np.testing.assert_array_equal(plain, pre)
     with pytest.raises(UsageError, match="column of ones"):
         train_heads(z, y, 3, cfg, noise=NoiseSource("reproducible", seed=4), z_has_bias_column=True)
@@ -294,7 +356,9 @@ def test_poisson_flat_runs_are_independent_bernoulli_blocks():
         assert abs(p - q * q) < 5 * np.sqrt(q * q * (1 - q * q) / runs)
 
 
-@pytest.mark.parametrize("shape", [(3, 4), (2, 70_001)])  # the second spans three blocks of the array passes
+@pytest.mark.parametrize(
+    "shape", [(3, 4), (2, 70_001)]
+)  # the second spans three blocks of the array passes
 def test_loop_adam_equals_torch_adam_float64(shape):
     """The loop's Adam (NumPy, in blocks) == torch.optim.Adam, step for step."""
     rng = np.random.default_rng(12)
@@ -339,7 +403,10 @@ def test_loop_adam_float32_stays_within_rounding_of_torch_adam():
     cfg = DPSGDConfig(sample_rate=0.1, steps=5, normalizer=3, noise_multiplier=1.0, lr=0.01)
     w = rng.normal(size=(10, 985)).astype(np.float32)
     p = torch.nn.Parameter(torch.tensor(w))
-    adam, opt = dpsgd_core.Adam([w], cfg), torch.optim.Adam([p], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)
+    adam, opt = (
+        dpsgd_core.Adam([w], cfg),
+        torch.optim.Adam([p], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps),
+    )
     for t in range(1, 30):
         g = rng.normal(size=w.shape).astype(np.float32)
         adam.step([g], t)
@@ -362,7 +429,9 @@ def test_gap_extension_keeps_bernoulli_rates():
     assert np.all(np.abs(counts / trials - q) < 5 * np.sqrt(q * (1 - q) / trials))
 
 
-@pytest.mark.parametrize("source,runs", [("reproducible", 1), ("reproducible", 5), ("cryptographic", 3)])
+@pytest.mark.parametrize(
+    "source,runs", [("reproducible", 1), ("reproducible", 5), ("cryptographic", 3)]
+)
 def test_poisson_batch_is_gap_sampling_on_the_sources_generator(source, runs):
     """The one sampler of every trainer draws, for numpy-backed sources, exactly the gap samples of
     poisson_indices on the source's own generator (same order)."""
@@ -375,14 +444,16 @@ def test_poisson_batch_is_gap_sampling_on_the_sources_generator(source, runs):
         if source == "reproducible":
             want = dpsgd_core.poisson_indices(b.numpy, runs, 500, 0.03)
             for r in range(runs):
-                np.testing.assert_array_equal(flat[offsets[r]:offsets[r + 1]], want[r])
+                np.testing.assert_array_equal(flat[offsets[r] : offsets[r + 1]], want[r])
         else:
-            assert all(np.all(np.diff(flat[offsets[r]:offsets[r + 1]]) > 0) for r in range(runs))
+            assert all(np.all(np.diff(flat[offsets[r] : offsets[r + 1]]) > 0) for r in range(runs))
 
 
 def test_noisy_adam_step_is_noise_then_normaliser_then_adam():
     """The shared step: sum + N(0, (sigma C)^2) from the source, / m0, torch.optim.Adam."""
-    cfg = DPSGDConfig(sample_rate=0.1, steps=3, normalizer=7, noise_multiplier=1.5, clipping_norm=0.4, lr=0.02)
+    cfg = DPSGDConfig(
+        sample_rate=0.1, steps=3, normalizer=7, noise_multiplier=1.5, clipping_norm=0.4, lr=0.02
+    )
     w = torch.tensor([[0.3, -0.2], [0.1, 0.5]], dtype=torch.float64)
     ref = torch.nn.Parameter(w.clone())
     opt = torch.optim.Adam([ref], lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps)

@@ -9,7 +9,14 @@ import torch
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig, train_module_dp_sgd
 from dpaudit.mechanisms.dpsgd.core import per_sample_clipped_sum
-from dpaudit.mechanisms.dpsgd.models import CNN1d, CNN2d, CompactAttention, Dense, build_module, sinusoidal_positions_2d
+from dpaudit.mechanisms.dpsgd.models import (
+    CNN1d,
+    CNN2d,
+    CompactAttention,
+    Dense,
+    build_module,
+    sinusoidal_positions_2d,
+)
 from dpaudit.noise import NoiseSource
 
 pytestmark = pytest.mark.filterwarnings("ignore:Full backward hook is firing")
@@ -20,10 +27,18 @@ def _opacus_clipped_sum(module, x, y, c, loss):
     from opacus.optimizers import DPOptimizer
 
     gsm = GradSampleModule(module, loss_reduction="sum")  # the loss below is a sum over examples
-    opt = DPOptimizer(torch.optim.SGD(gsm.parameters(), lr=0.1), noise_multiplier=0.0, max_grad_norm=c, expected_batch_size=len(x), loss_reduction="sum")
+    opt = DPOptimizer(
+        torch.optim.SGD(gsm.parameters(), lr=0.1),
+        noise_multiplier=0.0,
+        max_grad_norm=c,
+        expected_batch_size=len(x),
+        loss_reduction="sum",
+    )
     out = gsm(x)
     if loss == "bce":
-        value = torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), y.double(), reduction="sum")
+        value = torch.nn.functional.binary_cross_entropy_with_logits(
+            out.reshape(-1), y.double(), reduction="sum"
+        )
     else:
         value = torch.nn.functional.cross_entropy(out, y, reduction="sum")
     value.backward()
@@ -63,7 +78,9 @@ def test_per_sample_clipped_sum_matches_opacus_float64(make, shape, loss, k):
     norms = torch.sqrt(sum(g.reshape(len(x), -1).pow(2).sum(1) for g in samples.values()))
     coef = torch.clamp(0.3 / norms, max=1.0)
     for name, g in samples.items():
-        torch.testing.assert_close(ours[name], torch.tensordot(coef, g, dims=([0], [0])), rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(
+            ours[name], torch.tensordot(coef, g, dims=([0], [0])), rtol=1e-10, atol=1e-12
+        )
     # 3) Without clipping (non-private path): the plain sum of Opacus's per-sample gradients.
     plain = per_sample_clipped_sum(module, params, x, y, 0.3, loss=loss, clip=False)
     for name, g in samples.items():
@@ -72,16 +89,28 @@ def test_per_sample_clipped_sum_matches_opacus_float64(make, shape, loss, k):
 
 def test_paper_parameter_counts():
     """Trainable counts of the CIFAR-10 baselines in Table 6 of the paper."""
-    dense = build_module("dense", kind="image", n_features=3072, n_classes=10, image_shape=(3, 32, 32))
+    dense = build_module(
+        "dense", kind="image", n_features=3072, n_classes=10, image_shape=(3, 32, 32)
+    )
     cnn = build_module("cnn", kind="image", n_features=3072, n_classes=10, image_shape=(3, 32, 32))
     assert sum(p.numel() for p in dense.parameters()) == 820_874
     assert sum(p.numel() for p in cnn.parameters()) == 545_098
-    mnist_cnn = build_module("cnn", kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28))
-    assert mnist_cnn.conv1.out_channels == 16 and mnist_cnn.conv2.out_channels == 32 and mnist_cnn.fc1.out_features == 128
+    mnist_cnn = build_module(
+        "cnn", kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28)
+    )
+    assert (
+        mnist_cnn.conv1.out_channels == 16
+        and mnist_cnn.conv2.out_channels == 32
+        and mnist_cnn.fc1.out_features == 128
+    )
     tab = build_module("dense", kind="tabular", n_features=32, n_classes=2)
     assert (tab.fc1.out_features, tab.fc2.out_features, tab.fc3.out_features) == (64, 32, 1)
-    att = build_module("attention", kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28))
-    assert att.positions.shape == (49, 32) and not any(n == "positions" for n, _ in att.named_parameters())
+    att = build_module(
+        "attention", kind="image", n_features=784, n_classes=10, image_shape=(1, 28, 28)
+    )
+    assert att.positions.shape == (49, 32) and not any(
+        n == "positions" for n, _ in att.named_parameters()
+    )
     with pytest.raises(UsageError, match="kind must be image"):
         build_module("attention", kind="tabular", n_features=32, n_classes=2)
 
@@ -110,7 +139,9 @@ def test_train_module_dp_sgd_counts_steps_and_learns():
     x[:, 0] += np.where(y == 1, 1.5, -1.5)
     module = build_module("dense", kind="tabular", n_features=6, n_classes=2, seed=0)
     cfg = DPSGDConfig(sample_rate=0.2, steps=60, normalizer=40, noise_multiplier=0.3, lr=0.01)
-    steps = train_module_dp_sgd(module, x, y, cfg, noise=NoiseSource("reproducible", seed=0), loss="bce")
+    steps = train_module_dp_sgd(
+        module, x, y, cfg, noise=NoiseSource("reproducible", seed=0), loss="bce"
+    )
     assert steps == 60
     module.eval()
     with torch.no_grad():

@@ -28,7 +28,16 @@ from dpaudit.requests import DPSGDRequest
 
 
 def _cfg(**kw) -> DPSGDConfig:
-    return DPSGDConfig(**{"sample_rate": 0.5, "steps": 6, "normalizer": 4, "noise_multiplier": 1.5, "lr": 0.1, **kw})
+    return DPSGDConfig(
+        **{
+            "sample_rate": 0.5,
+            "steps": 6,
+            "normalizer": 4,
+            "noise_multiplier": 1.5,
+            "lr": 0.1,
+            **kw,
+        }
+    )
 
 
 def test_sgd_momentum_by_hand():
@@ -62,7 +71,9 @@ def test_noisy_sgd_step_equals_torch_sgd_on_the_clipped_noisy_gradient(momentum)
     noise = NoiseSource("reproducible", seed=8)
     buf = np.empty(5, dtype=np.float32)
     fill = gaussian_filler(noise, buf, cfg.noise_std)
-    for _ in range(cfg.steps):  # the draws of the loop, in its order: the Poisson sample, then the noise
+    for _ in range(
+        cfg.steps
+    ):  # the draws of the loop, in its order: the Poisson sample, then the noise
         idx, _ = dpsgd_core.poisson_batch(noise, 1, 30, cfg.sample_rate)
         s = clipped_sum(None, idx)[0].numpy() if idx.size else np.zeros(5, dtype=np.float32)
         ref.grad = torch.from_numpy((s + fill()) / cfg.normalizer)
@@ -78,8 +89,12 @@ def test_momentum_needs_sgd():
         _cfg(optimizer="sgd", momentum=1.0)
     with pytest.raises(UsageError, match="optimizer must be one of"):
         _cfg(optimizer="rmsprop")
-    assert DPSGDConfig.from_dict(_cfg(optimizer="sgd", momentum=0.9).to_dict()) == _cfg(optimizer="sgd", momentum=0.9)
-    old = {k: v for k, v in _cfg().to_dict().items() if k not in ("optimizer", "momentum")}  # an older record
+    assert DPSGDConfig.from_dict(_cfg(optimizer="sgd", momentum=0.9).to_dict()) == _cfg(
+        optimizer="sgd", momentum=0.9
+    )
+    old = {
+        k: v for k, v in _cfg().to_dict().items() if k not in ("optimizer", "momentum")
+    }  # an older record
     assert DPSGDConfig.from_dict(old) == _cfg()
 
 
@@ -89,12 +104,21 @@ def _request(**kw) -> DPSGDRequest:
 
 def test_the_release_records_sgd_and_its_audit_uses_it(tmp_path):
     torch.set_num_threads(1)
-    sgd = release("dp-rvfl", _request(optimizer="sgd", momentum=0.9), out_dir=tmp_path / "sgd", record=False)
+    sgd = release(
+        "dp-rvfl", _request(optimizer="sgd", momentum=0.9), out_dir=tmp_path / "sgd", record=False
+    )
     adam = release("dp-rvfl", _request(), out_dir=tmp_path / "adam", record=False)
     assert sgd.config["dp_sgd"]["optimizer"] == "sgd" and sgd.config["dp_sgd"]["momentum"] == 0.9
     assert adam.config["dp_sgd"]["optimizer"] == "adam" and adam.config["dp_sgd"]["momentum"] == 0.0
-    assert "--optimizer sgd" in sgd.command and "--momentum 0.9" in sgd.command and "--optimizer" not in adam.command
-    with np.load(tmp_path / "sgd" / "weights.npz") as a, np.load(tmp_path / "adam" / "weights.npz") as b:
+    assert (
+        "--optimizer sgd" in sgd.command
+        and "--momentum 0.9" in sgd.command
+        and "--optimizer" not in adam.command
+    )
+    with (
+        np.load(tmp_path / "sgd" / "weights.npz") as a,
+        np.load(tmp_path / "adam" / "weights.npz") as b,
+    ):
         assert not np.allclose(a["head_weight"], b["head_weight"])
     # The audit target of the release's plan trains with the recorded optimizer, not Adam defaults.
     req = DPSGDRequest.from_dict(sgd.request)
@@ -103,15 +127,38 @@ def test_the_release_records_sgd_and_its_audit_uses_it(tmp_path):
     target.prepare()
     assert target._config == DPSGDConfig.from_dict(sgd.config["dp_sgd"])
     adam_req = DPSGDRequest.from_dict(adam.request)
-    adam_target = MECHANISM.audit_target(MECHANISM.plan(adam_req, DataInfo.from_prepared(MECHANISM.load(adam_req))), "max-clip")
+    adam_target = MECHANISM.audit_target(
+        MECHANISM.plan(adam_req, DataInfo.from_prepared(MECHANISM.load(adam_req))), "max-clip"
+    )
     worlds = np.array([True, False, True, False])
-    s_sgd, s_adam = (t.scores(worlds, NoiseSource("reproducible", seed=0)) for t in (target, adam_target))
+    s_sgd, s_adam = (
+        t.scores(worlds, NoiseSource("reproducible", seed=0)) for t in (target, adam_target)
+    )
     assert not np.allclose(s_sgd, s_adam)
 
 
 def test_cli_optimizer_flags(tmp_path):
-    res = CliRunner().invoke(app, ["train", "dp-rvfl", "--epochs", "1", "--reproducible-noise", "--optimizer", "sgd", "--momentum", "0.9",
-                                   "--out", str(tmp_path / "o"), "--ledger", str(tmp_path / "l.sqlite"), "--json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "dp-rvfl",
+            "--epochs",
+            "1",
+            "--reproducible-noise",
+            "--optimizer",
+            "sgd",
+            "--momentum",
+            "0.9",
+            "--out",
+            str(tmp_path / "o"),
+            "--ledger",
+            str(tmp_path / "l.sqlite"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     rel = json.loads((tmp_path / "o" / "release.json").read_text())
-    assert rel["config"]["dp_sgd"]["optimizer"] == "sgd" and rel["config"]["dp_sgd"]["momentum"] == 0.9
+    assert (
+        rel["config"]["dp_sgd"]["optimizer"] == "sgd" and rel["config"]["dp_sgd"]["momentum"] == 0.9
+    )

@@ -16,7 +16,11 @@ from dpaudit.mechanisms.dpsgd.features import FEATURE_KINDS, build_features
 def _reference(f, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(z, scale): z in float64 from the formula; scale bounds the rounding of each entry's sums."""
     x = np.asarray(x, dtype=np.float64)
-    xr, xr_scale = (x @ f.projection, np.abs(x) @ np.abs(f.projection)) if f.projection is not None else (x, np.abs(x))
+    xr, xr_scale = (
+        (x @ f.projection, np.abs(x) @ np.abs(f.projection))
+        if f.projection is not None
+        else (x, np.abs(x))
+    )
     parts, scales = [], []
     if f.direct_link:
         parts.append(xr)
@@ -72,7 +76,13 @@ def test_any_input_layout_and_dtype_gives_the_same_features():
     ro.flags.writeable = False
     wide = np.zeros((40, 128), dtype=np.float32)
     wide[:, ::2] = x8
-    for x in (x8, x8.astype(np.float64), ro, wide[:, ::2], np.asfortranarray(x8.astype(np.float32))):
+    for x in (
+        x8,
+        x8.astype(np.float64),
+        ro,
+        wide[:, ::2],
+        np.asfortranarray(x8.astype(np.float32)),
+    ):
         np.testing.assert_allclose(f.transform(x, chunk=8), base, rtol=0, atol=2e-6)
     assert not ro.flags.writeable  # the input is only read
 

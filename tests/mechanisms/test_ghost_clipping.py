@@ -56,7 +56,12 @@ def _norms(params, x, y, module, loss, seg=None):
     flat = torch.cat([g.reshape(x.shape[0], -1) for g in gs.values()], 1)
     if seg is not None:
         k = torch.as_tensor(np.bincount(seg), dtype=flat.dtype)
-        flat = torch.zeros(len(k), flat.shape[1], dtype=flat.dtype).index_add_(0, torch.as_tensor(seg), flat) / k[:, None]
+        flat = (
+            torch.zeros(len(k), flat.shape[1], dtype=flat.dtype).index_add_(
+                0, torch.as_tensor(seg), flat
+            )
+            / k[:, None]
+        )
     return flat.norm(dim=1)
 
 
@@ -66,11 +71,17 @@ def _norms(params, x, y, module, loss, seg=None):
 def test_record_units_equal_the_vmap_kernel(monkeypatch, model, path, regime):
     module, params, x, y, loss = _case(model, 9, 0, 3.0)
     norms = _norms(params, x, y, module, loss)
-    c = {"all clipped": float(norms.min()) / 10, "none clipped": float(norms.max()) * 10, "mixed": float(norms.median())}[regime]
+    c = {
+        "all clipped": float(norms.min()) / 10,
+        "none clipped": float(norms.max()) * 10,
+        "mixed": float(norms.median()),
+    }[regime]
     _force(monkeypatch, path)
     for clip in (False, True):
         ours = ghost_clip.ghost_clipped_sum(module, x, y, c, loss=loss, clip=clip)
-        _close(ours, dpsgd_core.per_sample_clipped_sum(module, params, x, y, c, loss=loss, clip=clip))
+        _close(
+            ours, dpsgd_core.per_sample_clipped_sum(module, params, x, y, c, loss=loss, clip=clip)
+        )
     # every unit contributes norm <= C, so the sum's norm is <= n C
     assert float(torch.cat([v.reshape(-1) for v in ours.values()]).norm()) <= 9 * c * (1 + 1e-9)
 
@@ -79,20 +90,36 @@ def test_record_units_equal_the_vmap_kernel(monkeypatch, model, path, regime):
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_user_units_equal_the_vmap_kernel(monkeypatch, model, path):
     module, params, x, y, loss = _case(model, 12, 1, 2.0)
-    seg = np.array([0, 0, 1, 2, 2, 2, 3, 4, 4, 4, 4, 5])  # users of 1 to 4 records (cross terms matter)
+    seg = np.array(
+        [0, 0, 1, 2, 2, 2, 3, 4, 4, 4, 4, 5]
+    )  # users of 1 to 4 records (cross terms matter)
     k, rows = np.bincount(seg), np.arange(12)
     norms = _norms(params, x, y, module, loss, seg)
     _force(monkeypatch, path)
     for c in (float(norms.min()) / 10, float(norms.median()), float(norms.max()) * 10):
         for clip in (True, False):
-            ref = user_level.user_module_clipped_sum(module, params, x, y, rows, seg, k, c, loss=loss, clip=clip)
-            _close(ghost_clip.ghost_clipped_sum(module, x, y, c, loss=loss, clip=clip, seg=seg, k=k), ref)
+            ref = user_level.user_module_clipped_sum(
+                module, params, x, y, rows, seg, k, c, loss=loss, clip=clip
+            )
+            _close(
+                ghost_clip.ghost_clipped_sum(module, x, y, c, loss=loss, clip=clip, seg=seg, k=k),
+                ref,
+            )
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.sampled_from(sorted(MODELS)), st.lists(st.integers(1, 4), min_size=1, max_size=6), st.floats(-3.0, 3.0),
-       st.floats(-4.0, 4.0), st.integers(1, 7), st.sampled_from(sorted(PATHS)), st.integers(0, 10**6))
-def test_module_kernel_equals_the_reference_on_random_units(model, sizes, log_scale, log_c, max_chunk, path, seed):
+@given(
+    st.sampled_from(sorted(MODELS)),
+    st.lists(st.integers(1, 4), min_size=1, max_size=6),
+    st.floats(-3.0, 3.0),
+    st.floats(-4.0, 4.0),
+    st.integers(1, 7),
+    st.sampled_from(sorted(PATHS)),
+    st.integers(0, 10**6),
+)
+def test_module_kernel_equals_the_reference_on_random_units(
+    model, sizes, log_scale, log_c, max_chunk, path, seed
+):
     """The seam (chunked by max_chunk rows, units never split) on random users, input scales from
     1e-3 to 1e3 and clipping norms from 1e-4 to 1e4, against the vmap user kernel."""
     n = sum(sizes)
@@ -102,8 +129,12 @@ def test_module_kernel_equals_the_reference_on_random_units(model, sizes, log_sc
     k = np.array(sizes)
     with pytest.MonkeyPatch.context() as mp:
         _force(mp, path)
-        ours = ghost_clip.module_clipped_sum(module, params, x, y, rows, 10.0**log_c, loss=loss, seg=seg, k=k, max_chunk=max_chunk)
-    ref = user_level.user_module_clipped_sum(module, params, x, y, rows, seg, k, 10.0**log_c, loss=loss, max_chunk=max_chunk)
+        ours = ghost_clip.module_clipped_sum(
+            module, params, x, y, rows, 10.0**log_c, loss=loss, seg=seg, k=k, max_chunk=max_chunk
+        )
+    ref = user_level.user_module_clipped_sum(
+        module, params, x, y, rows, seg, k, 10.0**log_c, loss=loss, max_chunk=max_chunk
+    )
     _close(ours, ref)
 
 
@@ -113,7 +144,11 @@ class _Shared(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.a, self.frozen, self.out = torch.nn.Linear(5, 5), torch.nn.Linear(5, 4), torch.nn.Linear(4, 3)
+        self.a, self.frozen, self.out = (
+            torch.nn.Linear(5, 5),
+            torch.nn.Linear(5, 4),
+            torch.nn.Linear(4, 3),
+        )
         self.unused = torch.nn.Conv1d(1, 2, 3)
         self.frozen.requires_grad_(False)
 
@@ -137,15 +172,25 @@ class _Normed(torch.nn.Module):
 def test_reused_and_frozen_layers_and_the_fallback(monkeypatch, path):
     _force(monkeypatch, path)
     g = torch.Generator().manual_seed(2)
-    x, y = torch.randn(8, 5, generator=g, dtype=torch.float64) * 3, torch.randint(0, 3, (8,), generator=g)
+    x, y = (
+        torch.randn(8, 5, generator=g, dtype=torch.float64) * 3,
+        torch.randint(0, 3, (8,), generator=g),
+    )
     rows, seg, k = np.arange(8), np.array([0, 0, 0, 1, 2, 2, 3, 3]), np.array([3, 1, 2, 2])
     for module in (_Shared().double(), _Normed().double()):
-        params = {nm: p.detach() for nm, p in module.named_parameters() if p.requires_grad}  # the trained ones
+        params = {
+            nm: p.detach() for nm, p in module.named_parameters() if p.requires_grad
+        }  # the trained ones
         ours = ghost_clip.module_clipped_sum(module, params, x, y, rows, 0.5)
         _close(ours, dpsgd_core.per_sample_clipped_sum(module, params, x, y, 0.5))
         ref_users = user_level.user_module_clipped_sum(module, params, x, y, rows, seg, k, 0.5)
-        _close(ghost_clip.module_clipped_sum(module, params, x, y, rows, 0.5, seg=seg, k=k), ref_users)
-    assert ghost_clip.ghost_layers(_Shared()) is not None and ghost_clip.ghost_layers(_Normed()) is None
+        _close(
+            ghost_clip.module_clipped_sum(module, params, x, y, rows, 0.5, seg=seg, k=k), ref_users
+        )
+    assert (
+        ghost_clip.ghost_layers(_Shared()) is not None
+        and ghost_clip.ghost_layers(_Normed()) is None
+    )
 
 
 def test_the_planted_clipping_fault_reaches_the_ghost_kernel(plant_fault):
@@ -154,7 +199,9 @@ def test_the_planted_clipping_fault_reaches_the_ghost_kernel(plant_fault):
     plant_fault("skip-clip")
     faulty = ghost_clip.ghost_clipped_sum(module, x, y, 1e-3, loss=loss)
     assert not torch.allclose(honest["fc2.bias"], faulty["fc2.bias"], atol=1e-2)
-    _close(faulty, dpsgd_core.per_sample_clipped_sum(module, params, x, y, 1e-3, loss=loss))  # same fault in both kernels
+    _close(
+        faulty, dpsgd_core.per_sample_clipped_sum(module, params, x, y, 1e-3, loss=loss)
+    )  # same fault in both kernels
 
 
 @pytest.mark.parametrize("model", ["dense", "cnn", "attention"])
@@ -172,7 +219,9 @@ def test_releases_and_one_run_audits_run_the_ghost_kernel(monkeypatch, model):
 
     monkeypatch.setattr(ghost_clip, "ghost_clipped_sum", spy)
     cfg = DPSGDConfig(sample_rate=0.05, steps=3, normalizer=64, noise_multiplier=1.0)
-    modules_one_run(f"dp-{model}", digits, cfg, canaries=20, noise=NoiseSource("reproducible", seed=0), seed=0)
+    modules_one_run(
+        f"dp-{model}", digits, cfg, canaries=20, noise=NoiseSource("reproducible", seed=0), seed=0
+    )
     assert calls and all(ok and not user for ok, user in calls)
     calls.clear()
     x, y = digits.x_train[:200].reshape(200, 1, 8, 8), digits.y_train[:200]
@@ -181,10 +230,23 @@ def test_releases_and_one_run_audits_run_the_ghost_kernel(monkeypatch, model):
         if fallback:
             monkeypatch.setattr(ghost_clip, "ghost_layers", lambda m: None)
         torch.manual_seed(0)
-        m = {"dense": lambda: Dense(64, (32, 16), 10, dropout=0.0), "cnn": lambda: CNN2d((1, 8, 8)), "attention": lambda: CompactAttention((1, 8, 8))}[model]()
-        train_module_dp_sgd(m, x, y, cfg, users=UserSampling(np.arange(200) // 3, 2), noise=NoiseSource("reproducible", seed=5))
+        m = {
+            "dense": lambda: Dense(64, (32, 16), 10, dropout=0.0),
+            "cnn": lambda: CNN2d((1, 8, 8)),
+            "attention": lambda: CompactAttention((1, 8, 8)),
+        }[model]()
+        train_module_dp_sgd(
+            m,
+            x,
+            y,
+            cfg,
+            users=UserSampling(np.arange(200) // 3, 2),
+            noise=NoiseSource("reproducible", seed=5),
+        )
         train_module_dp_sgd(m, x, y, cfg, noise=NoiseSource("reproducible", seed=6))
         weights.append(torch.cat([p.detach().reshape(-1) for p in m.parameters()]))
         if not fallback:
             assert calls and all(ok for ok, _ in calls) and any(user for _, user in calls)
-    torch.testing.assert_close(weights[0], weights[1], rtol=1e-4, atol=1e-5)  # float32 rounding only
+    torch.testing.assert_close(
+        weights[0], weights[1], rtol=1e-4, atol=1e-5
+    )  # float32 rounding only

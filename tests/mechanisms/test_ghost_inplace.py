@@ -30,7 +30,11 @@ class InplaceAfter(nn.Module):
 class ConvInplace(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv, self.act, self.fc = nn.Conv2d(1, 3, 3), nn.ReLU(inplace=True), nn.Linear(3 * 4 * 4, 2)
+        self.conv, self.act, self.fc = (
+            nn.Conv2d(1, 3, 3),
+            nn.ReLU(inplace=True),
+            nn.Linear(3 * 4 * 4, 2),
+        )
 
     def forward(self, x):
         return self.fc(self.act(self.conv(x)).flatten(1))
@@ -70,7 +74,9 @@ def test_inplace_activations_give_the_reference_sums(monkeypatch, make, shape, k
         for name in ref:
             torch.testing.assert_close(ours[name], ref[name], rtol=1e-9, atol=1e-12)
     seg = np.array([0, 0, 1, 2, 2, 2, 3, 4, 4, 5])
-    ref = user_level.user_module_clipped_sum(module, params, x, y, np.arange(10), seg, np.bincount(seg), 0.5)
+    ref = user_level.user_module_clipped_sum(
+        module, params, x, y, np.arange(10), seg, np.bincount(seg), 0.5
+    )
     ours = ghost_clip.ghost_clipped_sum(module, x, y, 0.5, seg=seg, k=np.bincount(seg))
     for name in ref:
         torch.testing.assert_close(ours[name], ref[name], rtol=1e-9, atol=1e-12)

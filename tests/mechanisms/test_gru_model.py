@@ -32,8 +32,9 @@ reproducible_noise = true
 
 
 def test_gru_clipped_sums_are_the_per_sample_reference():
-    module = build_module("gru", kind="image", n_features=64, n_classes=10, image_shape=(1, 8, 8),
-                          seed=3)
+    module = build_module(
+        "gru", kind="image", n_features=64, n_classes=10, image_shape=(1, 8, 8), seed=3
+    )
     assert ghost_layers(module) is None  # the GRU cell: the reference kernel, not a new path
     x, y = torch.randn(6, 64), torch.randint(0, 10, (6,))
     params = {n: p.detach() for n, p in module.named_parameters()}
@@ -47,18 +48,58 @@ def test_gru_clipped_sums_are_the_per_sample_reference():
 def test_gru_trains_releases_and_audits_one_run_and_by_trials(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
-    r = runner.invoke(app, ["train", "dp-gru", "--eps", "2", "--epochs", "1", "--batch-size", "600",
-                            "--reproducible-noise", "--out", "rel"])
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "dp-gru",
+            "--eps",
+            "2",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "600",
+            "--reproducible-noise",
+            "--out",
+            "rel",
+        ],
+    )
     assert r.exit_code == 0, r.output
     rel = read_release("rel")
     assert rel.mechanism == "dp-gru" and rel.steps_executed == rel.steps
     assert (tmp_path / "rel" / "model.pt").exists()
-    one = runner.invoke(app, ["audit", "dp-gru", "--release", "rel", "--one-run", "--canaries", "8",
-                              "--reproducible-noise", "--out", "one"])
+    one = runner.invoke(
+        app,
+        [
+            "audit",
+            "dp-gru",
+            "--release",
+            "rel",
+            "--one-run",
+            "--canaries",
+            "8",
+            "--reproducible-noise",
+            "--out",
+            "one",
+        ],
+    )
     assert one.exit_code == 0, one.output
     assert json.loads((tmp_path / "one" / "one_run.json").read_text())["mechanism"] == "dp-gru"
-    trials = runner.invoke(app, ["audit", "dp-gru", "--release", "rel", "--runs", "4",
-                                 "--no-controls", "--reproducible-noise", "--out", "trials"])
+    trials = runner.invoke(
+        app,
+        [
+            "audit",
+            "dp-gru",
+            "--release",
+            "rel",
+            "--runs",
+            "4",
+            "--no-controls",
+            "--reproducible-noise",
+            "--out",
+            "trials",
+        ],
+    )
     assert trials.exit_code == 0, trials.output
     audit = json.loads((tmp_path / "trials" / "audit.json").read_text())
     assert audit["mechanism"] == "dp-gru" and audit["canary"] == "max-clip"

@@ -30,7 +30,9 @@ def test_a_dp_rvfl_release_never_imports_torch(tmp_path):
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["torch"] is False
-    assert got["release"]["timings"]["blas_threads"] == dpsgd_core.HEAD_BLAS_THREADS  # the head's training, published
+    assert (
+        got["release"]["timings"]["blas_threads"] == dpsgd_core.HEAD_BLAS_THREADS
+    )  # the head's training, published
     assert got["release"]["steps_executed"] == got["release"]["steps"]
 
 

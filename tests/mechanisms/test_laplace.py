@@ -21,7 +21,10 @@ P_MIN = 1e-3
 
 
 def sources() -> dict[str, NoiseSource]:
-    return {"reproducible": NoiseSource("reproducible", seed=11), "cryptographic": NoiseSource._cryptographic_with_key(KEY)}
+    return {
+        "reproducible": NoiseSource("reproducible", seed=11),
+        "cryptographic": NoiseSource._cryptographic_with_key(KEY),
+    }
 
 
 KINDS = ["reproducible", "cryptographic"]
@@ -114,8 +117,11 @@ def test_scale_is_an_exact_rational_of_the_float():
 
 
 @settings(max_examples=30, deadline=None)
-@given(values=st.lists(st.integers(-2**62, 2**62), min_size=1, max_size=6), grid=st.sampled_from([0, 20, 40]),
-       scale=st.sampled_from([0.25, 1.5, 60.0, 1200.0]))
+@given(
+    values=st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=6),
+    grid=st.sampled_from([0, 20, 40]),
+    scale=st.sampled_from([0.25, 1.5, 60.0, 1200.0]),
+)
 def test_grid_sampler_output_lies_on_its_grid(values, grid, scale):
     units = np.array(values, dtype=np.int64)
     out = lp.add_grid_laplace(units, scale, grid, NoiseSource("reproducible", seed=len(values)))
@@ -142,8 +148,13 @@ def test_sampler_guarantees_are_stated():
     d = lp.sampler_guarantee("discrete-laplace").to_dict()
     assert d["certified"] is True and d["epsilon_inflation"] == 0.0 and "exact" in d["statement"]
     t = lp.sampler_guarantee("textbook").to_dict()
-    assert t["certified"] is False and t["epsilon_inflation"] is None and "Mironov" in t["reference"]
-    assert lp.DEFAULT_SAMPLER == "discrete-laplace" and lp.SAMPLERS == ("discrete-laplace", "textbook")
+    assert (
+        t["certified"] is False and t["epsilon_inflation"] is None and "Mironov" in t["reference"]
+    )
+    assert lp.DEFAULT_SAMPLER == "discrete-laplace" and lp.SAMPLERS == (
+        "discrete-laplace",
+        "textbook",
+    )
     with pytest.raises(UsageError, match="sampler must be one of"):
         lp.sampler_guarantee("snapping")
 

@@ -18,7 +18,14 @@ from dpaudit.catalogue import CATALOGUE, names
 from dpaudit.errors import AccountingMismatchError
 from dpaudit.mechanisms import registry
 from dpaudit.mechanisms.mixmin.tasks import SPLIT_RULE
-from dpaudit.mechanisms.contract import DataInfo, Mechanism, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput
+from dpaudit.mechanisms.contract import (
+    DataInfo,
+    Mechanism,
+    MechanismBase,
+    PartitionDeclaration,
+    ReleasePlan,
+    RunOutput,
+)
 from dpaudit.records import read_release
 from dpaudit.releasing import release
 from dpaudit.requests import MixMinRequest, Request
@@ -29,11 +36,16 @@ def test_every_trainable_catalogue_entry_exposes_a_contract_mechanism(name):
     # The release skeleton, the audits and the sweeps call these on whatever the catalogue names:
     # a module whose MECHANISM is a string (or lacks a method) breaks them at run time only.
     m = registry.mechanism(name)
-    assert isinstance(m, Mechanism), f"{name}: MECHANISM is {type(m).__name__}, not a contract mechanism"
+    assert isinstance(m, Mechanism), (
+        f"{name}: MECHANISM is {type(m).__name__}, not a contract mechanism"
+    )
     for method in ("load", "plan", "run", "audit_target"):
         assert callable(getattr(m, method)), f"{name}: MECHANISM.{method} is not callable"
     assert inspect.isclass(m.request_type) and issubclass(m.request_type, Request)
-    assert issubclass(CATALOGUE[name].request_type(), m.request_type) or m.request_type is CATALOGUE[name].request_type()
+    assert (
+        issubclass(CATALOGUE[name].request_type(), m.request_type)
+        or m.request_type is CATALOGUE[name].request_type()
+    )
 
 
 # ------------------------------------------------------------- the multi-release skeleton path
@@ -61,17 +73,52 @@ class TwoReleases(MechanismBase):
 
     def plan(self, request, info):
         events = [SubsampledGaussian(s, 1.0, 1) for s in SIGMA]
-        eps = [compute_epsilon(e, delta=1e-5, accountant="rdp", adjacency="add-remove-record").epsilon for e in events]
-        common = dict(mechanism=self.name, request=request, dataset={"name": info.name}, adjacency="add-remove-record", accountant="rdp",
-                      delta=1e-5, data_name=info.name, time_run=False)
-        parts = tuple(ReleasePlan(partition=f"train/split/{i}", event=e, target_epsilon=x, out_subdir=f"part{i}", **common)
-                      for i, (e, x) in enumerate(zip(events, eps)))
-        return ReleasePlan(partition="train/split", event=Parallel(tuple(events)), target_epsilon=max(eps), parts=parts,
-                           declarations=(PartitionDeclaration(info.name, "train/split", ("train/split/0", "train/split/1"), "toy"),), **common)
+        eps = [
+            compute_epsilon(e, delta=1e-5, accountant="rdp", adjacency="add-remove-record").epsilon
+            for e in events
+        ]
+        common = dict(
+            mechanism=self.name,
+            request=request,
+            dataset={"name": info.name},
+            adjacency="add-remove-record",
+            accountant="rdp",
+            delta=1e-5,
+            data_name=info.name,
+            time_run=False,
+        )
+        parts = tuple(
+            ReleasePlan(
+                partition=f"train/split/{i}",
+                event=e,
+                target_epsilon=x,
+                out_subdir=f"part{i}",
+                **common,
+            )
+            for i, (e, x) in enumerate(zip(events, eps))
+        )
+        return ReleasePlan(
+            partition="train/split",
+            event=Parallel(tuple(events)),
+            target_epsilon=max(eps),
+            parts=parts,
+            declarations=(
+                PartitionDeclaration(
+                    info.name, "train/split", ("train/split/0", "train/split/1"), "toy"
+                ),
+            ),
+            **common,
+        )
 
     def run(self, plan, data, noise, *, progress=None):
-        outs = tuple(RunOutput(steps_executed=1 + (self.cheat and i == 1), arrays={"x": np.zeros(1)}, timings={"part_s": float(i)})
-                     for i in range(2))
+        outs = tuple(
+            RunOutput(
+                steps_executed=1 + (self.cheat and i == 1),
+                arrays={"x": np.zeros(1)},
+                timings={"part_s": float(i)},
+            )
+            for i in range(2)
+        )
         return RunOutput(steps_executed=1, parts=outs)
 
 
@@ -79,9 +126,14 @@ def test_multi_release_plan_settles_every_part_under_one_reservation(tmp_path):
     ledger = tmp_path / "l.sqlite"
     last = release(TwoReleases(), ToyRequest(), out_dir=tmp_path / "r", ledger_path=ledger)
     parts = [read_release(tmp_path / "r" / f"part{i}") for i in range(2)]
-    assert last.id == parts[1].id and [p.partition for p in parts] == ["train/split/0", "train/split/1"]
+    assert last.id == parts[1].id and [p.partition for p in parts] == [
+        "train/split/0",
+        "train/split/1",
+    ]
     for p, s in zip(parts, SIGMA):
-        assert p.epsilon == pytest.approx(compute_epsilon(SubsampledGaussian(s, 1.0, 1), delta=1e-5).epsilon)
+        assert p.epsilon == pytest.approx(
+            compute_epsilon(SubsampledGaussian(s, 1.0, 1), delta=1e-5).epsilon
+        )
         assert "setup_seconds" not in p.timings  # time_run=False: the run's own timings only
     with open_ledger(ledger) as led:
         (res,) = led.entries(kind="reservation")
@@ -99,7 +151,9 @@ def test_multi_release_plan_publishes_nothing_when_one_part_fails_its_check(tmp_
     mech.cheat = True
     with pytest.raises(AccountingMismatchError):
         release(mech, ToyRequest(), out_dir=tmp_path / "r", ledger_path=ledger)
-    assert not (tmp_path / "r" / "part0" / "release.json").exists()  # the verified first part is not published either
+    assert not (
+        tmp_path / "r" / "part0" / "release.json"
+    ).exists()  # the verified first part is not published either
     with open_ledger(ledger) as led:
         assert led.entries(kind="release") == [] and led.entries(kind="partition") == []
         assert len(led.entries(kind="cancel")) == 1 and led.open_reservations() == []
@@ -123,15 +177,30 @@ def test_mixmin_plan_reserves_the_combined_event_of_its_two_releases():
     mix, ft = par.parts
     assert par.event == Parallel((mix.event, ft.event)) and par.partition + "/mix" == mix.partition
     assert ft.partition == par.partition + "/ft" and mix.target_epsilon == ft.target_epsilon == 2.0
-    assert par.declarations == (PartitionDeclaration("digits-mix", par.partition, (mix.partition, ft.partition),
-                                                     f"dp-mixmin (split rule {SPLIT_RULE})"),)
+    assert par.declarations == (
+        PartitionDeclaration(
+            "digits-mix",
+            par.partition,
+            (mix.partition, ft.partition),
+            f"dp-mixmin (split rule {SPLIT_RULE})",
+        ),
+    )
     seq = _plan(MixMinRequest(stage="pipeline", composition="sequential", epsilon=2.0, **FAST))
     mix_s, ft_s = seq.parts
-    assert seq.event == Composed((mix_s.event, ft_s.event)) and seq.partition == "train" and seq.declarations == ()
+    assert (
+        seq.event == Composed((mix_s.event, ft_s.event))
+        and seq.partition == "train"
+        and seq.declarations == ()
+    )
     assert mix_s.target_epsilon == pytest.approx(0.6) and ft_s.target_epsilon == pytest.approx(1.4)
     # Each part's event meets its own target (what the skeleton verifies after the run).
     for p in (mix, ft, mix_s, ft_s):
-        assert compute_epsilon(p.event, delta=p.delta, accountant=p.accountant, adjacency=p.adjacency).epsilon <= p.target_epsilon + 1e-9
+        assert (
+            compute_epsilon(
+                p.event, delta=p.delta, accountant=p.accountant, adjacency=p.adjacency
+            ).epsilon
+            <= p.target_epsilon + 1e-9
+        )
 
 
 def test_mixmin_releases_through_the_generic_skeleton_from_its_request(tmp_path):
@@ -139,10 +208,18 @@ def test_mixmin_releases_through_the_generic_skeleton_from_its_request(tmp_path)
     ledger = tmp_path / "l.sqlite"
     rel = release("dp-mixmin", req, out_dir=tmp_path / "m", ledger_path=ledger)
     back = read_release(tmp_path / "m")
-    assert back.id == rel.id and back.request == req.to_dict() and back.command == req.command(out=tmp_path / "m")
+    assert (
+        back.id == rel.id
+        and back.request == req.to_dict()
+        and back.command == req.command(out=tmp_path / "m")
+    )
     assert rel.steps_executed == rel.steps == 30 and (tmp_path / "m" / "weights.json").exists()
     with open_ledger(ledger) as led:
-        assert len(led.entries(kind="release")) == 1 and len(led.entries(kind="settle")) == 1 and led.open_reservations() == []
+        assert (
+            len(led.entries(kind="release")) == 1
+            and len(led.entries(kind="settle")) == 1
+            and led.open_reservations() == []
+        )
 
 
 def test_mixmin_audit_target_is_built_from_the_plan():
@@ -151,7 +228,10 @@ def test_mixmin_audit_target_is_built_from_the_plan():
     from dpaudit.mechanisms.mixmin.mechanism import MECHANISM
 
     t = MECHANISM.audit_target(plan, "max-clip")
-    assert t.config.noise_multiplier == mix.release_fields["noise_multiplier"] and t.config.steps == mix.steps
+    assert (
+        t.config.noise_multiplier == mix.release_fields["noise_multiplier"]
+        and t.config.steps == mix.steps
+    )
     assert t.config.sample_rate == pytest.approx(mix.release_fields["sample_rate"], abs=1e-12)
     assert t.claimed_epsilon == pytest.approx(compute_epsilon(mix.event, delta=plan.delta).epsilon)
     assert t.canary == "max-clip" and t.mechanism == "dp-mixmin"

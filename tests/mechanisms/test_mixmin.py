@@ -39,8 +39,17 @@ def _data(n=60, k=5, seed=0, loss="bce"):
 
 
 def _cfg(k=5, loss="bce", sigma=1.3, q=0.3, B=18.0, steps=7, C=0.7, eta=0.8, **kw):
-    return MixMinConfig(k=k, loss=loss, noise_multiplier=sigma, sample_rate=q, expected_batch_size=B, steps=steps,
-                        clipping_norm=C, step_size=eta, **kw)
+    return MixMinConfig(
+        k=k,
+        loss=loss,
+        noise_multiplier=sigma,
+        sample_rate=q,
+        expected_batch_size=B,
+        steps=steps,
+        clipping_norm=C,
+        step_size=eta,
+        **kw,
+    )
 
 
 def _torch_loss(p, y, loss):
@@ -102,7 +111,9 @@ def test_algorithm2_with_one_record_per_user_equals_algorithm1():
     cfg1 = _cfg(steps=10)
     cfg2 = _cfg(steps=10, privacy_unit="user", records_per_user=3)
     a = run_mixmin(probs, y, cfg1, noise=NoiseSource("reproducible", seed=3)).weights
-    b = run_mixmin(probs, y, cfg2, noise=NoiseSource("reproducible", seed=3), user_ids=np.arange(80) * 7 + 5).weights
+    b = run_mixmin(
+        probs, y, cfg2, noise=NoiseSource("reproducible", seed=3), user_ids=np.arange(80) * 7 + 5
+    ).weights
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
 
 
@@ -111,7 +122,9 @@ def test_algorithm2_matches_naive_user_loop_without_subsampling():
     rng = np.random.default_rng(2)
     users = rng.integers(0, 12, size=45)
     cfg = _cfg(steps=6, privacy_unit="user", records_per_user=100, q=0.4, B=4.8)
-    fast = run_mixmin(probs, y, cfg, noise=NoiseSource("reproducible", seed=9), user_ids=users).weights
+    fast = run_mixmin(
+        probs, y, cfg, noise=NoiseSource("reproducible", seed=9), user_ids=users
+    ).weights
     # reference: users in order of first appearance, per-user mean gradient, clip, noise, / B
     order = list(dict.fromkeys(users.tolist()))
     noise = NoiseSource("reproducible", seed=9)
@@ -136,8 +149,20 @@ def test_algorithm2_caps_records_per_user():
     probs, y = _data(n=50)
     users = np.zeros(50, dtype=int)
     base = dict(steps=5, privacy_unit="user", q=1.0, B=1.0, sigma=0.0, C=100.0)
-    a = run_mixmin(probs, y, _cfg(records_per_user=1, **base), noise=NoiseSource("reproducible", seed=1), user_ids=users).weights
-    b = run_mixmin(probs, y, _cfg(records_per_user=50, **base), noise=NoiseSource("reproducible", seed=1), user_ids=users).weights
+    a = run_mixmin(
+        probs,
+        y,
+        _cfg(records_per_user=1, **base),
+        noise=NoiseSource("reproducible", seed=1),
+        user_ids=users,
+    ).weights
+    b = run_mixmin(
+        probs,
+        y,
+        _cfg(records_per_user=50, **base),
+        noise=NoiseSource("reproducible", seed=1),
+        user_ids=users,
+    ).weights
     full = _reference_mean_descent(probs, y, steps=5, eta=0.8)
     np.testing.assert_allclose(b, full, atol=1e-12)  # G >= |D_u|: the user's mean gradient
     assert not np.allclose(a, b)
@@ -154,13 +179,27 @@ def _reference_mean_descent(probs, y, steps, eta):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(2, 8), st.integers(1, 40), st.floats(0.05, 1.0), st.floats(0.0, 50.0), st.integers(0, 2**31 - 1))
+@given(
+    st.integers(2, 8),
+    st.integers(1, 40),
+    st.floats(0.05, 1.0),
+    st.floats(0.0, 50.0),
+    st.integers(0, 2**31 - 1),
+)
 def test_weights_stay_on_the_simplex(k, n, q, sigma, seed):
     rng = np.random.default_rng(seed)
     probs = rng.uniform(0, 1, size=(n, k))
     y = rng.integers(0, 2, size=n).astype(float)
-    cfg = MixMinConfig(k=k, loss="bce", noise_multiplier=sigma, sample_rate=q, expected_batch_size=max(q * n, 0.5),
-                       steps=5, clipping_norm=2.0, step_size=3.0)
+    cfg = MixMinConfig(
+        k=k,
+        loss="bce",
+        noise_multiplier=sigma,
+        sample_rate=q,
+        expected_batch_size=max(q * n, 0.5),
+        steps=5,
+        clipping_norm=2.0,
+        step_size=3.0,
+    )
     w = run_mixmin(probs, y, cfg, noise=NoiseSource("reproducible", seed=seed)).weights
     assert np.all(w >= 0) and np.all(np.isfinite(w)) and abs(w.sum() - 1) < 1e-9
 
@@ -188,13 +227,22 @@ def test_gradient_canary_matches_reference():
     cfg = _cfg(sigma=0.0, q=1.0, B=60.0, steps=8, C=0.5)
     d = max_clip_direction(np.arange(5.0))
     canary = MixMinCanary(kind="gradient", direction=3.0 * d)
-    out = run_mixmin_runs(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=2, canary=canary,
-                             canary_in=np.array([True, False]))
+    out = run_mixmin_runs(
+        probs,
+        y,
+        cfg,
+        noise=NoiseSource("reproducible", seed=1),
+        runs=2,
+        canary=canary,
+        canary_in=np.array([True, False]),
+    )
     lam = np.full(5, 0.2)
     for _ in range(cfg.steps):
         g = per_example_gradients(probs, y, lam, "bce")
         norms = np.linalg.norm(g, axis=1)
-        gsum = (g * np.minimum(1, cfg.clipping_norm / norms)[:, None]).sum(axis=0) + d * cfg.clipping_norm
+        gsum = (g * np.minimum(1, cfg.clipping_norm / norms)[:, None]).sum(
+            axis=0
+        ) + d * cfg.clipping_norm
         lam = lam * np.exp(-cfg.step_size * gsum / cfg.expected_batch_size)
         lam /= lam.sum()
     np.testing.assert_allclose(out[0], lam, atol=1e-10)
@@ -206,8 +254,15 @@ def test_record_canary_equals_appending_the_record():
     probs, y = _data()
     cfg = _cfg(sigma=0.0, q=1.0, B=60.0, steps=8)
     canary = MixMinCanary(kind="record", probs=probs[0] * 0.5, label=1.0)
-    out = run_mixmin_runs(probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=1, canary=canary)
-    with_record = run_mixmin(np.vstack([probs, probs[0] * 0.5]), np.r_[y, 1.0], cfg, noise=NoiseSource("reproducible", seed=1)).weights
+    out = run_mixmin_runs(
+        probs, y, cfg, noise=NoiseSource("reproducible", seed=1), runs=1, canary=canary
+    )
+    with_record = run_mixmin(
+        np.vstack([probs, probs[0] * 0.5]),
+        np.r_[y, 1.0],
+        cfg,
+        noise=NoiseSource("reproducible", seed=1),
+    ).weights
     np.testing.assert_allclose(out[0], with_record, atol=1e-10)
 
 
@@ -215,7 +270,9 @@ def test_max_clip_direction():
     w = np.array([0.1, 0.5, 0.05, 0.35])
     d = max_clip_direction(w)
     assert abs(np.linalg.norm(d) - 1) < 1e-12 and abs(d.sum()) < 1e-12
-    assert np.argmin(d) == 1  # a negative gradient on the most-weighted source moves weight toward it
+    assert (
+        np.argmin(d) == 1
+    )  # a negative gradient on the most-weighted source moves weight toward it
     d2 = max_clip_direction(w, top=2, toward=False)
     assert set(np.argsort(-d2)[:2]) == {1, 3}
     with pytest.raises(UsageError, match="top must be"):
@@ -243,18 +300,36 @@ def test_config_validation_messages():
     with pytest.raises(UsageError, match="user_ids must be given"):
         run_mixmin(*_data(), _cfg(privacy_unit="user"), noise=NoiseSource("reproducible", seed=1))
     with pytest.raises(DataError, match="probs must have k = 5 columns"):
-        run_mixmin(np.ones((3, 4)) * 0.5, np.zeros(3), _cfg(), noise=NoiseSource("reproducible", seed=1))
+        run_mixmin(
+            np.ones((3, 4)) * 0.5, np.zeros(3), _cfg(), noise=NoiseSource("reproducible", seed=1)
+        )
     with pytest.raises(DataError, match="labels must lie in"):
-        run_mixmin(np.full((3, 5), 0.5), np.array([0, 2, 1.0]), _cfg(), noise=NoiseSource("reproducible", seed=1))
+        run_mixmin(
+            np.full((3, 5), 0.5),
+            np.array([0, 2, 1.0]),
+            _cfg(),
+            noise=NoiseSource("reproducible", seed=1),
+        )
 
 
 def test_calibrated_config_meets_the_target():
     q, steps = 1000 / 9000, 200
     cal = calibrate_noise_multiplier(target_epsilon=1.0, delta=1e-5, sample_rate=q, steps=steps)
-    cfg = MixMinConfig(k=14, loss="bce", noise_multiplier=cal.noise_multiplier, sample_rate=q, expected_batch_size=1000.0,
-                       steps=steps, clipping_norm=13.0, step_size=0.5)
+    cfg = MixMinConfig(
+        k=14,
+        loss="bce",
+        noise_multiplier=cal.noise_multiplier,
+        sample_rate=q,
+        expected_batch_size=1000.0,
+        steps=steps,
+        clipping_norm=13.0,
+        step_size=0.5,
+    )
     ev = cfg.event()
     assert ev == SubsampledGaussian(cal.noise_multiplier, q, steps)
     assert compute_epsilon(ev, delta=1e-5).epsilon <= 1.0
     assert str(cfg.adjacency) == "add-remove-record"
-    assert str(MixMinConfig(**{**cfg.to_dict(), "privacy_unit": "user"}).adjacency) == "add-remove-user"
+    assert (
+        str(MixMinConfig(**{**cfg.to_dict(), "privacy_unit": "user"}).adjacency)
+        == "add-remove-user"
+    )

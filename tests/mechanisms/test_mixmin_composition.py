@@ -18,16 +18,22 @@ from dpaudit.records import read_release
 from dpaudit.releasing import release
 from dpaudit.requests import MixMinRequest
 
-SPLIT_RULE = "keyed-bernoulli-v1"  # the public rule name (literal, so a renamed rule fails this test)
+SPLIT_RULE = (
+    "keyed-bernoulli-v1"  # the public rule name (literal, so a renamed rule fails this test)
+)
 
 
 def test_keyed_split_is_declared_with_its_rule(tmp_path):
-    r = release("mixmin", MixMinRequest(epsilon=1.0, rho=0.3, seed=42, steps=10), out_dir=tmp_path / "m")
+    r = release(
+        "mixmin", MixMinRequest(epsilon=1.0, rho=0.3, seed=42, steps=10), out_dir=tmp_path / "m"
+    )
     split = r.config["split"]
     assert split["rule"] == SPLIT_RULE
     assert split["stable_under_add_remove"] and split["parallel_composition"]
     assert SPLIT_RULE in r.partition and r.partition.endswith("/mix")
-    assert r.normalizer == round(0.3 * 1257)  # B = round(rho N0) <= 1000: from the declared size, not |D_mix|
+    assert r.normalizer == round(
+        0.3 * 1257
+    )  # B = round(rho N0) <= 1000: from the declared size, not |D_mix|
     with open_ledger() as L:
         parts = L.entries(dataset="digits-mix", kind="partition")
     assert len(parts) == 1 and SPLIT_RULE in parts[0].payload["declared_by"]
@@ -35,11 +41,18 @@ def test_keyed_split_is_declared_with_its_rule(tmp_path):
 
 
 def test_split_without_the_keyed_rule_composes_sequentially(tmp_path):
-    r = release("mixmin", MixMinRequest(stage="pipeline", composition="sequential", epsilon=2.0, rho=0.3, steps=10), out_dir=tmp_path / "s")
+    r = release(
+        "mixmin",
+        MixMinRequest(stage="pipeline", composition="sequential", epsilon=2.0, rho=0.3, steps=10),
+        out_dir=tmp_path / "s",
+    )
     mix = read_release(tmp_path / "s" / "mixture")
     assert mix.partition == r.partition == "train"
     assert r.config["split"]["rule"] == mix.config["split"]["rule"] == "all-records"
-    assert not r.config["split"]["parallel_composition"] and not r.config["split"]["stable_under_add_remove"]
+    assert (
+        not r.config["split"]["parallel_composition"]
+        and not r.config["split"]["stable_under_add_remove"]
+    )
     with open_ledger() as L:
         assert L.entries(dataset="digits-mix", kind="partition") == []  # nothing declared disjoint
         total = {row["partition"]: row for row in L.summary("digits-mix")}["*"]
@@ -47,4 +60,6 @@ def test_split_without_the_keyed_rule_composes_sequentially(tmp_path):
     evs = (event_from_dict(mix.guarantee), event_from_dict(r.guarantee))
     seq = bounds(Composed(evs), delta=DEFAULT_DELTA, adjacency=r.adjacency)["epsilon"]
     par = bounds(Parallel(evs), delta=DEFAULT_DELTA, adjacency=r.adjacency)["epsilon"]
-    assert total["epsilon"] == pytest.approx(seq) and seq > par  # composed, not the worst of the two
+    assert (
+        total["epsilon"] == pytest.approx(seq) and seq > par
+    )  # composed, not the worst of the two

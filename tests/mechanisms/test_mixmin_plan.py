@@ -19,7 +19,9 @@ def test_plan_matches_equations_and_paper_reading():
     # the paper: "k = 14, delta = 1e-5 give eps* ~ 0.63 < 1" -> statistics-limited at eps = 1
     assert p.epsilon_crossover == pytest.approx(0.63, abs=0.01)
     assert p.regime == "statistics-limited" and p.feasible
-    assert p.alpha_at_rho_given == pytest.approx(alpha_for_size(8_970, k=14, epsilon=1.0, delta=1e-5))
+    assert p.alpha_at_rho_given == pytest.approx(
+        alpha_for_size(8_970, k=14, epsilon=1.0, delta=1e-5)
+    )
 
 
 def test_privacy_limited_below_crossover_and_infeasible_when_data_is_short():

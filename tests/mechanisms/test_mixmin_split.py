@@ -13,7 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.mixmin.tasks import load_digits_task, load_heart_task, load_mnist_task, mixture_split
+from dpaudit.mechanisms.mixmin.tasks import (
+    load_digits_task,
+    load_heart_task,
+    load_mnist_task,
+    mixture_split,
+)
 
 RHO = st.floats(min_value=0.02, max_value=0.98)
 SEED = st.integers(min_value=0, max_value=2**31 - 1)
@@ -41,12 +46,18 @@ def test_adding_or_removing_one_record_moves_only_that_record(n, rho, seed, add)
         return
     changed = big - 1  # the record that is in one dataset only
     assert a[0] ^ b[0] <= {changed} and a[1] ^ b[1] <= {changed}
-    assert (a[0] ^ b[0]) | (a[1] ^ b[1]) == {changed}  # and it is on exactly one side of the bigger one
+    assert (a[0] ^ b[0]) | (a[1] ^ b[1]) == {
+        changed
+    }  # and it is on exactly one side of the bigger one
 
 
 @settings(max_examples=60, deadline=None)
-@given(ids=st.lists(st.integers(min_value=0, max_value=10**9), min_size=2, max_size=300, unique=True),
-       rho=RHO, seed=SEED, which=st.integers(min_value=0))
+@given(
+    ids=st.lists(st.integers(min_value=0, max_value=10**9), min_size=2, max_size=300, unique=True),
+    rho=RHO,
+    seed=SEED,
+    which=st.integers(min_value=0),
+)
 def test_removing_any_record_by_stable_id_moves_only_that_record(ids, rho, seed, which):
     ids = np.array(ids)
     gone = int(ids[which % len(ids)])
@@ -57,8 +68,13 @@ def test_removing_any_record_by_stable_id_moves_only_that_record(ids, rho, seed,
 
 
 @settings(max_examples=60, deadline=None)
-@given(sizes=st.lists(st.integers(min_value=1, max_value=6), min_size=2, max_size=60), rho=RHO, seed=SEED,
-       new_size=st.integers(min_value=1, max_value=6), add=st.booleans())
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=6), min_size=2, max_size=60),
+    rho=RHO,
+    seed=SEED,
+    new_size=st.integers(min_value=1, max_value=6),
+    add=st.booleans(),
+)
 def test_adding_or_removing_one_user_moves_only_that_users_records(sizes, rho, seed, new_size, add):
     # Users 0..m-1 own consecutive rows; the neighbour gains user m (its rows appended) or loses
     # the last user. Every other user's records stay on their side.
@@ -119,9 +135,13 @@ def _rows(x, labels) -> list:
 def _check_fixed_division(load, **kw):
     a, b = load(seed=42, **kw), load(seed=43, **kw)
     # the private training records are the same records for both seeds (by content) ...
-    assert _rows(a.private_x[a.train_idx], a.private_records[a.train_idx]) == _rows(b.private_x[b.train_idx], b.private_records[b.train_idx])
+    assert _rows(a.private_x[a.train_idx], a.private_records[a.train_idx]) == _rows(
+        b.private_x[b.train_idx], b.private_records[b.train_idx]
+    )
     for part in ("train_idx", "val_idx", "test_idx"):
-        np.testing.assert_array_equal(a.record_ids[getattr(a, part)], b.record_ids[getattr(b, part)])
+        np.testing.assert_array_equal(
+            a.record_ids[getattr(a, part)], b.record_ids[getattr(b, part)]
+        )
     # ... and no record that is private (train, val or test) is public source data
     if a.public_record_ids is not None:
         assert not set(a.record_ids.tolist()) & set(a.public_record_ids.tolist())
@@ -150,7 +170,10 @@ def test_mnist_private_records_do_not_depend_on_seed(data_dir):
         raise
     x_tr = load_mnist_raw(data_dir)[0]
     tr_ids = t.record_ids[t.train_idx]
-    np.testing.assert_array_equal((t.private_x[t.train_idx[:500]] * 255).round().astype(np.uint8), x_tr[tr_ids[:500]].reshape(500, -1))
+    np.testing.assert_array_equal(
+        (t.private_x[t.train_idx[:500]] * 255).round().astype(np.uint8),
+        x_tr[tr_ids[:500]].reshape(500, -1),
+    )
 
 
 def test_heart_private_split_does_not_depend_on_seed(data_dir):

@@ -30,7 +30,11 @@ def test_digits_task_structure():
     loops = t.targets["loops-0689"]
     np.testing.assert_array_equal(loops, np.isin(t.private_records, [0, 6, 8, 9]).astype(int))
     # the private training records are fixed by the task: the same for every target and seed
-    assert t.data_digest() == load_digits_task(seed=1).data_digest() == load_digits_task(seed=2).data_digest()
+    assert (
+        t.data_digest()
+        == load_digits_task(seed=1).data_digest()
+        == load_digits_task(seed=2).data_digest()
+    )
 
 
 def test_proxies_are_probabilities_and_deterministic():
@@ -62,9 +66,19 @@ def _write(tmp_path, **arrays):
 
 def test_proxy_file_round_trip(tmp_path):
     probs = np.random.default_rng(0).uniform(size=(30, 3))
-    p = _write(tmp_path, probs=probs, labels=np.zeros(30), user_ids=np.arange(30) % 7, source_names=np.array(["a", "b", "c"]))
+    p = _write(
+        tmp_path,
+        probs=probs,
+        labels=np.zeros(30),
+        user_ids=np.arange(30) % 7,
+        source_names=np.array(["a", "b", "c"]),
+    )
     pp = load_proxy_predictions(p)
-    assert pp.source_names == ("a", "b", "c") and pp.probs.shape == (30, 3) and pp.user_ids.shape == (30,)
+    assert (
+        pp.source_names == ("a", "b", "c")
+        and pp.probs.shape == (30, 3)
+        and pp.user_ids.shape == (30,)
+    )
 
 
 @pytest.mark.parametrize(
@@ -75,8 +89,14 @@ def test_proxy_file_round_trip(tmp_path):
         ({"probs": np.array([[0.5, np.nan]] * 4), "labels": np.zeros(4)}, "probs"),
         ({"probs": np.full((4, 2), 1.5), "labels": np.zeros(4)}, "probs"),
         ({"probs": np.full((4, 2), 0.5), "labels": np.zeros(3)}, "labels"),
-        ({"probs": np.full((4, 2), 0.5), "labels": np.zeros(4), "user_ids": np.zeros(2)}, "user_ids"),
-        ({"probs": np.full((4, 2), 0.5), "labels": np.zeros(4), "source_names": np.array(["x"])}, "source_names"),
+        (
+            {"probs": np.full((4, 2), 0.5), "labels": np.zeros(4), "user_ids": np.zeros(2)},
+            "user_ids",
+        ),
+        (
+            {"probs": np.full((4, 2), 0.5), "labels": np.zeros(4), "source_names": np.array(["x"])},
+            "source_names",
+        ),
     ],
 )
 def test_malformed_proxy_file_names_the_array(tmp_path, arrays, bad):
@@ -138,7 +158,7 @@ def test_proxy_training_is_torch_optim_adam_bit_for_bit(loss):
     for _ in range(3):
         perm = torch.randperm(600, generator=g)
         for s in range(0, 600, 64):
-            idx = perm[s:s + 64]
+            idx = perm[s : s + 64]
             out = ref(xt[idx])
             if loss == "softmax":
                 lv = torch.nn.functional.cross_entropy(out, tt[idx])

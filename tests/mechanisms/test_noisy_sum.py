@@ -40,26 +40,41 @@ def _reference_sum(x, c):
 
 
 def test_release_claim_recomputed_calibrated_and_request_recorded(tmp_path, digits):
-    req = NoisySumRequest(epsilon=1.0, delta=1e-5, clipping_norm=2.0, reproducible_noise=True, seed=7)
-    rel = release("noisy-sum", req, out_dir=tmp_path / "r", ledger_path=tmp_path / "ledger.sqlite", prepared=digits)
+    req = NoisySumRequest(
+        epsilon=1.0, delta=1e-5, clipping_norm=2.0, reproducible_noise=True, seed=7
+    )
+    rel = release(
+        "noisy-sum",
+        req,
+        out_dir=tmp_path / "r",
+        ledger_path=tmp_path / "ledger.sqlite",
+        prepared=digits,
+    )
     sigma = rel.noise_multiplier
     # The claim is the accountant's epsilon of the recorded event, and does not exceed the target.
     ev = event_from_dict(rel.guarantee)
     assert ev == SubsampledGaussian(sigma, 1.0, 1)
-    assert rel.epsilon == compute_epsilon(ev, delta=1e-5, accountant="pld", adjacency="add-remove-record").epsilon
+    assert (
+        rel.epsilon
+        == compute_epsilon(ev, delta=1e-5, accountant="pld", adjacency="add-remove-record").epsilon
+    )
     assert rel.epsilon <= 1.0 and rel.config["calibrated_epsilon"] <= 1.0
     # Sound and tight: the exact epsilon of one Gaussian release lies just below the PLD claim.
     from dpaudit.audits.gaussian import exact_epsilon
 
     assert exact_epsilon(sigma, 1e-5) <= rel.epsilon <= exact_epsilon(sigma, 1e-5) + 1e-3
-    assert rel.steps == rel.steps_executed == 1 and rel.clipping_norm == 2.0 and rel.sample_rate == 1.0
+    assert (
+        rel.steps == rel.steps_executed == 1 and rel.clipping_norm == 2.0 and rel.sample_rate == 1.0
+    )
     assert 0 < rel.noise_tail_delta <= 0.01 * 1e-5
     # The released vector: clipped sum (independent reference) + the reproducible noise stream.
     from dpaudit.noise import NoiseSource
 
     noise = NoiseSource("reproducible", seed=7).gaussian_numpy((digits.n_features,), sigma * 2.0)
     released = np.load(tmp_path / "r" / "sum.npz")["sum"]
-    np.testing.assert_allclose(released, _reference_sum(digits.x_train, 2.0) + noise, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        released, _reference_sum(digits.x_train, 2.0) + noise, rtol=0, atol=1e-9
+    )
     # release.json carries the request; it round-trips and derives the recorded command.
     data = json.loads((tmp_path / "r" / "release.json").read_text())
     assert data["request"] == req.to_dict()
@@ -69,9 +84,25 @@ def test_release_claim_recomputed_calibrated_and_request_recorded(tmp_path, digi
 
 
 def test_non_private_release_is_the_exact_clipped_sum(tmp_path, digits):
-    rel = release("noisy-sum", NoisySumRequest(non_private=True), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", prepared=digits)
-    assert rel.non_private and rel.epsilon == float("inf") and rel.guarantee == {"type": "non-private"} and rel.noise_tail_delta == 0.0
-    np.testing.assert_allclose(np.load(tmp_path / "r" / "sum.npz")["sum"], _reference_sum(digits.x_train, 1.0), rtol=0, atol=1e-9)
+    rel = release(
+        "noisy-sum",
+        NoisySumRequest(non_private=True),
+        out_dir=tmp_path / "r",
+        ledger_path=tmp_path / "l.sqlite",
+        prepared=digits,
+    )
+    assert (
+        rel.non_private
+        and rel.epsilon == float("inf")
+        and rel.guarantee == {"type": "non-private"}
+        and rel.noise_tail_delta == 0.0
+    )
+    np.testing.assert_allclose(
+        np.load(tmp_path / "r" / "sum.npz")["sum"],
+        _reference_sum(digits.x_train, 1.0),
+        rtol=0,
+        atol=1e-9,
+    )
 
 
 def test_bad_request_is_refused_before_loading(tmp_path, monkeypatch):
@@ -80,9 +111,19 @@ def test_bad_request_is_refused_before_loading(tmp_path, monkeypatch):
 
     monkeypatch.setattr(MECHANISM, "load", boom)
     with pytest.raises(UsageError, match=r"epsilon must be .*got 0"):
-        release(MECHANISM, NoisySumRequest(epsilon=0.0), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite")
+        release(
+            MECHANISM,
+            NoisySumRequest(epsilon=0.0),
+            out_dir=tmp_path / "r",
+            ledger_path=tmp_path / "l.sqlite",
+        )
     with pytest.raises(UsageError, match="clipping_norm"):
-        release(MECHANISM, NoisySumRequest(clipping_norm=-1.0), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite")
+        release(
+            MECHANISM,
+            NoisySumRequest(clipping_norm=-1.0),
+            out_dir=tmp_path / "r",
+            ledger_path=tmp_path / "l.sqlite",
+        )
     assert not (tmp_path / "r").exists()
 
 
@@ -91,12 +132,24 @@ def test_skeleton_withholds_a_run_whose_steps_differ_from_the_plan(tmp_path, dig
 
     class Cheat(type(MECHANISM)):
         def run(self, plan, data, noise, *, progress=None):
-            return dataclasses.replace(super().run(plan, data, noise, progress=progress), steps_executed=2)
+            return dataclasses.replace(
+                super().run(plan, data, noise, progress=progress), steps_executed=2
+            )
 
-    with pytest.raises(AccountingMismatchError, match=r"steps executed \(2\) differ from steps accounted \(1\)"):
-        release(Cheat(), NoisySumRequest(reproducible_noise=True), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", prepared=digits)
+    with pytest.raises(
+        AccountingMismatchError, match=r"steps executed \(2\) differ from steps accounted \(1\)"
+    ):
+        release(
+            Cheat(),
+            NoisySumRequest(reproducible_noise=True),
+            out_dir=tmp_path / "r",
+            ledger_path=tmp_path / "l.sqlite",
+            prepared=digits,
+        )
     assert not (tmp_path / "r" / "release.json").exists()
-    with open_ledger(tmp_path / "l.sqlite") as ledger:  # the reservation was cancelled, nothing recorded
+    with open_ledger(
+        tmp_path / "l.sqlite"
+    ) as ledger:  # the reservation was cancelled, nothing recorded
         assert ledger.entries(kind="release") == [] and ledger.open_reservations() == []
 
 
@@ -112,7 +165,13 @@ def test_budget_cap_is_checked_before_the_run(tmp_path, digits, monkeypatch):
 
     monkeypatch.setattr(MECHANISM, "run", boom)
     with pytest.raises(BudgetExceededError):
-        release(MECHANISM, NoisySumRequest(epsilon=1.0), out_dir=tmp_path / "r", ledger_path=ledger_path, prepared=digits)
+        release(
+            MECHANISM,
+            NoisySumRequest(epsilon=1.0),
+            out_dir=tmp_path / "r",
+            ledger_path=ledger_path,
+            prepared=digits,
+        )
 
 
 def test_audit_target_is_the_gaussian_mechanism_of_the_plan(digits):
@@ -123,7 +182,12 @@ def test_audit_target_is_the_gaussian_mechanism_of_the_plan(digits):
     plan = MECHANISM.plan(req, DataInfo.from_prepared(digits))
     t = MECHANISM.audit_target(plan, "max-clip")
     assert isinstance(t, GaussianTarget) and t.mechanism == "noisy-sum"
-    assert (t.noise_multiplier, t.clipping_norm, t.dimension, t.n_records) == (plan.event.noise_multiplier, 3.0, digits.n_features, len(digits.y_train))
+    assert (t.noise_multiplier, t.clipping_norm, t.dimension, t.n_records) == (
+        plan.event.noise_multiplier,
+        3.0,
+        digits.n_features,
+        len(digits.y_train),
+    )
     assert t.claimed_epsilon == exact_epsilon(plan.event.noise_multiplier, 1e-5) <= 2.0
     # The plan from the registry (before loading) gives the same noise.
     assert MECHANISM.plan(req, DataInfo.from_registry("digits")).event == plan.event
@@ -132,7 +196,12 @@ def test_audit_target_is_the_gaussian_mechanism_of_the_plan(digits):
 
 
 @settings(max_examples=50, deadline=None)
-@given(arrays(np.float64, st.tuples(st.integers(1, 6), st.integers(1, 4)), elements=st.floats(-1e3, 1e3)), st.floats(0.01, 100))
+@given(
+    arrays(
+        np.float64, st.tuples(st.integers(1, 6), st.integers(1, 4)), elements=st.floats(-1e3, 1e3)
+    ),
+    st.floats(0.01, 100),
+)
 def test_clipping_bounds_every_row_and_keeps_short_rows(x, c):
     out = clipped_rows(x, c)
     norms = np.linalg.norm(x, axis=1)
@@ -149,28 +218,81 @@ def test_cli_train_audit_and_report(tmp_path):
 
     runner = CliRunner()
     ledger = str(tmp_path / "l.sqlite")
-    res = runner.invoke(app, ["train", "noisy-sum", "--eps", "1.5", "--clipping-norm", "2", "--reproducible-noise", "--out", str(tmp_path / "rel"),
-                              "--ledger", ledger, "--json"])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "noisy-sum",
+            "--eps",
+            "1.5",
+            "--clipping-norm",
+            "2",
+            "--reproducible-noise",
+            "--out",
+            str(tmp_path / "rel"),
+            "--ledger",
+            ledger,
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     on_disk = json.loads((tmp_path / "rel" / "release.json").read_text())
     assert on_disk["mechanism"] == "noisy-sum" and on_disk["epsilon"] <= 1.5
-    assert on_disk["request"] == NoisySumRequest(epsilon=1.5, clipping_norm=2.0, reproducible_noise=True).to_dict()
-    bad = runner.invoke(app, ["train", "noisy-sum", "--eps", "-1", "--out", str(tmp_path / "bad"), "--ledger", ledger])
+    assert (
+        on_disk["request"]
+        == NoisySumRequest(epsilon=1.5, clipping_norm=2.0, reproducible_noise=True).to_dict()
+    )
+    bad = runner.invoke(
+        app,
+        ["train", "noisy-sum", "--eps", "-1", "--out", str(tmp_path / "bad"), "--ledger", ledger],
+    )
     assert bad.exit_code == 2 and "--eps must be" in bad.output and not (tmp_path / "bad").exists()
 
-    res = runner.invoke(app, ["audit", "noisy-sum", "--release", str(tmp_path / "rel"), "--runs", "200", "--no-controls", "--reproducible-noise",
-                              "--workers", "1", "--out", str(tmp_path / "aud"), "--json"])
+    res = runner.invoke(
+        app,
+        [
+            "audit",
+            "noisy-sum",
+            "--release",
+            str(tmp_path / "rel"),
+            "--runs",
+            "200",
+            "--no-controls",
+            "--reproducible-noise",
+            "--workers",
+            "1",
+            "--out",
+            str(tmp_path / "aud"),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     audit = json.loads((tmp_path / "aud" / "audit.json").read_text())
     from dpaudit.audits.gaussian import exact_epsilon
 
     # The audit runs the release's own noise (sigma, C, d) and checks the exact epsilon of it.
-    assert audit["mechanism"] == "noisy-sum" and audit["claimed_epsilon"] == exact_epsilon(on_disk["noise_multiplier"], 1e-5)
+    assert audit["mechanism"] == "noisy-sum" and audit["claimed_epsilon"] == exact_epsilon(
+        on_disk["noise_multiplier"], 1e-5
+    )
     assert audit["claimed_epsilon"] <= on_disk["epsilon"]
-    assert audit["config"]["noise_multiplier"] == on_disk["noise_multiplier"] and audit["config"]["dimension"] == 64
+    assert (
+        audit["config"]["noise_multiplier"] == on_disk["noise_multiplier"]
+        and audit["config"]["dimension"] == 64
+    )
     assert audit["config"]["clipping_norm"] == 2.0 and audit["release_id"] == on_disk["id"]
 
-    res = runner.invoke(app, ["report", str(tmp_path / "rel"), str(tmp_path / "aud"), "--format", "json", "--ledger", ledger])
+    res = runner.invoke(
+        app,
+        [
+            "report",
+            str(tmp_path / "rel"),
+            str(tmp_path / "aud"),
+            "--format",
+            "json",
+            "--ledger",
+            ledger,
+        ],
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert [v["mechanism"] for v in report["sections"]["verdict"]] == ["noisy-sum"]
@@ -181,7 +303,13 @@ def test_the_reservation_held_the_planned_noise_tail(tmp_path, digits):
     own, recorded at the claimed epsilon) with the budget, before any private computation."""
     from dpaudit.ledger.book import open_ledger
 
-    rel = release("noisy-sum", NoisySumRequest(), out_dir=tmp_path / "r", ledger_path=tmp_path / "l.sqlite", prepared=digits)
+    rel = release(
+        "noisy-sum",
+        NoisySumRequest(),
+        out_dir=tmp_path / "r",
+        ledger_path=tmp_path / "l.sqlite",
+        prepared=digits,
+    )
     with open_ledger(tmp_path / "l.sqlite") as led:
         (res,) = led.entries(kind="reservation")
     assert res.payload["noise_tail_delta"] >= rel.noise_tail_delta > 0.0

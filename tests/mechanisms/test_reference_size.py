@@ -38,8 +38,16 @@ def _with_train(data, keep=None, extra=0):
 
 def _schedule(plan) -> list:
     f = plan.release_fields
-    return [f["sample_rate"], plan.steps, f["normalizer"], f["noise_multiplier"], plan.event, plan.config["schedule"], plan.config["dp_sgd"],
-            plan.config["reference_size"]]
+    return [
+        f["sample_rate"],
+        plan.steps,
+        f["normalizer"],
+        f["noise_multiplier"],
+        plan.event,
+        plan.config["schedule"],
+        plan.config["dp_sgd"],
+        plan.config["reference_size"],
+    ]
 
 
 def _all_equal(plans) -> bool:
@@ -51,23 +59,48 @@ def test_record_neighbours_plan_the_identical_schedule(digits):
     n = len(digits.y_train)
     neighbours = [digits, _with_train(digits, keep=np.arange(1, n)), _with_train(digits, extra=1)]
     assert [len(d.y_train) for d in neighbours] == [n, n - 1, n + 1]
-    plans = [MECHANISM.plan(DPSGDRequest("dp-rvfl", **SCHEDULE_ONLY), DataInfo.from_prepared(d)) for d in neighbours]
+    plans = [
+        MECHANISM.plan(DPSGDRequest("dp-rvfl", **SCHEDULE_ONLY), DataInfo.from_prepared(d))
+        for d in neighbours
+    ]
     assert _all_equal(plans)
     sched = dp_sgd_schedule(1257, 3, 1)  # the registry's declared train size of digits
-    assert (plans[0].release_fields["sample_rate"], plans[0].steps, plans[0].release_fields["normalizer"]) == (1 / 419, 419, 3) == \
-        (sched.sample_rate, sched.steps, sched.normalizer)
-    assert plans[1].config["reference_size"] == 1257 and plans[1].config["reference_size_from"] == "dataset definition"
+    assert (
+        (
+            plans[0].release_fields["sample_rate"],
+            plans[0].steps,
+            plans[0].release_fields["normalizer"],
+        )
+        == (1 / 419, 419, 3)
+        == (sched.sample_rate, sched.steps, sched.normalizer)
+    )
+    assert (
+        plans[1].config["reference_size"] == 1257
+        and plans[1].config["reference_size_from"] == "dataset definition"
+    )
     # the calibrated noise and the event too (one record more used to give q 1/420, T 420: sigma 0.70375 instead of 0.70390)
-    private = [MECHANISM.plan(DPSGDRequest("dp-rvfl", **BOUNDARY), DataInfo.from_prepared(d)) for d in (neighbours[0], neighbours[2])]
+    private = [
+        MECHANISM.plan(DPSGDRequest("dp-rvfl", **BOUNDARY), DataInfo.from_prepared(d))
+        for d in (neighbours[0], neighbours[2])
+    ]
     assert _all_equal(private) and private[0].event.sample_rate == 1 / 419
     # the plan a sweep reserves before loading (registry) is the one the run uses
-    assert _schedule(MECHANISM.plan(DPSGDRequest("dp-rvfl", **BOUNDARY), DataInfo.from_registry("digits"))) == _schedule(private[0])
+    assert _schedule(
+        MECHANISM.plan(DPSGDRequest("dp-rvfl", **BOUNDARY), DataInfo.from_registry("digits"))
+    ) == _schedule(private[0])
 
 
 def test_reference_size_option_replaces_the_declared_size_and_is_recorded(digits):
-    plan = MECHANISM.plan(DPSGDRequest("dp-rvfl", reference_size=1300, **SCHEDULE_ONLY), DataInfo.from_prepared(digits))
+    plan = MECHANISM.plan(
+        DPSGDRequest("dp-rvfl", reference_size=1300, **SCHEDULE_ONLY),
+        DataInfo.from_prepared(digits),
+    )
     sched = dp_sgd_schedule(1300, 3, 1)
-    assert (plan.release_fields["sample_rate"], plan.steps, plan.release_fields["normalizer"]) == (sched.sample_rate, sched.steps, sched.normalizer)
+    assert (plan.release_fields["sample_rate"], plan.steps, plan.release_fields["normalizer"]) == (
+        sched.sample_rate,
+        sched.steps,
+        sched.normalizer,
+    )
     assert plan.config["reference_size"] == 1300 and plan.config["reference_size_from"] == "request"
     assert "--reference-size 1300" in DPSGDRequest("dp-rvfl", reference_size=1300).command()
     with pytest.raises(UsageError, match="reference_size must be an integer >= 1, got 0."):
@@ -83,17 +116,24 @@ def test_undeclared_data_needs_a_reference_size(digits):
 def _user_split(digits):
     from dpaudit.data.users import attach_user_ids
 
-    return attach_user_ids(digits, np.arange(1797) // 3)  # 599 users of 3 records, 419 of them in training
+    return attach_user_ids(
+        digits, np.arange(1797) // 3
+    )  # 599 users of 3 records, 419 of them in training
 
 
 def _drop_user(data, user):
     keep = np.flatnonzero(data.user_ids["train"] != user)
-    return dataclasses.replace(_with_train(data, keep=keep), user_ids={**data.user_ids, "train": data.user_ids["train"][keep]})
+    return dataclasses.replace(
+        _with_train(data, keep=keep),
+        user_ids={**data.user_ids, "train": data.user_ids["train"][keep]},
+    )
 
 
 def _add_user(data, user, rows=2):
     ids = np.concatenate([data.user_ids["train"], np.full(rows, user)])
-    return dataclasses.replace(_with_train(data, extra=rows), user_ids={**data.user_ids, "train": ids})
+    return dataclasses.replace(
+        _with_train(data, extra=rows), user_ids={**data.user_ids, "train": ids}
+    )
 
 
 def test_user_neighbours_plan_the_identical_schedule(digits):
@@ -103,10 +143,22 @@ def test_user_neighbours_plan_the_identical_schedule(digits):
     infos = [DataInfo.from_prepared(d) for d in neighbours]
     assert [i.n_users for i in infos] == [419, 418, 420]
     # 419 users in batches of 419: one user more gives J = 2, one fewer m0 = 418 when the count decides
-    request = DPSGDRequest("dp-rvfl", privacy_unit="user", records_per_user=2, reference_size=419, batch_size=419, epochs=1, non_private=True)
+    request = DPSGDRequest(
+        "dp-rvfl",
+        privacy_unit="user",
+        records_per_user=2,
+        reference_size=419,
+        batch_size=419,
+        epochs=1,
+        non_private=True,
+    )
     plans = [MECHANISM.plan(request, i) for i in infos]
-    assert _all_equal(plans) and plans[0].steps == 1 and plans[0].release_fields["normalizer"] == 419
-    with pytest.raises(UsageError, match="reference_size must be given"):  # no definition declares a number of users
+    assert (
+        _all_equal(plans) and plans[0].steps == 1 and plans[0].release_fields["normalizer"] == 419
+    )
+    with pytest.raises(
+        UsageError, match="reference_size must be given"
+    ):  # no definition declares a number of users
         MECHANISM.validate(dataclasses.replace(request, reference_size=None))
 
 
@@ -115,12 +167,34 @@ def test_user_level_run_keeps_the_plan_schedule_when_the_count_differs(digits, t
     from dpaudit.requests import DPSGDRequest
 
     users = _user_split(digits)
-    rel = release("logistic-raw", DPSGDRequest(model="logistic-raw", dataset=users.name, privacy_unit="user", records_per_user=2,
-                  reference_size=420, non_private=True, epochs=1),
-                  prepared=users, out_dir=tmp_path / "r", record=False, progress=False)
+    rel = release(
+        "logistic-raw",
+        DPSGDRequest(
+            model="logistic-raw",
+            dataset=users.name,
+            privacy_unit="user",
+            records_per_user=2,
+            reference_size=420,
+            non_private=True,
+            epochs=1,
+        ),
+        prepared=users,
+        out_dir=tmp_path / "r",
+        record=False,
+        progress=False,
+    )
     sched = dp_sgd_schedule(420, 64, 1)  # 419 actual training users: the declared 420 decides
-    assert (rel.sample_rate, rel.steps, rel.steps_executed, rel.normalizer) == (sched.sample_rate, sched.steps, sched.steps, sched.normalizer)
-    assert rel.config["reference_size"] == 420 and "users" not in rel.config and "train" not in rel.dataset["n_users"]
+    assert (rel.sample_rate, rel.steps, rel.steps_executed, rel.normalizer) == (
+        sched.sample_rate,
+        sched.steps,
+        sched.steps,
+        sched.normalizer,
+    )
+    assert (
+        rel.config["reference_size"] == 420
+        and "users" not in rel.config
+        and "train" not in rel.dataset["n_users"]
+    )
 
 
 def test_head_audit_of_a_neighbour_replays_the_same_schedule(digits):
@@ -128,7 +202,15 @@ def test_head_audit_of_a_neighbour_replays_the_same_schedule(digits):
 
     configs = []
     for data in (digits, _with_train(digits, extra=1)):
-        t = HeadTarget(model="dp-rvfl", dataset="digits", epsilon=2.0, epochs=1, batch_size=3, seed=3, prepared=data)
+        t = HeadTarget(
+            model="dp-rvfl",
+            dataset="digits",
+            epsilon=2.0,
+            epochs=1,
+            batch_size=3,
+            seed=3,
+            prepared=data,
+        )
         t.prepare()
         configs.append(t._config)
     assert configs[0] == configs[1] and configs[0].steps == 419
@@ -139,5 +221,12 @@ def test_noisy_sum_normalises_by_the_declared_size(digits):
     from dpaudit.mechanisms.simple.noisy_sum import NoisySumRequest
 
     request = NoisySumRequest(epsilon=2.0)
-    configs = [NOISY_SUM.plan(request, DataInfo.from_prepared(d)).config for d in (digits, _with_train(digits, extra=1))]
-    assert configs[0] == configs[1] and configs[0]["reference_size"] == 1257 and "n_train" not in configs[0]
+    configs = [
+        NOISY_SUM.plan(request, DataInfo.from_prepared(d)).config
+        for d in (digits, _with_train(digits, extra=1))
+    ]
+    assert (
+        configs[0] == configs[1]
+        and configs[0]["reference_size"] == 1257
+        and "n_train" not in configs[0]
+    )

@@ -36,7 +36,9 @@ from dpaudit.records import read_release
 
 
 def _cfg(**kw):
-    base = dict(sample_rate=0.2, steps=30, normalizer=8, noise_multiplier=1.3, clipping_norm=0.7, lr=1e-2)
+    base = dict(
+        sample_rate=0.2, steps=30, normalizer=8, noise_multiplier=1.3, clipping_norm=0.7, lr=1e-2
+    )
     base.update(kw)
     return DPSGDConfig(**base)
 
@@ -48,7 +50,7 @@ def _record_masks(monkeypatch):
 
     def spy(*a, **kw):
         flat, offsets = real(*a, **kw)
-        seen.append(flat[offsets[0]:offsets[1]].copy())
+        seen.append(flat[offsets[0] : offsets[1]].copy())
         return flat, offsets
 
     monkeypatch.setattr(dpsgd_core, "poisson_batch", spy)
@@ -89,7 +91,11 @@ def test_within_user_subsets_are_uniform(source):
     """Every 2-subset of a 5-record user is equally likely (chi-square at a fixed seed)."""
     ids = np.array([0, 1, 1, 1, 1, 1, 2])
     ix = index_users(ids)
-    noise = NoiseSource("reproducible", seed=11) if source == "reproducible" else NoiseSource._cryptographic_with_key(bytes(range(32)))
+    noise = (
+        NoiseSource("reproducible", seed=11)
+        if source == "reproducible"
+        else NoiseSource._cryptographic_with_key(bytes(range(32)))
+    )
     pairs = {p: i for i, p in enumerate(combinations(range(1, 6), 2))}
     counts = np.zeros(len(pairs))
     for _ in range(3000):
@@ -112,10 +118,28 @@ def test_one_record_per_user_head_equals_record_level(monkeypatch, n_classes, bi
     ids = rng.permutation(10**6)[:n]  # distinct, arbitrary user ids
     cfg = _cfg()
     masks = _record_masks(monkeypatch)
-    a = train_heads(z, y, n_classes, cfg, noise=NoiseSource("reproducible", seed=9), init=init, binary_logit=binary)
+    a = train_heads(
+        z,
+        y,
+        n_classes,
+        cfg,
+        noise=NoiseSource("reproducible", seed=9),
+        init=init,
+        binary_logit=binary,
+    )
     record_masks = list(masks)
     masks.clear()
-    b = _user_head(z, y, ids, n_classes, cfg, records_per_user=g, noise=NoiseSource("reproducible", seed=9), init=init, binary_logit=binary)
+    b = _user_head(
+        z,
+        y,
+        ids,
+        n_classes,
+        cfg,
+        records_per_user=g,
+        noise=NoiseSource("reproducible", seed=9),
+        init=init,
+        binary_logit=binary,
+    )
     assert len(masks) == len(record_masks) == cfg.steps
     assert all(np.array_equal(p, q) for p, q in zip(masks, record_masks))
     assert np.array_equal(a.weights, b.weights)
@@ -136,7 +160,15 @@ def test_one_record_per_user_module_equals_record_level(monkeypatch):
     s1 = train_module_dp_sgd(m1, x, y, cfg, noise=NoiseSource("reproducible", seed=4), max_chunk=7)
     record_masks = list(masks)
     masks.clear()
-    s2 = train_module_dp_sgd(m2, x, y, cfg, users=UserSampling(np.arange(n) * 3 + 1, 3), noise=NoiseSource("reproducible", seed=4), max_chunk=7)
+    s2 = train_module_dp_sgd(
+        m2,
+        x,
+        y,
+        cfg,
+        users=UserSampling(np.arange(n) * 3 + 1, 3),
+        noise=NoiseSource("reproducible", seed=4),
+        max_chunk=7,
+    )
     assert s1 == s2 == cfg.steps
     assert all(np.array_equal(p, q) for p, q in zip(masks, record_masks))
     for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
@@ -151,10 +183,18 @@ def _reference_user_head_sum(w, z, y, groups, c, binary, clip=True):
     total = torch.zeros_like(torch.as_tensor(w, dtype=torch.float64))
     for rows in groups:
         wt = torch.tensor(w, dtype=torch.float64, requires_grad=True)
-        z1 = torch.cat([torch.as_tensor(z[rows], dtype=torch.float64), torch.ones(len(rows), 1, dtype=torch.float64)], 1)
+        z1 = torch.cat(
+            [
+                torch.as_tensor(z[rows], dtype=torch.float64),
+                torch.ones(len(rows), 1, dtype=torch.float64),
+            ],
+            1,
+        )
         s = z1 @ wt.T
         if binary:
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(s[:, 0], torch.as_tensor(y[rows], dtype=torch.float64))
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                s[:, 0], torch.as_tensor(y[rows], dtype=torch.float64)
+            )
         else:
             loss = torch.nn.functional.cross_entropy(s, torch.as_tensor(y[rows]))
         (g,) = torch.autograd.grad(loss, wt)  # mean over the user's records
@@ -175,14 +215,42 @@ def test_user_head_clipped_sum_matches_autograd(binary, c):
     ids = rng.integers(0, 12, n)
     ix = index_users(ids)
     w = rng.normal(size=(k_out, d + 1))
-    rows, seg, k = sample_user_records(ix, np.arange(ix.n_users), 3, NoiseSource("reproducible", seed=0))
+    rows, seg, k = sample_user_records(
+        ix, np.arange(ix.n_users), 3, NoiseSource("reproducible", seed=0)
+    )
     z1t = torch.as_tensor(np.hstack([z, np.ones((len(z), 1))]), dtype=torch.float64)
-    ours = user_head_clipped_sum(w, z1t.numpy(), torch.linalg.vector_norm(z1t, dim=1).numpy(), y, rows, seg, k, c, binary_logit=binary)
+    ours = user_head_clipped_sum(
+        w,
+        z1t.numpy(),
+        torch.linalg.vector_norm(z1t, dim=1).numpy(),
+        y,
+        rows,
+        seg,
+        k,
+        c,
+        binary_logit=binary,
+    )
     groups = [rows[seg == j] for j in range(k.size)]
     ref = _reference_user_head_sum(w, z, y, groups, c, binary)
     np.testing.assert_allclose(ours, ref, rtol=1e-10, atol=1e-12)
-    unclipped = user_head_clipped_sum(w, z1t.numpy(), torch.linalg.vector_norm(z1t, dim=1).numpy(), y, rows, seg, k, c, binary_logit=binary, clip=False)
-    np.testing.assert_allclose(unclipped, _reference_user_head_sum(w, z, y, groups, c, binary, clip=False), rtol=1e-10, atol=1e-12)
+    unclipped = user_head_clipped_sum(
+        w,
+        z1t.numpy(),
+        torch.linalg.vector_norm(z1t, dim=1).numpy(),
+        y,
+        rows,
+        seg,
+        k,
+        c,
+        binary_logit=binary,
+        clip=False,
+    )
+    np.testing.assert_allclose(
+        unclipped,
+        _reference_user_head_sum(w, z, y, groups, c, binary, clip=False),
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 @pytest.mark.parametrize("max_chunk", [1000, 5])
@@ -193,9 +261,13 @@ def test_user_module_clipped_sum_matches_autograd(max_chunk):
     y = torch.tensor(rng.integers(0, 3, n))
     torch.manual_seed(1)
     m = Dense(4, (6, 5), 3, dropout=0.0).double()
-    ids = np.concatenate([np.zeros(12, int), rng.integers(1, 9, n - 12)])  # user 0: 12 rows > max_chunk 5
+    ids = np.concatenate(
+        [np.zeros(12, int), rng.integers(1, 9, n - 12)]
+    )  # user 0: 12 rows > max_chunk 5
     ix = index_users(ids)
-    rows, seg, k = sample_user_records(ix, np.arange(ix.n_users), 12, NoiseSource("reproducible", seed=0))
+    rows, seg, k = sample_user_records(
+        ix, np.arange(ix.n_users), 12, NoiseSource("reproducible", seed=0)
+    )
     params = {n_: p.detach() for n_, p in m.named_parameters()}
     c = 0.5
     ours = user_module_clipped_sum(m, params, x, y, rows, seg, k, c, max_chunk=max_chunk)
@@ -235,7 +307,9 @@ def test_user_with_1000_records_moves_the_noiseless_update_at_most_c(g):
 
     def update(keep):
         ix = index_users(ids[keep])
-        rows, seg, k = sample_user_records(ix, np.arange(ix.n_users), g, NoiseSource("reproducible", seed=2))
+        rows, seg, k = sample_user_records(
+            ix, np.arange(ix.n_users), g, NoiseSource("reproducible", seed=2)
+        )
         return user_head_clipped_sum(w, z1[keep], zn[keep], y[keep], rows, seg, k, c)
 
     with_heavy = update(np.ones(ids.size, bool))
@@ -258,8 +332,20 @@ def test_user_with_1000_records_module_update_bounded():
 
     def total(keep):
         ix = index_users(ids[keep])
-        rows, seg, k = sample_user_records(ix, np.arange(ix.n_users), 1000, NoiseSource("reproducible", seed=2))
-        s = user_module_clipped_sum(m, params, x[torch.as_tensor(keep)], yt[torch.as_tensor(keep)], rows, seg, k, c, max_chunk=256)
+        rows, seg, k = sample_user_records(
+            ix, np.arange(ix.n_users), 1000, NoiseSource("reproducible", seed=2)
+        )
+        s = user_module_clipped_sum(
+            m,
+            params,
+            x[torch.as_tensor(keep)],
+            yt[torch.as_tensor(keep)],
+            rows,
+            seg,
+            k,
+            c,
+            max_chunk=256,
+        )
         return torch.cat([v.reshape(-1) for v in s.values()])
 
     moved = float((total(np.ones(ids.size, bool)) - total(ids != 0)).norm())
@@ -267,7 +353,12 @@ def test_user_with_1000_records_module_update_bounded():
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.integers(1, 40), min_size=2, max_size=12), st.integers(1, 50), st.floats(0.01, 10.0), st.integers(0, 10**6))
+@given(
+    st.lists(st.integers(1, 40), min_size=2, max_size=12),
+    st.integers(1, 50),
+    st.floats(0.01, 10.0),
+    st.integers(0, 10**6),
+)
 def test_removing_any_user_moves_the_clipped_sum_at_most_c(sizes, g, c, seed):
     rng = np.random.default_rng(seed)
     ids = np.repeat(np.arange(len(sizes)), sizes)
@@ -281,8 +372,12 @@ def test_removing_any_user_moves_the_clipped_sum_at_most_c(sizes, g, c, seed):
 
     def clipped(keep):
         ix = index_users(ids[keep])
-        rows, seg, k = sample_user_records(ix, np.arange(ix.n_users), g, NoiseSource("reproducible", seed=seed))
-        return user_head_clipped_sum(w, z1[keep], zn[keep], y[keep], rows, seg, k, c, binary_logit=True)
+        rows, seg, k = sample_user_records(
+            ix, np.arange(ix.n_users), g, NoiseSource("reproducible", seed=seed)
+        )
+        return user_head_clipped_sum(
+            w, z1[keep], zn[keep], y[keep], rows, seg, k, c, binary_logit=True
+        )
 
     # removing the victim leaves every other user's sampled records unchanged when no user has more
     # than G records; otherwise compare the victim's own contribution directly.
@@ -306,26 +401,56 @@ def test_release_records_user_level_accounting(tmp_path):
     from dpaudit.ledger.book import open_ledger
 
     ds, ids = _digits_user_ids()
-    rel = release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2, dataset="digits",
-                  epsilon=3.0, delta=1e-5, epochs=2, batch_size=64, reproducible_noise=True, reference_size=419),
-                  out_dir=tmp_path / "run", progress=False)
-    n_users = rel.config["reference_size"]  # the declared number of training users (1797 rows // 3 -> 599 users, 70 % of them)
+    rel = release(
+        DPSGDMechanism(user_ids=ids),
+        DPSGDRequest(
+            model="dp-rvfl",
+            privacy_unit="user",
+            records_per_user=2,
+            dataset="digits",
+            epsilon=3.0,
+            delta=1e-5,
+            epochs=2,
+            batch_size=64,
+            reproducible_noise=True,
+            reference_size=419,
+        ),
+        out_dir=tmp_path / "run",
+        progress=False,
+    )
+    n_users = rel.config[
+        "reference_size"
+    ]  # the declared number of training users (1797 rows // 3 -> 599 users, 70 % of them)
     j = math.ceil(n_users / 64)
-    assert rel.adjacency == "add-remove-user" and rel.privacy_unit == "user" and rel.accountant == "rdp"
+    assert (
+        rel.adjacency == "add-remove-user"
+        and rel.privacy_unit == "user"
+        and rel.accountant == "rdp"
+    )
     assert rel.config["records_per_user"] == 2 and rel.config["batch_size_unit"] == "users"
-    assert n_users == int(0.7 * 599) and "train" not in rel.dataset["n_users"]  # the actual count is private: never published
+    assert (
+        n_users == int(0.7 * 599) and "train" not in rel.dataset["n_users"]
+    )  # the actual count is private: never published
     assert rel.sample_rate == 1.0 / j and rel.steps == 2 * j and rel.normalizer == n_users // j
     assert rel.steps_executed == rel.steps
     event = SubsampledGaussian(rel.noise_multiplier, rel.sample_rate, rel.steps)
     assert rel.guarantee == event.to_dict()
-    assert rel.epsilon == compute_epsilon(event, delta=1e-5, adjacency="add-remove-user").epsilon <= 3.0
+    assert (
+        rel.epsilon
+        == compute_epsilon(event, delta=1e-5, adjacency="add-remove-user").epsilon
+        <= 3.0
+    )
     assert read_release(tmp_path / "run").to_dict() == rel.to_dict()  # round-trips through JSON
     stored = json.loads((tmp_path / "run" / "release.json").read_text())
     assert stored["privacy_unit"] == "user" and stored["adjacency"] == "add-remove-user"
     assert "--privacy-unit user --records-per-user 2" in stored["command"]
     with open_ledger() as ledger:
         (entry,) = ledger.entries(dataset="digits", kind="release")
-    assert entry.payload["adjacency"] == "add-remove-user" and entry.payload["privacy_unit"] == "user" and entry.payload["release_id"] == rel.id
+    assert (
+        entry.payload["adjacency"] == "add-remove-user"
+        and entry.payload["privacy_unit"] == "user"
+        and entry.payload["release_id"] == rel.id
+    )
 
 
 def test_steps_mismatch_withholds_the_release(tmp_path, monkeypatch):
@@ -338,49 +463,129 @@ def test_steps_mismatch_withholds_the_release(tmp_path, monkeypatch):
 
     monkeypatch.setattr(dpsgd_release, "train_heads", short)
     with pytest.raises(AccountingMismatchError, match="steps executed"):
-        release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2, epsilon=3.0, epochs=2,
-                batch_size=64, reproducible_noise=True, reference_size=419),
-                out_dir=tmp_path / "run", progress=False, record=False)
+        release(
+            DPSGDMechanism(user_ids=ids),
+            DPSGDRequest(
+                model="dp-rvfl",
+                privacy_unit="user",
+                records_per_user=2,
+                epsilon=3.0,
+                epochs=2,
+                batch_size=64,
+                reproducible_noise=True,
+                reference_size=419,
+            ),
+            out_dir=tmp_path / "run",
+            progress=False,
+            record=False,
+        )
     assert not (tmp_path / "run" / "release.json").exists()
 
 
 def test_user_level_refusals(tmp_path):
     ds, ids = _digits_user_ids()
     with pytest.raises(UsageError, match="user_ids must be given"):
-        release("dp-rvfl", DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2, reference_size=419),
-                out_dir=tmp_path, progress=False)
+        release(
+            "dp-rvfl",
+            DPSGDRequest(
+                model="dp-rvfl", privacy_unit="user", records_per_user=2, reference_size=419
+            ),
+            out_dir=tmp_path,
+            progress=False,
+        )
     with pytest.raises(UsageError, match="records_per_user must be an integer >= 1"):
-        release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=0),
-                out_dir=tmp_path, progress=False)
-    with pytest.raises(UsageError, match="reference_size must be given"):  # no definition declares a number of users
-        release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2),
-                out_dir=tmp_path, progress=False)
+        release(
+            DPSGDMechanism(user_ids=ids),
+            DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=0),
+            out_dir=tmp_path,
+            progress=False,
+        )
+    with pytest.raises(
+        UsageError, match="reference_size must be given"
+    ):  # no definition declares a number of users
+        release(
+            DPSGDMechanism(user_ids=ids),
+            DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=2),
+            out_dir=tmp_path,
+            progress=False,
+        )
     n = len(ids)
     from dpaudit.data.splits import split_indices
 
     tr, va, te = split_indices(n, ds.split_seed, 70, 15)
     with pytest.raises(DataError, match="not by records"):
-        release(DPSGDMechanism(user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]}), DPSGDRequest(model="dp-rvfl",
-                dataset=ds.name, privacy_unit="user", records_per_user=2, reference_size=419),
-                prepared=ds, out_dir=tmp_path, progress=False)
+        release(
+            DPSGDMechanism(user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]}),
+            DPSGDRequest(
+                model="dp-rvfl",
+                dataset=ds.name,
+                privacy_unit="user",
+                records_per_user=2,
+                reference_size=419,
+            ),
+            prepared=ds,
+            out_dir=tmp_path,
+            progress=False,
+        )
     with pytest.raises(UsageError, match="one id per training record"):
-        _user_head(np.zeros((4, 2)), np.zeros(4, int), np.arange(3), 2, _cfg(), records_per_user=1, noise=NoiseSource("reproducible", seed=0))
+        _user_head(
+            np.zeros((4, 2)),
+            np.zeros(4, int),
+            np.arange(3),
+            2,
+            _cfg(),
+            records_per_user=1,
+            noise=NoiseSource("reproducible", seed=0),
+        )
 
 
 def test_one_record_per_user_release_equals_record_level_release(tmp_path):
     """End to end on digits: distinct user ids -> same split, schedule, noise, weights, metrics."""
-    common = dict(dataset="digits", epsilon=3.0, delta=1e-5, epochs=2, batch_size=180, seed=5, reproducible_noise=True)
-    rec = release("dp-rvfl", DPSGDRequest(model="dp-rvfl", **common),
-                  out_dir=tmp_path / "rec", ledger_path=tmp_path / "l1.sqlite", progress=False)
+    common = dict(
+        dataset="digits",
+        epsilon=3.0,
+        delta=1e-5,
+        epochs=2,
+        batch_size=180,
+        seed=5,
+        reproducible_noise=True,
+    )
+    rec = release(
+        "dp-rvfl",
+        DPSGDRequest(model="dp-rvfl", **common),
+        out_dir=tmp_path / "rec",
+        ledger_path=tmp_path / "l1.sqlite",
+        progress=False,
+    )
     ids = np.random.default_rng(0).permutation(10**5)[:1797]
-    usr = release(DPSGDMechanism(user_ids=ids), DPSGDRequest(model="dp-rvfl", privacy_unit="user", records_per_user=3, reference_size=1257,
-                  **common),
-                  out_dir=tmp_path / "usr", ledger_path=tmp_path / "l2.sqlite", progress=False)
-    assert rec.data_digest == usr.data_digest  # same prepared data (the digest is local only, never published)
-    for key in ("sample_rate", "steps", "steps_executed", "normalizer", "noise_multiplier", "epsilon", "guarantee", "metrics"):
+    usr = release(
+        DPSGDMechanism(user_ids=ids),
+        DPSGDRequest(
+            model="dp-rvfl", privacy_unit="user", records_per_user=3, reference_size=1257, **common
+        ),
+        out_dir=tmp_path / "usr",
+        ledger_path=tmp_path / "l2.sqlite",
+        progress=False,
+    )
+    assert (
+        rec.data_digest == usr.data_digest
+    )  # same prepared data (the digest is local only, never published)
+    for key in (
+        "sample_rate",
+        "steps",
+        "steps_executed",
+        "normalizer",
+        "noise_multiplier",
+        "epsilon",
+        "guarantee",
+        "metrics",
+    ):
         assert getattr(rec, key) == getattr(usr, key), key
     assert (rec.adjacency, usr.adjacency) == ("add-remove-record", "add-remove-user")
-    with np.load(tmp_path / "rec" / "weights.npz") as a, np.load(tmp_path / "usr" / "weights.npz") as b:
+    with (
+        np.load(tmp_path / "rec" / "weights.npz") as a,
+        np.load(tmp_path / "usr" / "weights.npz") as b,
+    ):
         assert np.array_equal(a["head_weight"], b["head_weight"])
 
 

@@ -19,8 +19,13 @@ from dpaudit.records import Release, write_json_atomic, write_release
 
 #: The public dataset identity a current release publishes (no hash of the private data).
 DATASET = {
-    "name": "digits", "kind": "image", "profile": "default", "split_seed": 0,
-    "split_sizes": {"train": 1000, "val": 200, "test": 597}, "n_features": 64, "n_classes": 10,
+    "name": "digits",
+    "kind": "image",
+    "profile": "default",
+    "split_seed": 0,
+    "split_sizes": {"train": 1000, "val": 200, "test": 597},
+    "n_features": 64,
+    "n_classes": 10,
     "source_files": ["digits.csv"],
 }
 #: What older dpaudit versions published: unkeyed hashes of the prepared data and the source files.
@@ -32,14 +37,28 @@ _EPS_CACHE: dict = {}
 def rdp_eps(noise_multiplier: float, sample_rate: float, steps: int, delta: float = 1e-5) -> float:
     key = (noise_multiplier, sample_rate, steps, delta)
     if key not in _EPS_CACHE:
-        _EPS_CACHE[key] = compute_epsilon(SubsampledGaussian(noise_multiplier, sample_rate, steps), delta=delta, accountant="rdp").epsilon
+        _EPS_CACHE[key] = compute_epsilon(
+            SubsampledGaussian(noise_multiplier, sample_rate, steps), delta=delta, accountant="rdp"
+        ).epsilon
     return _EPS_CACHE[key]
 
 
-def make_release(out_dir: Path, *, mechanism: str = "dp-rvfl", noise_multiplier: float = 1.0, sample_rate: float = 0.05,
-                 steps: int = 100, delta: float = 1e-5, seed: int = 0, target_epsilon: float | None = None,
-                 metrics: dict | None = None, non_private: bool = False, epsilon: float | None = None,
-                 dataset: dict | None = None, **extra) -> Release:
+def make_release(
+    out_dir: Path,
+    *,
+    mechanism: str = "dp-rvfl",
+    noise_multiplier: float = 1.0,
+    sample_rate: float = 0.05,
+    steps: int = 100,
+    delta: float = 1e-5,
+    seed: int = 0,
+    target_epsilon: float | None = None,
+    metrics: dict | None = None,
+    non_private: bool = False,
+    epsilon: float | None = None,
+    dataset: dict | None = None,
+    **extra,
+) -> Release:
     """Write a release.json under ``out_dir``; ``epsilon`` overrides the (correct) rdp claim."""
     if non_private:
         guarantee, claim, eps_map = {"type": "non-private"}, float("inf"), {}
@@ -48,31 +67,66 @@ def make_release(out_dir: Path, *, mechanism: str = "dp-rvfl", noise_multiplier:
         claim = rdp_eps(noise_multiplier, sample_rate, steps, delta) if epsilon is None else epsilon
         eps_map = {"rdp": claim}
     rel = Release(
-        mechanism=mechanism, dataset=dict(dataset or DATASET), adjacency="add-remove-record", accountant="rdp",
-        epsilon=claim, delta=delta, guarantee=guarantee, seed=seed,
+        mechanism=mechanism,
+        dataset=dict(dataset or DATASET),
+        adjacency="add-remove-record",
+        accountant="rdp",
+        epsilon=claim,
+        delta=delta,
+        guarantee=guarantee,
+        seed=seed,
         noise_source={"source": "os-entropy", "seed": None, "secret": True},
-        target_epsilon=None if non_private else (target_epsilon if target_epsilon is not None else claim),
-        noise_multiplier=None if non_private else noise_multiplier, sample_rate=sample_rate, steps=steps, steps_executed=steps,
-        clipping_norm=1.0, normalizer=50, non_private=non_private, epsilons=eps_map,
-        config={"hidden": 128, "dp_sgd": {"noise_multiplier": noise_multiplier, "lr": 0.01}, "seeds": {"model_seed": seed}},
+        target_epsilon=None
+        if non_private
+        else (target_epsilon if target_epsilon is not None else claim),
+        noise_multiplier=None if non_private else noise_multiplier,
+        sample_rate=sample_rate,
+        steps=steps,
+        steps_executed=steps,
+        clipping_norm=1.0,
+        normalizer=50,
+        non_private=non_private,
+        epsilons=eps_map,
+        config={
+            "hidden": 128,
+            "dp_sgd": {"noise_multiplier": noise_multiplier, "lr": 0.01},
+            "seeds": {"model_seed": seed},
+        },
         metrics=metrics if metrics is not None else {"accuracy": 0.9, "f1_macro": 0.88},
-        command=f"dpaudit train {mechanism} --eps {target_epsilon or claim:g} --seed {seed}" if not non_private
+        command=f"dpaudit train {mechanism} --eps {target_epsilon or claim:g} --seed {seed}"
+        if not non_private
         else f"dpaudit train {mechanism} --non-private --seed {seed}",
-        git_commit="0123456789abcdef", **extra,
+        git_commit="0123456789abcdef",
+        **extra,
     )
     write_release(rel, out_dir)
     return rel
 
 
-def synthetic_audit(*, claimed_epsilon: float = 1.0, per_world: int = 500, shift: float = 0.0, seed: int = 0,
-                    mechanism: str = "dp-rvfl", canary: str = "max-clip"):
+def synthetic_audit(
+    *,
+    claimed_epsilon: float = 1.0,
+    per_world: int = 500,
+    shift: float = 0.0,
+    seed: int = 0,
+    mechanism: str = "dp-rvfl",
+    canary: str = "max-clip",
+):
     """A real AuditResult from the audit engine on Gaussian scores shifted by ``shift`` in the IN world."""
     from dpaudit.audits.engine import audit_scores
 
     rng = np.random.default_rng(seed)
     s_in = rng.normal(shift, 1.0, per_world)
     s_out = rng.normal(0.0, 1.0, per_world)
-    res = audit_scores(s_in, s_out, delta=1e-5, claimed_epsilon=claimed_epsilon, seed=seed, mechanism=mechanism, canary=canary)
+    res = audit_scores(
+        s_in,
+        s_out,
+        delta=1e-5,
+        claimed_epsilon=claimed_epsilon,
+        seed=seed,
+        mechanism=mechanism,
+        canary=canary,
+    )
     return res, s_in, s_out
 
 

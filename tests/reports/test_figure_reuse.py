@@ -27,9 +27,15 @@ SHIFTS = (3.0, 0.2, 1.0)
 
 def _record(shift: float, seed: int):
     rng = np.random.default_rng(seed)
-    return audit_scores(rng.normal(shift, 1.0, 200), rng.normal(0.0, 1.0, 200), delta=1e-5,
-                        claim=SubsampledGaussian(2.0, 1.0, 1), seed=seed, mechanism="gaussian",
-                        canary="shift")
+    return audit_scores(
+        rng.normal(shift, 1.0, 200),
+        rng.normal(0.0, 1.0, 200),
+        delta=1e-5,
+        claim=SubsampledGaussian(2.0, 1.0, 1),
+        seed=seed,
+        mechanism="gaussian",
+        canary="shift",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +51,29 @@ def _drawn(fig) -> list:
     marker sets, patches and texts; then the figure's title and legend entries."""
     out = []
     for ax in fig.axes:
-        out.append((ax.get_xlim(), ax.get_ylim(), list(ax.get_xticks()), list(ax.get_yticks()),
-                    [(ln.get_gid(), ln.get_label(), ln.get_color(), ln.get_xydata().tolist())
-                     for ln in ax.lines],
-                    [(c.get_gid(), c.get_label(), np.asarray(c.get_offsets()).tolist(),
-                      [p.vertices.tolist() for p in c.get_paths()]) for c in ax.collections],
-                    [(p.get_gid(), p.get_label(), p.get_bbox().bounds) for p in ax.patches],
-                    [(t.get_gid(), t.get_text(), t.xy) for t in ax.texts]))
+        out.append(
+            (
+                ax.get_xlim(),
+                ax.get_ylim(),
+                list(ax.get_xticks()),
+                list(ax.get_yticks()),
+                [
+                    (ln.get_gid(), ln.get_label(), ln.get_color(), ln.get_xydata().tolist())
+                    for ln in ax.lines
+                ],
+                [
+                    (
+                        c.get_gid(),
+                        c.get_label(),
+                        np.asarray(c.get_offsets()).tolist(),
+                        [p.vertices.tolist() for p in c.get_paths()],
+                    )
+                    for c in ax.collections
+                ],
+                [(p.get_gid(), p.get_label(), p.get_bbox().bounds) for p in ax.patches],
+                [(t.get_gid(), t.get_text(), t.xy) for t in ax.texts],
+            )
+        )
     legend = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
     return out + [fig._suptitle.get_text(), legend]
 
@@ -71,8 +93,13 @@ def test_reused_figure_draws_what_a_fresh_one_draws():
 
 def test_report_figures_do_not_depend_on_the_order_audits_are_read(audit_dirs):
     reports = [build_report(order, ledger_path=None) for order in (audit_dirs, audit_dirs[::-1])]
-    entries = [{e["path"]: {k: v for k, v in e.items() if k != "index"}
-                for e in rep["sections"]["audit"]["audits"]} for rep in reports]
+    entries = [
+        {
+            e["path"]: {k: v for k, v in e.items() if k != "index"}
+            for e in rep["sections"]["audit"]["audits"]
+        }
+        for rep in reports
+    ]
     assert entries[0] == entries[1]
     figures = [{f.title: f.png for f in tradeoff_figures(rep)} for rep in reports]
     assert len(figures[0]) == len(SHIFTS) and figures[0] == figures[1]

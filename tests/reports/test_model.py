@@ -7,7 +7,14 @@ import math
 
 import numpy as np
 import pytest
-from report_fixtures import DATASET, make_release, synthetic_audit, truncate, write_audit_record, write_raw_audit
+from report_fixtures import (
+    DATASET,
+    make_release,
+    synthetic_audit,
+    truncate,
+    write_audit_record,
+    write_raw_audit,
+)
 
 from dpaudit.errors import DataError, UsageError
 from dpaudit.reports import SECTIONS, build_report, read_report, write_report
@@ -55,12 +62,22 @@ def test_real_broken_gaussian_mechanism_is_caught_and_sound_one_is_not(tmp_path)
     from dpaudit.audits.engine import run_audit
     from dpaudit.audits.gaussian import GaussianTarget
 
-    run_audit(GaussianTarget.for_epsilon(epsilon=1.0, broken_noise_factor=8.0), runs=1000, out_dir=tmp_path / "broken", seed=3)
+    run_audit(
+        GaussianTarget.for_epsilon(epsilon=1.0, broken_noise_factor=8.0),
+        runs=1000,
+        out_dir=tmp_path / "broken",
+        seed=3,
+    )
     rep = build_report([tmp_path / "broken"])
     v = _verdict(rep, "gaussian")
-    assert v["status"] == "violation" and "VIOLATION: the claimed event is ruled out (noise_multiplier >=" in v["line"]
+    assert (
+        v["status"] == "violation"
+        and "VIOLATION: the claimed event is ruled out (noise_multiplier >=" in v["line"]
+    )
     assert v["max_epsilon_lower_bound"] > 1.0
-    run_audit(GaussianTarget.for_epsilon(epsilon=1.0), runs=1000, out_dir=tmp_path / "sound", seed=3)
+    run_audit(
+        GaussianTarget.for_epsilon(epsilon=1.0), runs=1000, out_dir=tmp_path / "sound", seed=3
+    )
     assert _verdict(build_report([tmp_path / "sound"]), "gaussian")["status"] == "no-evidence"
 
 
@@ -105,7 +122,9 @@ def test_audit_of_other_mechanism_in_release_dir_is_not_used(tmp_path):
     write_audit_record(tmp_path / "r1", res)  # audit.json beside release.json
     rep = build_report([tmp_path])
     assert _verdict(rep, "rvfl")["status"] == "not-audited"
-    assert any("is of mechanism 'dp-mixmin' but belongs to release" in m for m in _notes(rep, "error"))
+    assert any(
+        "is of mechanism 'dp-mixmin' but belongs to release" in m for m in _notes(rep, "error")
+    )
     assert _verdict(rep, "mixmin")["status"] == "no-evidence"  # judged on its own claim, separately
 
 
@@ -155,12 +174,17 @@ def test_audit_missing_bound_is_inconclusive(tmp_path):
 
 
 def test_minimal_foreign_audit_record_is_tolerated(tmp_path):
-    write_raw_audit(tmp_path / "a", {"mechanism": "dp-elm", "claimed_epsilon": 1.0, "epsilon_lower_bound": 0.2})
+    write_raw_audit(
+        tmp_path / "a", {"mechanism": "dp-elm", "claimed_epsilon": 1.0, "epsilon_lower_bound": 0.2}
+    )
     rep = build_report([tmp_path])
     v = _verdict(rep, "elm")
     assert v["status"] == "no-evidence" and "ceiling unknown" in v["line"]
     assert any("lacks keys" in m for m in _notes(rep, "info"))
-    write_raw_audit(tmp_path / "b", {"mechanism": "dp-elm", "claimed_epsilon": 1.0, "epsilon_lower_bound": "inf"})
+    write_raw_audit(
+        tmp_path / "b",
+        {"mechanism": "dp-elm", "claimed_epsilon": 1.0, "epsilon_lower_bound": "inf"},
+    )
     assert _verdict(build_report([tmp_path / "b"]), "elm")["status"] == "violation"
     # two audits: a stored violation without counts cannot be re-judged at 1 - alpha / 2 (fail closed)
     rep = build_report([tmp_path])
@@ -169,13 +193,17 @@ def test_minimal_foreign_audit_record_is_tolerated(tmp_path):
 
 
 def test_stored_bound_contradicted_by_its_counts_is_inconclusive(tmp_path):
-    res, *_ = synthetic_audit(claimed_epsilon=1.0, shift=6.0)  # near-perfect separation: counts certify > 1
+    res, *_ = synthetic_audit(
+        claimed_epsilon=1.0, shift=6.0
+    )  # near-perfect separation: counts certify > 1
     assert res.epsilon_lower_bound > 1.0
     write_audit_record(tmp_path / "a", res, epsilon_lower_bound=0.5)
     rep = build_report([tmp_path])
     assert _verdict(rep, "rvfl")["status"] == "inconclusive"
     entry = rep["sections"]["audit"]["audits"][0]
-    assert entry["recomputed_epsilon_lower_bound"] == pytest.approx(res.epsilon_lower_bound, rel=1e-9)
+    assert entry["recomputed_epsilon_lower_bound"] == pytest.approx(
+        res.epsilon_lower_bound, rel=1e-9
+    )
 
 
 def test_control_runs_alone_support_no_verdict(tmp_path):
@@ -203,7 +231,9 @@ def test_claim_card_recomputes_rdp_and_prv_from_the_events(tmp_path):
     by = {e["accountant"]: e for e in card["epsilons"]}
     ev = SubsampledGaussian(1.2, 0.02, 300)
     assert by["rdp"]["epsilon"] == pytest.approx(rel.epsilon, rel=1e-12)
-    assert by["prv"]["epsilon"] == pytest.approx(compute_epsilon(ev, delta=1e-5, accountant="prv").epsilon, rel=1e-9)
+    assert by["prv"]["epsilon"] == pytest.approx(
+        compute_epsilon(ev, delta=1e-5, accountant="prv").epsilon, rel=1e-9
+    )
     assert by["prv"]["epsilon"] < by["rdp"]["epsilon"]  # PRV is tighter for this event
     assert card["accounting_check"]["status"] == "ok"
     assert card["steps_executed"] == card["steps_accounted"] == 300
@@ -219,7 +249,9 @@ def test_reproducible_noise_is_flagged(tmp_path):
     rep = build_report([tmp_path])
     assert rep["sections"]["claim"][0]["noise_secure"] is False
     # issue 23, point 3: noise from a published seed is not private (an error, not a warning)
-    assert any("noise derived from a published seed: not private" in m for m in _notes(rep, "error"))
+    assert any(
+        "noise derived from a published seed: not private" in m for m in _notes(rep, "error")
+    )
 
 
 def test_steps_mismatch_is_flagged(tmp_path):
@@ -229,7 +261,9 @@ def test_steps_mismatch_is_flagged(tmp_path):
     d["steps_executed"] = 99
     p.write_text(json.dumps(d))
     rep = build_report([tmp_path])
-    assert any("steps executed (99) differ from steps accounted (100)" in m for m in _notes(rep, "error"))
+    assert any(
+        "steps executed (99) differ from steps accounted (100)" in m for m in _notes(rep, "error")
+    )
     assert _verdict(rep, "rvfl")["status"] == "accounting-mismatch"
 
 
@@ -240,8 +274,15 @@ def test_utility_mean_sd_over_seeds_curve_and_reference(tmp_path):
     for nm, eps in ((12.0, 1.0), (6.0, 2.0), (3.5, 4.0)):
         accs[eps] = rng.uniform(0.5, 0.9, 3)
         for s, a in enumerate(accs[eps]):
-            make_release(tmp_path / f"e{eps}-s{s}", noise_multiplier=nm, sample_rate=1.0, steps=5, target_epsilon=eps,
-                         seed=s, metrics={"accuracy": float(a)})
+            make_release(
+                tmp_path / f"e{eps}-s{s}",
+                noise_multiplier=nm,
+                sample_rate=1.0,
+                steps=5,
+                target_epsilon=eps,
+                seed=s,
+                metrics={"accuracy": float(a)},
+            )
     make_release(tmp_path / "np0", non_private=True, metrics={"accuracy": 0.95})
     make_release(tmp_path / "np1", non_private=True, seed=1, metrics={"accuracy": 0.97})
     u = build_report([tmp_path])["sections"]["utility"]
@@ -258,8 +299,12 @@ def test_utility_mean_sd_over_seeds_curve_and_reference(tmp_path):
 
 
 def test_releases_differing_in_more_than_eps_make_no_curve(tmp_path):
-    make_release(tmp_path / "a", noise_multiplier=12.0, sample_rate=1.0, steps=5, target_epsilon=1.0)
-    rel = make_release(tmp_path / "b", noise_multiplier=6.0, sample_rate=1.0, steps=5, target_epsilon=2.0)
+    make_release(
+        tmp_path / "a", noise_multiplier=12.0, sample_rate=1.0, steps=5, target_epsilon=1.0
+    )
+    rel = make_release(
+        tmp_path / "b", noise_multiplier=6.0, sample_rate=1.0, steps=5, target_epsilon=2.0
+    )
     d = json.loads((tmp_path / "b" / "release.json").read_text())
     d["config"]["hidden"] = 256
     (tmp_path / "b" / "release.json").write_text(json.dumps(d))
@@ -285,7 +330,10 @@ def test_budget_from_real_ledger(tmp_path):
     assert whole["releases_subtree"] == 2
     assert whole["remaining"] == pytest.approx(10.0 - whole["epsilon"])
     assert any("is not in ledger" in m for m in _notes(rep, "warning"))
-    assert {e.get("release_id") for e in b["entries"] if e.get("kind") == "release"} == {r1.id, r2.id}
+    assert {e.get("release_id") for e in b["entries"] if e.get("kind") == "release"} == {
+        r1.id,
+        r2.id,
+    }
     assert all("hash" not in e for e in b["entries"])
     # the releases' own composition: 3 identical events composed sequentially
     comp = b["composition"][0]
@@ -309,7 +357,9 @@ def test_report_json_round_trips_and_has_seven_sections(tmp_path):
     back = read_report(out)
     assert back == json.loads(json.dumps(rep))
     e = back["sections"]["audit"]["audits"][0]
-    assert "histogram" not in e and "threshold" not in e  # raw scores and score values are local: never read
+    assert (
+        "histogram" not in e and "threshold" not in e
+    )  # raw scores and score values are local: never read
     assert not any(isinstance(x, float) and math.isnan(x) for x in e["roc"]["fpr"])
 
 
@@ -317,7 +367,9 @@ def test_provenance_lists_public_identity_and_splits(tmp_path):
     make_release(tmp_path / "r1")
     rep = build_report([tmp_path])
     prov = rep["sections"]["provenance"]
-    assert "sha256" not in prov[0] and prov[0]["data_versions"] == []  # no ledger given: no data version to show
+    assert (
+        "sha256" not in prov[0] and prov[0]["data_versions"] == []
+    )  # no ledger given: no data version to show
     assert prov[0]["source_files"] == DATASET["source_files"]
     assert prov[0]["split_sizes"] == DATASET["split_sizes"] and prov[0]["split_seeds"] == [0]
     assert not [n for n in rep["notes"] if n["section"] == "provenance"]
@@ -343,7 +395,9 @@ def test_audit_at_other_delta_is_flagged(tmp_path):
 
 def test_audit_recording_release_id_is_linked_exactly(tmp_path):
     r1 = make_release(tmp_path / "runs" / "r1", seed=0)
-    r2 = make_release(tmp_path / "runs" / "r2", seed=1)  # same claim: matching by epsilon would cover both
+    r2 = make_release(
+        tmp_path / "runs" / "r2", seed=1
+    )  # same claim: matching by epsilon would cover both
     res, *_ = synthetic_audit(claimed_epsilon=r1.epsilon)
     rec = res.to_dict()
     rec["release_id"] = r2.id
@@ -368,19 +422,40 @@ def test_first_table_gives_each_release_the_verdict_of_the_audit_that_covers_it(
     from dpaudit.reports.verdict import summary_rows
 
     bad = make_release(tmp_path / "bad", noise_multiplier=1.0, sample_rate=0.05, steps=100, seed=1)
-    lone = make_release(tmp_path / "lone", noise_multiplier=2.0, sample_rate=0.05, steps=100, seed=2)
-    wrong = make_release(tmp_path / "wrong", noise_multiplier=1.0, sample_rate=0.05, steps=100, seed=3, epsilon=0.2)
+    lone = make_release(
+        tmp_path / "lone", noise_multiplier=2.0, sample_rate=0.05, steps=100, seed=2
+    )
+    wrong = make_release(
+        tmp_path / "wrong", noise_multiplier=1.0, sample_rate=0.05, steps=100, seed=3, epsilon=0.2
+    )
     res, *_ = synthetic_audit(claimed_epsilon=bad.epsilon, shift=5.0)
     rec = write_audit_record(tmp_path / "bad" / "audit", res, release_id=bad.id)
     write_raw_audit(tmp_path / "bad" / "audit", {**rec, "plan_id": "plan-0123456789abcdef"})
     rows = {r["release"]: r for r in summary_rows(build_report([tmp_path])["sections"]["verdict"])}
     assert set(rows) == {bad.id, lone.id, wrong.id}
     b = rows[bad.id]
-    assert (b["status"], b["plans"], b["statistics"], b["reason"]) == ("violation", ["plan-0123456789abcdef"], ["clopper-pearson"], "eps_LB above the claim")
-    assert b["epsilon_lower_bound"] == pytest.approx(res.epsilon_lower_bound) and res.epsilon_lower_bound > bad.epsilon
+    assert (b["status"], b["plans"], b["statistics"], b["reason"]) == (
+        "violation",
+        ["plan-0123456789abcdef"],
+        ["clopper-pearson"],
+        "eps_LB above the claim",
+    )
+    assert (
+        b["epsilon_lower_bound"] == pytest.approx(res.epsilon_lower_bound)
+        and res.epsilon_lower_bound > bad.epsilon
+    )
     assert b["ceiling"] == pytest.approx(res.ceiling)
-    assert (b["epsilon"], b["delta"], b["adjacency"], b["accountant"]) == (pytest.approx(bad.epsilon), 1e-5, "add-remove-record", "rdp")
-    assert (rows[lone.id]["status"], rows[lone.id]["plans"], rows[lone.id]["epsilon_lower_bound"]) == ("not-audited", [], None)
+    assert (b["epsilon"], b["delta"], b["adjacency"], b["accountant"]) == (
+        pytest.approx(bad.epsilon),
+        1e-5,
+        "add-remove-record",
+        "rdp",
+    )
+    assert (
+        rows[lone.id]["status"],
+        rows[lone.id]["plans"],
+        rows[lone.id]["epsilon_lower_bound"],
+    ) == ("not-audited", [], None)
     assert rows[wrong.id]["status"] == "accounting-mismatch"
 
 
@@ -397,5 +472,9 @@ def test_an_audit_run_under_a_plan_names_it_and_repeated_runs_are_counted(tmp_pa
         rec = write_audit_record(tmp_path / "r" / run, res, release_id=rel.id)
         write_raw_audit(tmp_path / "r" / run, {**rec, "plan": plan})
     (row,) = summary_rows(build_report([tmp_path])["sections"]["verdict"])
-    assert row["plans"] == [plan["id"]] and row["plan_runs"] == {plan["id"]: 2} and len(row["audits"]) == 2
+    assert (
+        row["plans"] == [plan["id"]]
+        and row["plan_runs"] == {plan["id"]: 2}
+        and len(row["audits"]) == 2
+    )
     assert "2 audits: 2 runs of plan a7e1dfa9d0cb;" in _first_row(row)[2]

@@ -27,9 +27,22 @@ def full_report(tmp_path_factory):
     rels = []
     for nm, eps in ((12.0, 1.0), (6.0, 2.0), (3.5, 4.0)):
         for s in range(2):
-            rels.append(make_release(root / "runs" / f"e{eps}-s{s}", noise_multiplier=nm, sample_rate=1.0, steps=5,
-                                     target_epsilon=eps, seed=s, metrics={"accuracy": 0.7 + 0.05 * eps + 0.01 * s, "f1_macro": 0.6 + 0.05 * eps}))
-    rels.append(make_release(root / "runs" / "np", non_private=True, metrics={"accuracy": 0.95, "f1_macro": 0.93}))
+            rels.append(
+                make_release(
+                    root / "runs" / f"e{eps}-s{s}",
+                    noise_multiplier=nm,
+                    sample_rate=1.0,
+                    steps=5,
+                    target_epsilon=eps,
+                    seed=s,
+                    metrics={"accuracy": 0.7 + 0.05 * eps + 0.01 * s, "f1_macro": 0.6 + 0.05 * eps},
+                )
+            )
+    rels.append(
+        make_release(
+            root / "runs" / "np", non_private=True, metrics={"accuracy": 0.95, "f1_macro": 0.93}
+        )
+    )
     with open_ledger(led) as L:
         for r in rels:
             if not r.non_private:
@@ -38,7 +51,9 @@ def full_report(tmp_path_factory):
     write_audit_record(root / "runs" / "audit-ok", ok, s_in, s_out)
     bad, b_in, b_out = synthetic_audit(claimed_epsilon=1.0, shift=5.0, mechanism="broken-gaussian")
     write_audit_record(root / "runs" / "audit-broken", bad, b_in, b_out)
-    rep = build_report([root / "runs"], ledger_path=led, command="dpaudit report runs --ledger ledger.sqlite")
+    rep = build_report(
+        [root / "runs"], ledger_path=led, command="dpaudit report runs --ledger ledger.sqlite"
+    )
     return root, rep
 
 
@@ -58,7 +73,9 @@ def test_figures_are_pngs_for_every_kind(rendered):
     assert any(n.startswith("utility_") for n in names)
     assert "eps_lb_vs_claimed" in names
     assert sum(n.startswith("roc_") for n in names) == 2  # one per mechanism
-    assert not any(n.startswith("hist_") for n in names)  # raw scores are local (issue 23 point 5): no score histogram
+    assert not any(
+        n.startswith("hist_") for n in names
+    )  # raw scores are local (issue 23 point 5): no score histogram
     assert all(f.png.startswith(PNG_MAGIC) and len(f.png) > 5000 for f in figs)
 
 
@@ -67,7 +84,9 @@ def test_html_is_self_contained_with_seven_sections(rendered):
     for key, heading in SECTIONS:
         assert f'<section id="{key}"' in html and heading in html
     assert "<script" not in html.lower() and "<link" not in html.lower()
-    assert not re.search(r"""(src|href)=["'](?!data:|#)""", html)  # only data URIs and in-page anchors
+    assert not re.search(
+        r"""(src|href)=["'](?!data:|#)""", html
+    )  # only data URIs and in-page anchors
     assert "http://" not in html and "https://" not in html and "@import" not in html
     assert html.count("data:image/png;base64,") == len(figs)
     assert "@media print" in html
@@ -122,28 +141,51 @@ def test_verdict_table_fits_the_first_screen_of_a_1280x800_browser(rendered, tmp
     sideways scroll) with every section unfolded."""
     browser = _chromium()
     if browser is None:
-        pytest.skip("chromium not installed (Debian: apt-get install -y chromium); the report was not checked in a browser")
+        pytest.skip(
+            "chromium not installed (Debian: apt-get install -y chromium); the report was not checked in a browser"
+        )
     from PIL import Image
 
-    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--hide-scrollbars",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1280,800",
-             f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,800",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     page, probe, shot = tmp_path / "report.html", tmp_path / "probe.html", tmp_path / "shot.png"
     page.write_text(rendered[2])
     probe.write_text(rendered[2].replace("</body>", PROBE + "</body>"))
-    run = subprocess.run(flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        flags + [f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert shot.exists(), run.stderr[-2000:]
     img = Image.open(shot).convert("L")
     assert img.size == (1280, 800)
     hist = img.histogram()
-    assert sum(hist[:128]) / (1280 * 800) > 0.01 and sum(1 for c in hist if c) > 16, "screenshot is blank"
-    dom = subprocess.run(flags + ["--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert sum(hist[:128]) / (1280 * 800) > 0.01 and sum(1 for c in hist if c) > 16, (
+        "screenshot is blank"
+    )
+    dom = subprocess.run(
+        flags + ["--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120
+    ).stdout
     m = re.search(r"<title>(\{.*?\})</title>", dom)
     assert m, dom[:500]
     got = json.loads(html_mod.unescape(m.group(1)))
     # the whole table on the first screen (the screenshot's 800 px; --dump-dom's innerHeight is the window less its frame)
-    assert got["w"] == 1280 and 0 <= got["top"] and got["bottom"] <= 800 and got["right"] <= 1280, got
-    assert got["scroll"] <= 1280 and got["open_scroll"] <= 1280 and not got["wide"], json.dumps(got)  # nothing scrolls sideways
+    assert got["w"] == 1280 and 0 <= got["top"] and got["bottom"] <= 800 and got["right"] <= 1280, (
+        got
+    )
+    assert got["scroll"] <= 1280 and got["open_scroll"] <= 1280 and not got["wide"], json.dumps(
+        got
+    )  # nothing scrolls sideways
     for key, heading in SECTIONS:
         assert f'id="{key}"' in dom and heading in dom
     assert "VIOLATION" in dom
@@ -161,14 +203,26 @@ def test_first_table_has_a_row_per_release_in_both_formats(rendered):
     assert key == "verdict" and first.kind == "table" and first.headers == FIRST_HEADERS
     ids = [r["id"] for r in rep["inputs"]["releases"]]
     unlinked = [e for e in rep["sections"]["audit"]["audits"] if not e["covers_releases"]]
-    assert len(unlinked) == 2 and len(first.rows) == len(ids) + 2  # + a row per audit that records no release
+    assert (
+        len(unlinked) == 2 and len(first.rows) == len(ids) + 2
+    )  # + a row per audit that records no release
     for rid in ids:
         assert sum(row[0].endswith(rid[:8]) for row in first.rows) == 1
     broken = next(row for row in first.rows if row[0].startswith("broken-gaussian"))
-    assert sum(row[0] == "dp-rvfl (no release)" and row[4] == "no evidence of a violation" for row in first.rows) == 1
+    assert (
+        sum(
+            row[0] == "dp-rvfl (no release)" and row[4] == "no evidence of a violation"
+            for row in first.rows
+        )
+        == 1
+    )
     assert broken[0] == "broken-gaussian (no release)" and broken[4].startswith("VIOLATION")
     assert sum(row[4] == "no claim (non-private)" for row in first.rows) == 1
     head = "| " + " | ".join(FIRST_HEADERS) + " |"
     assert md.index(head) < md.index("## 2.") and md.index(head) < md.index("<details><summary>")
-    assert html.index("Verdict per release") < html.index('<details class="notes">') < html.index('id="claim"')
+    assert (
+        html.index("Verdict per release")
+        < html.index('<details class="notes">')
+        < html.index('id="claim"')
+    )
     assert "<summary>" in html and re.search(r"\d+ warnings?[^<]*\(expand\)</summary>", html)

@@ -19,7 +19,9 @@ def _rendered(rep: dict, tmp_path) -> str:
 
 def test_report_shows_a_data_version_label_never_the_digest_nor_the_keyed_fingerprint(tmp_path):
     digest = "ef" * 32
-    rel = make_release(tmp_path / "r", data_digest=digest)  # the digest stays in memory, off release.json
+    rel = make_release(
+        tmp_path / "r", data_digest=digest
+    )  # the digest stays in memory, off release.json
     assert digest not in (tmp_path / "r" / "release.json").read_text()
     ledger = tmp_path / "l.sqlite"
     with open_ledger(ledger) as led:
@@ -28,14 +30,20 @@ def test_report_shows_a_data_version_label_never_the_digest_nor_the_keyed_finger
     assert fp != digest
     rep = build_report([tmp_path / "r"], ledger_path=ledger)
     prov = rep["sections"]["provenance"][0]
-    assert prov["data_versions"] == ["version 1"] and "sha256" not in prov and "fingerprints" not in prov
+    assert (
+        prov["data_versions"] == ["version 1"]
+        and "sha256" not in prov
+        and "fingerprints" not in prov
+    )
     text = _rendered(rep, tmp_path)
     assert digest not in text and fp not in text and fp[:12] not in text
     assert prov["source_files"] == DATASET["source_files"]
 
 
 def test_old_release_with_published_hashes_still_reports_without_repeating_them(tmp_path):
-    rel = make_release(tmp_path / "old", dataset=OLD_DATASET)  # as written by dpaudit before this change
+    rel = make_release(
+        tmp_path / "old", dataset=OLD_DATASET
+    )  # as written by dpaudit before this change
     ledger = tmp_path / "l.sqlite"
     with open_ledger(ledger) as led:
         led.record(rel)  # an old release: the ledger keys its published sha256
@@ -58,7 +66,9 @@ def test_two_fingerprints_under_one_dataset_name_are_flagged(tmp_path):
     ledger = tmp_path / "l.sqlite"
     with open_ledger(ledger) as led:
         led.record(a)
-        led.declare_version("digits", led.fingerprint("02" * 32), "test: a second version of the data")  # else refused
+        led.declare_version(
+            "digits", led.fingerprint("02" * 32), "test: a second version of the data"
+        )  # else refused
         led.record(b)
         fps = [led.fingerprint("01" * 32), led.fingerprint("02" * 32)]
     rep = build_report([tmp_path], ledger_path=ledger)

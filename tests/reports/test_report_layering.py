@@ -17,12 +17,29 @@ PACKAGE = "dpaudit.reports"
 #: may import each other as long as the whole graph stays acyclic (a section may use another's
 #: helper, e.g. the verdict uses the audit entries).
 LAYERS = {
-    "audit_view": 0, "inputs": 0, "stats": 0,  # loaders (typed readers) and pure numerics: inputs imports only audit_view
+    "audit_view": 0,
+    "inputs": 0,
+    "stats": 0,  # loaders (typed readers) and pure numerics: inputs imports only audit_view
     "recompute": 1,  # epsilons recomputed from stored events (dpaudit.claims' cache)
-    "claim": 2, "provenance": 2, "budget": 2, "utility": 2, "audit": 2, "verdict": 2, "reproduce": 2, "sweep": 2,
+    "claim": 2,
+    "provenance": 2,
+    "budget": 2,
+    "utility": 2,
+    "audit": 2,
+    "verdict": 2,
+    "reproduce": 2,
+    "sweep": 2,
     "model": 3,  # assembles the sections into the JSON model
-    "format": 4, "audit_blocks": 4, "sweep_blocks": 4, "blocks": 4, "plots": 4, "html": 4, "markdown": 4, "tradeoff": 4,  # renderers
-    "write": 5, "__init__": 5,  # writing a report; the package's facade (lazy exports)
+    "format": 4,
+    "audit_blocks": 4,
+    "sweep_blocks": 4,
+    "blocks": 4,
+    "plots": 4,
+    "html": 4,
+    "markdown": 4,
+    "tradeoff": 4,  # renderers
+    "write": 5,
+    "__init__": 5,  # writing a report; the package's facade (lazy exports)
     "verify": 2,  # `dpaudit bundle` / `dpaudit verify`: the evidence re-checked (no report module imported)
 }
 
@@ -38,15 +55,19 @@ def _targets(node: ast.AST, modules: set[str]) -> set[str]:
     if isinstance(node, ast.Import):
         for a in node.names:
             if a.name.startswith(PACKAGE + "."):
-                out.add(a.name[len(PACKAGE) + 1:].split(".")[0])
+                out.add(a.name[len(PACKAGE) + 1 :].split(".")[0])
     elif isinstance(node, ast.ImportFrom):
         if node.level == 1:  # from .x import y / from . import x
             if node.module:
                 out.add(node.module.split(".")[0])
             else:
                 out.update(a.name for a in node.names if a.name in modules)
-        elif node.level == 0 and node.module and (node.module == PACKAGE or node.module.startswith(PACKAGE + ".")):
-            rest = node.module[len(PACKAGE):].lstrip(".")
+        elif (
+            node.level == 0
+            and node.module
+            and (node.module == PACKAGE or node.module.startswith(PACKAGE + "."))
+        ):
+            rest = node.module[len(PACKAGE) :].lstrip(".")
             if rest:
                 out.add(rest.split(".")[0])
             else:
@@ -77,7 +98,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(graph[n]):
             if colour[m] == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if colour[m] == 0:
                 found = visit(m)
                 if found:
@@ -114,9 +135,15 @@ def test_reports_import_graph_is_acyclic():
 
 def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_layers():
     graph = import_graph()
-    assert set(graph) <= set(LAYERS), f"modules without a layer in this test: {sorted(set(graph) - set(LAYERS))}"
-    upward = sorted(f"{a} (layer {LAYERS[a]}) imports {b} (layer {LAYERS[b]})"
-                    for a, deps in graph.items() for b in deps if LAYERS[b] > LAYERS[a])
+    assert set(graph) <= set(LAYERS), (
+        f"modules without a layer in this test: {sorted(set(graph) - set(LAYERS))}"
+    )
+    upward = sorted(
+        f"{a} (layer {LAYERS[a]}) imports {b} (layer {LAYERS[b]})"
+        for a, deps in graph.items()
+        for b in deps
+        if LAYERS[b] > LAYERS[a]
+    )
     assert not upward, "; ".join(upward)
 
 

@@ -45,7 +45,9 @@ def test_bound_agrees_with_the_audit_module():
     for counts in [(480, 20, 490, 10), (250, 250, 250, 250), (100, 0, 100, 0), (30, 5, 40, 12)]:
         tp, fp, tn, fn = counts
         mine = stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=1e-5, confidence=0.95)
-        theirs = astats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=1e-5, confidence=0.95).epsilon
+        theirs = astats.epsilon_lower_bound(
+            tp=tp, fp=fp, tn=tn, fn=fn, delta=1e-5, confidence=0.95
+        ).epsilon
         assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-12)
 
 
@@ -54,7 +56,9 @@ def test_bound_agrees_with_the_audit_module():
 def test_bound_never_exceeds_ceiling(n_in, n_out, data):
     fn = data.draw(st.integers(0, n_in))
     fp = data.draw(st.integers(0, n_out))
-    b = stats.epsilon_lower_bound(tp=n_in - fn, fp=fp, tn=n_out - fp, fn=fn, delta=1e-5, confidence=0.95)
+    b = stats.epsilon_lower_bound(
+        tp=n_in - fn, fp=fp, tn=n_out - fp, fn=fn, delta=1e-5, confidence=0.95
+    )
     c = stats.ceiling(n_in=n_in, n_out=n_out, delta=1e-5, confidence=0.95)
     assert 0.0 <= b <= c + 1e-12
 

@@ -30,10 +30,20 @@ def test_any_catalogue_entry_whose_request_takes_a_dataset_is_a_sweep_model(tmp_
         name, request = task_request(task.config())
         rel = read_release(done[task.model]["release_dir"])
         # the release is the catalogue mechanism's, made for the task's Request ...
-        assert rel.mechanism == name == task.model and rel.request["epsilon"] == 1.0 and rel.request["seed"] == 42
+        assert (
+            rel.mechanism == name == task.model
+            and rel.request["epsilon"] == 1.0
+            and rel.request["seed"] == 42
+        )
         # ... and the sweep reserved exactly the event it spent, from the same plan
         assert planned_event(task.config())[3].to_dict() == rel.guarantee
         assert rel.config["sweep"] == {"name": "cat", "task": task.key}
     # a setting reaches a Request only where it has the field: DP-ELM (pure DP) takes no delta
-    assert task_request(spec.tasks()[1].config())[1] == DPELMRequest(dataset="digits", epsilon=1.0, seed=42)
-    assert done["dp-elm"]["width"] == 10 and done["dp-elm"]["delta"] == 0.0 and done["noisy-sum"]["delta"] == 1e-5
+    assert task_request(spec.tasks()[1].config())[1] == DPELMRequest(
+        dataset="digits", epsilon=1.0, seed=42
+    )
+    assert (
+        done["dp-elm"]["width"] == 10
+        and done["dp-elm"]["delta"] == 0.0
+        and done["noisy-sum"]["delta"] == 1e-5
+    )

@@ -48,7 +48,9 @@ def test_local_cluster_is_loopback_only_and_small(cluster):
     assert all(a.startswith("tcp://127.0.0.1:") for a in cluster.client.scheduler_info()["workers"])
     # the scheduler's HTTP server (health/metrics routes) listens on loopback too
     http = cluster._cluster.scheduler.http_server
-    hosts = {sock.getsockname()[0] for sock in http._sockets.values()}  # tornado's listening sockets
+    hosts = {
+        sock.getsockname()[0] for sock in http._sockets.values()
+    }  # tornado's listening sockets
     assert hosts == {"127.0.0.1"}
 
 
@@ -132,7 +134,9 @@ def test_audit_trials_on_dask_equal_the_built_in_pool(cluster, tmp_path):
     a = run_audit(t, workers=1, out_dir=tmp_path / "a", **kw)
     b = run_audit(t, executor=cluster, out_dir=tmp_path / "b", **kw)
     sa, sb = np.load(tmp_path / "a" / "scores.npz"), np.load(tmp_path / "b" / "scores.npz")
-    assert np.array_equal(sa["main_score"], sb["main_score"]) and np.array_equal(sa["null_score"], sb["null_score"])
+    assert np.array_equal(sa["main_score"], sb["main_score"]) and np.array_equal(
+        sa["null_score"], sb["null_score"]
+    )
     assert a.epsilon_lower_bound == b.epsilon_lower_bound
     assert b.timings["executor"]["executor"] == "dask" and a.timings["executor"] == "built-in"
 
@@ -147,12 +151,28 @@ def test_audit_cli_runs_on_a_dask_local_cluster(tmp_path):
     from dpaudit.cli import app
 
     runner = CliRunner()
-    base = ["audit", "gaussian", "--runs", "200", "--reproducible-noise", "--no-controls", "--json", "--chunk-size", "50"]
-    loc = runner.invoke(app, base + ["--out", str(tmp_path / "local"), "--executor", "local", "--workers", "1"])
-    dk = runner.invoke(app, base + ["--out", str(tmp_path / "dask"), "--executor", "dask", "--workers", "2"])
+    base = [
+        "audit",
+        "gaussian",
+        "--runs",
+        "200",
+        "--reproducible-noise",
+        "--no-controls",
+        "--json",
+        "--chunk-size",
+        "50",
+    ]
+    loc = runner.invoke(
+        app, base + ["--out", str(tmp_path / "local"), "--executor", "local", "--workers", "1"]
+    )
+    dk = runner.invoke(
+        app, base + ["--out", str(tmp_path / "dask"), "--executor", "dask", "--workers", "2"]
+    )
     assert loc.exit_code == 0, loc.output
     assert dk.exit_code == 0, dk.output
     a, b = json.loads(loc.stdout), json.loads(dk.stdout)
     assert a["counts"] == b["counts"] and a["epsilon_lower_bound"] == b["epsilon_lower_bound"]
-    assert b["timings"]["executor"]["executor"] == "dask" and b["timings"]["executor"]["local_cluster"]
+    assert (
+        b["timings"]["executor"]["executor"] == "dask" and b["timings"]["executor"]["local_cluster"]
+    )
     assert b["timings"]["executor"]["scheduler"].startswith("tcp://127.0.0.1:")

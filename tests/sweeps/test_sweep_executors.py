@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from dpaudit.errors import UsageError
-from dpaudit.sweeps import ChunkFailedError, LocalExecutor, load_records, make_executor, parse_spec, run_sweep
+from dpaudit.sweeps import (
+    ChunkFailedError,
+    LocalExecutor,
+    load_records,
+    make_executor,
+    parse_spec,
+    run_sweep,
+)
 
 SPEC = """
 name = "ex"

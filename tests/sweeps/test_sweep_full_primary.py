@@ -71,7 +71,15 @@ seeds = [42, 43, 44, 45, 46]
 """
 # SHA-256 of the concatenated sorted task keys of dp-rvfl-primary, computed before this change.
 OLD_PRIMARY_KEYS_SHA256 = "7ba1cc94652b4680b4e5b503647d7ad8954535542fffe1b4dc54c451c68476fc"
-GRADIENT = ("dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected", "dp-dense", "dp-cnn")
+GRADIENT = (
+    "dp-rvfl",
+    "dp-elm-sgd",
+    "frozen-dense-matched",
+    "logistic-raw",
+    "logistic-projected",
+    "dp-dense",
+    "dp-cnn",
+)
 
 
 def _runner():
@@ -94,20 +102,44 @@ def _fake_data_dir(root: Path, without=("cifar10",)) -> Path:
 
 # -------------------------------------------------------------------------------- spec level
 
+
 def test_dp_elm_names_are_train_models_and_unknown_names_are_refused():
     from dpaudit.mechanisms.elm.mechanism import ELM_WIDTHS
     from dpaudit.requests import DPELMRequest
 
     assert tuple(fixed["width"] for _, fixed in LEGACY_MODELS.values()) == ELM_WIDTHS
     assert DP_ELM_MODELS == ("dp-elm-L1", "dp-elm-L3", "dp-elm-L5", "dp-elm-L10")
-    validate_block("train", list(DP_ELM_MODELS) + ["dp-elm"], ["digits"], {"delta": 1e-5, "epochs": 2}, "grid block 1")
+    validate_block(
+        "train",
+        list(DP_ELM_MODELS) + ["dp-elm"],
+        ["digits"],
+        {"delta": 1e-5, "epochs": 2},
+        "grid block 1",
+    )
     # a legacy name is the catalogue's dp-elm at that width (delta and epochs do not apply to it)
-    config = {"runner": "train", "model": "dp-elm-L3", "dataset": "digits", "epsilon": 2.0, "seed": 42, "settings": {"delta": 1e-5, "epochs": 2}}
-    assert task_request(config) == ("dp-elm", DPELMRequest(dataset="digits", width=3, epsilon=2.0, seed=42))
+    config = {
+        "runner": "train",
+        "model": "dp-elm-L3",
+        "dataset": "digits",
+        "epsilon": 2.0,
+        "seed": 42,
+        "settings": {"delta": 1e-5, "epochs": 2},
+    }
+    assert task_request(config) == (
+        "dp-elm",
+        DPELMRequest(dataset="digits", width=3, epsilon=2.0, seed=42),
+    )
     assert set(train_models()) >= set(GRADIENT) | set(DP_ELM_MODELS) | {"dp-elm"}
-    for bad in ("dp-elm-L2", "dp-elm-l3", "dp-mixmin", "gaussian"):  # unknown, no dataset in the request, audit-only
+    for bad in (
+        "dp-elm-L2",
+        "dp-elm-l3",
+        "dp-mixmin",
+        "gaussian",
+    ):  # unknown, no dataset in the request, audit-only
         with pytest.raises(UsageError) as e:
-            parse_spec(f'name = "x"\nmodels = ["{bad}"]\ndatasets = ["digits"]\nepsilons = [2.0]\nseeds = [42]\n')
+            parse_spec(
+                f'name = "x"\nmodels = ["{bad}"]\ndatasets = ["digits"]\nepsilons = [2.0]\nseeds = [42]\n'
+            )
         msg = str(e.value)
         assert "\n" not in msg and msg.endswith(f"got {bad!r}.")
         assert all(m in msg for m in train_models())  # the allowed names are listed
@@ -134,7 +166,11 @@ def test_full_builtin_expands_to_the_papers_1540_primary_tasks():
     old = {t.key for t in builtin_spec("dp-rvfl-primary").tasks()}
     shared = {t.key for t in tasks} & old
     assert len(shared) == 5 * 4 * 6 * 5 + 2 * 4 * 5
-    assert "cluster" in spec.description and "--executor dask" in spec.description and "CIFAR-10" in spec.description
+    assert (
+        "cluster" in spec.description
+        and "--executor dask" in spec.description
+        and "CIFAR-10" in spec.description
+    )
 
 
 def test_dp_rvfl_primary_is_unchanged():
@@ -151,25 +187,69 @@ def test_plan_without_cifar10_counts_1155_tasks(tmp_path):
     tasks, skipped = plan(builtin_spec("dp-rvfl-primary-full"), data_dir=dd)
     assert set(skipped) == {"cifar10"} and len(tasks) == 1540 - 385 == 1155
     assert len(plan(builtin_spec("dp-rvfl-primary"), data_dir=dd)[0]) == 485
-    r = _runner().invoke(app, ["sweep", "--builtin", "dp-rvfl-primary-full", "--plan", "--data-dir", str(dd),
-                               "--out", str(tmp_path / "out"), "--json"])
+    r = _runner().invoke(
+        app,
+        [
+            "sweep",
+            "--builtin",
+            "dp-rvfl-primary-full",
+            "--plan",
+            "--data-dir",
+            str(dd),
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
-    assert (out["tasks"], out["pending"], out["done"], list(out["skipped_datasets"])) == (1155, 1155, 0, ["cifar10"])
+    assert (out["tasks"], out["pending"], out["done"], list(out["skipped_datasets"])) == (
+        1155,
+        1155,
+        0,
+        ["cifar10"],
+    )
     assert not (tmp_path / "out").exists()  # --plan runs (and creates) nothing
-    r = _runner().invoke(app, ["sweep", "--builtin", "dp-rvfl-primary-full", "--plan", "--data-dir", str(dd), "--dataset", "heart",
-                               "--out", str(tmp_path / "out"), "--json"])
+    r = _runner().invoke(
+        app,
+        [
+            "sweep",
+            "--builtin",
+            "dp-rvfl-primary-full",
+            "--plan",
+            "--data-dir",
+            str(dd),
+            "--dataset",
+            "heart",
+            "--out",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0 and json.loads(r.stdout)["tasks"] == 385
 
 
 # -------------------------------------------------------------------------------- accounting
 
+
 def test_planned_event_of_a_dp_elm_task_is_pure_epsilon():
     tasks = {(t.model, t.epsilon): t for t in parse_spec(SPEC).tasks()}
-    assert planned_event(tasks[("dp-elm-L3", 2.0)].config()) == ("digits", "train", "add-remove-record", PureEpsilon(2.0))
-    assert planned_event(tasks[("dp-elm-L3", None)].config()) == ("digits", "train", "add-remove-record", None)
+    assert planned_event(tasks[("dp-elm-L3", 2.0)].config()) == (
+        "digits",
+        "train",
+        "add-remove-record",
+        PureEpsilon(2.0),
+    )
+    assert planned_event(tasks[("dp-elm-L3", None)].config()) == (
+        "digits",
+        "train",
+        "add-remove-record",
+        None,
+    )
     ds, part, adj, ev = planned_event(tasks[("dp-rvfl", 2.0)].config())
-    assert (ds, part, adj) == ("digits", "train", "add-remove-record") and isinstance(ev, SubsampledGaussian)
+    assert (ds, part, adj) == ("digits", "train", "add-remove-record") and isinstance(
+        ev, SubsampledGaussian
+    )
 
 
 def test_cap_preflight_composes_pure_dp_elm_with_gaussian_tasks(tmp_path):
@@ -195,7 +275,11 @@ def test_cap_preflight_composes_pure_dp_elm_with_gaussian_tasks(tmp_path):
     with open_ledger(ledger) as led:  # a refused sweep holds nothing
         assert led.open_reservations() == []
     # three pure eps = 2 DP-ELM tasks alone are far over a cap of 4
-    elms = [t for t in parse_spec(SPEC.replace("seeds = [42]", "seeds = [42, 43, 44]")).tasks() if t.model == "dp-elm-L3" and t.epsilon]
+    elms = [
+        t
+        for t in parse_spec(SPEC.replace("seeds = [42]", "seeds = [42, 43, 44]")).tasks()
+        if t.model == "dp-elm-L3" and t.epsilon
+    ]
     with open_ledger(tmp_path / "l2.sqlite") as led:
         led.cap("digits", 4.0, 1e-5)
     with pytest.raises(BudgetExceededError, match="exceeded"):
@@ -206,14 +290,21 @@ def test_a_sweep_with_dp_elm_over_the_cap_is_refused_before_anything_runs(tmp_pa
     ledger = tmp_path / "ledger.sqlite"
     with open_ledger(ledger) as led:
         led.cap("digits", 3.0, 1e-5)
-    spec = parse_spec(SPEC.replace('"dp-rvfl", "dp-elm-L3"', '"dp-elm-L3"').replace("seeds = [42]", "seeds = [42, 43]"))
+    spec = parse_spec(
+        SPEC.replace('"dp-rvfl", "dp-elm-L3"', '"dp-elm-L3"').replace(
+            "seeds = [42]", "seeds = [42, 43]"
+        )
+    )
     with pytest.raises(BudgetExceededError, match="exceeded"):
-        run_sweep(spec, out=tmp_path, ledger_path=ledger, task_filter=TaskFilter(epsilons=(2.0,)))  # 2 x pure 2 > 3
+        run_sweep(
+            spec, out=tmp_path, ledger_path=ledger, task_filter=TaskFilter(epsilons=(2.0,))
+        )  # 2 x pure 2 > 3
     with open_ledger(ledger) as led:
         assert led.entries(dataset="digits", kind="release") == []
 
 
 # -------------------------------------------------------------------------------- end to end
+
 
 def test_tiny_mixed_sweep_runs_records_and_tabulates(tmp_path):
     ledger = tmp_path / "ledger.sqlite"
@@ -223,7 +314,13 @@ def test_tiny_mixed_sweep_runs_records_and_tabulates(tmp_path):
     with open_store(tmp_path / "digits-elm", create=False) as st:
         rows = {r.config["model"]: r for r in st.rows(status="done")}
     elm = rows["dp-elm-L3"].result
-    assert (elm["mechanism"], elm["epsilon"], elm["delta"], elm["accountant"], elm["adjacency"]) == ("dp-elm", 2.0, 0.0, "pure", "add-remove-record")
+    assert (
+        elm["mechanism"],
+        elm["epsilon"],
+        elm["delta"],
+        elm["accountant"],
+        elm["adjacency"],
+    ) == ("dp-elm", 2.0, 0.0, "pure", "add-remove-record")
     assert elm["width"] == 3 and elm["noise_scale"] == pytest.approx(3 * 5 / 2.0)
     assert 0.0 <= elm["metrics"]["accuracy"] <= 1.0 and "f1_macro" in elm["metrics"]
     rel = json.loads((Path(elm["release_dir"]) / "release.json").read_text())
@@ -251,46 +348,84 @@ def test_tiny_mixed_sweep_runs_records_and_tabulates(tmp_path):
     json.dumps(tables)
     acc = {(c["model"], c["epsilon"]) for c in tables["cells"] if c["metric"] == "accuracy"}
     assert acc == {(m, e) for m in ("dp-rvfl", "dp-elm-L3") for e in (2.0, None)}
-    labels = {(r["model"], r["published_source"]) for r in tables["table3"]["rows"] if r["dataset"] == "digits"}
-    assert ("dp-elm-L3", None) in labels  # no published digits value; the row is there with our result
+    labels = {
+        (r["model"], r["published_source"])
+        for r in tables["table3"]["rows"]
+        if r["dataset"] == "digits"
+    }
+    assert (
+        "dp-elm-L3",
+        None,
+    ) in labels  # no published digits value; the row is there with our result
     md = render_markdown(tables)
     assert "| digits | dp-elm-L3 |" in md and "eps=non-private" in md
 
 
 # -------------------------------------------------------------------------------- tables
 
+
 def _rec(model, dataset, seed, acc, eps=2.0):
-    return {"model": model, "dataset": dataset, "epsilon": eps, "seed": seed, "metrics": {"accuracy": acc}}
+    return {
+        "model": model,
+        "dataset": dataset,
+        "epsilon": eps,
+        "seed": seed,
+        "metrics": {"accuracy": acc},
+    }
 
 
 def test_eps2_slice_shows_dp_elm_widths_next_to_table5():
-    recs = [_rec("dp-elm-L10", "heart", s, a) for s, a in zip(range(42, 47), (0.4, 0.45, 0.5, 0.35, 0.3))]
+    recs = [
+        _rec("dp-elm-L10", "heart", s, a)
+        for s, a in zip(range(42, 47), (0.4, 0.45, 0.5, 0.35, 0.3))
+    ]
     recs += [_rec("dp-rvfl", "heart", s, 0.6) for s in range(42, 47)]
     t3 = sweep_tables(recs)["table3"]
     by = {r["model"]: r for r in t3["rows"]}
-    assert [m for m in by if m.startswith("dp-elm-L")] == list(DP_ELM_MODELS)  # all widths, in order
+    assert [m for m in by if m.startswith("dp-elm-L")] == list(
+        DP_ELM_MODELS
+    )  # all widths, in order
     r10 = by["dp-elm-L10"]
-    assert (r10["label"], r10["published_mean"], r10["published_sd"], r10["published_source"]) == ("DP-ELM L=10", 41.30, 13.40, "Table 5, DP-ELM, pure DP")
+    assert (r10["label"], r10["published_mean"], r10["published_sd"], r10["published_source"]) == (
+        "DP-ELM L=10",
+        41.30,
+        13.40,
+        "Table 5, DP-ELM, pure DP",
+    )
     assert r10["mean"] == pytest.approx(40.0) and r10["difference"] == pytest.approx(40.0 - 41.30)
     assert by["dp-elm-L3"]["mean"] is None and by["dp-elm-L3"]["published_mean"] == 59.57
     assert by["dp-rvfl"]["published_source"] == "Table 3" and "Table 5" in t3["citation"]
     md = render_markdown(sweep_tables(recs))
-    assert "| DP-ELM L=10 | Heart | 40.00 ± 7.91 | 5 | 41.30 ± 13.40 (Table 5, DP-ELM, pure DP) | -1.30 |" in md
+    assert (
+        "| DP-ELM L=10 | Heart | 40.00 ± 7.91 | 5 | 41.30 ± 13.40 (Table 5, DP-ELM, pure DP) | -1.30 |"
+        in md
+    )
     assert "Table 5, DP-ELM, pure DP" in render_html(sweep_tables(recs))
     # no DP-ELM result: no Table 5 rows and the citation is Table 3's alone
     plain = sweep_tables([r for r in recs if r["model"] == "dp-rvfl"])["table3"]
-    assert not any(r["model"].startswith("dp-elm-L") for r in plain["rows"]) and "Table 5" not in plain["citation"]
+    assert (
+        not any(r["model"].startswith("dp-elm-L") for r in plain["rows"])
+        and "Table 5" not in plain["citation"]
+    )
 
 
 def test_non_private_results_are_a_separate_contrast_family():
     models = ("dp-rvfl",) + DP_ELM_MODELS
-    recs = [_rec(m, "heart", s, 0.5 + 0.01 * s + (0.05 if m == "dp-rvfl" else 0.0), eps=e)
-            for m in models for s in range(42, 47) for e in (0.5, 2.0, None)]
+    recs = [
+        _rec(m, "heart", s, 0.5 + 0.01 * s + (0.05 if m == "dp-rvfl" else 0.0), eps=e)
+        for m in models
+        for s in range(42, 47)
+        for e in (0.5, 2.0, None)
+    ]
     t = sweep_tables(recs)
     assert t["reference"] == "dp-rvfl"
     # private family: 2 budgets x 4 comparators (accuracy only), as in the paper's 960 = 4 x 6 x 10 x 4
-    assert t["contrast_family_size"] == 2 * 4 and all(c["epsilon"] is not None for c in t["contrasts"])
-    assert t["non_private_family_size"] == 4 and all(c["epsilon"] is None for c in t["non_private_contrasts"])
+    assert t["contrast_family_size"] == 2 * 4 and all(
+        c["epsilon"] is not None for c in t["contrasts"]
+    )
+    assert t["non_private_family_size"] == 4 and all(
+        c["epsilon"] is None for c in t["non_private_contrasts"]
+    )
     # Holm over 8 p-values of 0.0625 vs over 4: the families are adjusted separately
     assert {c["p_holm"] for c in t["contrasts"]} == {min(1.0, 8 * 0.0625)}
     assert {c["p_holm"] for c in t["non_private_contrasts"]} == {min(1.0, 4 * 0.0625)}
@@ -298,7 +433,10 @@ def test_non_private_results_are_a_separate_contrast_family():
     # the eps = 2 slice ignores non-private results
     assert all(r["n"] in (0, 5) for r in t["table3"]["rows"])
     md = render_markdown(t)
-    assert "## Non-private paired contrasts (4 in their own Holm family)" in md and "| heart | non-private | accuracy |" in md
+    assert (
+        "## Non-private paired contrasts (4 in their own Holm family)" in md
+        and "| heart | non-private | accuracy |" in md
+    )
 
 
 def test_table5_transcription_matches_the_paper_text():
@@ -312,10 +450,19 @@ def test_table5_transcription_matches_the_paper_text():
     head = next(i for i, line in enumerate(lines) if line.startswith("Width L\t"))
     assert lines[head].split("\t")[1:] == ["MNIST", "CIFAR-10", "Cardio", "Heart"]
     found = {}
-    for line in lines[head + 1: head + 5]:
+    for line in lines[head + 1 : head + 5]:
         width, *cols = line.split("\t")
-        found[int(width)] = dict(zip(("mnist", "cifar10", "cardio", "heart"),
-                                     (tuple(float(v) for v in re.fullmatch(r"([\d.]+) ± ([\d.]+)", c.strip()).groups()) for c in cols)))
+        found[int(width)] = dict(
+            zip(
+                ("mnist", "cifar10", "cardio", "heart"),
+                (
+                    tuple(
+                        float(v) for v in re.fullmatch(r"([\d.]+) ± ([\d.]+)", c.strip()).groups()
+                    )
+                    for c in cols
+                ),
+            )
+        )
     assert found == TABLE5_DP_ELM
 
 
@@ -330,16 +477,24 @@ def test_sweep_reservation_holds_the_tasks_noise_tails(tmp_path, monkeypatch):
     gauss = next(t for t in private if t.model == "dp-rvfl")
     elm = next(t for t in private if t.model == "dp-elm-L3")
     assert tasks_mod.planned_release(elm.config())[4] == 0.0
-    assert tasks_mod.planned_release(gauss.config())[4] > 0.0  # steps x noised head weights, known before training
+    assert (
+        tasks_mod.planned_release(gauss.config())[4] > 0.0
+    )  # steps x noised head weights, known before training
     real = tasks_mod.planned_release
-    monkeypatch.setattr(runner_mod, "planned_release", lambda config: real(config)[:4] + (3e-12 if config["model"] == "dp-rvfl" else 0.0,))
+    monkeypatch.setattr(
+        runner_mod,
+        "planned_release",
+        lambda config: real(config)[:4] + (3e-12 if config["model"] == "dp-rvfl" else 0.0,),
+    )
     ledger = tmp_path / "ledger.sqlite"
     with open_ledger(ledger) as led:
         led.cap("digits", 100.0, 1e-5)
     held = budget_reserve([gauss, gauss, elm], ledger, "s")  # a task is reserved once
     assert set(held) == {gauss.key, elm.key}
     with open_ledger(ledger) as led:
-        tails = {e.id: e.payload.get("noise_tail_delta", 0.0) for e in led.open_reservations("digits")}
+        tails = {
+            e.id: e.payload.get("noise_tail_delta", 0.0) for e in led.open_reservations("digits")
+        }
     assert tails == {held[gauss.key]: pytest.approx(3e-12, rel=1e-12), held[elm.key]: 0.0}
     _close_reservations(held, ledger, "s")
     with open_ledger(ledger) as led:

@@ -97,15 +97,21 @@ def test_ledger_groups_releases_by_sweep(tmp_path):
     assert swept["remaining"] is None
 
     runner = CliRunner()
-    res = runner.invoke(app, ["ledger", "list", "--sweep", "digits-tiny", "--ledger", str(ledger_path), "--json"])
+    res = runner.invoke(
+        app, ["ledger", "list", "--sweep", "digits-tiny", "--ledger", str(ledger_path), "--json"]
+    )
     assert res.exit_code == 0, res.output
     listed = json.loads(res.stdout)["entries"]
     assert sorted(e["id"] for e in listed) == sorted(r.result["release_id"] for r in rows)
-    res = runner.invoke(app, ["ledger", "summary", "--sweep", "digits-tiny", "--ledger", str(ledger_path), "--json"])
+    res = runner.invoke(
+        app, ["ledger", "summary", "--sweep", "digits-tiny", "--ledger", str(ledger_path), "--json"]
+    )
     assert res.exit_code == 0, res.output
     total = next(r for r in json.loads(res.stdout)["rows"] if r["partition"] == "*")
     assert total["epsilon"] == pytest.approx(swept["epsilon"])
-    res = runner.invoke(app, ["ledger", "summary", "--sweep", "no-such-sweep", "--ledger", str(ledger_path)])
+    res = runner.invoke(
+        app, ["ledger", "summary", "--sweep", "no-such-sweep", "--ledger", str(ledger_path)]
+    )
     assert res.exit_code == 2 and "no-such-sweep" in res.output and "digits-tiny" in res.output
     res = runner.invoke(app, ["ledger", "list", "--ledger", str(ledger_path)])
     assert res.exit_code == 0 and "sweep digits-tiny" in res.output
@@ -116,7 +122,11 @@ def test_a_release_recorded_before_sweep_tags_is_still_recognised(tmp_path):
     from dpaudit.ledger import book as ledger_mod
     from dpaudit.records import read_release
 
-    s = run_sweep(parse_spec(SPEC.replace('"logistic-raw"', "")), out=tmp_path, ledger_path=tmp_path / "l0.sqlite")
+    s = run_sweep(
+        parse_spec(SPEC.replace('"logistic-raw"', "")),
+        out=tmp_path,
+        ledger_path=tmp_path / "l0.sqlite",
+    )
     assert s.done == 1
     with open_store(tmp_path / "digits-tiny", create=False) as st:
         (row,) = st.rows(status="done")
@@ -149,7 +159,12 @@ def test_a_sweep_holds_its_budget_while_it_runs_and_its_own_tasks_are_not_refuse
     # one): each task holds exactly its own reservation, so nothing is counted twice.
     with open_ledger(tmp_path / "scratch.sqlite") as scratch:
         scratch.cap("digits", 100.0, 1e-5)
-        both = scratch.check(dataset="digits", partition="train", event=Composed(tuple(events)), adjacency="add-remove-record")["needs"]
+        both = scratch.check(
+            dataset="digits",
+            partition="train",
+            event=Composed(tuple(events)),
+            adjacency="add-remove-record",
+        )["needs"]
     with open_ledger(ledger_path) as led:
         led.cap("digits", both * 1.05, 1e-5)
     seen = {}
@@ -160,7 +175,12 @@ def test_a_sweep_holds_its_budget_while_it_runs_and_its_own_tasks_are_not_refuse
         with open_ledger(ledger_path) as led:
             seen["open"] = [e.payload["mechanism"] for e in led.open_reservations("digits")]
             try:
-                led.preflight(dataset="digits", partition="train", event=events[0], adjacency="add-remove-record")
+                led.preflight(
+                    dataset="digits",
+                    partition="train",
+                    event=events[0],
+                    adjacency="add-remove-record",
+                )
                 seen["refused"] = False
             except BudgetExceededError:
                 seen["refused"] = True
@@ -183,7 +203,12 @@ def _capped_ledger(tmp_path, spec):
     ledger_path = tmp_path / "ledger.sqlite"
     with open_ledger(ledger_path) as led:
         led.cap("digits", 50.0, 1e-5)
-        both = led.check(dataset="digits", partition="train", event=Composed(tuple(events)), adjacency="add-remove-record")["needs"]
+        both = led.check(
+            dataset="digits",
+            partition="train",
+            event=Composed(tuple(events)),
+            adjacency="add-remove-record",
+        )["needs"]
     return ledger_path, both
 
 
@@ -203,10 +228,14 @@ def _assert_unrecorded_release_keeps_its_budget(tmp_path, ledger_path, both, sum
     assert len(held) == 1 and [u["reservation"] for u in summary.unrecorded] == held
     rid = held[0]
     again = run_sweep(parse_spec(SPEC), out=tmp_path, ledger_path=ledger_path, retry_failed=True)
-    assert again.ran == 0 and again.failed == 1 and "not trained again" in again.failures[0]["error"]
+    assert (
+        again.ran == 0 and again.failed == 1 and "not trained again" in again.failures[0]["error"]
+    )
     assert _releases_on_disk(tmp_path) == 2
     with open_ledger(ledger_path) as led:
-        assert [e.id for e in led.open_reservations("digits")] == [rid]  # nothing given back, nothing new held
+        assert [e.id for e in led.open_reservations("digits")] == [
+            rid
+        ]  # nothing given back, nothing new held
         led.void(rid, "release recorded by hand")  # visible and voidable
         assert led.open_reservations("digits") == []
 

@@ -32,19 +32,28 @@ def _cap_heart_mix(ledger_path, data_dir, eps, *, declared=True):
 
     with open_ledger(ledger_path) as led:
         if declared:
-            led.cap("heart-mix", eps, 1e-5, data_rows=load_task("heart-mix", data_dir=data_dir).rows)
+            led.cap(
+                "heart-mix", eps, 1e-5, data_rows=load_task("heart-mix", data_dir=data_dir).rows
+            )
         else:
             led.cap("heart-mix", eps, 1e-5)
 
 
-def test_a_sweep_is_refused_when_its_tasks_together_exceed_a_cap_through_shared_people(data_dir, tmp_path):
+def test_a_sweep_is_refused_when_its_tasks_together_exceed_a_cap_through_shared_people(
+    data_dir, tmp_path
+):
     """Two heart tasks at epsilon 1 would take heart-mix's cap 1.2 below zero: refused before any
     task runs, with nothing held."""
     ledger_path = tmp_path / "ledger.sqlite"
     _cap_heart_mix(ledger_path, data_dir, 1.2, declared=False)
     with pytest.raises(BudgetExceededError, match="'heart-mix' exceeded through shared people"):
-        run_sweep(parse_spec(SPEC), out=tmp_path, ledger_path=ledger_path, data_dir=str(data_dir),
-                  executor=LocalExecutor(2))
+        run_sweep(
+            parse_spec(SPEC),
+            out=tmp_path,
+            ledger_path=ledger_path,
+            data_dir=str(data_dir),
+            executor=LocalExecutor(2),
+        )
     with open_store(tmp_path / "heart-people", create=False) as st:
         assert st.counts()["done"] == 0
     with open_ledger(ledger_path) as led:
@@ -77,9 +86,18 @@ def test_each_task_check_counts_the_other_tasks_reservations(data_dir, tmp_path)
     held = budget_reserve(tasks, ledger_path, "heart-people", data_dir=str(data_dir))
     assert len(held) == 2
     _cap_heart_mix(ledger_path, data_dir, 1.2)
-    context = RunContext(sweep="heart-people", out_dir=str(tmp_path), reservations=tuple(held.items()))
+    context = RunContext(
+        sweep="heart-people", out_dir=str(tmp_path), reservations=tuple(held.items())
+    )
     ds, part, adj, event, tail = planned_release(tasks[0].config())
     with held_by_caller(held_for(context, tasks[0].key)):
         with pytest.raises(BudgetExceededError, match="exceeded"):
-            preflight(ledger_path=ledger_path, dataset=ds, partition=part, event=event, adjacency=adj,
-                      noise_tail_delta=tail, data_rows=declared_rows("heart", data_dir=str(data_dir)))
+            preflight(
+                ledger_path=ledger_path,
+                dataset=ds,
+                partition=part,
+                event=event,
+                adjacency=adj,
+                noise_tail_delta=tail,
+                data_rows=declared_rows("heart", data_dir=str(data_dir)),
+            )

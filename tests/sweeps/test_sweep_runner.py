@@ -39,7 +39,11 @@ def test_resume_after_interruption_runs_only_unfinished_tasks(tmp_path):
     assert not set(seen) & set(before)  # finished tasks were not run again
     after = _rows(tmp_path / "st")
     for k, r in before.items():  # and their stored results are untouched
-        assert after[k].result == r.result and after[k].attempts == 1 and after[k].finished_at == r.finished_at
+        assert (
+            after[k].result == r.result
+            and after[k].attempts == 1
+            and after[k].finished_at == r.finished_at
+        )
     third = run_sweep(spec, out=tmp_path)
     assert third.ran == 0 and third.done == 12
 
@@ -58,7 +62,9 @@ def test_failed_tasks_are_recorded_and_retried_only_on_request(tmp_path):
     assert all(f["seed"] == 2 and "failed on purpose" in f["error"] for f in s.failures)
     rows = _rows(tmp_path / "st")
     failed = [r for r in rows.values() if r.status == "failed"]
-    assert len(failed) == 4 and all("RuntimeError: selftest task failed on purpose" in r.error for r in failed)
+    assert len(failed) == 4 and all(
+        "RuntimeError: selftest task failed on purpose" in r.error for r in failed
+    )
     again = run_sweep(failing, out=tmp_path)
     assert again.ran == 0 and again.failed == 4  # not retried without asking
     retried = run_sweep(failing, out=tmp_path, retry_failed=True)
@@ -87,7 +93,9 @@ def test_store_refuses_another_sweep_and_garbage(tmp_path):
 
 
 def test_no_available_dataset_is_an_error(tmp_path):
-    spec = parse_spec('name = "h"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\neps = [2]\nseeds = [1]\n')
+    spec = parse_spec(
+        'name = "h"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\neps = [2]\nseeds = [1]\n'
+    )
     with pytest.raises(DataError, match="no task to run.*heart"):
         run_sweep(spec, out=tmp_path, data_dir=tmp_path)
 
@@ -97,6 +105,8 @@ def test_two_coordinators_cannot_run_the_same_sweep_at_once(tmp_path):
 
     spec = parse_spec(SPEC)
     with pytest.raises(UsageError, match="in use by another running sweep"):
-        run_sweep(spec, out=tmp_path, max_tasks=1, on_outcome=lambda t, o: run_sweep(spec, out=tmp_path))
+        run_sweep(
+            spec, out=tmp_path, max_tasks=1, on_outcome=lambda t, o: run_sweep(spec, out=tmp_path)
+        )
     s = run_sweep(spec, out=tmp_path)  # the lock is released afterwards
     assert s.done == 12

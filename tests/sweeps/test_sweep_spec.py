@@ -72,34 +72,47 @@ def test_task_key_is_the_hash_of_the_full_public_configuration():
     ]
     assert len({v.key for v in variants} | {t.key}) == len(variants) + 1
     # and the key does not depend on setting order, nor on the spec's name
-    assert config_key({**t.config(), "settings": dict(reversed(list(dict(t.settings).items())))}) == t.key
+    assert (
+        config_key({**t.config(), "settings": dict(reversed(list(dict(t.settings).items())))})
+        == t.key
+    )
     a = parse_spec(SIMPLE.replace('name = "s"', 'name = "other"'))
     assert {x.key for x in a.tasks()} == {x.key for x in parse_spec(SIMPLE).tasks()}
 
 
-@pytest.mark.parametrize("text, fragment", [
-    (SIMPLE.replace("delta = 1e-5", "detla = 1e-5"), "settings must be among"),
-    (SIMPLE.replace('model = "dp-rvfl"', 'model = "dp-rvfll"'), "model must be one of"),
-    (SIMPLE.replace("eps = [0.5, 2]", "eps = [0]"), "epsilon must be a finite number > 0"),
-    (SIMPLE.replace('"cardio"', '"cardoi"'), "dataset must be one of"),
-    (SIMPLE.replace("eps = [0.5, 2]", ""), "must list epsilons"),
-    (SIMPLE.replace("delta = 1e-5", "delta = 2.0"), "delta must be in the open interval"),
-    (SIMPLE.replace('name = "s"', 'name = "a b"'), "sweep name must be"),
-    (SIMPLE + "\nfoo = 1\n", "settings must be among"),
-    (SIMPLE.replace("seeds = [42, 43]", "seeds = [42, 43]\ncolour = 1"), "top-level keys"),
-    (SIMPLE.replace('model = "dp-rvfl"', 'model = "dp-rvfl"\nmodels = ["dp-cnn"]'), "must give models once"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        (SIMPLE.replace("delta = 1e-5", "detla = 1e-5"), "settings must be among"),
+        (SIMPLE.replace('model = "dp-rvfl"', 'model = "dp-rvfll"'), "model must be one of"),
+        (SIMPLE.replace("eps = [0.5, 2]", "eps = [0]"), "epsilon must be a finite number > 0"),
+        (SIMPLE.replace('"cardio"', '"cardoi"'), "dataset must be one of"),
+        (SIMPLE.replace("eps = [0.5, 2]", ""), "must list epsilons"),
+        (SIMPLE.replace("delta = 1e-5", "delta = 2.0"), "delta must be in the open interval"),
+        (SIMPLE.replace('name = "s"', 'name = "a b"'), "sweep name must be"),
+        (SIMPLE + "\nfoo = 1\n", "settings must be among"),
+        (SIMPLE.replace("seeds = [42, 43]", "seeds = [42, 43]\ncolour = 1"), "top-level keys"),
+        (
+            SIMPLE.replace('model = "dp-rvfl"', 'model = "dp-rvfl"\nmodels = ["dp-cnn"]'),
+            "must give models once",
+        ),
+    ],
+)
 def test_bad_specs_are_refused_with_one_line(text, fragment):
     with pytest.raises(UsageError, match=fragment):
         parse_spec(text)
 
 
 def test_non_private_blocks_have_no_epsilon():
-    spec = parse_spec('name = "np"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\nseeds = [1]\n[settings]\nnon_private = true\n')
+    spec = parse_spec(
+        'name = "np"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\nseeds = [1]\n[settings]\nnon_private = true\n'
+    )
     (t,) = spec.tasks()
     assert t.epsilon is None
     with pytest.raises(UsageError, match="omitted for non_private"):
-        parse_spec('name = "np"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\neps = [1]\nseeds = [1]\n[settings]\nnon_private = true\n')
+        parse_spec(
+            'name = "np"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\neps = [1]\nseeds = [1]\n[settings]\nnon_private = true\n'
+        )
 
 
 def test_load_spec_reads_files_and_reports_bad_toml(tmp_path):
@@ -116,7 +129,9 @@ def test_load_spec_reads_files_and_reports_bad_toml(tmp_path):
 def test_builtin_primary_grid_matches_the_paper_design():
     spec = builtin_spec("dp-rvfl-primary")
     tasks = spec.tasks()
-    per_image_dataset = len(FROZEN_AND_LOGISTIC) * len(PRIMARY_EPSILONS) * 5 + len(TRAINABLE) * 1 * 5
+    per_image_dataset = (
+        len(FROZEN_AND_LOGISTIC) * len(PRIMARY_EPSILONS) * 5 + len(TRAINABLE) * 1 * 5
+    )
     assert per_image_dataset == 165
     assert len(tasks) == 4 * per_image_dataset - 2 * 5  # no attention on the tabular datasets
     assert {t.dataset for t in tasks if t.model == "dp-attention"} == {"mnist", "cifar10"}
@@ -134,7 +149,9 @@ def test_missing_datasets_are_skipped_and_filters_select_a_slice(tmp_path):
     tasks, skipped = plan(builtin_spec("dp-rvfl-primary"), data_dir=tmp_path)
     assert set(skipped) == {"mnist", "cifar10", "cardio"}
     assert {t.dataset for t in tasks} == {"heart"} and len(tasks) == 160
-    sl, _ = plan(builtin_spec("dp-rvfl-primary"), data_dir=tmp_path, task_filter=TaskFilter(epsilons=(2.0,)))
+    sl, _ = plan(
+        builtin_spec("dp-rvfl-primary"), data_dir=tmp_path, task_filter=TaskFilter(epsilons=(2.0,))
+    )
     assert len(sl) == 7 * 5 and {t.epsilon for t in sl} == {2.0}
     # a slice's keys are the full grid's keys, so slices fill the same store
     assert {t.key for t in sl} <= {t.key for t in tasks}

@@ -11,7 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit.errors import UsageError
-from dpaudit.sweeps.stats import cells, holm_adjust, min_attainable_pvalue, paired_contrasts, sign_flip_pvalue, summarize, win_tie_loss
+from dpaudit.sweeps.stats import (
+    cells,
+    holm_adjust,
+    min_attainable_pvalue,
+    paired_contrasts,
+    sign_flip_pvalue,
+    summarize,
+    win_tie_loss,
+)
 
 
 def brute_force_sign_flip(d):
@@ -19,7 +27,9 @@ def brute_force_sign_flip(d):
     obs = abs(sum(d))
     hits = 0
     for signs in itertools.product((1, -1), repeat=len(d)):
-        if abs(sum(s * x for s, x in zip(signs, d))) >= obs - 1e-12 * max(sum(abs(x) for x in d), 1e-300):
+        if abs(sum(s * x for s, x in zip(signs, d))) >= obs - 1e-12 * max(
+            sum(abs(x) for x in d), 1e-300
+        ):
             hits += 1
     return hits / 2 ** len(d)
 
@@ -49,7 +59,9 @@ def test_sign_flip_known_values_and_the_five_seed_floor():
     assert sign_flip_pvalue([0, 0, 0]) == 1.0
     assert sign_flip_pvalue([1, -1, 1, -1]) == 1.0
     # differences 0.1, 0.2, 0.3 (floating point: 0.1 + 0.2 != 0.3) — the tie must still count
-    assert sign_flip_pvalue([0.1, 0.2, -0.3]) == 1.0  # observed sum ~5.6e-17: every assignment is as extreme
+    assert (
+        sign_flip_pvalue([0.1, 0.2, -0.3]) == 1.0
+    )  # observed sum ~5.6e-17: every assignment is as extreme
     assert sign_flip_pvalue([0.1, 0.2, 0.3]) == 2 / 8
     # |0.1 + 0.2 - 0.3| and |-0.1 - 0.2 + 0.3| differ from 0 by rounding only; the tie is counted
     assert sign_flip_pvalue([0.3, -0.1, -0.2]) == brute_force_sign_flip([0.3, -0.1, -0.2]) == 1.0
@@ -63,7 +75,7 @@ def test_sign_flip_large_n_uses_the_blocked_enumeration():
     rng = np.random.default_rng(0)
     d = rng.integers(-20, 20, size=18).tolist()
     # exact count by a vectorised independent enumeration
-    signs = 1 - 2 * ((np.arange(2 ** 18)[:, None] >> np.arange(18)[None, :]) & 1)
+    signs = 1 - 2 * ((np.arange(2**18)[:, None] >> np.arange(18)[None, :]) & 1)
     ref = np.mean(np.abs(signs @ np.array(d)) >= abs(sum(d)))
     assert sign_flip_pvalue(d) == ref
 
@@ -100,16 +112,28 @@ def test_summarize_uses_sample_sd_and_student_t():
 
 
 def _rec(model, seed, acc, dataset="heart", eps=2.0, **more):
-    return {"model": model, "dataset": dataset, "epsilon": eps, "seed": seed, "metrics": {"accuracy": acc, **more}}
+    return {
+        "model": model,
+        "dataset": dataset,
+        "epsilon": eps,
+        "seed": seed,
+        "metrics": {"accuracy": acc, **more},
+    }
 
 
 def test_paired_contrasts_align_by_seed_and_holm_over_the_family():
     recs = [_rec("dp-rvfl", s, 0.80 + 0.01 * s) for s in range(5)]
     recs += [_rec("logistic-raw", s, 0.70 + 0.01 * s) for s in range(1, 5)]  # seed 0 missing
     recs += [_rec("dp-cnn", s, 0.90) for s in range(5)]
-    recs += [_rec("dp-rvfl", s, 0.5, eps=1.0) for s in range(5)] + [_rec("dp-cnn", s, 0.5, eps=1.0) for s in range(5)]
+    recs += [_rec("dp-rvfl", s, 0.5, eps=1.0) for s in range(5)] + [
+        _rec("dp-cnn", s, 0.5, eps=1.0) for s in range(5)
+    ]
     cs = paired_contrasts(recs, metrics=("accuracy",))
-    assert [(c.epsilon, c.comparator) for c in cs] == [(1.0, "dp-cnn"), (2.0, "dp-cnn"), (2.0, "logistic-raw")]
+    assert [(c.epsilon, c.comparator) for c in cs] == [
+        (1.0, "dp-cnn"),
+        (2.0, "dp-cnn"),
+        (2.0, "logistic-raw"),
+    ]
     by = {(c.epsilon, c.comparator): c for c in cs}
     lr = by[(2.0, "logistic-raw")]
     assert lr.seeds == (1, 2, 3, 4) and lr.n == 4
@@ -126,7 +150,9 @@ def test_paired_contrasts_align_by_seed_and_holm_over_the_family():
 
 
 def test_cells_group_and_skip_missing_metrics():
-    recs = [_rec("dp-rvfl", s, 0.8 + 0.01 * s, auroc=0.9) for s in range(3)] + [_rec("dp-cnn", 0, 0.7)]
+    recs = [_rec("dp-rvfl", s, 0.8 + 0.01 * s, auroc=0.9) for s in range(3)] + [
+        _rec("dp-cnn", 0, 0.7)
+    ]
     acc = cells(recs, "accuracy")
     assert [(c.model, c.summary.n) for c in acc] == [("dp-cnn", 1), ("dp-rvfl", 3)]
     au = cells(recs, "auroc")

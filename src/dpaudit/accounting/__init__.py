@@ -2,8 +2,15 @@
 schedules."""
 
 from .accountants import (
-    ACCOUNTANTS, RDP_ORDERS, accountant_names, accountants_supporting, compute_delta,
-    compute_epsilon, get_accountant, register_accountant, unregister_accountant,
+    ACCOUNTANTS,
+    RDP_ORDERS,
+    accountant_names,
+    accountants_supporting,
+    compute_delta,
+    compute_epsilon,
+    get_accountant,
+    register_accountant,
+    unregister_accountant,
 )
 from .adjacency import Adjacency, require_same
 from .base import Accountant, AccountantResult, DeltaResult, EpsilonResult
@@ -13,10 +20,31 @@ from .events import Composed, Parallel, PureEpsilon, SubsampledGaussian, event_f
 from .schedule import Schedule, dp_sgd_schedule
 
 __all__ = [
-    "ACCOUNTANTS", "RDP_ORDERS", "AccountantResult", "compute_epsilon", "Adjacency", "require_same",
-    "Calibration", "calibrate_noise_multiplier", "Composed", "Parallel", "PureEpsilon",
-    "SubsampledGaussian", "event_from_dict", "Schedule", "dp_sgd_schedule", "Accountant",
-    "EpsilonResult", "DeltaResult", "compute_delta", "register_accountant", "unregister_accountant",
-    "get_accountant", "accountants_supporting", "accountant_names", "CalibrationResult",
-    "calibrate", "SearchRange",
+    "ACCOUNTANTS",
+    "RDP_ORDERS",
+    "AccountantResult",
+    "compute_epsilon",
+    "Adjacency",
+    "require_same",
+    "Calibration",
+    "calibrate_noise_multiplier",
+    "Composed",
+    "Parallel",
+    "PureEpsilon",
+    "SubsampledGaussian",
+    "event_from_dict",
+    "Schedule",
+    "dp_sgd_schedule",
+    "Accountant",
+    "EpsilonResult",
+    "DeltaResult",
+    "compute_delta",
+    "register_accountant",
+    "unregister_accountant",
+    "get_accountant",
+    "accountants_supporting",
+    "accountant_names",
+    "CalibrationResult",
+    "calibrate",
+    "SearchRange",
 ]

@@ -49,18 +49,25 @@ def register_accountant(accountant: Accountant, *, replace: bool = False) -> Acc
     replaced only with ``replace=True``.
     """
     if not isinstance(accountant, Accountant):
-        raise UsageError("accountant must implement the Accountant protocol (name, uses_delta, "
-                         f"supports, support_error, epsilon), got {accountant!r}.")
+        raise UsageError(
+            "accountant must implement the Accountant protocol (name, uses_delta, "
+            f"supports, support_error, epsilon), got {accountant!r}."
+        )
     name = accountant.name
     if not (isinstance(name, str) and name and set(name) <= _NAME_CHARS) or name in _RESERVED_NAMES:
-        raise UsageError("accountant name must be a non-empty string of a-z, 0-9, '-', '_' other "
-                         f"than 'all', got {name!r}.")
+        raise UsageError(
+            "accountant name must be a non-empty string of a-z, 0-9, '-', '_' other "
+            f"than 'all', got {name!r}."
+        )
     if name in ACCOUNTANTS and name in _REGISTRY:
-        raise UsageError(f"accountant name must not be a built-in ({', '.join(ACCOUNTANTS)}), got "
-                         f"{name!r}.")
+        raise UsageError(
+            f"accountant name must not be a built-in ({', '.join(ACCOUNTANTS)}), got {name!r}."
+        )
     if name in _REGISTRY and not replace:
-        raise UsageError(f"accountant name must be new (or pass replace=True), got {name!r}, which "
-                         "is already registered.")
+        raise UsageError(
+            f"accountant name must be new (or pass replace=True), got {name!r}, which "
+            "is already registered."
+        )
     _REGISTRY[name] = accountant
     return accountant
 
@@ -70,8 +77,9 @@ def unregister_accountant(name: str) -> None:
     if name in ACCOUNTANTS:
         raise UsageError(f"accountant must be a user-registered one, got the built-in {name!r}.")
     if name not in _REGISTRY:
-        raise UsageError(f"accountant must be one of the registered {', '.join(_REGISTRY)}, got "
-                         f"{name!r}.")
+        raise UsageError(
+            f"accountant must be one of the registered {', '.join(_REGISTRY)}, got {name!r}."
+        )
     del _REGISTRY[name]
 
 
@@ -96,8 +104,9 @@ for _builtin in (RDP, PRV, PLD, PureAccountant()):
 del _builtin
 
 
-def support_error(accountant: "str | Accountant", event: Event,
-                  adjacency: AdjacencyLike = ADD_REMOVE) -> str | None:
+def support_error(
+    accountant: "str | Accountant", event: Event, adjacency: AdjacencyLike = ADD_REMOVE
+) -> str | None:
     """Why ``accountant`` (a registered name or an :class:`Accountant`) declines ``event`` under
     ``adjacency`` (a one-line reason), or None.
 
@@ -165,8 +174,13 @@ def _answer(acc: Accountant, event: Event, adj: Adjacency, field: str, asked: fl
     return result
 
 
-def compute_epsilon(event: Event, *, delta: float, accountant: "str | Accountant" = "rdp",
-                    adjacency: AdjacencyLike = ADD_REMOVE) -> AccountantResult:
+def compute_epsilon(
+    event: Event,
+    *,
+    delta: float,
+    accountant: "str | Accountant" = "rdp",
+    adjacency: AdjacencyLike = ADD_REMOVE,
+) -> AccountantResult:
     """Epsilon of ``event`` at ``delta`` under ``adjacency`` with ``accountant`` (a registered
     name or an :class:`Accountant`; ``delta`` ignored for accountants that do not use it).
 
@@ -182,8 +196,13 @@ def compute_epsilon(event: Event, *, delta: float, accountant: "str | Accountant
     return _answer(acc, event, adj, "epsilon", delta)
 
 
-def compute_delta(event: Event, *, epsilon: float, accountant: "str | Accountant" = "rdp",
-                  adjacency: AdjacencyLike = ADD_REMOVE) -> DeltaResult:
+def compute_delta(
+    event: Event,
+    *,
+    epsilon: float,
+    accountant: "str | Accountant" = "rdp",
+    adjacency: AdjacencyLike = ADD_REMOVE,
+) -> DeltaResult:
     """An upper bound on the delta of ``event`` at ``epsilon`` under ``adjacency``, for
     accountants with a ``delta`` method (rdp, pld, pure; prv has none)."""
     adj = Adjacency.parse(adjacency)
@@ -191,8 +210,10 @@ def compute_delta(event: Event, *, epsilon: float, accountant: "str | Accountant
     eps = non_negative_finite("epsilon", epsilon)
     if not callable(getattr(acc, "delta", None)):
         able = [n for n, a in _REGISTRY.items() if callable(getattr(a, "delta", None))]
-        raise UnsupportedEventError(f"the {acc.name} accountant cannot compute delta at a given "
-                                    f"epsilon; use {' or '.join(able)}.")
+        raise UnsupportedEventError(
+            f"the {acc.name} accountant cannot compute delta at a given "
+            f"epsilon; use {' or '.join(able)}."
+        )
     return _answer(acc, event, adj, "delta", eps)
 
 

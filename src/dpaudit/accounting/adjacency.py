@@ -39,8 +39,12 @@ class Adjacency(str, Enum):
 AdjacencyLike = Union[str, Adjacency]
 
 
-def require_same(a: AdjacencyLike, b: AdjacencyLike, what: str = "guarantees",
-                 error: type = AdjacencyMismatchError) -> Adjacency:
+def require_same(
+    a: AdjacencyLike,
+    b: AdjacencyLike,
+    what: str = "guarantees",
+    error: type = AdjacencyMismatchError,
+) -> Adjacency:
     """Return the common adjacency of ``a`` and ``b``; combining different ones is an error
     (``error``, an :class:`AdjacencyMismatchError`), never a silent conversion (that must be asked
     for explicitly: :func:`convert`)."""

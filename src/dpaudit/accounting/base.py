@@ -36,6 +36,7 @@ from ..lazy import lazy_import
 from ..validation import non_negative_finite, open_unit
 from .adjacency import Adjacency, AdjacencyLike
 from .events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
+
 np = lazy_import("numpy")
 
 ADD_REMOVE = Adjacency.ADD_REMOVE_RECORD
@@ -135,13 +136,16 @@ def branches(event: Event) -> list[list[SubsampledGaussian | PureEpsilon]]:
         parts = [branches(e) for e in event.events]
         total = math.prod(len(p) for p in parts)
         if total > _MAX_BRANCHES:
-            raise UnsupportedEventError(f"event tree has {total} parallel branches; at most "
-                                        f"{_MAX_BRANCHES} are supported.")
+            raise UnsupportedEventError(
+                f"event tree has {total} parallel branches; at most {_MAX_BRANCHES} are supported."
+            )
         return [sum(combo, []) for combo in itertools.product(*parts)]
     if isinstance(event, Parallel):
         return [leaves for e in event.events for leaves in branches(e)] or [[]]
-    raise UnsupportedEventError("accountants understand subsampled-gaussian, pure-epsilon, "
-                                f"composed and parallel events, got {event!r}.")
+    raise UnsupportedEventError(
+        "accountants understand subsampled-gaussian, pure-epsilon, "
+        f"composed and parallel events, got {event!r}."
+    )
 
 
 def merge_leaves(leaves: list) -> list:
@@ -160,8 +164,9 @@ def merge_leaves(leaves: list) -> list:
         elif isinstance(leaf, PureEpsilon):
             counts[leaf.epsilon] = counts.get(leaf.epsilon, 0) + leaf.count
         else:
-            raise UnsupportedEventError("accountants understand subsampled-gaussian and "
-                                        f"pure-epsilon leaves, got {leaf!r}.")
+            raise UnsupportedEventError(
+                f"accountants understand subsampled-gaussian and pure-epsilon leaves, got {leaf!r}."
+            )
     gaussians = [SubsampledGaussian(s, q, t) for (s, q), t in steps.items()]
     return gaussians + [PureEpsilon(e, c) for e, c in counts.items()]
 
@@ -183,8 +188,9 @@ def replace_gaussian_noise(leaf: SubsampledGaussian, adjacency: Adjacency) -> fl
     return leaf.noise_multiplier / 2.0 if replace else leaf.noise_multiplier
 
 
-def add_remove_only(accountant: str, analysis: str, leaf: SubsampledGaussian,
-                    adj: Adjacency) -> str | None:
+def add_remove_only(
+    accountant: str, analysis: str, leaf: SubsampledGaussian, adj: Adjacency
+) -> str | None:
     """The refusal of an accountant whose subsampled-Gaussian ``analysis`` is of the add/remove
     pair (rdp: Opacus's, Mironov, Talwar & Zhang 2019; prv: prv-accountant's). It supports
     replace-one only without subsampling (q = 1), where the exact conversion to noise multiplier
@@ -193,9 +199,11 @@ def add_remove_only(accountant: str, analysis: str, leaf: SubsampledGaussian,
     group-privacy conversion is loose, so it refuses and points to pld, which analyses the
     replace-one pair directly."""
     if adj is Adjacency.REPLACE_RECORD and leaf.sample_rate < 1.0:
-        return (f"the {accountant} accountant does not support subsampled-gaussian events with "
-                f"sample_rate < 1 under {adj.value} adjacency ({analysis} is for add/remove "
-                "neighbours); use the pld accountant.")
+        return (
+            f"the {accountant} accountant does not support subsampled-gaussian events with "
+            f"sample_rate < 1 under {adj.value} adjacency ({analysis} is for add/remove "
+            "neighbours); use the pld accountant."
+        )
     return None
 
 
@@ -247,8 +255,10 @@ class BuiltinAccountant:
             trees = branches(event)
         except UnsupportedEventError as e:
             # an event type no accountant understands, or too many branches: a refusal, not a crash
-            return (f"the {self.name} accountant does not support {event_kind(event)} events under "
-                    f"{adj} adjacency ({first_line(e).rstrip('.')}).")
+            return (
+                f"the {self.name} accountant does not support {event_kind(event)} events under "
+                f"{adj} adjacency ({first_line(e).rstrip('.')})."
+            )
         for leaves in trees:
             try:
                 merged = merge_leaves(leaves)

@@ -61,11 +61,25 @@ class Calibration(Record):
     cached: bool = False
 
 
-def _cache_key(accountant: str, target: float, delta: float, q: float, steps: int,
-               adjacency: Adjacency = ADD_REMOVE) -> str:
+def _cache_key(
+    accountant: str,
+    target: float,
+    delta: float,
+    q: float,
+    steps: int,
+    adjacency: Adjacency = ADD_REMOVE,
+) -> str:
     orders = list(RDP_ORDERS) if accountant == "rdp" else None
-    fields = [_CACHE_VERSION, accountant, repr(target), repr(delta), repr(q), steps,
-              EPSILON_TOLERANCE, orders]
+    fields = [
+        _CACHE_VERSION,
+        accountant,
+        repr(target),
+        repr(delta),
+        repr(q),
+        steps,
+        EPSILON_TOLERANCE,
+        orders,
+    ]
     if accountant == "pld":
         fields.append(PLD_VALUE_DISCRETIZATION)
     if adjacency is Adjacency.REPLACE_RECORD:
@@ -109,8 +123,14 @@ class CalibrationResult(Record):
 class _Search:
     """Epsilon evaluations of one calibration (memoised), remembering the accountant's declines."""
 
-    def __init__(self, make_event: Callable[[float], Event], accountant: Accountant, delta: float,
-                 adjacency: Adjacency, parameter_name: str) -> None:
+    def __init__(
+        self,
+        make_event: Callable[[float], Event],
+        accountant: Accountant,
+        delta: float,
+        adjacency: Adjacency,
+        parameter_name: str,
+    ) -> None:
         self.make_event, self.accountant, self.delta = make_event, accountant, delta
         self.adjacency, self.parameter_name = adjacency, parameter_name
         self.declined: dict[float, str] = {}  # parameter -> the accountant's reason
@@ -121,8 +141,9 @@ class _Search:
             return self.values[p]
         event = self.make_event(p)  # outside the try: a broken make_event is the caller's error
         try:
-            eps = compute_epsilon(event, delta=self.delta, accountant=self.accountant,
-                                  adjacency=self.adjacency).epsilon
+            eps = compute_epsilon(
+                event, delta=self.delta, accountant=self.accountant, adjacency=self.adjacency
+            ).epsilon
         except UnsupportedEventError as e:
             # The accountant gives no bound at this noise level (prv far in the tails): infinite
             # epsilon is the conservative reading; remembered so a result next to a decline is
@@ -166,28 +187,34 @@ class _Search:
             # epsilon(up) is certified but far below the target, and the accountant gives no bound
             # just below up: returning up would silently over-noise; say why instead.
             certified = self.epsilon(up)
-            raise self.refusal(down, f"the certified epsilon {certified:.6g} stays below the "
-                                     f"target {target:g} because")
+            raise self.refusal(
+                down,
+                f"the certified epsilon {certified:.6g} stays below the target {target:g} because",
+            )
         return up, self.epsilon(up)
 
     def no_bracket(self, target: float, hi: float) -> Exception:
         """Why even ``hi`` misses the target: the accountant's declines, else too little noise."""
         if self.declined:
-            return self.refusal(max(self.declined), f"up to the largest {self.parameter_name} "
-                                                    "tried,")
+            return self.refusal(
+                max(self.declined), f"up to the largest {self.parameter_name} tried,"
+            )
         return CalibrationError(
             f"epsilon target {target:g} at delta {self.delta:g} under {self.adjacency} adjacency "
             f"({self.accountant.name} accountant) needs a {self.parameter_name} above {hi:g}; "
-            f"choose a larger epsilon or less privacy loss per {self.parameter_name}.")
+            f"choose a larger epsilon or less privacy loss per {self.parameter_name}."
+        )
 
     def refusal(self, p: float, what: str) -> UnsupportedEventError:
         name = self.accountant.name
         supporting = accountants_supporting(self.make_event(p), self.adjacency)
         alternatives = [a for a in supporting if a != name]
         hint = f"; calibrate with {' or '.join(alternatives)}" if alternatives else ""
-        return UnsupportedEventError(f"the {name} accountant cannot calibrate this run: {what} it "
-                                     f"declines {self.parameter_name} {p:.6g} "
-                                     f"({self.declined[p].rstrip('.')}){hint}.")
+        return UnsupportedEventError(
+            f"the {name} accountant cannot calibrate this run: {what} it "
+            f"declines {self.parameter_name} {p:.6g} "
+            f"({self.declined[p].rstrip('.')}){hint}."
+        )
 
 
 @dataclass(frozen=True)
@@ -216,10 +243,16 @@ class SearchRange:
         return lo, hi, start, tol
 
 
-def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountant" = "rdp", *,
-              target_epsilon: float, delta: float, adjacency: AdjacencyLike = ADD_REMOVE,
-              search: SearchRange = SearchRange(),
-              parameter_name: str = "noise parameter") -> CalibrationResult:
+def calibrate(
+    make_event: Callable[[float], Event],
+    accountant: "str | Accountant" = "rdp",
+    *,
+    target_epsilon: float,
+    delta: float,
+    adjacency: AdjacencyLike = ADD_REMOVE,
+    search: SearchRange = SearchRange(),
+    parameter_name: str = "noise parameter",
+) -> CalibrationResult:
     """The smallest noise parameter p in ``[search.lo, search.hi]`` with ``epsilon(make_event(p))
     <= target``.
 
@@ -241,8 +274,10 @@ def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountan
     adj = Adjacency.parse(adjacency)
     lo, hi, start, tol = search.checked()
     if not callable(make_event):
-        raise UsageError("make_event must be a callable from the noise parameter to an event, got "
-                         f"{make_event!r}.")
+        raise UsageError(
+            "make_event must be a callable from the noise parameter to an event, got "
+            f"{make_event!r}."
+        )
     # Structural support does not depend on the noise level for the built-ins: refused first.
     reason = acc.support_error(make_event(start), adj)
     if reason is not None:
@@ -250,16 +285,24 @@ def calibrate(make_event: Callable[[float], Event], accountant: "str | Accountan
     run = _Search(make_event, acc, delta, adj, parameter_name)
     p, eps = run.solve(target, lo, hi, start, tol)
     if not eps <= target:  # the contract; an explicit check, not an assert (python -O)
-        raise CalibrationError(f"internal error: calibrated epsilon {eps!r} exceeds the target "
-                               f"{target!r}.")
-    return CalibrationResult(float(p), float(eps), target, float(delta), acc.name, adj.value,
-                             len(run.values))
+        raise CalibrationError(
+            f"internal error: calibrated epsilon {eps!r} exceeds the target {target!r}."
+        )
+    return CalibrationResult(
+        float(p), float(eps), target, float(delta), acc.name, adj.value, len(run.values)
+    )
 
 
-def calibrate_noise_multiplier(*, target_epsilon: float, delta: float, sample_rate: float,
-                               steps: int, accountant: "str | Accountant" = "rdp",
-                               adjacency: AdjacencyLike = ADD_REMOVE,
-                               use_cache: bool = True) -> Calibration:
+def calibrate_noise_multiplier(
+    *,
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: "str | Accountant" = "rdp",
+    adjacency: AdjacencyLike = ADD_REMOVE,
+    use_cache: bool = True,
+) -> Calibration:
     """Noise multiplier for a Poisson-subsampled Gaussian run meeting (target_epsilon, delta)
     under ``adjacency`` (add/remove of a record or, at user level, of a user; or replace-one):
     :func:`calibrate` of ``lambda s: SubsampledGaussian(s, sample_rate, steps)`` on
@@ -282,8 +325,15 @@ def calibrate_noise_multiplier(*, target_epsilon: float, delta: float, sample_ra
         if eps <= target:
             return Calibration(float(cached), eps, target, delta, q, steps, acc.name, cached=True)
     try:
-        r = calibrate(make_event, acc, target_epsilon=target, delta=delta, adjacency=adj,
-                      search=SearchRange(start=1.0), parameter_name="noise multiplier")
+        r = calibrate(
+            make_event,
+            acc,
+            target_epsilon=target,
+            delta=delta,
+            adjacency=adj,
+            search=SearchRange(start=1.0),
+            parameter_name="noise multiplier",
+        )
     except CalibrationError:
         raise CalibrationError(
             f"epsilon target {target} at delta {delta} with sample_rate {q} and {steps} steps "

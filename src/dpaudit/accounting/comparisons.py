@@ -70,8 +70,9 @@ def _remembered(memory, jobs: dict) -> dict | None:
 
 
 def _ahead_key(event, delta, adjacency, accountants) -> str:
-    return json.dumps([event.to_dict(), repr(float(delta)), str(adjacency), list(accountants)],
-                      sort_keys=True)
+    return json.dumps(
+        [event.to_dict(), repr(float(delta)), str(adjacency), list(accountants)], sort_keys=True
+    )
 
 
 class _Ahead:
@@ -128,8 +129,9 @@ def _child(pipe, w: int, parent: int, jobs: dict, memory) -> None:
         os._exit(code)
 
 
-_AHEAD: contextvars.ContextVar[_Ahead | None] = contextvars.ContextVar("dpaudit_comparisons_ahead",
-                                                                     default=None)
+_AHEAD: contextvars.ContextVar[_Ahead | None] = contextvars.ContextVar(
+    "dpaudit_comparisons_ahead", default=None
+)
 
 
 @contextlib.contextmanager

@@ -28,8 +28,12 @@ class SubsampledGaussian:
         non_negative_int("steps", self.steps)
 
     def to_dict(self) -> dict:
-        return {"type": "subsampled-gaussian", "noise_multiplier": float(self.noise_multiplier),
-                "sample_rate": float(self.sample_rate), "steps": int(self.steps)}
+        return {
+            "type": "subsampled-gaussian",
+            "noise_multiplier": float(self.noise_multiplier),
+            "sample_rate": float(self.sample_rate),
+            "steps": int(self.steps),
+        }
 
 
 @dataclass(frozen=True)
@@ -81,5 +85,7 @@ def event_from_dict(data: dict) -> Event:
         return PureEpsilon(epsilon=float(data["epsilon"]), count=int(data.get("count", 1)))
     if kind in ("composed", "parallel"):  # compared, not hashed: a type may be any JSON value
         return _NODES[kind](tuple(event_from_dict(e) for e in data["events"]))
-    raise UnsupportedEventError("event type must be one of subsampled-gaussian, pure-epsilon, "
-                                f"composed, parallel, got {kind!r}.")
+    raise UnsupportedEventError(
+        "event type must be one of subsampled-gaussian, pure-epsilon, "
+        f"composed, parallel, got {kind!r}."
+    )

@@ -27,17 +27,24 @@ _module: ModuleType | None = None
 
 def _standalone() -> ModuleType:
     """Execute Opacus's rdp.py as a top-level module (it has only absolute imports)."""
-    spec = importlib.util.find_spec("opacus")  # a top-level find_spec locates the package without running it
+    spec = importlib.util.find_spec(
+        "opacus"
+    )  # a top-level find_spec locates the package without running it
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("opacus is not installed; the rdp accountant needs opacus==1.6.0.")
-    candidates = (Path(root, "accountants", "analysis", "rdp.py")
-                  for root in spec.submodule_search_locations)
+    candidates = (
+        Path(root, "accountants", "analysis", "rdp.py") for root in spec.submodule_search_locations
+    )
     path = next((file for file in candidates if file.is_file()), None)
     if path is None:
-        raise ImportError(f"opacus at {list(spec.submodule_search_locations)} has no accountants/analysis/rdp.py.")
+        raise ImportError(
+            f"opacus at {list(spec.submodule_search_locations)} has no accountants/analysis/rdp.py."
+        )
     file_spec = importlib.util.spec_from_file_location(STANDALONE, path)
     module = importlib.util.module_from_spec(file_spec)
-    sys.modules[STANDALONE] = module  # as the import system does, so pickling and introspection work
+    sys.modules[STANDALONE] = (
+        module  # as the import system does, so pickling and introspection work
+    )
     try:
         file_spec.loader.exec_module(module)
     except BaseException:
@@ -63,4 +70,6 @@ def analysis() -> ModuleType:
 
 def compute_rdp(*, q: float, noise_multiplier: float, steps: int, orders):
     """``opacus.accountants.analysis.rdp.compute_rdp`` (same arguments, same result)."""
-    return analysis().compute_rdp(q=q, noise_multiplier=noise_multiplier, steps=steps, orders=orders)
+    return analysis().compute_rdp(
+        q=q, noise_multiplier=noise_multiplier, steps=steps, orders=orders
+    )

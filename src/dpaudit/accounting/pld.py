@@ -52,9 +52,13 @@ def _pld_leaf(leaf, adjacency: Adjacency):
     gaussian = {"sensitivity": 1.0, "neighboring_relation": relation, **discretization}
     if leaf.sample_rate >= 1.0:
         return pld_lib.from_gaussian_mechanism(
-            standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps), **gaussian)
-    one_step = pld_lib.from_gaussian_mechanism(standard_deviation=float(leaf.noise_multiplier),
-                                               sampling_prob=float(leaf.sample_rate), **gaussian)
+            standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps), **gaussian
+        )
+    one_step = pld_lib.from_gaussian_mechanism(
+        standard_deviation=float(leaf.noise_multiplier),
+        sampling_prob=float(leaf.sample_rate),
+        **gaussian,
+    )
     return one_step.self_compose(int(leaf.steps))
 
 
@@ -71,8 +75,9 @@ def _pld_query(leaves: list, adjacency: AdjacencyLike, query: Callable, what: st
                 return 0.0
             value = float(query(total))
     except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
-        raise UnsupportedEventError(f"dp-accounting's PLD could not bound these events "
-                                    f"({first_line(e)}).") from None
+        raise UnsupportedEventError(
+            f"dp-accounting's PLD could not bound these events ({first_line(e)})."
+        ) from None
     if math.isnan(value):
         raise UnsupportedEventError(f"dp-accounting's PLD returned NaN {what} for these events.")
     return value

@@ -28,8 +28,24 @@ PRV_MAX_COMPOSITIONS = 100_000
 #: points and was killed for memory). Above this many points prv declines before allocating.
 PRV_MAX_GRID_POINTS = 5_000_000
 #: integer RDP orders for the quick estimate of prv-accountant's grid size.
-_PRV_GRID_ORDERS = (2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 256.0,
-                    512.0, 1024.0)
+_PRV_GRID_ORDERS = (
+    2.0,
+    3.0,
+    4.0,
+    6.0,
+    8.0,
+    12.0,
+    16.0,
+    24.0,
+    32.0,
+    48.0,
+    64.0,
+    96.0,
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+)
 #: prv-accountant's failures far in the tails, e.g. "Discrete mean differs from continuous mean
 #: significantly" (composed eps ~ 80): it gives no bound there, and callers fall back on rdp.
 _LIBRARY_FAILURES = (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError)
@@ -44,8 +60,9 @@ def _prv_leaf(leaf, adj: Adjacency) -> tuple:
     sigma = replace_gaussian_noise(leaf, adj)
     if leaf.sample_rate >= 1.0:
         return pa.GaussianMechanism(noise_multiplier=sigma), leaf.steps
-    subsampled = pa.PoissonSubsampledGaussianMechanism(sampling_probability=leaf.sample_rate,
-                                                       noise_multiplier=sigma)
+    subsampled = pa.PoissonSubsampledGaussianMechanism(
+        sampling_probability=leaf.sample_rate, noise_multiplier=sigma
+    )
     return subsampled, leaf.steps
 
 
@@ -82,16 +99,23 @@ def prv_epsilon_bounds(leaves: list, delta: float, adjacency: AdjacencyLike = AD
                 raise UnsupportedEventError(
                     f"the prv accountant declines: its discretisation would need {points:.3g} grid "
                     f"points (privacy loss up to {half_width:.4g}; at most "
-                    f"{PRV_MAX_GRID_POINTS:.3g}); use rdp or pld.")
-            acc = pa.PRVAccountant(prvs=prvs, max_self_compositions=counts, eps_error=PRV_EPS_ERROR,
-                                   delta_error=delta_error)
+                    f"{PRV_MAX_GRID_POINTS:.3g}); use rdp or pld."
+                )
+            acc = pa.PRVAccountant(
+                prvs=prvs,
+                max_self_compositions=counts,
+                eps_error=PRV_EPS_ERROR,
+                delta_error=delta_error,
+            )
             lo, est, hi = acc.compute_epsilon(delta=delta, num_self_compositions=counts)
         except _LIBRARY_FAILURES as e:
-            raise UnsupportedEventError(f"prv-accountant could not bound these events "
-                                        f"({first_line(e)}); use rdp.") from None
+            raise UnsupportedEventError(
+                f"prv-accountant could not bound these events ({first_line(e)}); use rdp."
+            ) from None
     if not all(map(math.isfinite, (lo, est, hi))):
-        raise UnsupportedEventError("prv-accountant returned a non-finite epsilon for these "
-                                    "events; use the rdp accountant.")
+        raise UnsupportedEventError(
+            "prv-accountant returned a non-finite epsilon for these events; use the rdp accountant."
+        )
     return float(max(lo, 0.0)), float(max(est, 0.0)), float(max(hi, 0.0))
 
 
@@ -104,19 +128,26 @@ class PrvAccountant(BuiltinAccountant):
         return add_remove_only(self.name, "prv-accountant's subsampled-Gaussian PRV", leaf, adj)
 
     def branch_error(self, leaves: list, event: Event, adj: Adjacency) -> str | None:
-        n = sum(leaf.steps if isinstance(leaf, SubsampledGaussian) else leaf.count
-                for leaf in leaves)
+        n = sum(
+            leaf.steps if isinstance(leaf, SubsampledGaussian) else leaf.count for leaf in leaves
+        )
         if n <= PRV_MAX_COMPOSITIONS:
             return None
-        return (f"the prv accountant supports at most {PRV_MAX_COMPOSITIONS} compositions per "
-                f"branch, got {n} ({event_kind(event)} events under {adj} adjacency); use rdp or "
-                "pld.")
+        return (
+            f"the prv accountant supports at most {PRV_MAX_COMPOSITIONS} compositions per "
+            f"branch, got {n} ({event_kind(event)} events under {adj} adjacency); use rdp or "
+            "pld."
+        )
 
     def event_epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
-        lo, est, hi = self.worst(event, lambda leaves: prv_epsilon_bounds(leaves, delta, adj),
-                                 key=lambda bounds: bounds[2])
-        return AccountantResult(self.name, hi, delta, adj.value, epsilon_lower=lo,
-                                epsilon_estimate=est)
+        lo, est, hi = self.worst(
+            event,
+            lambda leaves: prv_epsilon_bounds(leaves, delta, adj),
+            key=lambda bounds: bounds[2],
+        )
+        return AccountantResult(
+            self.name, hi, delta, adj.value, epsilon_lower=lo, epsilon_estimate=est
+        )
 
 
 #: The accountant whose support rules :func:`prv_epsilon_bounds` applies to its leaves.

@@ -16,13 +16,17 @@ class PureAccountant(BuiltinAccountant):
     uses_delta = False
 
     def gaussian_error(self, leaf: SubsampledGaussian, adj: Adjacency) -> str | None:
-        return (f"the pure accountant does not support subsampled-gaussian events under {adj} "
-                "adjacency (it only accounts for pure-epsilon events); use rdp, prv or pld.")
+        return (
+            f"the pure accountant does not support subsampled-gaussian events under {adj} "
+            "adjacency (it only accounts for pure-epsilon events); use rdp, prv or pld."
+        )
 
     def event_epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:
         # summed as the leaves come (merging would sum epsilon * (c1 + c2) instead)
-        worst = max(sum(leaf.epsilon * leaf.count for leaf in leaves
-                        if isinstance(leaf, PureEpsilon)) for leaves in branches(event))
+        worst = max(
+            sum(leaf.epsilon * leaf.count for leaf in leaves if isinstance(leaf, PureEpsilon))
+            for leaves in branches(event)
+        )
         return AccountantResult(self.name, max(0.0, worst), 0.0, adj.value)
 
     def delta(self, event: Event, epsilon: float, adjacency: AdjacencyLike = ADD_REMOVE):
@@ -30,7 +34,9 @@ class PureAccountant(BuiltinAccountant):
         eps, adj = self.delta_question(event, epsilon, adjacency)
         total = self.event_epsilon(event, 0.0, adj).epsilon
         if eps < total:
-            raise UnsupportedEventError(f"the pure accountant bounds delta only at epsilon >= "
-                                        f"{total:g} (where it is 0), got {eps:g}; use the pld "
-                                        "accountant.")
+            raise UnsupportedEventError(
+                f"the pure accountant bounds delta only at epsilon >= "
+                f"{total:g} (where it is 0), got {eps:g}; use the pld "
+                "accountant."
+            )
         return DeltaResult(self.name, 0.0, eps, adj.value)

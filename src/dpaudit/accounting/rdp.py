@@ -14,20 +14,25 @@ from .adjacency import Adjacency, AdjacencyLike
 from .base import ADD_REMOVE, AccountantResult, BuiltinAccountant, DeltaResult, Event
 from .base import SubsampledGaussian, add_remove_only, replace_gaussian_noise
 from .rdp_sgm import compute_rdp, get_privacy_spent  # Opacus's analysis in numpy alone (no scipy)
+
 np = lazy_import("numpy")
 
 #: The RDP orders: {1.1, ..., 10.9} U {12, ..., 255} U {256, 512, ..., 16384}.
 RDP_ORDERS: tuple[float, ...] = tuple(
-    [round(1 + x / 10.0, 1) for x in range(1, 100)] + [float(a) for a in range(12, 256)]
-    + [float(2**k) for k in range(8, 15)])
+    [round(1 + x / 10.0, 1) for x in range(1, 100)]
+    + [float(a) for a in range(12, 256)]
+    + [float(2**k) for k in range(8, 15)]
+)
 
 
 @functools.lru_cache(maxsize=4096)
 def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple) -> np.ndarray:
     """RDP curve of ONE step of the subsampled Gaussian (Opacus's analysis, :mod:`.rdp_sgm`),
     read-only."""
-    curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1,
-                                   orders=list(orders)), dtype=float)
+    curve = np.asarray(
+        compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)),
+        dtype=float,
+    )
     curve.setflags(write=False)
     return curve
 

@@ -31,6 +31,7 @@ import sys
 
 from ..lazy import lazy_import
 from . import opacus_rdp  # Opacus's own file (loads scipy only when it computes)
+
 np = lazy_import("numpy")
 
 #: log of the largest double: a binomial coefficient above it is inf in scipy (Opacus's reference).
@@ -86,7 +87,9 @@ def _log_binom_matrix(orders: tuple[int, ...]) -> np.ndarray:
 
 
 def _log_comb(a: int, i: int) -> float:
-    return math.lgamma(a + 1) - math.lgamma(i + 1) - math.lgamma(a - i + 1)  # abs error ~1e-12 here, far below the margin
+    return (
+        math.lgamma(a + 1) - math.lgamma(i + 1) - math.lgamma(a - i + 1)
+    )  # abs error ~1e-12 here, far below the margin
 
 
 def _overflow_count(a: int) -> int | None:
@@ -273,7 +276,11 @@ def _one_step(q: float, sigma: float, orders: list) -> dict:
     ints = sorted({int(o) for o in orders if o.is_integer()})
     counts = dict(zip(ints, _overflow_counts(tuple(ints))))
     safe = tuple(a for a in ints if counts[a] == 0)
-    rdp = {float(a): float(la) / (a - 1) for a, la in zip(safe, _log_a_int(q, sigma, safe))} if safe else {}
+    rdp = (
+        {float(a): float(la) / (a - 1) for a, la in zip(safe, _log_a_int(q, sigma, safe))}
+        if safe
+        else {}
+    )
     rdp.update({o: _order_value(q, sigma, o, counts) for o in orders if o not in rdp})
     reference = [o for o, value in rdp.items() if value is None]
     if reference:
@@ -291,8 +298,16 @@ def _special_case(q: float, sigma: float, steps: int, orders: list) -> np.ndarra
     if q == 1.0 and normal_sigma:
         # no subsampling: the Gaussian mechanism's alpha / (2 sigma^2) (also at infinite orders)
         return np.array([o / (2 * sigma**2) for o in orders], dtype=float) * steps
-    if not (math.isfinite(q) and 0.0 < q < 1.0 and normal_sigma and all(math.isfinite(o) and o > 1.0 for o in orders)):
-        return np.asarray(opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders), dtype=float)
+    if not (
+        math.isfinite(q)
+        and 0.0 < q < 1.0
+        and normal_sigma
+        and all(math.isfinite(o) and o > 1.0 for o in orders)
+    ):
+        return np.asarray(
+            opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders),
+            dtype=float,
+        )
     return None
 
 
@@ -311,8 +326,14 @@ def get_privacy_spent(*, orders, rdp, delta: float) -> tuple[float, float]:
     orders_vec = np.atleast_1d(orders)
     rdp_vec = np.atleast_1d(rdp)
     if len(orders_vec) != len(rdp_vec):
-        raise ValueError(f"orders and rdp must have the same length, got {len(orders_vec)} and {len(rdp_vec)}.")
-    eps = rdp_vec - (np.log(delta) + np.log(orders_vec)) / (orders_vec - 1) + np.log((orders_vec - 1) / orders_vec)
+        raise ValueError(
+            f"orders and rdp must have the same length, got {len(orders_vec)} and {len(rdp_vec)}."
+        )
+    eps = (
+        rdp_vec
+        - (np.log(delta) + np.log(orders_vec)) / (orders_vec - 1)
+        + np.log((orders_vec - 1) / orders_vec)
+    )
     if np.isnan(eps).all():
         return np.inf, np.nan
     idx = np.nanargmin(eps)

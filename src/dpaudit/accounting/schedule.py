@@ -28,5 +28,6 @@ def dp_sgd_schedule(n: int, batch_size: int, epochs: int) -> Schedule:
     epochs = positive_int("epochs", epochs)
     j = -(-n // batch_size)  # ceil without floating point
     # floor(q * N0) with q = 1/J is exactly N0 // J in integers.
-    return Schedule(batches_per_epoch=j, sample_rate=1.0 / j, steps=epochs * j,
-                    normalizer=max(1, n // j))
+    return Schedule(
+        batches_per_epoch=j, sample_rate=1.0 / j, steps=epochs * j, normalizer=max(1, n // j)
+    )

@@ -19,11 +19,35 @@ Trials run on the built-in process pool or on any executor of :mod:`dpaudit.swee
 (``run_audit(..., executor=...)``, e.g. a Dask cluster).
 """
 
-from .engine import (AUDIT_FILE, CONTROLS, SCORES_FILE, AuditResult, audit_callable, audit_scores, evaluate_scores, plan_trials,
-                     read_audit, run_audit, violated, write_audit)
+from .engine import (
+    AUDIT_FILE,
+    CONTROLS,
+    SCORES_FILE,
+    AuditResult,
+    audit_callable,
+    audit_scores,
+    evaluate_scores,
+    plan_trials,
+    read_audit,
+    run_audit,
+    violated,
+    write_audit,
+)
 from .targets import AuditTarget, CallableTarget
 
 __all__ = [
-    "AUDIT_FILE", "CONTROLS", "SCORES_FILE", "AuditResult", "AuditTarget", "CallableTarget", "audit_callable", "audit_scores",
-    "evaluate_scores", "plan_trials", "read_audit", "run_audit", "violated", "write_audit",
+    "AUDIT_FILE",
+    "CONTROLS",
+    "SCORES_FILE",
+    "AuditResult",
+    "AuditTarget",
+    "CallableTarget",
+    "audit_callable",
+    "audit_scores",
+    "evaluate_scores",
+    "plan_trials",
+    "read_audit",
+    "run_audit",
+    "violated",
+    "write_audit",
 ]

@@ -34,11 +34,15 @@ def audit_family(entry) -> str:
 
 #: Canaries each audit family supports (first = default), from the catalogue's entries
 #: (:func:`audit_family`: ``head`` for the DP-SGD head models, else the mechanism name).
-SUPPORTED: dict[str, tuple[str, ...]] = {audit_family(e): e.canaries for e in CATALOGUE.values() if e.canaries}
+SUPPORTED: dict[str, tuple[str, ...]] = {
+    audit_family(e): e.canaries for e in CATALOGUE.values() if e.canaries
+}
 
 
 def check_canary(family: str, canary: str) -> str:
     allowed = SUPPORTED[family]
     if canary not in allowed:
-        raise UsageError(f"canary must be one of {', '.join(allowed)} for {family} models, got {canary!r}.")
+        raise UsageError(
+            f"canary must be one of {', '.join(allowed)} for {family} models, got {canary!r}."
+        )
     return canary

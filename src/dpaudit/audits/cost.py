@@ -23,7 +23,10 @@ def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
         trials += int(n)
         ev = getattr(t, "claimed_event", None)
         if not t.noise:
-            reason = reason or f"{'the no-noise control' if role == 'no-noise' else 'the audit'} trains without DP noise"
+            reason = (
+                reason
+                or f"{'the no-noise control' if role == 'no-noise' else 'the audit'} trains without DP noise"
+            )
         elif ev is None:
             reason = reason or "the trials' privacy event is unknown (no claimed event)"
         elif t.uncertified_sampler:
@@ -33,8 +36,16 @@ def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
     return (None if reason else sequential(events)), reason, trials
 
 
-def record_audit_cost(target, roles: dict, *, audit_id: str, ledger_path=None, release_id: str | None = None,
-                      checkpoint_root: Path | None = None, plan_key: str = "") -> str:
+def record_audit_cost(
+    target,
+    roles: dict,
+    *,
+    audit_id: str,
+    ledger_path=None,
+    release_id: str | None = None,
+    checkpoint_root: Path | None = None,
+    plan_key: str = "",
+) -> str:
     """Record the audit's cost in the ledger before its trials run; returns the audit id used.
 
     No entry (and ``audit_id`` unchanged) for a target that names no private dataset. An audit
@@ -47,12 +58,25 @@ def record_audit_cost(target, roles: dict, *, audit_id: str, ledger_path=None, r
     event, reason, trials = trial_cost(roles)
     resume = _resumed_id(checkpoint_root, plan_key)
     with open_ledger(ledger_path) as led:
-        if resume is not None and any(e.id == resume for e in led.entries(dataset=scope["dataset"], kind="audit")):
+        if resume is not None and any(
+            e.id == resume for e in led.entries(dataset=scope["dataset"], kind="audit")
+        ):
             return resume
-        led.record_audit(audit_id=audit_id, dataset=scope["dataset"], partition=scope["partition"], adjacency=target.adjacency,
-                         event=event, trials=trials, mechanism=target.mechanism, unbounded_reason=reason, release_id=release_id)
+        led.record_audit(
+            audit_id=audit_id,
+            dataset=scope["dataset"],
+            partition=scope["partition"],
+            adjacency=target.adjacency,
+            event=event,
+            trials=trials,
+            mechanism=target.mechanism,
+            unbounded_reason=reason,
+            release_id=release_id,
+        )
     if checkpoint_root is not None:
-        write_json_atomic(checkpoint_root / ".checkpoint" / _RESUME_FILE, {"plan": plan_key, "audit_id": audit_id})
+        write_json_atomic(
+            checkpoint_root / ".checkpoint" / _RESUME_FILE, {"plan": plan_key, "audit_id": audit_id}
+        )
     return audit_id
 
 

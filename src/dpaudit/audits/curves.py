@@ -81,6 +81,7 @@ from ..errors import DataError, UnsupportedEventError, UsageError
 from ..lazy import lazy_import
 from ..validation import open_unit, positive_finite
 from . import stats
+
 np = lazy_import("numpy")
 optimize = lazy_import("scipy.optimize")
 special = lazy_import("scipy.special")
@@ -133,7 +134,9 @@ def scale_event(event: Event, s: float) -> Event:
         return Composed(tuple(scale_event(e, s) for e in event.events))
     if isinstance(event, Parallel):
         return Parallel(tuple(scale_event(e, s) for e in event.events))
-    raise UnsupportedEventError(f"event must be a subsampled-gaussian, pure-epsilon, composed or parallel event, got {event!r}.")
+    raise UnsupportedEventError(
+        f"event must be a subsampled-gaussian, pure-epsilon, composed or parallel event, got {event!r}."
+    )
 
 
 def gaussian_fnr(fpr, mu: float) -> np.ndarray:
@@ -150,8 +153,11 @@ def pure_fnr(fpr, epsilon: float) -> np.ndarray:
 
 
 def _active(leaves) -> list:
-    return [leaf for leaf in merge_leaves(list(leaves))
-            if (leaf.steps if isinstance(leaf, SubsampledGaussian) else leaf.count) > 0]
+    return [
+        leaf
+        for leaf in merge_leaves(list(leaves))
+        if (leaf.steps if isinstance(leaf, SubsampledGaussian) else leaf.count) > 0
+    ]
 
 
 def _branch_form(leaves: tuple, adjacency: Adjacency) -> tuple[str, float | None]:
@@ -160,7 +166,9 @@ def _branch_form(leaves: tuple, adjacency: Adjacency) -> tuple[str, float | None
     if all(isinstance(leaf, SubsampledGaussian) and leaf.sample_rate >= 1.0 for leaf in act):
         # Gaussians compose exactly: mu^2 adds. Replace-one moves the sum by 2C (sensitivity 2).
         factor = 2.0 if adjacency is Adjacency.REPLACE_RECORD else 1.0
-        return "gaussian", factor * math.sqrt(sum(leaf.steps / leaf.noise_multiplier ** 2 for leaf in act))
+        return "gaussian", factor * math.sqrt(
+            sum(leaf.steps / leaf.noise_multiplier**2 for leaf in act)
+        )
     if len(act) == 1 and isinstance(act[0], PureEpsilon) and act[0].count == 1:
         return "pure", float(act[0].epsilon)
     return "profile", None
@@ -184,17 +192,30 @@ def _leaf_pld(leaf, adjacency: Adjacency, discretization: float):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from dp_accounting.privacy_accountant import NeighboringRelation
 
-    relation = NeighboringRelation.REPLACE_ONE if adjacency is Adjacency.REPLACE_RECORD else NeighboringRelation.ADD_OR_REMOVE_ONE
+    relation = (
+        NeighboringRelation.REPLACE_ONE
+        if adjacency is Adjacency.REPLACE_RECORD
+        else NeighboringRelation.ADD_OR_REMOVE_ONE
+    )
     if isinstance(leaf, SubsampledGaussian):
         if leaf.sample_rate >= 1.0:  # T Gaussian steps = one Gaussian with noise sigma / sqrt(T)
             return pld_lib.from_gaussian_mechanism(
-                standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps), sensitivity=1.0,
-                value_discretization_interval=discretization, neighboring_relation=relation)
+                standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps),
+                sensitivity=1.0,
+                value_discretization_interval=discretization,
+                neighboring_relation=relation,
+            )
         return pld_lib.from_gaussian_mechanism(
-            standard_deviation=float(leaf.noise_multiplier), sensitivity=1.0, sampling_prob=float(leaf.sample_rate),
-            value_discretization_interval=discretization, neighboring_relation=relation).self_compose(int(leaf.steps))
-    return pld_lib.from_privacy_parameters(common.DifferentialPrivacyParameters(float(leaf.epsilon), 0.0),
-                                           value_discretization_interval=discretization).self_compose(int(leaf.count))
+            standard_deviation=float(leaf.noise_multiplier),
+            sensitivity=1.0,
+            sampling_prob=float(leaf.sample_rate),
+            value_discretization_interval=discretization,
+            neighboring_relation=relation,
+        ).self_compose(int(leaf.steps))
+    return pld_lib.from_privacy_parameters(
+        common.DifferentialPrivacyParameters(float(leaf.epsilon), 0.0),
+        value_discretization_interval=discretization,
+    ).self_compose(int(leaf.count))
 
 
 def _pmf_arrays(pmf) -> tuple[np.ndarray, np.ndarray, float]:
@@ -205,7 +226,9 @@ def _pmf_arrays(pmf) -> tuple[np.ndarray, np.ndarray, float]:
     return losses, probs, float(dense._infinity_mass)  # noqa: SLF001
 
 
-def hockey_stick(losses: np.ndarray, probs: np.ndarray, infinity_mass: float, eps: np.ndarray) -> np.ndarray:
+def hockey_stick(
+    losses: np.ndarray, probs: np.ndarray, infinity_mass: float, eps: np.ndarray
+) -> np.ndarray:
     """delta(eps) = inf_mass + sum_{l_i > eps} p_i (1 - e^(eps - l_i)) at every eps (vectorised).
 
     The same sum dp-accounting's ``get_delta_for_epsilon`` computes in a Python loop, here with
@@ -222,8 +245,9 @@ def hockey_stick(losses: np.ndarray, probs: np.ndarray, infinity_mass: float, ep
 
 
 @functools.lru_cache(maxsize=512)
-def _branch_profile(leaves: tuple, adjacency: Adjacency,
-                    coarse_sigma: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+def _branch_profile(
+    leaves: tuple, adjacency: Adjacency, coarse_sigma: float = 0.5
+) -> tuple[np.ndarray, np.ndarray]:
     """(eps grid, delta grid) of one sequential branch from its pessimistic PLD; cached, read-only.
 
     delta is the larger of the two orderings' (add and remove PLD; replace-one is symmetric)
@@ -235,7 +259,10 @@ def _branch_profile(leaves: tuple, adjacency: Adjacency,
     else:
         disc = _pld_discretization(tuple(act), coarse_sigma)
         try:
-            with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            with (
+                np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"),
+                warnings.catch_warnings(),
+            ):
                 warnings.simplefilter("ignore", RuntimeWarning)
                 pld = None
                 for leaf in act:
@@ -244,8 +271,10 @@ def _branch_profile(leaves: tuple, adjacency: Adjacency,
                 pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]  # noqa: SLF001
                 arrays = [_pmf_arrays(pmf) for pmf in pmfs]
         except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
-            raise UnsupportedEventError(f"dp-accounting's PLD could not bound these events "
-                                        f"({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
+            raise UnsupportedEventError(
+                f"dp-accounting's PLD could not bound these events "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})."
+            ) from None
         top = max((float(l[p > 0].max()) if np.any(p > 0) else 0.0) for l, p, _ in arrays)
         top = max(top, 0.0)
         step = max(PROFILE_EPS_STEP, top / PROFILE_MAX_POINTS)
@@ -272,8 +301,10 @@ def profile_fnr(fpr, eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
     order = np.argsort(flat, kind="stable")
     e, one = np.exp(eps), 1.0 - delta
     with np.errstate(over="ignore", invalid="ignore"):
-        best = np.maximum(_envelope(flat[order], lambda x, j: one[j] - e[j] * x[:, None]),
-                          _envelope(flat[order], lambda x, j: (one[j] - x[:, None]) / e[j]))
+        best = np.maximum(
+            _envelope(flat[order], lambda x, j: one[j] - e[j] * x[:, None]),
+            _envelope(flat[order], lambda x, j: (one[j] - x[:, None]) / e[j]),
+        )
     out = np.empty(flat.shape)
     out[order] = np.maximum(best, 0.0)
     return out.reshape(a.shape)
@@ -297,7 +328,7 @@ def _envelope(x: np.ndarray, line) -> np.ndarray:
     for i0, i1, j0, j1 in zip(anchors[:-1], anchors[1:], won[:-1], won[1:]):
         if i1 > i0 + 1:
             lo, hi = max(min(j0, j1) - ENVELOPE_PAD, 0), min(max(j0, j1) + ENVELOPE_PAD + 1, n)
-            out[i0 + 1:i1] = line(x[i0 + 1:i1], slice(lo, hi)).max(axis=1)
+            out[i0 + 1 : i1] = line(x[i0 + 1 : i1], slice(lo, hi)).max(axis=1)
     return out
 
 
@@ -343,7 +374,7 @@ class ClaimedCurve:
 
     @property
     def closed_form(self) -> str | None:
-        """"gaussian" / "pure" when every branch has that closed form, else None (profile-based)."""
+        """ "gaussian" / "pure" when every branch has that closed form, else None (profile-based)."""
         forms = set(self.forms)
         return forms.pop() if len(forms) == 1 and forms <= {"gaussian", "pure"} else None
 
@@ -351,7 +382,9 @@ class ClaimedCurve:
         """f(FPR): vectorised, non-increasing, in [0, 1]. FPR must lie in [0, 1]."""
         a = np.asarray(fpr, dtype=float)
         if a.size and not (np.all(np.isfinite(a)) and a.min() >= 0.0 and a.max() <= 1.0):
-            raise UsageError(f"fpr must be in [0, 1], got values from {float(np.nanmin(a))!r} to {float(np.nanmax(a))!r}.")
+            raise UsageError(
+                f"fpr must be in [0, 1], got values from {float(np.nanmin(a))!r} to {float(np.nanmax(a))!r}."
+            )
         adj = Adjacency.parse(self.adjacency)
         out = np.min([_branch_fnr(b, adj, a, self.coarse_sigma) for b in self._branches()], axis=0)
         return np.clip(out, 0.0, 1.0)
@@ -362,11 +395,15 @@ class ClaimedCurve:
         a = np.asarray(fpr_upper, dtype=float)
         b = np.asarray(fnr_upper, dtype=float)
         if b.size and not (np.all(np.isfinite(b)) and b.min() >= 0.0 and b.max() <= 1.0):
-            raise UsageError(f"fnr_upper must be in [0, 1], got values from {float(np.nanmin(b))!r} to {float(np.nanmax(b))!r}.")
+            raise UsageError(
+                f"fnr_upper must be in [0, 1], got values from {float(np.nanmin(b))!r} to {float(np.nanmax(b))!r}."
+            )
         return np.asarray(b < self.fnr(a) - CURVE_MARGIN)
 
 
-def claimed_curve(event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> ClaimedCurve:
+def claimed_curve(
+    event: Event, adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD
+) -> ClaimedCurve:
     """The claimed trade-off curve of ``event`` under ``adjacency`` (see :class:`ClaimedCurve`)."""
     return ClaimedCurve(event, Adjacency.parse(adjacency).value)
 
@@ -408,14 +445,20 @@ def _check_inputs(scores, world, select) -> tuple[np.ndarray, np.ndarray, np.nda
     if w.dtype != bool or sel.dtype != bool:
         raise UsageError(f"world and select must be boolean arrays, got {w.dtype} and {sel.dtype}.")
     if not (s.size == w.size == sel.size):
-        raise UsageError(f"scores, world and select must have the same length, got {s.size}, {w.size} and {sel.size}.")
+        raise UsageError(
+            f"scores, world and select must have the same length, got {s.size}, {w.size} and {sel.size}."
+        )
     bad = int(np.sum(~np.isfinite(s)))
     if bad:
-        raise DataError(f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken).")
+        raise DataError(
+            f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken)."
+        )
     for name, part in (("SELECT", sel), ("EVAL", ~sel)):
         n_in, n_out = int(np.sum(w & part)), int(np.sum(~w & part))
         if n_in < 1 or n_out < 1:
-            raise UsageError(f"{name} trials per world must be >= 1, got {n_in} with and {n_out} without the canary.")
+            raise UsageError(
+                f"{name} trials per world must be >= 1, got {n_in} with and {n_out} without the canary."
+            )
     return s, w, sel
 
 
@@ -423,7 +466,9 @@ def select_rule(scores, labels, *, criterion: str, confidence: float = 0.95) -> 
     """(threshold, direction) maximising ``criterion`` ("gdp-mu" or "pure-epsilon") of the
     Clopper–Pearson box corner on these (SELECT) trials (:func:`dpaudit.audits.stats.best_rule`)."""
     score_of = _gdp_mu if criterion == "gdp-mu" else _pure_eps
-    return stats.best_rule(np.asarray(scores, float), np.asarray(labels, bool), score_of, confidence)[:2]
+    return stats.best_rule(
+        np.asarray(scores, float), np.asarray(labels, bool), score_of, confidence
+    )[:2]
 
 
 def _criterion(curve: ClaimedCurve) -> str:
@@ -438,9 +483,16 @@ def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95)
     ev = ~sel
     tp, fp, tn, fn = stats.confusion(s[ev], w[ev], threshold, direction)
     n_in, n_out = tp + fn, tn + fp
-    return Box(threshold=threshold, direction=direction, fpr=fp / n_out, fnr=fn / n_in,
-               fpr_upper=float(stats.cp_upper(fp, n_out, confidence, split=2)),
-               fnr_upper=float(stats.cp_upper(fn, n_in, confidence, split=2)), n_in=n_in, n_out=n_out)
+    return Box(
+        threshold=threshold,
+        direction=direction,
+        fpr=fp / n_out,
+        fnr=fn / n_in,
+        fpr_upper=float(stats.cp_upper(fp, n_out, confidence, split=2)),
+        fnr_upper=float(stats.cp_upper(fn, n_in, confidence, split=2)),
+        n_in=n_in,
+        n_out=n_out,
+    )
 
 
 class _Family:
@@ -454,7 +506,9 @@ class _Family:
 
     def curve(self, s: float) -> ClaimedCurve:
         if s not in self._curves:
-            self._curves[s] = self.base if s == 1.0 else claimed_curve(scale_event(self.event, s), self.adjacency)
+            self._curves[s] = (
+                self.base if s == 1.0 else claimed_curve(scale_event(self.event, s), self.adjacency)
+            )
         return self._curves[s]
 
     def gap(self, x: float) -> float:
@@ -504,7 +558,9 @@ def _search(fam: _Family) -> float | None:
     while not (math.isfinite(lo) and math.isfinite(hi)):
         if math.isfinite(hi):  # everything tried is ruled out: go down
             if hi <= x_min:
-                return math.exp(hi)  # ruled out even at the bottom of the range: report that (verified) s
+                return math.exp(
+                    hi
+                )  # ruled out even at the bottom of the range: report that (verified) s
             g(max(hi - step, x_min))
         else:  # nothing tried is ruled out: go up
             if lo >= x_max:
@@ -514,19 +570,27 @@ def _search(fam: _Family) -> float | None:
     if hi - lo > tol and memo[lo] < 0:
         try:
             optimize.brentq(g, lo, hi, xtol=tol / 4.0, maxiter=60)
-        except RuntimeError:  # not converged in maxiter: the bracket is kept by g, bisection finishes
+        except (
+            RuntimeError
+        ):  # not converged in maxiter: the bracket is kept by g, bisection finishes
             pass
     while hi - lo > tol:
         g((lo + hi) / 2.0)
     return math.exp(hi)
 
 
-def family_ruled_out(event: Event, adjacency: "str | Adjacency", fpr_upper: float, fnr_upper: float) -> dict:
+def family_ruled_out(
+    event: Event, adjacency: "str | Adjacency", fpr_upper: float, fnr_upper: float
+) -> dict:
     """What a box with these upper corners rules out, by the search of :func:`curve_test`:
     {parameter, claimed, lower_bound (None: nothing), scale_lower_bound, violated (s_LB <= 1)}."""
     box = Box(math.nan, "greater", math.nan, math.nan, float(fpr_upper), float(fnr_upper), 0, 0)
     s = _search(_Family(event, Adjacency.parse(adjacency).value, box))
-    return {**_family_parameter(event, s), "scale_lower_bound": s, "violated": s is not None and s <= 1.0}
+    return {
+        **_family_parameter(event, s),
+        "scale_lower_bound": s,
+        "violated": s is not None and s <= 1.0,
+    }
 
 
 def _num(x):
@@ -540,7 +604,10 @@ def _num(x):
 
 
 def _curve_dict(curve: ClaimedCurve) -> dict:
-    return {"fpr": [float(v) for v in curve_grid()], "fnr": [float(v) for v in curve.fnr(curve_grid())]}
+    return {
+        "fpr": [float(v) for v in curve_grid()],
+        "fnr": [float(v) for v in curve.fnr(curve_grid())],
+    }
 
 
 def _eval_points(s: np.ndarray, w: np.ndarray, direction: str) -> dict:
@@ -558,26 +625,50 @@ def _eval_points(s: np.ndarray, w: np.ndarray, direction: str) -> dict:
 
 def _family_parameter(event: Event, s: float | None) -> dict:
     if isinstance(event, SubsampledGaussian):
-        return {"parameter": "noise_multiplier", "claimed": float(event.noise_multiplier),
-                "lower_bound": None if s is None else float(event.noise_multiplier * s)}
+        return {
+            "parameter": "noise_multiplier",
+            "claimed": float(event.noise_multiplier),
+            "lower_bound": None if s is None else float(event.noise_multiplier * s),
+        }
     if isinstance(event, PureEpsilon):
-        return {"parameter": "epsilon", "claimed": float(event.epsilon), "lower_bound": None if s is None else float(event.epsilon / s)}
-    return {"parameter": "noise_scale", "claimed": 1.0, "lower_bound": None if s is None else float(s)}
+        return {
+            "parameter": "epsilon",
+            "claimed": float(event.epsilon),
+            "lower_bound": None if s is None else float(event.epsilon / s),
+        }
+    return {
+        "parameter": "noise_scale",
+        "claimed": 1.0,
+        "lower_bound": None if s is None else float(s),
+    }
 
 
 def family_statement(family: dict) -> str:
-    """"noise_multiplier >= 0.8123 ruled out (claimed 1.2)": the family result in the claim's units.
+    """ "noise_multiplier >= 0.8123 ruled out (claimed 1.2)": the family result in the claim's units.
 
     More noise (a larger noise multiplier or scale) or a smaller pure epsilon is a stronger claim;
     the evidence rules out that member and every stronger one."""
-    param, claimed, lb = family.get("parameter", "noise_scale"), family.get("claimed"), family.get("lower_bound")
+    param, claimed, lb = (
+        family.get("parameter", "noise_scale"),
+        family.get("claimed"),
+        family.get("lower_bound"),
+    )
     if lb is None:
         return f"no {param} ruled out (claimed {float(claimed):.4g})"
     return f"{param} {'<=' if param == 'epsilon' else '>='} {float(lb):.4g} ruled out (claimed {float(claimed):.4g})"
 
 
-def curve_test(scores, world, select, *, event: Event, delta: float, confidence: float = 0.95, accountant="rdp",
-               adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD) -> dict:
+def curve_test(
+    scores,
+    world,
+    select,
+    *,
+    event: Event,
+    delta: float,
+    confidence: float = 0.95,
+    accountant="rdp",
+    adjacency: "str | Adjacency" = Adjacency.ADD_REMOVE_RECORD,
+) -> dict:
     """The claimed-curve audit of per-trial ``scores`` (``world``: canary-in trial; ``select``:
     SELECT trial, the rest is EVAL) against ``event`` under ``adjacency``: the audit.json
     "claimed_curve" block (see the module docstring for the statistic and its soundness).
@@ -601,18 +692,30 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
     box = eval_box(s, w, sel, criterion=_criterion(curve), confidence=confidence)
     fam = _Family(event, adj.value, box)
     s_lb = _search(fam)
-    eps_lb = 0.0 if s_lb is None else float(compute_epsilon(scale_event(event, s_lb), delta=delta, accountant=acc, adjacency=adj).epsilon)
+    eps_lb = (
+        0.0
+        if s_lb is None
+        else float(
+            compute_epsilon(
+                scale_event(event, s_lb), delta=delta, accountant=acc, adjacency=adj
+            ).epsilon
+        )
+    )
     # the one rule (non-strict): s_LB = 1 means the claimed event itself was verified ruled out
     violated = s_lb is not None and s_lb <= 1.0
     if fam.profile:
-        selection = ("threshold and direction chosen on SELECT trials by the Gaussian-DP mu of the Clopper-Pearson box corner "
-                     "(a monotone proxy; the curve is the pessimistic PLD privacy profile)")
+        selection = (
+            "threshold and direction chosen on SELECT trials by the Gaussian-DP mu of the Clopper-Pearson box corner "
+            "(a monotone proxy; the curve is the pessimistic PLD privacy profile)"
+        )
     else:
         selection = "threshold and direction chosen on SELECT trials to maximise the statistic itself (closed-form curve)"
-    method = (f"{selection}; one-sided Clopper-Pearson upper bounds on EVAL FPR and FNR, significance split in two; "
-              "the box is tested against the claimed trade-off curve and its family (noise multipliers x s, pure epsilons / s); "
-              "family_epsilon is the epsilon of the smallest s ruled out (a statement about the claim's family, not a bound "
-              "for other mechanisms); violated: s = 1 is ruled out.")
+    method = (
+        f"{selection}; one-sided Clopper-Pearson upper bounds on EVAL FPR and FNR, significance split in two; "
+        "the box is tested against the claimed trade-off curve and its family (noise multipliers x s, pure epsilons / s); "
+        "family_epsilon is the epsilon of the smallest s ruled out (a statement about the claim's family, not a bound "
+        "for other mechanisms); violated: s = 1 is ruled out."
+    )
     ev = ~sel
     return {
         "statistic": "claimed-curve",
@@ -626,10 +729,20 @@ def curve_test(scores, world, select, *, event: Event, delta: float, confidence:
         "scale_lower_bound": None if s_lb is None else float(s_lb),
         "family_epsilon": _num(eps_lb),
         "violated": bool(violated),
-        "counts": {"fp": int(round(box.fpr * box.n_out)), "n_out": box.n_out, "fn": int(round(box.fnr * box.n_in)), "n_in": box.n_in},
+        "counts": {
+            "fp": int(round(box.fpr * box.n_out)),
+            "n_out": box.n_out,
+            "fn": int(round(box.fnr * box.n_in)),
+            "n_in": box.n_in,
+        },
         "threshold": _num(box.threshold),
         "direction": box.direction,
-        "point": {"fpr": float(box.fpr), "fnr": float(box.fnr), "fpr_upper": float(box.fpr_upper), "fnr_upper": float(box.fnr_upper)},
+        "point": {
+            "fpr": float(box.fpr),
+            "fnr": float(box.fnr),
+            "fpr_upper": float(box.fpr_upper),
+            "fnr_upper": float(box.fnr_upper),
+        },
         "points": _eval_points(s[ev], w[ev], box.direction),
         "curve": _curve_dict(curve),
         "curve_at_lower_bound": None if s_lb is None else _curve_dict(fam.curve(s_lb)),

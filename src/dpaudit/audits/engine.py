@@ -94,13 +94,16 @@ from . import power, sequential
 from .curves import claimed_curve, curve_test, family_statement
 from .targets import AuditTarget, CallableTarget
 from .verdicts import upgrade, violated
+
 np = lazy_import("numpy")
 
 AUDIT_FILE = "audit.json"
 SCORES_FILE = "scores.npz"
 SCHEMA = "dpaudit.audit/1"
-METHOD = ("Jagielski et al. 2020: threshold and direction chosen on SELECT; one-sided Clopper-Pearson "
-          "(beta) upper bounds on FPR and FNR on EVAL, significance split between them; delta term kept")
+METHOD = (
+    "Jagielski et al. 2020: threshold and direction chosen on SELECT; one-sided Clopper-Pearson "
+    "(beta) upper bounds on FPR and FNR on EVAL, significance split between them; delta term kept"
+)
 #: Share of each world's trials that choose the test (SELECT); the rest (EVAL) bound it. Choosing
 #: a threshold needs fewer trials than bounding it: measured on 2,000 trials (seeds 0-9), 0.3
 #: instead of 0.5 raised the claimed-curve eps_LB of an exact Gaussian at eps 2 from 0.82 to 1.06
@@ -112,6 +115,7 @@ _ROLE_TAG = {"main": 1, "no-noise": 2, "null": 3}
 
 
 # ------------------------------------------------------------------------------------- records
+
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -161,15 +165,31 @@ class AuditResult:
     #: the deciding statistic: "claimed-curve" (a claimed event was tested) or "clopper-pearson"
     statistic: str = "clopper-pearson"
     claimed_curve: dict | None = None  # curves.curve_test's block (None without a claimed event)
-    comparison: dict = field(default_factory=dict)  # stats.comparison_statistics ({} in older files)
-    clopper_pearson_epsilon: float | None = None  # the SELECT/EVAL CP eps_LB (None only if never computed)
+    comparison: dict = field(
+        default_factory=dict
+    )  # stats.comparison_statistics ({} in older files)
+    clopper_pearson_epsilon: float | None = (
+        None  # the SELECT/EVAL CP eps_LB (None only if never computed)
+    )
     threat_model: str = "final-model"
-    general_bound: dict | None = None  # how eps_LB is computed and recomputed (None in files before issue 23)
-    claim_family_bound: dict | None = None  # the claimed-curve result in the claim's units (None without an event)
-    epsilon_lower_bound_note: str | None = None  # set when an old file's eps_LB was re-read (verdicts.upgrade)
-    plan: dict | None = None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
-    sequential: dict | None = None  # sequential mode: trials used, why it stopped (dpaudit.audits.sequential.record)
-    power: dict | None = None  # what this audit could detect (dpaudit.audits.power.AuditPower; None in older files)
+    general_bound: dict | None = (
+        None  # how eps_LB is computed and recomputed (None in files before issue 23)
+    )
+    claim_family_bound: dict | None = (
+        None  # the claimed-curve result in the claim's units (None without an event)
+    )
+    epsilon_lower_bound_note: str | None = (
+        None  # set when an old file's eps_LB was re-read (verdicts.upgrade)
+    )
+    plan: dict | None = (
+        None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
+    )
+    sequential: dict | None = (
+        None  # sequential mode: trials used, why it stopped (dpaudit.audits.sequential.record)
+    )
+    power: dict | None = (
+        None  # what this audit could detect (dpaudit.audits.power.AuditPower; None in older files)
+    )
 
     @property
     def violated(self) -> bool:
@@ -181,7 +201,9 @@ class AuditResult:
         return self.claimed_epsilon is not None and self.ceiling < self.claimed_epsilon
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "controls"}
+        d = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "controls"
+        }
         if d["sequential"] is None:
             del d["sequential"]  # fixed-N records keep their layout
         d = {"schema": SCHEMA, **d}
@@ -194,21 +216,41 @@ class AuditResult:
     def from_dict(cls, data: dict) -> "AuditResult":
         data = upgrade(data)
         known = {f.name for f in dataclasses.fields(cls)}
-        required = ["mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "counts", "ceiling"]
+        required = [
+            "mechanism",
+            "canary",
+            "runs",
+            "claimed_epsilon",
+            "delta",
+            "epsilon_lower_bound",
+            "confidence",
+            "counts",
+            "ceiling",
+        ]
         absent = [k for k in required if k not in data]
         if absent:
             raise DataError(f"audit is missing required keys: {', '.join(absent)}.")
         kw = {k: v for k, v in data.items() if k in known}
         kw["controls"] = {k: cls.from_dict(v) for k, v in (data.get("controls") or {}).items()}
-        kw.setdefault("threshold", None)  # shareable part only: the threshold (score units) is local
+        kw.setdefault(
+            "threshold", None
+        )  # shareable part only: the threshold (score units) is local
         for k in ("threshold", "epsilon_lower_bound", "clopper_pearson_epsilon"):
             if isinstance(kw.get(k), str):
                 kw[k] = float(kw[k])  # infinities are stored as strings
         # Files written before the claimed-curve statistic: the Clopper–Pearson eps_LB decided.
         kw.setdefault("statistic", "clopper-pearson")
-        if kw.get("clopper_pearson_epsilon") is None and kw["statistic"] == "clopper-pearson" and "general_bound" not in data:
+        if (
+            kw.get("clopper_pearson_epsilon") is None
+            and kw["statistic"] == "clopper-pearson"
+            and "general_bound" not in data
+        ):
             kw["clopper_pearson_epsilon"] = float(kw["epsilon_lower_bound"])
-        if kw.get("claim_family_bound") is None and isinstance(kw.get("claimed_curve"), dict) and "family" in kw["claimed_curve"]:
+        if (
+            kw.get("claim_family_bound") is None
+            and isinstance(kw.get("claimed_curve"), dict)
+            and "family" in kw["claimed_curve"]
+        ):
             kw["claim_family_bound"] = claim_family_bound(kw["claimed_curve"])
         if kw.get("comparison") is None:
             kw["comparison"] = {}
@@ -226,11 +268,15 @@ def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
     if local and lp.is_file():
         private = read_json(lp, "audit local file")
         if private.get("audit_id") in (None, data.get("id")):
-            data = merge_local(data, {k: v for k, v in private.items() if k not in ("audit_id", "not_for_publication")})
+            data = merge_local(
+                data,
+                {k: v for k, v in private.items() if k not in ("audit_id", "not_for_publication")},
+            )
     return AuditResult.from_dict(data)
 
 
 # ---------------------------------------------------------------------------------- trial plan
+
 
 @dataclass(frozen=True)
 class TrialPlan:
@@ -267,8 +313,19 @@ def _select(rng: np.random.Generator, world: np.ndarray, select_fraction: float)
 
 # --------------------------------------------------------------------------------- evaluation
 
-def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 0.95, event=None, accountant: str = "rdp",
-                    adjacency: str = "add-remove-record", seed: int = 0) -> dict:
+
+def evaluate_scores(
+    scores,
+    world,
+    select,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    event=None,
+    accountant: str = "rdp",
+    adjacency: str = "add-remove-record",
+    seed: int = 0,
+) -> dict:
     """All statistics of one audit from per-trial scores, worlds and the SELECT mask.
 
     ``event`` (the claim as a DP event, with the ``accountant`` of its claimed epsilon and its
@@ -284,11 +341,22 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
     thr = stats.select_threshold(s[sel], w[sel], delta=delta, confidence=confidence)
     ev = ~sel
     tp, fp, tn, fn = stats.confusion(s[ev], w[ev], thr.threshold, thr.direction)
-    bound = stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=confidence)
+    bound = stats.epsilon_lower_bound(
+        tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=confidence
+    )
     roc = stats.roc(s[ev], w[ev], thr.direction)
     curve = None
     if event is not None:
-        curve = curve_test(s, w, sel, event=event, delta=delta, confidence=confidence, accountant=accountant, adjacency=adjacency)
+        curve = curve_test(
+            s,
+            w,
+            sel,
+            event=event,
+            delta=delta,
+            confidence=confidence,
+            accountant=accountant,
+            adjacency=adjacency,
+        )
     general = general_bound(s, w, bound.counts, delta=delta, confidence=confidence)
     return {
         "statistic": "claimed-curve" if curve is not None else "clopper-pearson",
@@ -298,7 +366,9 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
         "claim_family_bound": claim_family_bound(curve),
         "claimed_curve": curve,
         "clopper_pearson_epsilon": bound.epsilon,
-        "comparison": stats.comparison_statistics(s, w, sel, thr.direction, delta=delta, confidence=confidence, seed=seed),
+        "comparison": stats.comparison_statistics(
+            s, w, sel, thr.direction, delta=delta, confidence=confidence, seed=seed
+        ),
         "threshold": thr.threshold,
         "direction": thr.direction,
         "select_epsilon": thr.select_epsilon,
@@ -315,27 +385,51 @@ def evaluate_scores(scores, world, select, *, delta: float, confidence: float = 
     }
 
 
-def general_bound(s: np.ndarray, w: np.ndarray, counts: dict, *, delta: float, confidence: float) -> dict:
+def general_bound(
+    s: np.ndarray, w: np.ndarray, counts: dict, *, delta: float, confidence: float
+) -> dict:
     """audit.json "general_bound": the published eps_LB, a lower bound on the epsilon of ANY
     mechanism at ``delta`` (:func:`stats.general_epsilon`: the SELECT-chosen rule's EVAL counts and
     the all-threshold band on all trials, their significances split by :func:`stats.general_split`),
     with what recomputes it."""
     box_conf, band_conf = stats.general_split(int(w.sum()), int((~w).sum()), confidence)
     band = stats.band_bound(s, w, delta=delta, confidence=band_conf)
-    keep = ("cells", "events", "trials_per_world", "calibration", "epsilon_lower_bound", "direction", "fp_at_most", "fn_at_most",
-            "per_bound_significance")
+    keep = (
+        "cells",
+        "events",
+        "trials_per_world",
+        "calibration",
+        "epsilon_lower_bound",
+        "direction",
+        "fp_at_most",
+        "fn_at_most",
+        "per_bound_significance",
+    )
     # a perfect test on these trials (no error on EVAL nor on all trials): the largest eps_LB they can certify
-    perfect = {"cells": {"greater": [[0, 0]], "less": []}, "events": band["events"], "trials_per_world": band["trials_per_world"]}
+    perfect = {
+        "cells": {"greater": [[0, 0]], "less": []},
+        "events": band["events"],
+        "trials_per_world": band["trials_per_world"],
+    }
     n_in, n_out = counts["tp"] + counts["fn"], counts["tn"] + counts["fp"]
     return {
-        "epsilon_lower_bound": stats.general_epsilon(counts, band, delta=delta, confidence=confidence),
-        "ceiling": stats.general_epsilon({"tp": n_in, "fp": 0, "tn": n_out, "fn": 0}, perfect, delta=delta, confidence=confidence),
-        "confidence": confidence, "delta": delta,
-        "rule_epsilon": stats.epsilon_lower_bound(**counts, delta=delta, confidence=box_conf).epsilon,
+        "epsilon_lower_bound": stats.general_epsilon(
+            counts, band, delta=delta, confidence=confidence
+        ),
+        "ceiling": stats.general_epsilon(
+            {"tp": n_in, "fp": 0, "tn": n_out, "fn": 0}, perfect, delta=delta, confidence=confidence
+        ),
+        "confidence": confidence,
+        "delta": delta,
+        "rule_epsilon": stats.epsilon_lower_bound(
+            **counts, delta=delta, confidence=box_conf
+        ).epsilon,
         "band": {k: band[k] for k in keep},
-        "method": ("valid for any mechanism: the larger of (a) Clopper-Pearson on the EVAL counts of the rule chosen on SELECT and "
-                   "(b) the simultaneous Clopper-Pearson band over every threshold rule on all trials (exactly calibrated), their "
-                   "significances adding up to 1 - confidence (the band's share: half, more below ~30 trials per world); eps_LB = max(0, ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi))"),
+        "method": (
+            "valid for any mechanism: the larger of (a) Clopper-Pearson on the EVAL counts of the rule chosen on SELECT and "
+            "(b) the simultaneous Clopper-Pearson band over every threshold rule on all trials (exactly calibrated), their "
+            "significances adding up to 1 - confidence (the band's share: half, more below ~30 trials per world); eps_LB = max(0, ln((1 - delta - FNR_hi)/FPR_hi), ln((1 - delta - FPR_hi)/FNR_hi))"
+        ),
     }
 
 
@@ -345,24 +439,47 @@ def claim_family_bound(curve: dict | None) -> dict | None:
     if curve is None:
         return None
     fam = curve["family"]
-    return {"parameter": fam["parameter"], "claimed": fam["claimed"], "ruled_out_from": fam["lower_bound"],
-            "scale_lower_bound": curve.get("scale_lower_bound"), "family_epsilon": curve.get("family_epsilon"),
-            "violated": curve.get("violated") is True, "statement": family_statement(fam)}
+    return {
+        "parameter": fam["parameter"],
+        "claimed": fam["claimed"],
+        "ruled_out_from": fam["lower_bound"],
+        "scale_lower_bound": curve.get("scale_lower_bound"),
+        "family_epsilon": curve.get("family_epsilon"),
+        "violated": curve.get("violated") is True,
+        "statement": family_statement(fam),
+    }
 
 
 #: What :func:`audit_scores` and :func:`audit_callable` record the claim under, by default.
-_LABELS = {"mechanism": "custom", "canary": "custom", "adjacency": "add-remove-record", "accountant": "rdp"}
+_LABELS = {
+    "mechanism": "custom",
+    "canary": "custom",
+    "adjacency": "add-remove-record",
+    "accountant": "rdp",
+}
 
 
 def _labels(given: dict) -> dict:
     unknown = sorted(set(given) - set(_LABELS))
     if unknown:
-        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)} (allowed: {', '.join(_LABELS)}).")
+        raise TypeError(
+            f"unexpected keyword argument(s) {', '.join(unknown)} (allowed: {', '.join(_LABELS)})."
+        )
     return {**_LABELS, **given}
 
 
-def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float | None = None, confidence: float = 0.95,
-                 seed: int = 0, select_fraction: float = SELECT_FRACTION, claim=None, **labels) -> AuditResult:
+def audit_scores(
+    scores_in,
+    scores_out,
+    *,
+    delta: float,
+    claimed_epsilon: float | None = None,
+    confidence: float = 0.95,
+    seed: int = 0,
+    select_fraction: float = SELECT_FRACTION,
+    claim=None,
+    **labels,
+) -> AuditResult:
     """Audit scores computed elsewhere (one per trial, for each world; higher or lower = "in",
     the direction is chosen on SELECT).
 
@@ -375,9 +492,16 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
     ``labels``: ``mechanism``, ``canary``, ``adjacency``, ``accountant`` (defaults: :data:`_LABELS`).
     """
     lab = _labels(labels)
-    mechanism, canary, adjacency, accountant = lab["mechanism"], lab["canary"], lab["adjacency"], lab["accountant"]
+    mechanism, canary, adjacency, accountant = (
+        lab["mechanism"],
+        lab["canary"],
+        lab["adjacency"],
+        lab["accountant"],
+    )
     if claim is not None and claimed_epsilon is None:
-        claimed_epsilon = float(compute_epsilon(claim, delta=delta, accountant=accountant, adjacency=adjacency).epsilon)
+        claimed_epsilon = float(
+            compute_epsilon(claim, delta=delta, accountant=accountant, adjacency=adjacency).epsilon
+        )
     s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
     s = np.concatenate([s_in, s_out])
     world = np.concatenate([np.ones(s_in.size, bool), np.zeros(s_out.size, bool)])
@@ -385,15 +509,43 @@ def audit_scores(scores_in, scores_out, *, delta: float, claimed_epsilon: float 
         if n < 2:
             raise UsageError(f"trials per world must be >= 2, got {n}.")
     select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
-    ev = evaluate_scores(s, world, select, delta=delta, confidence=confidence, event=claim, accountant=accountant, adjacency=adjacency,
-                         seed=seed)
-    result = AuditResult(mechanism=mechanism, canary=canary, role="main", noise=True, canary_inserted=True, runs=int(s.size),
-                         claimed_epsilon=claimed_epsilon, delta=delta, adjacency=adjacency, confidence=confidence,
-                         select_fraction=select_fraction, seeds={"public": seed, "noise": None}, git_commit=git_commit(), **ev)
-    return dataclasses.replace(result, power=audit_power_of(claim, adjacency, int(s.size), result, select_fraction=select_fraction))
+    ev = evaluate_scores(
+        s,
+        world,
+        select,
+        delta=delta,
+        confidence=confidence,
+        event=claim,
+        accountant=accountant,
+        adjacency=adjacency,
+        seed=seed,
+    )
+    result = AuditResult(
+        mechanism=mechanism,
+        canary=canary,
+        role="main",
+        noise=True,
+        canary_inserted=True,
+        runs=int(s.size),
+        claimed_epsilon=claimed_epsilon,
+        delta=delta,
+        adjacency=adjacency,
+        confidence=confidence,
+        select_fraction=select_fraction,
+        seeds={"public": seed, "noise": None},
+        git_commit=git_commit(),
+        **ev,
+    )
+    return dataclasses.replace(
+        result,
+        power=audit_power_of(
+            claim, adjacency, int(s.size), result, select_fraction=select_fraction
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------ running trials
+
 
 def _chunk_noise(noise_seed: int | None, role: str, chunk: int) -> NoiseSource:
     """Private randomness of one chunk: fresh OS entropy, or derived from the seed when reproducible.
@@ -402,28 +554,40 @@ def _chunk_noise(noise_seed: int | None, role: str, chunk: int) -> NoiseSource:
     uninterrupted one.
     """
     if noise_seed is None:
-        return NoiseSource("reproducible", seed=secrets.randbits(63))  # fresh entropy, never recorded
+        return NoiseSource(
+            "reproducible", seed=secrets.randbits(63)
+        )  # fresh entropy, never recorded
     seq = np.random.SeedSequence([int(noise_seed), _ROLE_TAG[role], int(chunk)])
-    return NoiseSource("reproducible", seed=int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
+    return NoiseSource(
+        "reproducible", seed=int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1))
+    )
 
 
 _WORKER_TARGETS: dict[str, AuditTarget] = {}
 
 
 def _worker_init(targets: dict[str, AuditTarget]) -> None:
-    set_threads(1)  # two processes on two cores: one thread each (torch, when a target uses it, and BLAS)
+    set_threads(
+        1
+    )  # two processes on two cores: one thread each (torch, when a target uses it, and BLAS)
     _WORKER_TARGETS.clear()
     _WORKER_TARGETS.update(targets)
     for t in targets.values():
         t.prepare()
 
 
-def _worker_run(role: str, chunk: int, inserted: np.ndarray, noise_seed: int | None) -> tuple[str, int, np.ndarray, float, float]:
+def _worker_run(
+    role: str, chunk: int, inserted: np.ndarray, noise_seed: int | None
+) -> tuple[str, int, np.ndarray, float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     target = _WORKER_TARGETS[role]
-    s = np.asarray(target.scores(inserted, _chunk_noise(noise_seed, role, chunk)), dtype=float).reshape(-1)
+    s = np.asarray(
+        target.scores(inserted, _chunk_noise(noise_seed, role, chunk)), dtype=float
+    ).reshape(-1)
     if s.shape != inserted.shape:
-        raise DataError(f"target scores must have one value per trial, got shape {s.shape} for {inserted.size} trials.")
+        raise DataError(
+            f"target scores must have one value per trial, got shape {s.shape} for {inserted.size} trials."
+        )
     # CPU seconds as well as wall seconds: on a shared machine the CPU time is the fairer speed figure
     return role, chunk, s, time.perf_counter() - t0, time.process_time() - c0
 
@@ -437,13 +601,35 @@ def _executor_chunk(targets: dict, item: tuple) -> tuple[str, int, np.ndarray, f
     return _worker_run(role, chunk, inserted, noise_seed)
 
 
-def _fingerprint(target: AuditTarget, role: str, runs: int, seed: int, select_fraction: float, chunk_size: int, noise_seed: int | None) -> str:
+def _fingerprint(
+    target: AuditTarget,
+    role: str,
+    runs: int,
+    seed: int,
+    select_fraction: float,
+    chunk_size: int,
+    noise_seed: int | None,
+) -> str:
     d = target.describe()
-    payload = {"mechanism": target.mechanism, "canary": target.canary, "claimed_epsilon": target.claimed_epsilon,
-               "delta": target.delta, "adjacency": target.adjacency, "noise": target.noise, "role": role, "runs": runs,
-               "seed": seed, "select_fraction": select_fraction, "chunk_size": chunk_size,
-               "noise_seed": noise_seed, "reproducible": noise_seed is not None, "describe": d}
-    return hashlib.sha256(json.dumps(_json_safe(payload), sort_keys=True, default=str).encode()).hexdigest()
+    payload = {
+        "mechanism": target.mechanism,
+        "canary": target.canary,
+        "claimed_epsilon": target.claimed_epsilon,
+        "delta": target.delta,
+        "adjacency": target.adjacency,
+        "noise": target.noise,
+        "role": role,
+        "runs": runs,
+        "seed": seed,
+        "select_fraction": select_fraction,
+        "chunk_size": chunk_size,
+        "noise_seed": noise_seed,
+        "reproducible": noise_seed is not None,
+        "describe": d,
+    }
+    return hashlib.sha256(
+        json.dumps(_json_safe(payload), sort_keys=True, default=str).encode()
+    ).hexdigest()
 
 
 class _Checkpoint:
@@ -485,8 +671,16 @@ class _Checkpoint:
         os.replace(tmp, self.dir / f"chunk_{chunk:05d}.npy")
 
 
-def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: int, workers: int, noise_seed: int | None,
-               checkpoints: dict[str, _Checkpoint], progress: bool, executor=None) -> tuple[dict[str, np.ndarray], float, float]:
+def _run_roles(
+    jobs: dict[str, tuple[AuditTarget, np.ndarray]],
+    *,
+    chunk_size: int,
+    workers: int,
+    noise_seed: int | None,
+    checkpoints: dict[str, _Checkpoint],
+    progress: bool,
+    executor=None,
+) -> tuple[dict[str, np.ndarray], float, float]:
     """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints."""
     results: dict[str, np.ndarray] = {}
     pending: list[tuple[str, int, np.ndarray]] = []
@@ -504,20 +698,30 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
     busy = cpu = 0.0
     targets = {r: t for r, (t, _) in jobs.items()}
     with JobProgress("trials", enabled=progress) as bar:
-        tasks = {role: bar.add(f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role]))))
-                 for role, (_, inserted) in jobs.items()}
+        tasks = {
+            role: bar.add(
+                f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role])))
+            )
+            for role, (_, inserted) in jobs.items()
+        }
 
         def finish(role: str, c: int, s: np.ndarray, dt: float, dc: float) -> None:
             nonlocal busy, cpu
             busy += dt
             cpu += dc
-            results[role][c * chunk_size: c * chunk_size + s.size] = s
+            results[role][c * chunk_size : c * chunk_size + s.size] = s
             checkpoints[role].save(c, s)
             bar.update(tasks[role], advance=s.size)
 
-        if executor is not None:  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
-            executor.map_chunks(_executor_chunk, [(r, c, ins, noise_seed) for r, c, ins in pending], shared=targets,
-                                on_done=lambda outcome: finish(*outcome.value) if outcome.ok else None)
+        if (
+            executor is not None
+        ):  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
+            executor.map_chunks(
+                _executor_chunk,
+                [(r, c, ins, noise_seed) for r, c, ins in pending],
+                shared=targets,
+                on_done=lambda outcome: finish(*outcome.value) if outcome.ok else None,
+            )
         elif workers <= 1 or len(pending) <= 1:
             _WORKER_TARGETS.clear()
             _WORKER_TARGETS.update(targets)
@@ -532,11 +736,15 @@ def _run_roles(jobs: dict[str, tuple[AuditTarget, np.ndarray]], *, chunk_size: i
             # (and closures work); elsewhere the targets are pickled once per worker.
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-            with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=(targets,), mp_context=ctx) as pool:
+            with ProcessPoolExecutor(
+                max_workers=workers, initializer=_worker_init, initargs=(targets,), mp_context=ctx
+            ) as pool:
                 todo = list(pending)
                 running = set()
                 while todo or running:
-                    while todo and len(running) < 2 * workers:  # bounded queue: checkpoints stay fresh
+                    while (
+                        todo and len(running) < 2 * workers
+                    ):  # bounded queue: checkpoints stay fresh
                         role, c, ins = todo.pop(0)
                         running.add(pool.submit(_worker_run, role, c, ins, noise_seed))
                     finished, running = wait(running, return_when=FIRST_COMPLETED)
@@ -588,12 +796,23 @@ class AuditOptions:
         """Validated, with the target's defaults filled in (control runs, chunk size; no no-noise
         control for a target that already is noiseless)."""
         runs = positive_int("runs", self.runs, MIN_RUNS)
-        checked = dict(runs=runs, confidence=open_unit("confidence", self.confidence), seed=non_negative_int("seed", self.seed),
-                       workers=positive_int("workers", self.workers),
-                       control_runs=runs if self.control_runs is None else positive_int("control_runs", self.control_runs, MIN_RUNS))
+        checked = dict(
+            runs=runs,
+            confidence=open_unit("confidence", self.confidence),
+            seed=non_negative_int("seed", self.seed),
+            workers=positive_int("workers", self.workers),
+            control_runs=runs
+            if self.control_runs is None
+            else positive_int("control_runs", self.control_runs, MIN_RUNS),
+        )
         controls = tuple(one_of("control", c, CONTROLS) for c in self.controls)
-        controls = tuple(c for c in controls if target.noise or c != "no-noise")  # a noiseless main audit is its own control
-        chunk = positive_int("chunk_size", self.chunk_size if self.chunk_size is not None else target.default_chunk_size)
+        controls = tuple(
+            c for c in controls if target.noise or c != "no-noise"
+        )  # a noiseless main audit is its own control
+        chunk = positive_int(
+            "chunk_size",
+            self.chunk_size if self.chunk_size is not None else target.default_chunk_size,
+        )
         if self.sequential:
             _check_sequential(target, runs)
         return dataclasses.replace(self, controls=controls, chunk_size=chunk, **checked)
@@ -601,7 +820,11 @@ class AuditOptions:
     @property
     def trial_noise_seed(self) -> int | None:
         """The seed the trials' noise derives from (None: fresh OS entropy)."""
-        return (self.seed if self.noise_seed is None else int(self.noise_seed)) if self.reproducible_noise else None
+        return (
+            (self.seed if self.noise_seed is None else int(self.noise_seed))
+            if self.reproducible_noise
+            else None
+        )
 
 
 def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fields) -> AuditResult:
@@ -616,22 +839,49 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     o = dataclasses.replace(options or AuditOptions(), **fields).checked(target)
     root = Path(o.out_dir) if o.out_dir is not None else None
     roles = _roles(target, o)
-    plans = {r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction) for r, (_, n) in roles.items()}
+    plans = {
+        r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction)
+        for r, (_, n) in roles.items()
+    }
     seq = sequential.plan_sequential(o.runs, seed=o.seed) if o.sequential else None
-    if seq is not None:  # the main role runs batch by batch below (no checkpoints); the controls as ever
-        plans["main"] = TrialPlan(world=seq.world, select=np.arange(seq.max_trials) < seq.select_trials)
-    jobs = {r: (t, np.zeros(n, dtype=bool) if r == "null" else plans[r].world.copy()) for r, (t, n) in roles.items()}
-    prints = {r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed) for r, (t, n) in roles.items()}
+    if (
+        seq is not None
+    ):  # the main role runs batch by batch below (no checkpoints); the controls as ever
+        plans["main"] = TrialPlan(
+            world=seq.world, select=np.arange(seq.max_trials) < seq.select_trials
+        )
+    jobs = {
+        r: (t, np.zeros(n, dtype=bool) if r == "null" else plans[r].world.copy())
+        for r, (t, n) in roles.items()
+    }
+    prints = {
+        r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed)
+        for r, (t, n) in roles.items()
+    }
     audit_id = uuid.uuid4().hex
     if o.record:  # before any trial: the cap check (when it counts audits) and the entry
-        audit_id = record_audit_cost(target, roles, audit_id=audit_id, ledger_path=o.ledger_path, release_id=o.release_id, checkpoint_root=root,
-                                     plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest())
+        audit_id = record_audit_cost(
+            target,
+            roles,
+            audit_id=audit_id,
+            ledger_path=o.ledger_path,
+            release_id=o.release_id,
+            checkpoint_root=root,
+            plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest(),
+        )
     if o.plan is not None:
         o.plan.started(audit_id)
     t0 = time.perf_counter()
     fixed = {r: j for r, j in jobs.items() if seq is None or r != "main"}
-    scores, busy, cpu = _run_roles(fixed, chunk_size=o.chunk_size, workers=o.workers, noise_seed=o.trial_noise_seed,
-                                   checkpoints={r: _Checkpoint(root, r, prints[r]) for r in fixed}, progress=o.progress, executor=o.executor)
+    scores, busy, cpu = _run_roles(
+        fixed,
+        chunk_size=o.chunk_size,
+        workers=o.workers,
+        noise_seed=o.trial_noise_seed,
+        checkpoints={r: _Checkpoint(root, r, prints[r]) for r in fixed},
+        progress=o.progress,
+        executor=o.executor,
+    )
     if seq is not None:
         scores["main"], stop = _run_sequential(target, seq, o)
         used = scores["main"].size
@@ -640,32 +890,76 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
         jobs["main"] = (target, plans["main"].world.copy())
     phase("computing the bounds and writing the results")
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
-    results = {r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=audit_id if r == "main" else uuid.uuid4().hex)
-               for r, (t, n) in roles.items()}
+    results = {
+        r: _role_result(
+            target,
+            r,
+            t,
+            n,
+            scores[r],
+            plans[r],
+            o,
+            timings=timings,
+            audit_id=audit_id if r == "main" else uuid.uuid4().hex,
+        )
+        for r, (t, n) in roles.items()
+    }
     if seq is not None:
         results["main"] = _sequential_result(results["main"], target, seq, stop)
-    results["main"] = dataclasses.replace(results["main"], power=audit_power_of(target.claimed_event, target.adjacency, o.runs, results["main"],
-                                                                                select_fraction=o.select_fraction, sequential_mode=o.sequential))
-    main = dataclasses.replace(results["main"], controls={r: results[r] for r in roles if r != "main"})
+    results["main"] = dataclasses.replace(
+        results["main"],
+        power=audit_power_of(
+            target.claimed_event,
+            target.adjacency,
+            o.runs,
+            results["main"],
+            select_fraction=o.select_fraction,
+            sequential_mode=o.sequential,
+        ),
+    )
+    main = dataclasses.replace(
+        results["main"], controls={r: results[r] for r in roles if r != "main"}
+    )
     if root is not None:
-        write_audit(main, root, scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles})
+        write_audit(
+            main,
+            root,
+            scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles},
+        )
         shutil.rmtree(root / ".checkpoint", ignore_errors=True)
     if o.plan is not None:
         o.plan.finished(main.id, shareable_audit(main.to_dict()))
     return main
 
 
-def audit_power_of(event, adjacency: str, trials: int, result: AuditResult, *, select_fraction: float, sequential_mode: bool = False) -> dict:
+def audit_power_of(
+    event,
+    adjacency: str,
+    trials: int,
+    result: AuditResult,
+    *,
+    select_fraction: float,
+    sequential_mode: bool = False,
+) -> dict:
     """audit.json "power": what an audit of ``trials`` trials of this claim can detect (:mod:`dpaudit.audits.power`)."""
     curve = None if event is None else claimed_curve(event, adjacency)
-    return power.audit_power(trials=trials, delta=result.delta, claimed_epsilon=result.claimed_epsilon, curve=curve,
-                             confidence=result.confidence, select_fraction=select_fraction, sequential_mode=sequential_mode).to_dict()
+    return power.audit_power(
+        trials=trials,
+        delta=result.delta,
+        claimed_epsilon=result.claimed_epsilon,
+        curve=curve,
+        confidence=result.confidence,
+        select_fraction=select_fraction,
+        sequential_mode=sequential_mode,
+    ).to_dict()
 
 
 def _check_sequential(target: AuditTarget, runs: int) -> None:
     """Sequential mode needs a claimed event (its curve is what the test stops on) and room for a look."""
     if target.claimed_event is None:
-        raise UsageError("sequential must only be used with a claimed event (the release's DP event), got a target without one.")
+        raise UsageError(
+            "sequential must only be used with a claimed event (the release's DP event), got a target without one."
+        )
     positive_int("runs", runs, sequential.SELECT_TRIALS + sequential.BATCH)
 
 
@@ -673,7 +967,9 @@ def _run_sequential(target: AuditTarget, plan, o: AuditOptions):
     """The main role batch by batch until the sequential test stops: (scores used, (test, last look, reason)).
     Batch c draws its noise as chunk c does (:func:`_chunk_noise`)."""
     curve = claimed_curve(target.claimed_event, target.adjacency)
-    test = sequential.SequentialTest(curve, plan, confidence=o.confidence, criterion=sequential.criterion_for(curve))
+    test = sequential.SequentialTest(
+        curve, plan, confidence=o.confidence, criterion=sequential.criterion_for(curve)
+    )
     _WORKER_TARGETS["main"] = target
 
     def draw(start: int, stop: int) -> np.ndarray:
@@ -692,12 +988,23 @@ def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> 
     """The main result with its deciding statistic and eps_LB replaced by the sequential test's,
     valid at the stopping time (the fixed-N bounds are not: optional stopping)."""
     test, look, reason = stop
-    fields = sequential.audit_fields(result.claimed_curve, plan, test, look, reason, event=target.claimed_event, delta=target.delta,
-                                     accountant=target.accountant, adjacency=target.adjacency)
+    fields = sequential.audit_fields(
+        result.claimed_curve,
+        plan,
+        test,
+        look,
+        reason,
+        event=target.claimed_event,
+        delta=target.delta,
+        accountant=target.accountant,
+        adjacency=target.adjacency,
+    )
     if reason != "completed":
         # the comparison block's fixed-N bounds (Bonferroni Clopper-Pearson...) are not valid after an early stop
         fields["comparison"] = {}
-    return dataclasses.replace(result, **fields, claim_family_bound=claim_family_bound(fields["claimed_curve"]))
+    return dataclasses.replace(
+        result, **fields, claim_family_bound=claim_family_bound(fields["claimed_curve"])
+    )
 
 
 def _roles(target: AuditTarget, o: AuditOptions) -> dict:
@@ -712,32 +1019,77 @@ def _roles(target: AuditTarget, o: AuditOptions) -> dict:
 
 
 def _timings(o: AuditOptions, seconds: float, trials: int, busy: float, cpu: float) -> dict:
-    return {"seconds": seconds, "trials_per_second": trials / max(seconds, 1e-9), "chunk_size": o.chunk_size,
-            "workers": o.workers if o.executor is None else getattr(o.executor, "workers", None), "compute_seconds": busy, "cpu_seconds": cpu,
-            "executor": "built-in" if o.executor is None else getattr(o.executor, "describe", lambda: type(o.executor).__name__)()}
+    return {
+        "seconds": seconds,
+        "trials_per_second": trials / max(seconds, 1e-9),
+        "chunk_size": o.chunk_size,
+        "workers": o.workers if o.executor is None else getattr(o.executor, "workers", None),
+        "compute_seconds": busy,
+        "cpu_seconds": cpu,
+        "executor": "built-in"
+        if o.executor is None
+        else getattr(o.executor, "describe", lambda: type(o.executor).__name__)(),
+    }
 
 
-def _role_result(target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id) -> AuditResult:
+def _role_result(
+    target, role, t, n, scores, plan, o: AuditOptions, *, timings, audit_id
+) -> AuditResult:
     """One role's result: its scores evaluated against the main target's claim (the controls are
     judged against the same curve: how far the no-noise control lies below it shows the power)."""
     nseed = o.trial_noise_seed
-    noise_rec = {"source": "reproducible" if nseed is not None else "os-entropy", "seed": nseed, "secret": nseed is None}
+    noise_rec = {
+        "source": "reproducible" if nseed is not None else "os-entropy",
+        "seed": nseed,
+        "secret": nseed is None,
+    }
     desc = t.describe()
-    ev = evaluate_scores(scores, plan.world, plan.select, delta=target.delta, confidence=o.confidence, event=target.claimed_event,
-                         accountant=target.accountant, adjacency=target.adjacency, seed=o.seed)
+    ev = evaluate_scores(
+        scores,
+        plan.world,
+        plan.select,
+        delta=target.delta,
+        confidence=o.confidence,
+        event=target.claimed_event,
+        accountant=target.accountant,
+        adjacency=target.adjacency,
+        seed=o.seed,
+    )
     return AuditResult(
-        mechanism=target.mechanism, canary=target.canary, role=role, noise=t.noise, canary_inserted=role != "null",
-        runs=n, claimed_epsilon=target.claimed_epsilon, delta=target.delta, adjacency=target.adjacency,
-        confidence=o.confidence, select_fraction=o.select_fraction, seeds={"public": o.seed, "noise": noise_rec},
-        task=desc.get("task"), dataset=desc.get("dataset"), config=desc.get("config", {}),
-        canary_info=desc.get("canary_info", {}), scores_file=SCORES_FILE if o.out_dir is not None else None, timings=timings,
-        git_commit=git_commit(), command=o.command, release_id=o.release_id, release_path=o.release_path,
-        threat_model=one_of("threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS), id=audit_id,
-        plan=o.plan.reveal if o.plan is not None and role == "main" else None, **ev,
+        mechanism=target.mechanism,
+        canary=target.canary,
+        role=role,
+        noise=t.noise,
+        canary_inserted=role != "null",
+        runs=n,
+        claimed_epsilon=target.claimed_epsilon,
+        delta=target.delta,
+        adjacency=target.adjacency,
+        confidence=o.confidence,
+        select_fraction=o.select_fraction,
+        seeds={"public": o.seed, "noise": noise_rec},
+        task=desc.get("task"),
+        dataset=desc.get("dataset"),
+        config=desc.get("config", {}),
+        canary_info=desc.get("canary_info", {}),
+        scores_file=SCORES_FILE if o.out_dir is not None else None,
+        timings=timings,
+        git_commit=git_commit(),
+        command=o.command,
+        release_id=o.release_id,
+        release_path=o.release_path,
+        threat_model=one_of(
+            "threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS
+        ),
+        id=audit_id,
+        plan=o.plan.reveal if o.plan is not None and role == "main" else None,
+        **ev,
     )
 
 
-def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict | None = None) -> Path:
+def write_audit(
+    result: AuditResult, out_dir: str | os.PathLike, *, scores: dict | None = None
+) -> Path:
     """Write ``audit.json`` (shareable), ``audit_local.json`` (not for publication) and, when
     per-trial scores are given, ``scores.npz`` (not for publication) under ``out_dir``
     (:mod:`dpaudit.audit_outputs` says which key goes where)."""
@@ -747,8 +1099,14 @@ def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict
         arrays = {}
         for r, (s, w, sel, ins) in scores.items():
             k = r.replace("-", "_")
-            arrays.update({f"{k}_score": np.asarray(s, float), f"{k}_world": np.asarray(w, bool),
-                           f"{k}_select": np.asarray(sel, bool), f"{k}_inserted": np.asarray(ins, bool)})
+            arrays.update(
+                {
+                    f"{k}_score": np.asarray(s, float),
+                    f"{k}_world": np.asarray(w, bool),
+                    f"{k}_select": np.asarray(sel, bool),
+                    f"{k}_inserted": np.asarray(ins, bool),
+                }
+            )
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".scores.", suffix=".npz")
         with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, **arrays)
@@ -758,8 +1116,18 @@ def write_audit(result: AuditResult, out_dir: str | os.PathLike, *, scores: dict
     return write_json_atomic(root / AUDIT_FILE, public)
 
 
-def audit_callable(mechanism, score, runs: int, *, delta: float, claimed_epsilon: float | None = None, claim=None, noiseless_mechanism=None,
-                   controls: tuple[str, ...] | list[str] | None = None, **kw) -> AuditResult:
+def audit_callable(
+    mechanism,
+    score,
+    runs: int,
+    *,
+    delta: float,
+    claimed_epsilon: float | None = None,
+    claim=None,
+    noiseless_mechanism=None,
+    controls: tuple[str, ...] | list[str] | None = None,
+    **kw,
+) -> AuditResult:
     """Bring your own mechanism: audit ``mechanism(include_canary: bool, rng) -> release``.
 
     ``score(release) -> float`` is the attack's statistic (computed from the release alone).
@@ -770,11 +1138,28 @@ def audit_callable(mechanism, score, runs: int, *, delta: float, claimed_epsilon
     target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``. ``claim``
     and ``claimed_epsilon``: as in :func:`audit_scores`.
     """
-    lab = _labels({"mechanism" if k == "mechanism_name" else k: kw.pop(k) for k in list(kw) if k in ("mechanism_name", "canary", "adjacency", "accountant")})
+    lab = _labels(
+        {
+            "mechanism" if k == "mechanism_name" else k: kw.pop(k)
+            for k in list(kw)
+            if k in ("mechanism_name", "canary", "adjacency", "accountant")
+        }
+    )
     if claim is not None and claimed_epsilon is None:
-        claimed_epsilon = float(compute_epsilon(claim, delta=delta, accountant=lab["accountant"], adjacency=lab["adjacency"]).epsilon)
-    target = CallableTarget(mechanism_fn=mechanism, score_fn=score, claimed_epsilon=claimed_epsilon, delta=delta,
-                            noiseless_mechanism=noiseless_mechanism, claimed_event=claim, **lab)
+        claimed_epsilon = float(
+            compute_epsilon(
+                claim, delta=delta, accountant=lab["accountant"], adjacency=lab["adjacency"]
+            ).epsilon
+        )
+    target = CallableTarget(
+        mechanism_fn=mechanism,
+        score_fn=score,
+        claimed_epsilon=claimed_epsilon,
+        delta=delta,
+        noiseless_mechanism=noiseless_mechanism,
+        claimed_event=claim,
+        **lab,
+    )
     if controls is None:
         controls = CONTROLS if noiseless_mechanism is not None else ("null",)
     return run_audit(target, runs=runs, controls=controls, **kw)

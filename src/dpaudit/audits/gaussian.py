@@ -25,6 +25,7 @@ from ..noise import NoiseSource, public_rng
 from ..validation import one_of, open_unit, positive_finite, positive_int
 from .stats import gdp_epsilon, gdp_mu_for_epsilon
 from .targets import AuditTarget
+
 np = lazy_import("numpy")
 
 GAUSSIAN_CANARIES = ("max-clip", "natural")
@@ -52,7 +53,9 @@ class GaussianTarget(AuditTarget):
     dimension: int = 8
     n_records: int = 100
     seed: int = 0
-    broken_noise_factor: float = 1.0  # > 1 divides the noise; the claim is NOT changed (test target)
+    broken_noise_factor: float = (
+        1.0  # > 1 divides the noise; the claim is NOT changed (test target)
+    )
     noise: bool = True
     mechanism: str = "gaussian"
     adjacency: str = "add-remove-record"
@@ -74,9 +77,13 @@ class GaussianTarget(AuditTarget):
         # Records: random directions, norms uniform in (0, C]; the last one is held out as the
         # natural canary. All public: the adversary knows every record but the canary.
         x = rng.normal(size=(self.n_records + 1, self.dimension))
-        x *= (rng.uniform(0, 1, size=(self.n_records + 1, 1)) * self.clipping_norm) / np.linalg.norm(x, axis=1, keepdims=True)
+        x *= (
+            rng.uniform(0, 1, size=(self.n_records + 1, 1)) * self.clipping_norm
+        ) / np.linalg.norm(x, axis=1, keepdims=True)
         self._base = x[:-1].sum(axis=0)
-        self._canary_vec = self.clipping_norm * np.eye(self.dimension)[0] if self.canary == "max-clip" else x[-1]
+        self._canary_vec = (
+            self.clipping_norm * np.eye(self.dimension)[0] if self.canary == "max-clip" else x[-1]
+        )
         self._direction = self._canary_vec / np.linalg.norm(self._canary_vec)
 
     @property
@@ -125,4 +132,3 @@ class GaussianTarget(AuditTarget):
             },
             "canary_info": {"kind": self.canary, "norm": float(np.linalg.norm(self._canary_vec))},
         }
-

@@ -46,6 +46,7 @@ from ..records import _json_safe, write_json_atomic
 from ..validation import one_of, open_unit
 from . import curves
 from .curves import claimed_curve, scale_event
+
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
 stats = lazy_import("scipy.stats")
@@ -95,20 +96,30 @@ class OneRunScores:
     info: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        s = np.asarray(self.scores, dtype=np.float64).reshape(-1) if np.ndim(self.scores) <= 1 else None
+        s = (
+            np.asarray(self.scores, dtype=np.float64).reshape(-1)
+            if np.ndim(self.scores) <= 1
+            else None
+        )
         if s is None:
             raise UsageError(f"scores must be a 1-d array, got shape {np.shape(self.scores)}.")
         inc = np.asarray(self.included)
         if inc.ndim != 1 or inc.size != s.size:
-            raise UsageError(f"included must be a 1-d array of the scores' length {s.size}, got shape {inc.shape}.")
+            raise UsageError(
+                f"included must be a 1-d array of the scores' length {s.size}, got shape {inc.shape}."
+            )
         if inc.dtype != bool:
             if not np.all(np.isin(inc, (0, 1))):
-                raise UsageError(f"included must hold booleans (or 0/1), got values {sorted(set(np.unique(inc).tolist()))[:5]}.")
+                raise UsageError(
+                    f"included must hold booleans (or 0/1), got values {sorted(set(np.unique(inc).tolist()))[:5]}."
+                )
             inc = inc.astype(bool)
         if s.size < 2:
             raise UsageError(f"canaries must be at least 2, got {s.size}.")
         if not np.all(np.isfinite(s)):
-            raise UsageError(f"scores must be finite, got {int(np.sum(~np.isfinite(s)))} non-finite values.")
+            raise UsageError(
+                f"scores must be finite, got {int(np.sum(~np.isfinite(s)))} non-finite values."
+            )
         one_of("kind", self.kind, KINDS)
         if not isinstance(self.info, dict):
             raise UsageError(f"info must be a dict, got {type(self.info).__name__}.")
@@ -147,7 +158,7 @@ def count_correct(scores, included, k_pos: int, k_neg: int) -> tuple[int, int]:
         raise UsageError(f"k_pos + k_neg must be in [0, {s.size}], got {k_pos} + {k_neg}.")
     order = np.argsort(-s, kind="stable")  # descending score; equal scores keep index order
     top = order[:k_pos]
-    bottom = order[s.size - k_neg:] if k_neg else order[:0]
+    bottom = order[s.size - k_neg :] if k_neg else order[:0]
     return k_pos + k_neg, int(inc[top].sum() + (~inc[bottom]).sum())
 
 
@@ -159,7 +170,9 @@ def steinke_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> flo
     with m canaries (Steinke, Nasr & Jagielski 2023, main theorem): ``P[B >= v] + 2 m delta
     max_{1<=i<=v} P[v - i <= B < v] / i`` with ``B ~ Binomial(r, e^eps / (1 + e^eps))``."""
     if not (0 <= v <= r <= m):
-        raise UsageError(f"counts must satisfy 0 <= correct <= guesses <= canaries, got {v}, {r}, {m}.")
+        raise UsageError(
+            f"counts must satisfy 0 <= correct <= guesses <= canaries, got {v}, {r}, {m}."
+        )
     q = float(special.expit(epsilon))
     beta = float(stats.binom.sf(v - 1, r, q))
     if delta == 0 or v == 0:
@@ -170,7 +183,9 @@ def steinke_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> flo
     return min(beta + 2.0 * m * float(delta) * alpha, 1.0)
 
 
-def steinke_epsilon(m: int, r: int, v: int, *, delta: float, significance: float, tol: float = 1e-6) -> float:
+def steinke_epsilon(
+    m: int, r: int, v: int, *, delta: float, significance: float, tol: float = 1e-6
+) -> float:
     """eps_LB of one (r, v) at ``significance``: an epsilon whose p-value is <= significance (the
     left end of a bisection bracket, so the returned value always passes), 0 if eps = 0 already
     fails. Sound whatever the p-value's shape: (e, delta)-DP implies (E, delta)-DP for E >= e, so
@@ -201,7 +216,9 @@ def _curve_values(fnr: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, 
     x = _fdp_grid()
     f = np.clip(np.asarray(fnr(x), dtype=np.float64), 0.0, 1.0)
     if f.shape != x.shape or not np.all(np.isfinite(f)):
-        raise DataError(f"claimed curve must give finite values on the FPR grid, got shape {f.shape}.")
+        raise DataError(
+            f"claimed curve must give finite values on the FPR grid, got shape {f.shape}."
+        )
     f = np.minimum.accumulate(f)
     convex = _convex_on_grid(x, f)
     return f, convex
@@ -214,7 +231,9 @@ def _convex_on_grid(x: np.ndarray, f: np.ndarray, tol: float = 1e-9) -> bool:
     return bool(np.all(f[1:-1] <= chord + tol))
 
 
-def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, significance: float) -> bool:
+def fdp_rejects(
+    curve_values: np.ndarray, m: int, guesses: int, correct: int, significance: float
+) -> bool:
     """True when ``correct`` of ``guesses`` correct guesses over m canaries rule out, at
     ``significance``, every mechanism that is f-DP for the curve f given by ``curve_values`` on
     :func:`_fdp_grid` (non-increasing, convex, a lower bound on the trade-off function of every
@@ -240,7 +259,9 @@ def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, si
     """
     c1, v = int(guesses), int(correct)
     if not (0 <= v <= c1 <= m):
-        raise UsageError(f"counts must satisfy 0 <= correct <= guesses <= canaries, got {v}, {c1}, {m}.")
+        raise UsageError(
+            f"counts must satisfy 0 <= correct <= guesses <= canaries, got {v}, {c1}, {m}."
+        )
     if c1 == 0 or v == 0:
         return False
     neg_f = -curve_values  # non-decreasing: searchsorted finds how many grid points have f > 1 - y
@@ -260,8 +281,15 @@ def fdp_rejects(curve_values: np.ndarray, m: int, guesses: int, correct: int, si
     return r + h > total * (1.0 + 1e-9)
 
 
-def fdp_family_search(counts: list[tuple[int, int]], m: int, *, curve_at: Callable[[float], Callable], significance: float,
-                      tolerance: float = _SCALE_TOLERANCE, scale_range: tuple[float, float] = _SCALE_RANGE) -> dict:
+def fdp_family_search(
+    counts: list[tuple[int, int]],
+    m: int,
+    *,
+    curve_at: Callable[[float], Callable],
+    significance: float,
+    tolerance: float = _SCALE_TOLERANCE,
+    scale_range: tuple[float, float] = _SCALE_RANGE,
+) -> dict:
     """Smallest scale s (within ``scale_range``) whose curve ``curve_at(s)`` (a ``fnr`` callable;
     larger s = higher curve) the guesses rule out, Bonferroni over ``counts`` (each (guesses,
     correct) tested at significance / len(counts)). The returned ``scale_lower_bound`` is always a
@@ -284,10 +312,16 @@ def fdp_family_search(counts: list[tuple[int, int]], m: int, *, curve_at: Callab
     try:
         return _search(rejects, tolerance, scale_range)
     except _NotConvex as e:
-        return {"scale_lower_bound": None, "violated": False, "unavailable": f"the claimed curve at scale {e.args[0]:.4g} is not convex on the FPR grid"}
+        return {
+            "scale_lower_bound": None,
+            "violated": False,
+            "unavailable": f"the claimed curve at scale {e.args[0]:.4g} is not convex on the FPR grid",
+        }
 
 
-def _search(rejects: Callable[[float], bool], tolerance: float, scale_range: tuple[float, float]) -> dict:
+def _search(
+    rejects: Callable[[float], bool], tolerance: float, scale_range: tuple[float, float]
+) -> dict:
     """inf{s : rejects(s)} for an up-closed rejection set, reported at a rejected s (the right
     end of the final bracket, relative width ``tolerance``); None when the top of the range
     is not rejected, the bottom of the range when everything tried is."""
@@ -323,8 +357,16 @@ def _search(rejects: Callable[[float], bool], tolerance: float, scale_range: tup
 # --------------------------------------------------------------------------------- the record
 
 
-def one_run_bounds(s: OneRunScores, *, delta: float, confidence: float = 0.95, claim=None, accountant: str = "rdp",
-                   adjacency: str = "add-remove-record", claimed_epsilon: float | None = None) -> dict:
+def one_run_bounds(
+    s: OneRunScores,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    claim=None,
+    accountant: str = "rdp",
+    adjacency: str = "add-remove-record",
+    claimed_epsilon: float | None = None,
+) -> dict:
     """Both one-run analyses of ``s`` (the dict stored as one_run.json; module docstring).
 
     ``claim``: the claimed event (dpaudit.accounting.events); with it the f-DP analysis runs
@@ -342,30 +384,63 @@ def one_run_bounds(s: OneRunScores, *, delta: float, confidence: float = 0.95, c
     eps = [steinke_epsilon(m, r, v, delta=delta, significance=each) for r, v in counts]
     best = int(np.argmax(eps))
     ceiling = max(steinke_epsilon(m, r, r, delta=delta, significance=each) for r, _ in counts)
-    method = (f"Steinke, Nasr & Jagielski (2023): guess 'in' for the k+ highest scores and 'out' for the k- lowest, abstain on the "
-              f"rest; eps_LB = the largest eps whose (eps, delta) p-value P[Bin(r, e^eps/(1+e^eps)) >= v] + 2 m delta "
-              f"max_i P[v-i <= Bin < v]/i is <= {alpha:g}/{len(grid)} (Bonferroni over the {len(grid)} (k+, k-) grid points); "
-              f"ceiling: all guesses correct.")
-    steinke = {"epsilon_lower_bound": float(eps[best]), "k_pos": grid[best][0], "k_neg": grid[best][1], "guesses": counts[best][0],
-               "correct": counts[best][1], "ceiling": float(ceiling), "method": method,
-               "per_grid": [{"k_pos": kp, "k_neg": kn, "guesses": r, "correct": v, "epsilon_lower_bound": float(e)}
-                            for (kp, kn), (r, v), e in zip(grid, counts, eps)]}
+    method = (
+        f"Steinke, Nasr & Jagielski (2023): guess 'in' for the k+ highest scores and 'out' for the k- lowest, abstain on the "
+        f"rest; eps_LB = the largest eps whose (eps, delta) p-value P[Bin(r, e^eps/(1+e^eps)) >= v] + 2 m delta "
+        f"max_i P[v-i <= Bin < v]/i is <= {alpha:g}/{len(grid)} (Bonferroni over the {len(grid)} (k+, k-) grid points); "
+        f"ceiling: all guesses correct."
+    )
+    steinke = {
+        "epsilon_lower_bound": float(eps[best]),
+        "k_pos": grid[best][0],
+        "k_neg": grid[best][1],
+        "guesses": counts[best][0],
+        "correct": counts[best][1],
+        "ceiling": float(ceiling),
+        "method": method,
+        "per_grid": [
+            {"k_pos": kp, "k_neg": kn, "guesses": r, "correct": v, "epsilon_lower_bound": float(e)}
+            for (kp, kn), (r, v), e in zip(grid, counts, eps)
+        ],
+    }
     fdp = None
     if claim is not None:
-        fdp = _fdp_block(counts, grid, m, claim=claim, delta=delta, alpha=alpha, accountant=accountant, adjacency=adjacency)
+        fdp = _fdp_block(
+            counts,
+            grid,
+            m,
+            claim=claim,
+            delta=delta,
+            alpha=alpha,
+            accountant=accountant,
+            adjacency=adjacency,
+        )
         if claimed_epsilon is None:
             claimed_epsilon = _epsilon_of(claim, delta, accountant, adjacency)
-    return {"schema": SCHEMA, "canaries": m, "kind": s.kind, "included": int(s.included.sum()),
-            "grid": [{"k_pos": kp, "k_neg": kn} for kp, kn in grid], "steinke": steinke, "fdp": fdp,
-            "claimed_epsilon": None if claimed_epsilon is None else float(claimed_epsilon), "delta": delta,
-            "confidence": float(confidence), "info": dict(s.info)}
+    return {
+        "schema": SCHEMA,
+        "canaries": m,
+        "kind": s.kind,
+        "included": int(s.included.sum()),
+        "grid": [{"k_pos": kp, "k_neg": kn} for kp, kn in grid],
+        "steinke": steinke,
+        "fdp": fdp,
+        "claimed_epsilon": None if claimed_epsilon is None else float(claimed_epsilon),
+        "delta": delta,
+        "confidence": float(confidence),
+        "info": dict(s.info),
+    }
 
 
 def _epsilon_of(event, delta: float, accountant: str, adjacency: str) -> float:
-    return float(compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency).epsilon)
+    return float(
+        compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency).epsilon
+    )
 
 
-def _fdp_block(counts, grid, m: int, *, claim, delta: float, alpha: float, accountant: str, adjacency: str) -> dict:
+def _fdp_block(
+    counts, grid, m: int, *, claim, delta: float, alpha: float, accountant: str, adjacency: str
+) -> dict:
     closed = claimed_curve(claim, adjacency=adjacency).closed_form is not None
     scale_range = curves.SCALE_RANGE_CLOSED if closed else curves.SCALE_RANGE_PROFILE
 
@@ -373,48 +448,112 @@ def _fdp_block(counts, grid, m: int, *, claim, delta: float, alpha: float, accou
         return claimed_curve(scale_event(claim, scale), adjacency=adjacency).fnr
 
     tol = _SCALE_TOLERANCE if closed else _PROFILE_TOLERANCE
-    found = fdp_family_search(counts, m, curve_at=curve_at, significance=alpha, scale_range=scale_range, tolerance=tol)
+    found = fdp_family_search(
+        counts, m, curve_at=curve_at, significance=alpha, scale_range=scale_range, tolerance=tol
+    )
     if "unavailable" in found:
-        return {"method": "not computed: " + found["unavailable"] + " (the f-DP recursion needs a convex trade-off curve).",
-                "event": claim.to_dict(), "epsilon_lower_bound": None, "violated": False, "unavailable": found["unavailable"]}
+        return {
+            "method": "not computed: "
+            + found["unavailable"]
+            + " (the f-DP recursion needs a convex trade-off curve).",
+            "event": claim.to_dict(),
+            "epsilon_lower_bound": None,
+            "violated": False,
+            "unavailable": found["unavailable"],
+        }
     s_lb = found["scale_lower_bound"]
-    eps_lb = 0.0 if s_lb is None else _epsilon_of(scale_event(claim, s_lb), delta, accountant, adjacency)
+    eps_lb = (
+        0.0 if s_lb is None else _epsilon_of(scale_event(claim, s_lb), delta, accountant, adjacency)
+    )
     ceiling = None
     if closed:  # a profile (PLD) curve costs seconds per scale: its ceiling is not searched
-        top = fdp_family_search([(r, r) for r, _ in counts], m, curve_at=curve_at, significance=alpha, scale_range=scale_range)
+        top = fdp_family_search(
+            [(r, r) for r, _ in counts],
+            m,
+            curve_at=curve_at,
+            significance=alpha,
+            scale_range=scale_range,
+        )
         c_s = top.get("scale_lower_bound")
-        ceiling = 0.0 if c_s is None else _epsilon_of(scale_event(claim, c_s), delta, accountant, adjacency)
-    method = (f"Mahloujifar, Melis & Chaudhuri (2024): the same guesses tested against the claimed trade-off curve of "
-              f"scale_event(claim, s) with the recursive bound on the number of correct guesses of an f-DP mechanism, "
-              f"Bonferroni over the {len(grid)} (k+, k-) grid points at significance {alpha:g}; scale_lower_bound = the smallest "
-              f"s ruled out (log-bisection to {tol:g} relative, reported at a rejected s); eps_LB = epsilon of "
-              f"scale_event(claim, s_LB) at delta with the {accountant} accountant.")
-    return {"method": method, "event": claim.to_dict(), "accountant": accountant, "adjacency": str(adjacency),
-            "family": curves._family_parameter(claim, s_lb), "scale_lower_bound": s_lb, "epsilon_lower_bound": float(eps_lb),
-            "violated": bool(found["violated"]), "ceiling": ceiling}
+        ceiling = (
+            0.0
+            if c_s is None
+            else _epsilon_of(scale_event(claim, c_s), delta, accountant, adjacency)
+        )
+    method = (
+        f"Mahloujifar, Melis & Chaudhuri (2024): the same guesses tested against the claimed trade-off curve of "
+        f"scale_event(claim, s) with the recursive bound on the number of correct guesses of an f-DP mechanism, "
+        f"Bonferroni over the {len(grid)} (k+, k-) grid points at significance {alpha:g}; scale_lower_bound = the smallest "
+        f"s ruled out (log-bisection to {tol:g} relative, reported at a rejected s); eps_LB = epsilon of "
+        f"scale_event(claim, s_LB) at delta with the {accountant} accountant."
+    )
+    return {
+        "method": method,
+        "event": claim.to_dict(),
+        "accountant": accountant,
+        "adjacency": str(adjacency),
+        "family": curves._family_parameter(claim, s_lb),
+        "scale_lower_bound": s_lb,
+        "epsilon_lower_bound": float(eps_lb),
+        "violated": bool(found["violated"]),
+        "ceiling": ceiling,
+    }
 
 
-def recompute_bounds(rec: dict, *, claim=None, accountant: str = "rdp", adjacency: str = "add-remove-record") -> dict:
+def recompute_bounds(
+    rec: dict, *, claim=None, accountant: str = "rdp", adjacency: str = "add-remove-record"
+) -> dict:
     """The eps_LB of both analyses recomputed from a one_run.json's stored counts (the guesses and
     correct guesses at each point of the public grid) alone: {"steinke": eps, "fdp": eps or None
     (no ``claim`` event)}. A grid other than :func:`guess_grid`'s is a DataError."""
-    m, delta, alpha = int(rec["canaries"]), float(rec["delta"]), _significance(float(rec["confidence"]))
+    m, delta, alpha = (
+        int(rec["canaries"]),
+        float(rec["delta"]),
+        _significance(float(rec["confidence"])),
+    )
     rows = rec["steinke"]["per_grid"]
-    grid, counts = [(int(g["k_pos"]), int(g["k_neg"])) for g in rows], [(int(g["guesses"]), int(g["correct"])) for g in rows]
+    grid, counts = (
+        [(int(g["k_pos"]), int(g["k_neg"])) for g in rows],
+        [(int(g["guesses"]), int(g["correct"])) for g in rows],
+    )
     if grid != guess_grid(m):
         raise DataError(f"one-run grid must be the public grid of {m} canaries, got {grid}.")
-    steinke = max(steinke_epsilon(m, r, v, delta=delta, significance=alpha / len(grid)) for r, v in counts)
-    fdp = None if claim is None else _fdp_block(counts, grid, m, claim=claim, delta=delta, alpha=alpha, accountant=accountant,
-                                                 adjacency=adjacency)["epsilon_lower_bound"]
+    steinke = max(
+        steinke_epsilon(m, r, v, delta=delta, significance=alpha / len(grid)) for r, v in counts
+    )
+    fdp = (
+        None
+        if claim is None
+        else _fdp_block(
+            counts,
+            grid,
+            m,
+            claim=claim,
+            delta=delta,
+            alpha=alpha,
+            accountant=accountant,
+            adjacency=adjacency,
+        )["epsilon_lower_bound"]
+    )
     return {"steinke": float(steinke), "fdp": fdp}
 
 
-def audit_one_run(scores, included, *, kind: str = "gradient", info: dict | None = None, **bounds) -> dict:
+def audit_one_run(
+    scores, included, *, kind: str = "gradient", info: dict | None = None, **bounds
+) -> dict:
     """Bring your own: the one-run bounds (:func:`one_run_bounds`, whose keywords ``bounds`` are:
     ``delta``, ``confidence``, ``claim``, ``accountant``, ``adjacency``, ``claimed_epsilon``) of
     scores made elsewhere. ``included`` must be each canary's private fair coin, drawn
     independently of everything the scores' guesses could be tuned on."""
-    return one_run_bounds(OneRunScores(scores=np.asarray(scores), included=np.asarray(included), kind=kind, info=dict(info or {})), **bounds)
+    return one_run_bounds(
+        OneRunScores(
+            scores=np.asarray(scores),
+            included=np.asarray(included),
+            kind=kind,
+            info=dict(info or {}),
+        ),
+        **bounds,
+    )
 
 
 @dataclass(frozen=True)
@@ -428,8 +567,12 @@ class OneRunResult:
     release_id: str | None = None
     release_path: str | None = None
     timings: dict = field(default_factory=dict)
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)  # the ledger's audit entry (and plan run) of this run
-    plan: dict | None = None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
+    id: str = field(
+        default_factory=lambda: uuid.uuid4().hex
+    )  # the ledger's audit entry (and plan run) of this run
+    plan: dict | None = (
+        None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
+    )
     power: dict | None = None  # what this m can detect (dpaudit.audits.power_runs.one_run_power_of)
 
     @property
@@ -458,10 +601,20 @@ class OneRunResult:
 
     def to_dict(self) -> dict:
         d = dict(self.bounds)
-        d.update(mechanism=self.mechanism, noise=self.noise, command=self.command, release_id=self.release_id,
-                 release_path=self.release_path, timings=dict(self.timings), id=self.id,
-                 plan=self.plan, power=self.power, statistic=self.statistic,
-                 epsilon_lower_bound=self.epsilon_lower_bound, violated=self.violated)
+        d.update(
+            mechanism=self.mechanism,
+            noise=self.noise,
+            command=self.command,
+            release_id=self.release_id,
+            release_path=self.release_path,
+            timings=dict(self.timings),
+            id=self.id,
+            plan=self.plan,
+            power=self.power,
+            statistic=self.statistic,
+            epsilon_lower_bound=self.epsilon_lower_bound,
+            violated=self.violated,
+        )
         return _json_safe(d)
 
 
@@ -469,6 +622,8 @@ def write_one_run(result: OneRunResult, out_dir: str | os.PathLike) -> Path:
     """Write ``one_run.json`` (shareable) and ``one_run_local.json`` (not for publication: the
     data-derived canary coordinates, labels, exact timings; :mod:`dpaudit.audit_outputs`) under ``out_dir``."""
     public, local = split_one_run(result.to_dict())
-    write_json_atomic(Path(out_dir) / ONE_RUN_LOCAL_FILE, local_document(result.release_id, local, key="release_id"))
+    write_json_atomic(
+        Path(out_dir) / ONE_RUN_LOCAL_FILE,
+        local_document(result.release_id, local, key="release_id"),
+    )
     return write_json_atomic(Path(out_dir) / ONE_RUN_FILE, public)
-

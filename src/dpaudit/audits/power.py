@@ -45,6 +45,7 @@ from ..errors import DataError, UnsupportedEventError
 from ..validation import open_unit, positive_int
 from . import sequential, stats
 from .curves import ClaimedCurve, scale_event
+
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
 
@@ -101,20 +102,30 @@ def power_line(p: dict | None) -> str:
         return NOT_RECORDED
     claim, unit = p.get("claimed_epsilon"), p.get("unit", "trials")
     ceiling = f"{_f(p.get('ceiling'))} ({_CEILING.get(p.get('kind'), _CEILING['trials'])})"
-    lead = (f"power ({p['trials']} {unit}, {p['estimator']}): limit {ceiling}, "
-            f"at the claim {_f(p.get('at_claim'))}")
+    lead = (
+        f"power ({p['trials']} {unit}, {p['estimator']}): limit {ceiling}, "
+        f"at the claim {_f(p.get('at_claim'))}"
+    )
     if claim is not None and not p.get("detectable"):
-        return (f"{lead}; UNDERPOWERED: that limit is not above the claim {_f(claim)}: this audit "
-                f"cannot detect a violation at all (more {unit} needed)")
+        return (
+            f"{lead}; UNDERPOWERED: that limit is not above the claim {_f(claim)}: this audit "
+            f"cannot detect a violation at all (more {unit} needed)"
+        )
     n90 = p.get("trials_for_90")
     needed = "over " + format(_MOST.get(unit, MAX_TRIALS), ",") if n90 is None else format(n90, ",")
-    return (f"{lead}; smallest noise understatement detected: {_factor_text(p)}; "
-            f"{unit} for 90 % of the claim: {needed}")
+    return (
+        f"{lead}; smallest noise understatement detected: {_factor_text(p)}; "
+        f"{unit} for 90 % of the claim: {needed}"
+    )
 
 
 #: What each kind's ceiling is, and the largest size each unit's search looks at.
-_CEILING = {"trials": "perfectly separated scores", "one-run": "every guess correct",
-            "white-box": "noise-free observations", "crafted-final": "noise-free observations"}
+_CEILING = {
+    "trials": "perfectly separated scores",
+    "one-run": "every guess correct",
+    "white-box": "noise-free observations",
+    "crafted-final": "noise-free observations",
+}
 _MOST = {"trials": MAX_TRIALS, "canaries": MAX_CANARIES}
 
 
@@ -135,7 +146,9 @@ def _f(x) -> str:
     return "—" if x is None else f"{float(x):.3f}"
 
 
-def eval_sizes(trials: int, *, select_fraction: float = SELECT_FRACTION, sequential_mode: bool = False) -> tuple[int, int]:
+def eval_sizes(
+    trials: int, *, select_fraction: float = SELECT_FRACTION, sequential_mode: bool = False
+) -> tuple[int, int]:
     """(EVAL canary-in, EVAL canary-out) trials of an audit of ``trials`` (engine.plan_trials'
     split; a sequential audit: all but its SELECT trials, half each)."""
     if sequential_mode:
@@ -157,7 +170,9 @@ class _Uppers:
 
     def __call__(self, k, n):
         if self.sequential:
-            return sequential.anytime_upper(k, np.full(np.shape(k), n), (1.0 - self.confidence) / 2.0)
+            return sequential.anytime_upper(
+                k, np.full(np.shape(k), n), (1.0 - self.confidence) / 2.0
+            )
         return stats.cp_upper(k, np.full(np.shape(k), n), self.confidence, split=2)
 
 
@@ -178,7 +193,11 @@ class _Statistic:
 
     @property
     def name(self) -> str:
-        return "claimed-curve (Gaussian-DP)" if self.mu is not None else "eps_LB of the box (clopper-pearson)"
+        return (
+            "claimed-curve (Gaussian-DP)"
+            if self.mu is not None
+            else "eps_LB of the box (clopper-pearson)"
+        )
 
     def of(self, fpr_hi, fnr_hi) -> np.ndarray:
         if self.mu is not None:
@@ -237,24 +256,47 @@ PROFILE_TOLERANCE = 0.01
 COARSE_SIGMA = 1.5
 
 
-def audit_power(*, trials: int, delta: float, claimed_epsilon: float | None = None, curve=None, confidence: float = 0.95,
-                select_fraction: float = SELECT_FRACTION, sequential_mode: bool = False) -> AuditPower:
+def audit_power(
+    *,
+    trials: int,
+    delta: float,
+    claimed_epsilon: float | None = None,
+    curve=None,
+    confidence: float = 0.95,
+    select_fraction: float = SELECT_FRACTION,
+    sequential_mode: bool = False,
+) -> AuditPower:
     """The power line of an audit of ``trials`` trials of the claim ``curve`` (a
     :class:`dpaudit.audits.curves.ClaimedCurve`; None: the (``claimed_epsilon``, ``delta``) point)."""
     trials = positive_int("trials", trials, sequential.SELECT_TRIALS + 2 if sequential_mode else 4)
     confidence = open_unit("confidence", confidence)
     uppers = _Uppers(confidence, sequential_mode)
-    n_in, n_out = eval_sizes(trials, select_fraction=select_fraction, sequential_mode=sequential_mode)
+    n_in, n_out = eval_sizes(
+        trials, select_fraction=select_fraction, sequential_mode=sequential_mode
+    )
     stat = _Statistic(curve, claimed_epsilon, delta)
     perfect = float(stat.of(uppers(np.zeros(1), n_out), uppers(np.zeros(1), n_in))[0])
-    base = dict(trials=trials, eval_in=n_in, eval_out=n_out, estimator=stat.name,
-                claimed_epsilon=claimed_epsilon, ceiling=stat.epsilon(perfect),
-                sequential=sequential_mode, factor_name=factor_name(curve),
-                factor_note=None if curve is not None else NO_EVENT_NOTE)
-    claim_fnr = _tabulated(curve.fnr) if curve is not None else (None if claimed_epsilon is None else _point_curve(claimed_epsilon, delta))
+    base = dict(
+        trials=trials,
+        eval_in=n_in,
+        eval_out=n_out,
+        estimator=stat.name,
+        claimed_epsilon=claimed_epsilon,
+        ceiling=stat.epsilon(perfect),
+        sequential=sequential_mode,
+        factor_name=factor_name(curve),
+        factor_note=None if curve is not None else NO_EVENT_NOTE,
+    )
+    claim_fnr = (
+        _tabulated(curve.fnr)
+        if curve is not None
+        else (None if claimed_epsilon is None else _point_curve(claimed_epsilon, delta))
+    )
     target = stat.claim_value()
     if claim_fnr is None or target is None:
-        return AuditPower(**base, at_claim=None, detectable=True, smallest_factor=None, trials_for_90=None)
+        return AuditPower(
+            **base, at_claim=None, detectable=True, smallest_factor=None, trials_for_90=None
+        )
     at_claim = _expected_best(stat, claim_fnr, n_in, n_out, uppers)
     detectable = perfect > target
 
@@ -263,8 +305,13 @@ def audit_power(*, trials: int, delta: float, claimed_epsilon: float | None = No
 
     factor = smallest_factor(curve, caught) if detectable and curve is not None else None
     needed = _trials_for(stat, claim_fnr, uppers, select_fraction, sequential_mode)
-    return AuditPower(**base, at_claim=stat.epsilon(at_claim), detectable=detectable,
-                      smallest_factor=factor, trials_for_90=needed)
+    return AuditPower(
+        **base,
+        at_claim=stat.epsilon(at_claim),
+        detectable=detectable,
+        smallest_factor=factor,
+        trials_for_90=needed,
+    )
 
 
 def factor_name(curve) -> str:
@@ -288,8 +335,13 @@ def smallest_factor(curve, caught) -> float | None:
     wherever it holds for a higher one. Every k reported was evaluated on the member's own curve."""
     mu, as_gaussian = gdp_mu(curve), None
     if mu is not None:
-        as_gaussian = largest_holding(lambda k: caught(_gaussian_fnr(proxy_mu(curve, mu, k))), 0.5,
-                                      low=MIN_FACTOR, high=1.0, step=0.25)
+        as_gaussian = largest_holding(
+            lambda k: caught(_gaussian_fnr(proxy_mu(curve, mu, k))),
+            0.5,
+            low=MIN_FACTOR,
+            high=1.0,
+            step=0.25,
+        )
     if curve.closed_form == "gaussian" and mu is not None:
         return as_gaussian
 
@@ -303,9 +355,17 @@ def smallest_factor(curve, caught) -> float | None:
     # coarse answer): that answer, one tolerance lower, is lowered on the member's own curve until
     # caught there (a PLD below 1/16 of the noise explodes)
     k = curve_search(caught, lambda k: member(k, COARSE_SIGMA), guess, low=1.0 / 16.0, high=1.0)
-    return None if k is None else largest_holding(
-        lambda x: caught(member(x)), k / (1.0 + PROFILE_TOLERANCE), low=1.0 / 16.0, high=k,
-        tolerance=PROFILE_TOLERANCE)
+    return (
+        None
+        if k is None
+        else largest_holding(
+            lambda x: caught(member(x)),
+            k / (1.0 + PROFILE_TOLERANCE),
+            low=1.0 / 16.0,
+            high=k,
+            tolerance=PROFILE_TOLERANCE,
+        )
+    )
 
 
 def curve_search(holds, curve_at, guess: float, *, low: float, high: float) -> float | None:
@@ -372,8 +432,11 @@ def proxy_mu(curve, mu: float, scale: float) -> float:
     never a result. mu / scale, exact for a Gaussian claim; a profile claim of subsampled Gaussians:
     the central limit theorem's mu, sqrt(sum q^2 T (e^(1/sigma^2) - 1)), moved from the claim to
     the member and calibrated to the claim's own reading ``mu``."""
-    leaves = [] if curve.closed_form is not None else [
-        leaf for leaf in _leaves(curve.event) if getattr(leaf, "steps", 0) > 0]
+    leaves = (
+        []
+        if curve.closed_form is not None
+        else [leaf for leaf in _leaves(curve.event) if getattr(leaf, "steps", 0) > 0]
+    )
     if not leaves or not all(isinstance(leaf, SubsampledGaussian) for leaf in leaves):
         return mu / scale
     return mu * math.exp(min(_log_clt_mu(leaves, scale) - _log_clt_mu(leaves, 1.0), 700.0))
@@ -384,8 +447,9 @@ def _log_clt_mu(leaves: list, scale: float) -> float:
     terms = []
     for leaf in leaves:
         x = 1.0 / (leaf.noise_multiplier * scale) ** 2  # log(e^x - 1) = x + log(1 - e^-x)
-        terms.append(2.0 * math.log(leaf.sample_rate) + math.log(leaf.steps) + x
-                     + math.log(-math.expm1(-x)))
+        terms.append(
+            2.0 * math.log(leaf.sample_rate) + math.log(leaf.steps) + x + math.log(-math.expm1(-x))
+        )
     top = max(terms)
     return 0.5 * (top + math.log(sum(math.exp(t - top) for t in terms)))
 
@@ -396,8 +460,16 @@ def gdp_mu(curve) -> float | None:
     return mu if math.isfinite(mu) and mu > 0.0 else None
 
 
-def largest_holding(holds, guess: float, *, low: float, high: float, tolerance: float = 1e-3,
-                    tries: int = 64, step: float | None = None) -> float | None:
+def largest_holding(
+    holds,
+    guess: float,
+    *,
+    low: float,
+    high: float,
+    tolerance: float = 1e-3,
+    tries: int = 64,
+    step: float | None = None,
+) -> float | None:
     """The largest x in [low, high) evaluated to satisfy ``holds`` (true below an edge, false above;
     ``high`` is taken as false unevaluated), searched from ``guess`` by growing steps (down while
     none holds, up while none fails), then by geometric bisection to a relative ``tolerance``, in
@@ -424,12 +496,16 @@ def largest_holding(holds, guess: float, *, low: float, high: float, tolerance: 
     return yes
 
 
-def _trials_for(stat: _Statistic, claim_fnr, uppers: _Uppers, select_fraction: float, sequential_mode: bool) -> int | None:
+def _trials_for(
+    stat: _Statistic, claim_fnr, uppers: _Uppers, select_fraction: float, sequential_mode: bool
+) -> int | None:
     """Smallest N (to 1 %) whose at-claim statistic reaches TARGET_SHARE of the claim, in epsilon units."""
     goal = TARGET_SHARE * stat.epsilon(stat.claim_value())
 
     def reached(n: int) -> bool:
-        n_in, n_out = eval_sizes(n, select_fraction=select_fraction, sequential_mode=sequential_mode)
+        n_in, n_out = eval_sizes(
+            n, select_fraction=select_fraction, sequential_mode=sequential_mode
+        )
         return stat.epsilon(_expected_best(stat, claim_fnr, n_in, n_out, uppers)) >= goal
 
     least = sequential.SELECT_TRIALS + 2 if sequential_mode else 4
@@ -459,6 +535,8 @@ def power_cell(p: dict | None) -> str:
         return f"UNDERPOWERED: cannot detect a violation at all (limit {_f(p.get('ceiling'))} not above the claim)"
     k, n90, unit = p.get("smallest_factor"), p.get("trials_for_90"), p.get("unit", "trials")
     factor = "n/a" if p.get("factor_note") else "—" if k is None else f"{k:.2f}"
-    return (f"limit {_f(p.get('ceiling'))}; at claim {_f(p.get('at_claim'))}; "
-            f"detects {p.get('factor_name', 'sigma')} x {factor}; "
-            f"90 % of claim: {'—' if n90 is None else format(n90, ',')} {unit}")
+    return (
+        f"limit {_f(p.get('ceiling'))}; at claim {_f(p.get('at_claim'))}; "
+        f"detects {p.get('factor_name', 'sigma')} x {factor}; "
+        f"90 % of claim: {'—' if n90 is None else format(n90, ',')} {unit}"
+    )

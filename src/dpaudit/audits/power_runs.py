@@ -39,9 +39,24 @@ from ..lazy import lazy_import
 from ..validation import open_unit, positive_int
 from . import one_run, white_box
 from .curves import SCALE_RANGE_PROFILE, ClaimedCurve, claimed_curve, scale_event
-from .power import (COARSE_SIGMA, MAX_CANARIES, MIN_FACTOR, NO_EVENT_NOTE, TARGET_SHARE,
-                    AuditPower, _gaussian_fnr, _point_curve, curve_search, factor_name, gdp_mu,
-                    largest_holding, proxy_mu, smallest_factor, smallest_size)
+from .power import (
+    COARSE_SIGMA,
+    MAX_CANARIES,
+    MIN_FACTOR,
+    NO_EVENT_NOTE,
+    TARGET_SHARE,
+    AuditPower,
+    _gaussian_fnr,
+    _point_curve,
+    curve_search,
+    factor_name,
+    gdp_mu,
+    largest_holding,
+    proxy_mu,
+    smallest_factor,
+    smallest_size,
+)
+
 np = lazy_import("numpy")
 
 #: Scales the f-DP searches of closed-form claims look at (a pure epsilon over 1e3 overflows).
@@ -70,8 +85,9 @@ def curve_values(fnr):
 class _OneRun:
     """The one-run record's deciding analysis at given counts (:func:`one_run.one_run_bounds`)."""
 
-    def __init__(self, m: int, claim, *, delta: float, confidence: float, accountant: str,
-                 adjacency: str):
+    def __init__(
+        self, m: int, claim, *, delta: float, confidence: float, accountant: str, adjacency: str
+    ):
         self.m, self.claim, self.delta, self.alpha = m, claim, delta, 1.0 - confidence
         self.accountant, self.adjacency = accountant, adjacency
         self.curve = None if claim is None else claimed_curve(claim, adjacency)
@@ -90,13 +106,18 @@ class _OneRun:
         return self.alpha / len(one_run.guess_grid(m))
 
     def steinke(self, m: int, counts) -> float:
-        return max(one_run.steinke_epsilon(m, r, v, delta=self.delta, significance=self.each(m),
-                                           tol=_STEINKE_TOLERANCE) for r, v in counts)
+        return max(
+            one_run.steinke_epsilon(
+                m, r, v, delta=self.delta, significance=self.each(m), tol=_STEINKE_TOLERANCE
+            )
+            for r, v in counts
+        )
 
     def steinke_above(self, m: int, counts, epsilon: float) -> bool:
         """Some grid point's p-value at ``epsilon`` is within its share of the significance."""
-        return any(one_run.steinke_p_value(m, r, v, epsilon, self.delta) <= self.each(m)
-                   for r, v in counts)
+        return any(
+            one_run.steinke_p_value(m, r, v, epsilon, self.delta) <= self.each(m) for r, v in counts
+        )
 
     def values(self, key, fnr):
         """The curve ``fnr`` on the f-DP grid, cached under ``key`` (None: not cached)."""
@@ -124,14 +145,16 @@ class _OneRun:
 
     def coarse(self, s: float):
         """The member at scale s; a profile family's on its coarse PLD (.power.COARSE_SIGMA)."""
-        return ClaimedCurve(scale_event(self.claim, s), self.adjacency,
-                            0.5 if self.closed else COARSE_SIGMA).fnr
+        return ClaimedCurve(
+            scale_event(self.claim, s), self.adjacency, 0.5 if self.closed else COARSE_SIGMA
+        ).fnr
 
     def epsilon(self, s: float) -> float:
         if s not in self.epsilons:
             event = scale_event(self.claim, s)
-            result = compute_epsilon(event, delta=self.delta, adjacency=self.adjacency,
-                                     accountant=self.accountant)
+            result = compute_epsilon(
+                event, delta=self.delta, adjacency=self.adjacency, accountant=self.accountant
+            )
             self.epsilons[s] = float(result.epsilon)
         return self.epsilons[s]
 
@@ -140,16 +163,33 @@ class _OneRun:
         searched from the claim read as mu-GDP moved along the family by .power.proxy_mu)."""
         low, high = _SCALE_RANGE if self.closed else SCALE_RANGE_PROFILE
         mu = gdp_mu(self.curve)
-        proxy = None if mu is None else largest_holding(
-            lambda u: self.rejects(("gdp", u), _gaussian_fnr(proxy_mu(self.curve, mu, 1.0 / u)), m,
-                                   counts), 1.0, low=1.0 / high, high=1.0 / low)
+        proxy = (
+            None
+            if mu is None
+            else largest_holding(
+                lambda u: self.rejects(
+                    ("gdp", u), _gaussian_fnr(proxy_mu(self.curve, mu, 1.0 / u)), m, counts
+                ),
+                1.0,
+                low=1.0 / high,
+                high=1.0 / low,
+            )
+        )
         if self.closed:
-            u = largest_holding(lambda u: self.rejects_member(1.0 / u, m, counts), proxy or 1.0,
-                                low=1.0 / high, high=1.0 / low)
+            u = largest_holding(
+                lambda u: self.rejects_member(1.0 / u, m, counts),
+                proxy or 1.0,
+                low=1.0 / high,
+                high=1.0 / low,
+            )
         else:
-            u = curve_search(lambda fnr: self.rejects(None, fnr, m, counts),
-                             lambda u: self.coarse(1.0 / u), proxy or 1.0, low=1.0 / high,
-                             high=1.0 / low)
+            u = curve_search(
+                lambda fnr: self.rejects(None, fnr, m, counts),
+                lambda u: self.coarse(1.0 / u),
+                proxy or 1.0,
+                low=1.0 / high,
+                high=1.0 / low,
+            )
         return 0.0 if u is None else self.epsilon(1.0 / u)
 
     def statistic(self, m: int, counts) -> float:
@@ -170,9 +210,16 @@ class _OneRun:
         return self.steinke_above(self.m, perfect, claimed_epsilon)
 
 
-def one_run_power(canaries: int, *, delta: float, confidence: float = 0.95, claim=None,
-                  accountant: str = "rdp", adjacency: str = "add-remove-record",
-                  claimed_epsilon: float | None = None) -> AuditPower:
+def one_run_power(
+    canaries: int,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    claim=None,
+    accountant: str = "rdp",
+    adjacency: str = "add-remove-record",
+    claimed_epsilon: float | None = None,
+) -> AuditPower:
     """The power line of a one-run audit of ``canaries`` canaries (module docstring), with the
     keywords of :func:`dpaudit.audits.one_run.one_run_bounds`.
 
@@ -188,29 +235,43 @@ def one_run_power(canaries: int, *, delta: float, confidence: float = 0.95, clai
     """
     m = positive_int("canaries", canaries, 2)
     delta, confidence = open_unit("delta", delta), open_unit("confidence", confidence)
-    run = _OneRun(m, claim, delta=delta, confidence=confidence, accountant=accountant,
-                  adjacency=adjacency)
+    run = _OneRun(
+        m, claim, delta=delta, confidence=confidence, accountant=accountant, adjacency=adjacency
+    )
     if claimed_epsilon is None and claim is not None:
         claimed_epsilon = run.epsilon(1.0)
-    base = dict(trials=m, estimator=run.name, claimed_epsilon=claimed_epsilon,
-                ceiling=run.ceiling(), unit="canaries", kind="one-run",
-                factor_name=factor_name(run.curve),
-                factor_note=None if claim is not None else NO_EVENT_NOTE)
+    base = dict(
+        trials=m,
+        estimator=run.name,
+        claimed_epsilon=claimed_epsilon,
+        ceiling=run.ceiling(),
+        unit="canaries",
+        kind="one-run",
+        factor_name=factor_name(run.curve),
+        factor_note=None if claim is not None else NO_EVENT_NOTE,
+    )
     if claim is None and claimed_epsilon is None:
-        return AuditPower(**base, at_claim=None, detectable=True, smallest_factor=None,
-                          trials_for_90=None)
+        return AuditPower(
+            **base, at_claim=None, detectable=True, smallest_factor=None, trials_for_90=None
+        )
     claim_fnr = run.curve.fnr if claim is not None else _point_curve(claimed_epsilon, delta)
     claim_values = run.values(1.0, claim_fnr)
     detectable = run.detectable(claim_fnr, claimed_epsilon)
     factor = _one_run_factor(run, claimed_epsilon) if detectable and claim is not None else None
     at_claim = run.statistic(m, expected_counts(claim_values, m))  # before: its epsilon is reused
-    return AuditPower(**base, at_claim=at_claim, detectable=detectable, smallest_factor=factor,
-                      trials_for_90=_canaries_for(run, claim_values, claimed_epsilon))
+    return AuditPower(
+        **base,
+        at_claim=at_claim,
+        detectable=detectable,
+        smallest_factor=factor,
+        trials_for_90=_canaries_for(run, claim_values, claimed_epsilon),
+    )
 
 
 def _one_run_factor(run: _OneRun, claimed_epsilon: float) -> float | None:
     """Largest k whose family member (noise x k) the deciding analysis flags at its expected
     counts."""
+
     def caught(fnr) -> bool:
         try:
             counts = expected_counts(curve_values(fnr), run.m)
@@ -229,13 +290,21 @@ def _canaries_for(run: _OneRun, claim_values, claimed_epsilon: float) -> int | N
     evaluated, at most the true one: then eps_LB >= the share)."""
     goal = TARGET_SHARE * claimed_epsilon
     if not run.fdp:
-        return smallest_size(lambda m: run.steinke_above(m, expected_counts(claim_values, m), goal),
-                             2, MAX_CANARIES, first=64)
+        return smallest_size(
+            lambda m: run.steinke_above(m, expected_counts(claim_values, m), goal),
+            2,
+            MAX_CANARIES,
+            first=64,
+        )
     s_goal = _goal_scale(run, claimed_epsilon, goal)
     if s_goal is None:
         return None
-    return smallest_size(lambda m: run.rejects_member(s_goal, m, expected_counts(claim_values, m)),
-                         2, MAX_CANARIES, first=64)
+    return smallest_size(
+        lambda m: run.rejects_member(s_goal, m, expected_counts(claim_values, m)),
+        2,
+        MAX_CANARIES,
+        first=64,
+    )
 
 
 def _goal_scale(run: _OneRun, claimed_epsilon: float, goal: float) -> float | None:
@@ -249,8 +318,9 @@ def _goal_scale(run: _OneRun, claimed_epsilon: float, goal: float) -> float | No
     guess = (math.exp(math.log(TARGET_SHARE) / slope) if slope < 0.0 else far) / (1.0 + tolerance)
     if run.epsilon(guess) >= goal:
         return guess
-    return largest_holding(lambda s: run.epsilon(s) >= goal, guess, low=MIN_FACTOR, high=guess,
-                           tolerance=tolerance)
+    return largest_holding(
+        lambda s: run.epsilon(s) >= goal, guess, low=MIN_FACTOR, high=guess, tolerance=tolerance
+    )
 
 
 def one_run_power_of(bounds: dict) -> dict:
@@ -258,29 +328,53 @@ def one_run_power_of(bounds: dict) -> dict:
     :func:`one_run_power` at its canaries, claim, delta and confidence."""
     fdp = bounds.get("fdp") or {}
     claim = event_from_dict(fdp["event"]) if isinstance(fdp.get("event"), dict) else None
-    return dict(_one_run_power(int(bounds["canaries"]), float(bounds["delta"]),
-                               float(bounds["confidence"]), claim, fdp.get("accountant") or "rdp",
-                               fdp.get("adjacency") or "add-remove-record",
-                               bounds.get("claimed_epsilon")))
+    return dict(
+        _one_run_power(
+            int(bounds["canaries"]),
+            float(bounds["delta"]),
+            float(bounds["confidence"]),
+            claim,
+            fdp.get("accountant") or "rdp",
+            fdp.get("adjacency") or "add-remove-record",
+            bounds.get("claimed_epsilon"),
+        )
+    )
 
 
 @functools.lru_cache(maxsize=64)
-def _one_run_power(m: int, delta: float, confidence: float, claim, accountant: str, adjacency: str,
-                   claimed_epsilon) -> dict:
+def _one_run_power(
+    m: int, delta: float, confidence: float, claim, accountant: str, adjacency: str, claimed_epsilon
+) -> dict:
     """Cached: the line depends on the public configuration only (a PLD claim's costs seconds)."""
-    return one_run_power(m, delta=delta, confidence=confidence, claim=claim, accountant=accountant,
-                         adjacency=adjacency, claimed_epsilon=claimed_epsilon).to_dict()
+    return one_run_power(
+        m,
+        delta=delta,
+        confidence=confidence,
+        claim=claim,
+        accountant=accountant,
+        adjacency=adjacency,
+        claimed_epsilon=claimed_epsilon,
+    ).to_dict()
 
 
 # ---------------------------------------------------------------- white-box and crafted-final
 
-_EXPECTED = {"white-box": white_box.expected_step_bound,
-             "crafted-final": white_box.expected_final_bound}
+_EXPECTED = {
+    "white-box": white_box.expected_step_bound,
+    "crafted-final": white_box.expected_final_bound,
+}
 
 
-def white_box_power(claimed: SubsampledGaussian, canaries: int, *, threat_model: str = "white-box",
-                    delta: float, accountant: str = "rdp", confidence: float = 0.95,
-                    claimed_epsilon: float | None = None) -> AuditPower:
+def white_box_power(
+    claimed: SubsampledGaussian,
+    canaries: int,
+    *,
+    threat_model: str = "white-box",
+    delta: float,
+    accountant: str = "rdp",
+    confidence: float = 0.95,
+    claimed_epsilon: float | None = None,
+) -> AuditPower:
     """The power line of a ``white-box`` or ``crafted-final`` audit of ``canaries`` Dirac canaries
     over the claim's T steps (module docstring).
 
@@ -310,10 +404,18 @@ def white_box_power(claimed: SubsampledGaussian, canaries: int, *, threat_model:
     least = 2 * white_box.MIN_FINAL_CANARIES if threat_model == "crafted-final" else 2
     factor = largest_holding(lambda k: at(k, m) > claim_eps, 0.9, low=MIN_FACTOR, high=1.0)
     needed = smallest_size(lambda n: at(1.0, n) >= TARGET_SHARE * claim_eps, least, MAX_CANARIES)
-    return AuditPower(trials=m, estimator=f"{threat_model} (chi-square noise, sensitivity, rate)",
-                      claimed_epsilon=claim_eps, ceiling=None, at_claim=_finite(at(1.0, m)),
-                      detectable=True, smallest_factor=factor, trials_for_90=needed,
-                      unit="canaries", kind=threat_model)
+    return AuditPower(
+        trials=m,
+        estimator=f"{threat_model} (chi-square noise, sensitivity, rate)",
+        claimed_epsilon=claim_eps,
+        ceiling=None,
+        at_claim=_finite(at(1.0, m)),
+        detectable=True,
+        smallest_factor=factor,
+        trials_for_90=needed,
+        unit="canaries",
+        kind=threat_model,
+    )
 
 
 def _finite(x: float) -> float | None:

@@ -43,6 +43,7 @@ from ..noise import public_rng
 from ..validation import open_unit, positive_int
 from . import stats
 from .curves import _curve_dict, _num, claimed_curve, family_ruled_out, scale_event, select_rule
+
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
 
@@ -55,10 +56,12 @@ SELECT_TRIALS = 40
 #: Weight (in trials) of the SELECT rate in each prior: Beta(PRIOR + weight * (rate, 1 - rate)).
 PRIOR_WEIGHT = 20.0
 STOP_REASONS = ("violation", "futility", "completed")
-METHOD = ("sequential claimed-curve test: threshold and direction chosen on the first SELECT trials, then fixed; "
-          "beta-binomial mixture confidence sequences (Jeffreys prior) on the EVAL false-positive and false-negative "
-          "rates, each at (1 - confidence)/2, valid at every look (Ville's inequality); stops when the box is below "
-          "the claimed curve (violation) or no later look can put it there (futility)")
+METHOD = (
+    "sequential claimed-curve test: threshold and direction chosen on the first SELECT trials, then fixed; "
+    "beta-binomial mixture confidence sequences (Jeffreys prior) on the EVAL false-positive and false-negative "
+    "rates, each at (1 - confidence)/2, valid at every look (Ville's inequality); stops when the box is below "
+    "the claimed curve (violation) or no later look can put it there (futility)"
+)
 
 
 def _log_mixture_constant(errors, trials, prior):
@@ -76,8 +79,12 @@ def anytime_upper(errors, trials, alpha: float, prior=PRIOR):
     k = np.atleast_1d(np.asarray(errors, float))
     n = np.atleast_1d(np.asarray(trials, float))
     if np.any(k < 0) or np.any(k > n):
-        raise UsageError(f"errors must be in [0, trials], got errors={errors!r}, trials={trials!r}.")
-    lo = np.where(n > 0, k / np.maximum(n, 1.0), 1.0)  # the interval holds its minimiser's side: search above k/n
+        raise UsageError(
+            f"errors must be in [0, trials], got errors={errors!r}, trials={trials!r}."
+        )
+    lo = np.where(
+        n > 0, k / np.maximum(n, 1.0), 1.0
+    )  # the interval holds its minimiser's side: search above k/n
     hi = np.ones_like(lo)
     mix = _log_mixture_constant(k, n, prior)
     # log M is convex in p with its minimum at k/n and +inf at p = 1 (when k < n): bisect the upper root
@@ -96,7 +103,12 @@ def _upper_one(k: float, n: float, level: float, prior) -> float:
     if k >= n:
         return 1.0
     a, b = prior
-    mix = math.lgamma(a + k) + math.lgamma(b + n - k) - math.lgamma(a + b + n) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+    mix = (
+        math.lgamma(a + k)
+        + math.lgamma(b + n - k)
+        - math.lgamma(a + b + n)
+        - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+    )
     lo, hi = k / n, 1.0
     for _ in range(64):
         mid = (lo + hi) / 2.0
@@ -127,20 +139,24 @@ class SequentialPlan:
         return np.unique(np.append(ends, self.max_trials)).astype(int)
 
 
-def plan_sequential(max_trials: int, *, seed: int, batch: int = BATCH, select_trials: int = SELECT_TRIALS) -> SequentialPlan:
+def plan_sequential(
+    max_trials: int, *, seed: int, batch: int = BATCH, select_trials: int = SELECT_TRIALS
+) -> SequentialPlan:
     """Seeded public plan: each batch of ``batch`` trials half with the canary (random order)."""
     batch = positive_int("batch", batch, 2)
     select_trials = positive_int("select_trials", select_trials, 2)
     max_trials = positive_int("max_trials", max_trials, select_trials + 2)
     if batch % 2 or select_trials % batch:
-        raise UsageError(f"select_trials must be a multiple of the (even) batch, got select_trials {select_trials}, batch {batch}.")
+        raise UsageError(
+            f"select_trials must be a multiple of the (even) batch, got select_trials {select_trials}, batch {batch}."
+        )
     rng = public_rng(seed, 0x5E0)
     world = np.zeros(max_trials, dtype=bool)
     for start in range(0, max_trials, batch):
         size = min(batch, max_trials - start)
         block = np.zeros(size, dtype=bool)
         block[: (size + 1) // 2] = True
-        world[start:start + size] = block[rng.permutation(size)]
+        world[start : start + size] = block[rng.permutation(size)]
     return SequentialPlan(world=world, batch=batch, select_trials=select_trials)
 
 
@@ -170,18 +186,25 @@ class SequentialTest:
     chooses the rule ("gdp-mu" or "pure-epsilon", :func:`dpaudit.audits.curves.select_rule`).
     """
 
-    def __init__(self, curve, plan: SequentialPlan, *, confidence: float, criterion: str = "gdp-mu"):
+    def __init__(
+        self, curve, plan: SequentialPlan, *, confidence: float, criterion: str = "gdp-mu"
+    ):
         self.curve, self.plan, self.criterion = curve, plan, criterion
         self.alpha = (1.0 - open_unit("confidence", confidence)) / 2.0
         self.rule: tuple[float, str] | None = None
-        self.priors: tuple[tuple[float, float], tuple[float, float]] = (PRIOR, PRIOR)  # (FPR, FNR) mixing priors
+        self.priors: tuple[tuple[float, float], tuple[float, float]] = (
+            PRIOR,
+            PRIOR,
+        )  # (FPR, FNR) mixing priors
 
     def choose(self, select_scores) -> tuple[float, str]:
         """Fix the rule on the SELECT trials (the plan's first ``select_trials``)."""
         w = self.plan.world[: self.plan.select_trials]
         s = np.asarray(select_scores, float)
         self.rule = select_rule(s, w, criterion=self.criterion, confidence=1.0 - 2.0 * self.alpha)
-        if PRIOR_WEIGHT > 0:  # centre each prior on the rule's SELECT rate: chosen before any EVAL trial
+        if (
+            PRIOR_WEIGHT > 0
+        ):  # centre each prior on the rule's SELECT rate: chosen before any EVAL trial
             tp, fp, tn, fn = stats.confusion(s, w, *self.rule)
             self.priors = (_centred(fp / (fp + tn)), _centred(fn / (fn + tp)))
         return self.rule
@@ -195,9 +218,22 @@ class SequentialTest:
         w = self.plan.world[sel:t]
         tp, fp, tn, fn = stats.confusion(s[sel:], w, *self.rule) if t > sel else (0, 0, 0, 0)
         n_in, n_out = tp + fn, tn + fp
-        u_f, u_n = anytime_upper(fp, n_out, self.alpha, self.priors[0]), anytime_upper(fn, n_in, self.alpha, self.priors[1])
+        u_f, u_n = (
+            anytime_upper(fp, n_out, self.alpha, self.priors[0]),
+            anytime_upper(fn, n_in, self.alpha, self.priors[1]),
+        )
         violated = bool(self.curve.violated_by(u_f, u_n))
-        return Look(t, fp, n_out, fn, n_in, float(u_f), float(u_n), violated, not violated and self._futile(t, fp, fn))
+        return Look(
+            t,
+            fp,
+            n_out,
+            fn,
+            n_in,
+            float(u_f),
+            float(u_n),
+            violated,
+            not violated and self._futile(t, fp, fn),
+        )
 
     def _futile(self, t: int, fp: int, fn: int) -> bool:
         """No later look can find a violation: not even with no further error (the best case)."""
@@ -205,7 +241,9 @@ class SequentialTest:
         later = later[later > t]
         if later.size == 0:
             return False  # the last look: the run completes, nothing is left to be futile about
-        if not self._futile_at(later[-1:], fp, fn):  # the usual case, one evaluation: the last look still can
+        if not self._futile_at(
+            later[-1:], fp, fn
+        ):  # the usual case, one evaluation: the last look still can
             return False
         return self._futile_at(later, fp, fn)
 
@@ -214,8 +252,13 @@ class SequentialTest:
         sel = self.plan.select_trials
         n_in = np.cumsum(self.plan.world[sel:])[looks[::-1] - sel - 1]
         n_out = looks[::-1] - sel - n_in
-        for i, o in zip(n_in.tolist(), n_out.tolist()):  # latest first: the likeliest to still allow a violation
-            if self.curve.violated_by(anytime_upper(fp, o, self.alpha, self.priors[0]), anytime_upper(fn, i, self.alpha, self.priors[1])):
+        for i, o in zip(
+            n_in.tolist(), n_out.tolist()
+        ):  # latest first: the likeliest to still allow a violation
+            if self.curve.violated_by(
+                anytime_upper(fp, o, self.alpha, self.priors[0]),
+                anytime_upper(fn, i, self.alpha, self.priors[1]),
+            ):
                 return False
         return True
 
@@ -244,8 +287,10 @@ def box_at(block: dict, confidence: float) -> tuple[float, float]:
     another ``confidence``: a stricter one is still anytime-valid (the same sequences at a smaller level)."""
     alpha = (1.0 - open_unit("confidence", confidence)) / 2.0
     c, (p_f, p_n) = block["counts"], block["priors"]
-    return (float(anytime_upper(int(c["fp"]), int(c["n_out"]), alpha, tuple(p_f))),
-            float(anytime_upper(int(c["fn"]), int(c["n_in"]), alpha, tuple(p_n))))
+    return (
+        float(anytime_upper(int(c["fp"]), int(c["n_out"]), alpha, tuple(p_f))),
+        float(anytime_upper(int(c["fn"]), int(c["n_in"]), alpha, tuple(p_n))),
+    )
 
 
 def criterion_for(curve) -> str:
@@ -256,48 +301,108 @@ def criterion_for(curve) -> str:
 
 def record(plan: SequentialPlan, test: SequentialTest, look: Look, reason: str) -> dict:
     """audit.json "sequential": the mode, the trials used and why the audit stopped."""
-    return {"mode": "sequential", "stopped": reason, "trials_used": int(look.trials), "max_trials": plan.max_trials,
-            "batch": plan.batch, "select_trials": plan.select_trials, "looks": int(np.sum(plan.looks() <= look.trials)),
-            "direction": test.rule[1], "counts": {"fp": look.fp, "n_out": look.n_out, "fn": look.fn, "n_in": look.n_in},
-            "fpr_upper": look.fpr_upper, "fnr_upper": look.fnr_upper, "violated": look.violated,
-            "priors": [list(p) for p in test.priors], "confidence": 1.0 - 2.0 * test.alpha, "method": METHOD}
+    return {
+        "mode": "sequential",
+        "stopped": reason,
+        "trials_used": int(look.trials),
+        "max_trials": plan.max_trials,
+        "batch": plan.batch,
+        "select_trials": plan.select_trials,
+        "looks": int(np.sum(plan.looks() <= look.trials)),
+        "direction": test.rule[1],
+        "counts": {"fp": look.fp, "n_out": look.n_out, "fn": look.fn, "n_in": look.n_in},
+        "fpr_upper": look.fpr_upper,
+        "fnr_upper": look.fnr_upper,
+        "violated": look.violated,
+        "priors": [list(p) for p in test.priors],
+        "confidence": 1.0 - 2.0 * test.alpha,
+        "method": METHOD,
+    }
 
 
 def ceiling(plan: SequentialPlan, test: SequentialTest, delta: float) -> float:
     """The largest eps_LB a full sequential run can report: no error in any EVAL trial up to the end."""
-    n_in = int(plan.world[plan.select_trials:].sum())
+    n_in = int(plan.world[plan.select_trials :].sum())
     n_out = plan.max_trials - plan.select_trials - n_in
     u_f = anytime_upper(0, n_out, test.alpha, test.priors[0])
     u_n = anytime_upper(0, n_in, test.alpha, test.priors[1])
     return float(stats.epsilon_from_rates(u_f, u_n, delta))
 
 
-def audit_fields(block: dict, plan: SequentialPlan, test: SequentialTest, look: Look, reason: str, *, event, delta: float,
-                 accountant, adjacency) -> dict:
+def audit_fields(
+    block: dict,
+    plan: SequentialPlan,
+    test: SequentialTest,
+    look: Look,
+    reason: str,
+    *,
+    event,
+    delta: float,
+    accountant,
+    adjacency,
+) -> dict:
     """The audit record's fields a sequential audit decides (the engine replaces the fixed-N ones
     with these): eps_LB, the claimed-curve block, counts and box of the sequential rule, the ceiling."""
     fam = family_ruled_out(event, adjacency, look.fpr_upper, look.fnr_upper)
     s_lb = fam["scale_lower_bound"]
-    fam_eps = 0.0 if s_lb is None else float(compute_epsilon(scale_event(event, s_lb), delta=delta, accountant=accountant,
-                                                             adjacency=adjacency).epsilon)
-    curve = {**block, "method": METHOD, "family": {k: fam[k] for k in ("parameter", "claimed", "lower_bound")},
-             "scale_lower_bound": s_lb, "family_epsilon": _num(fam_eps), "violated": bool(look.violated),
-             "counts": {"fp": look.fp, "n_out": look.n_out, "fn": look.fn, "n_in": look.n_in},
-             "threshold": _num(test.rule[0]), "direction": test.rule[1],
-             "point": {"fpr": look.fp / max(look.n_out, 1), "fnr": look.fn / max(look.n_in, 1), "fpr_upper": look.fpr_upper,
-                       "fnr_upper": look.fnr_upper},
-             "curve_at_lower_bound": None if s_lb is None else _curve_dict(claimed_curve(scale_event(event, s_lb), adjacency))}
-    return {"epsilon_lower_bound": epsilon_at_stop(look, delta), "general_bound": None, "clopper_pearson_epsilon": None,
-            "claimed_curve": curve, "method": METHOD, "threshold": test.rule[0], "direction": test.rule[1],
-            "counts": {"tp": look.n_in - look.fn, "fp": look.fp, "tn": look.n_out - look.fp, "fn": look.fn},
-            "fpr_upper": look.fpr_upper, "fnr_upper": look.fnr_upper, "ceiling": ceiling(plan, test, delta),
-            "sequential": record(plan, test, look, reason)}
+    fam_eps = (
+        0.0
+        if s_lb is None
+        else float(
+            compute_epsilon(
+                scale_event(event, s_lb), delta=delta, accountant=accountant, adjacency=adjacency
+            ).epsilon
+        )
+    )
+    curve = {
+        **block,
+        "method": METHOD,
+        "family": {k: fam[k] for k in ("parameter", "claimed", "lower_bound")},
+        "scale_lower_bound": s_lb,
+        "family_epsilon": _num(fam_eps),
+        "violated": bool(look.violated),
+        "counts": {"fp": look.fp, "n_out": look.n_out, "fn": look.fn, "n_in": look.n_in},
+        "threshold": _num(test.rule[0]),
+        "direction": test.rule[1],
+        "point": {
+            "fpr": look.fp / max(look.n_out, 1),
+            "fnr": look.fn / max(look.n_in, 1),
+            "fpr_upper": look.fpr_upper,
+            "fnr_upper": look.fnr_upper,
+        },
+        "curve_at_lower_bound": None
+        if s_lb is None
+        else _curve_dict(claimed_curve(scale_event(event, s_lb), adjacency)),
+    }
+    return {
+        "epsilon_lower_bound": epsilon_at_stop(look, delta),
+        "general_bound": None,
+        "clopper_pearson_epsilon": None,
+        "claimed_curve": curve,
+        "method": METHOD,
+        "threshold": test.rule[0],
+        "direction": test.rule[1],
+        "counts": {
+            "tp": look.n_in - look.fn,
+            "fp": look.fp,
+            "tn": look.n_out - look.fp,
+            "fn": look.fn,
+        },
+        "fpr_upper": look.fpr_upper,
+        "fnr_upper": look.fnr_upper,
+        "ceiling": ceiling(plan, test, delta),
+        "sequential": record(plan, test, look, reason),
+    }
 
 
 def sequential_line(block: dict) -> str:
     """One plain line for the CLI and the reports: the mode, the trials used and why it stopped."""
-    why = {"violation": "a violation is certain at the audit's confidence",
-           "futility": "no remaining trial could change the verdict (no violation)",
-           "completed": "all trials ran"}.get(block.get("stopped"), str(block.get("stopped")))
-    return (f"sequential: stopped after {block.get('trials_used')} of {block.get('max_trials')} trials "
-            f"({block.get('looks')} looks): {why}; eps_LB is the anytime-valid one at the stop")
+    why = {
+        "violation": "a violation is certain at the audit's confidence",
+        "futility": "no remaining trial could change the verdict (no violation)",
+        "completed": "all trials ran",
+    }.get(block.get("stopped"), str(block.get("stopped")))
+    return (
+        f"sequential: stopped after {block.get('trials_used')} of {block.get('max_trials')} trials "
+        f"({block.get('looks')} looks): {why}; eps_LB is the anytime-valid one at the stop"
+    )

@@ -33,6 +33,7 @@ from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import non_negative_finite, one_of, open_unit, positive_finite
+
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
 
@@ -62,7 +63,9 @@ def cp_upper(errors, trials, confidence: float = 0.95, *, split: int = 2):
     k = np.asarray(errors, dtype=float)
     n = np.asarray(trials, dtype=float)
     if np.any(n < 1) or np.any(k < 0) or np.any(k > n):
-        raise UsageError(f"errors must be in [0, trials] with trials >= 1, got errors={errors!r}, trials={trials!r}.")
+        raise UsageError(
+            f"errors must be in [0, trials] with trials >= 1, got errors={errors!r}, trials={trials!r}."
+        )
     with np.errstate(invalid="ignore", divide="ignore"):
         upper = special.betainccinv(k + 1.0, np.maximum(n - k, 1.0), a)
     upper = np.where(k >= n, 1.0, upper)
@@ -76,7 +79,9 @@ def epsilon_from_rates(fpr_hi, fnr_hi, delta: float):
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.log(np.maximum(1.0 - delta - fnr, 0.0)) - np.log(fpr)
         b = np.log(np.maximum(1.0 - delta - fpr, 0.0)) - np.log(fnr)
-    eps = np.maximum(0.0, np.fmax(np.nan_to_num(a, nan=0.0, neginf=0.0), np.nan_to_num(b, nan=0.0, neginf=0.0)))
+    eps = np.maximum(
+        0.0, np.fmax(np.nan_to_num(a, nan=0.0, neginf=0.0), np.nan_to_num(b, nan=0.0, neginf=0.0))
+    )
     return float(eps) if np.ndim(eps) == 0 else eps
 
 
@@ -97,15 +102,27 @@ class Bound:
         return {"tp": self.tp, "fp": self.fp, "tn": self.tn, "fn": self.fn}
 
 
-def epsilon_lower_bound(*, tp: int, fp: int, tn: int, fn: int, delta: float, confidence: float = 0.95) -> Bound:
+def epsilon_lower_bound(
+    *, tp: int, fp: int, tn: int, fn: int, delta: float, confidence: float = 0.95
+) -> Bound:
     """eps_LB at ``confidence`` from a test's confusion counts (positives = canary-in trials)."""
     delta = _check_delta(delta)
     n_neg, n_pos = tn + fp, tp + fn
     if n_neg < 1 or n_pos < 1:
-        raise UsageError(f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+        raise UsageError(
+            f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary."
+        )
     fpr_hi = cp_upper(fp, n_neg, confidence)
     fnr_hi = cp_upper(fn, n_pos, confidence)
-    return Bound(epsilon_from_rates(fpr_hi, fnr_hi, delta), fpr_hi, fnr_hi, int(tp), int(fp), int(tn), int(fn))
+    return Bound(
+        epsilon_from_rates(fpr_hi, fnr_hi, delta),
+        fpr_hi,
+        fnr_hi,
+        int(tp),
+        int(fp),
+        int(tn),
+        int(fn),
+    )
 
 
 def ceiling(n_in: int, n_out: int, *, delta: float, confidence: float = 0.95) -> float:
@@ -114,7 +131,9 @@ def ceiling(n_in: int, n_out: int, *, delta: float, confidence: float = 0.95) ->
     At 95 % with delta = 1e-5 it is ~3.3 for 100 trials per world, ~4.9 for 500, ~5.6 for 1,000:
     an audit whose ceiling is below the claim cannot detect a violation at all.
     """
-    return epsilon_lower_bound(tp=n_in, fp=0, tn=n_out, fn=0, delta=delta, confidence=confidence).epsilon
+    return epsilon_lower_bound(
+        tp=n_in, fp=0, tn=n_out, fn=0, delta=delta, confidence=confidence
+    ).epsilon
 
 
 def _check_scores(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +143,9 @@ def _check_scores(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, n
         raise UsageError(f"scores and labels must have the same length, got {s.size} and {y.size}.")
     bad = int(np.sum(~np.isfinite(s)))
     if bad:
-        raise DataError(f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken).")
+        raise DataError(
+            f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken)."
+        )
     return s, y
 
 
@@ -132,7 +153,9 @@ def _worlds(y: np.ndarray, what: str = "") -> tuple[int, int]:
     """(canary-in, canary-out) trial counts of the labels ``y``; UsageError unless both are >= 1."""
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos < 1 or n_neg < 1:
-        raise UsageError(f"{what}trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary.")
+        raise UsageError(
+            f"{what}trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary."
+        )
     return n_pos, n_neg
 
 
@@ -162,10 +185,14 @@ def rule_counts(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 class Threshold:
     threshold: float
     direction: str
-    select_epsilon: float  # eps_LB of this rule on the SELECT trials (biased upwards; for information)
+    select_epsilon: (
+        float  # eps_LB of this rule on the SELECT trials (biased upwards; for information)
+    )
 
 
-def best_rule(s: np.ndarray, y: np.ndarray, criterion, confidence: float) -> tuple[float, str, float]:
+def best_rule(
+    s: np.ndarray, y: np.ndarray, criterion, confidence: float
+) -> tuple[float, str, float]:
     """(threshold, direction, criterion) of the rule on these (SELECT) trials maximising ``criterion(fpr_hi, fnr_hi)`` of
     its one-sided Clopper–Pearson upper bounds (significance split in two). Candidates are midpoints between consecutive
     distinct scores plus +-inf, in both directions, all evaluated at once from cumulative counts. Ties (e.g. all eps_LB = 0
@@ -180,7 +207,9 @@ def best_rule(s: np.ndarray, y: np.ndarray, criterion, confidence: float) -> tup
     for direction in DIRECTIONS:
         # "less": predicted in iff s <= t; with midpoint thresholds no score equals t except +-inf
         tp, fp = (pos_ge, neg_ge) if direction == "greater" else (n_pos - pos_ge, n_neg - neg_ge)
-        crit = np.nan_to_num(criterion(fpr_table[fp], fnr_table[n_pos - tp]), nan=-np.inf, posinf=np.inf)
+        crit = np.nan_to_num(
+            criterion(fpr_table[fp], fnr_table[n_pos - tp]), nan=-np.inf, posinf=np.inf
+        )
         youden = np.abs(tp / n_pos - fp / n_neg)
         i = int(np.lexsort((closeness, youden, crit))[-1])  # last key is primary
         key = (float(crit[i]), float(youden[i]), float(closeness[i]))
@@ -194,7 +223,9 @@ def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) 
     """Choose threshold and direction on SELECT trials: the rule with the largest eps_LB there (:func:`best_rule`)."""
     s, y = _check_scores(scores, labels)
     _worlds(y, "SELECT ")
-    threshold, direction, eps = best_rule(s, y, lambda fpr_hi, fnr_hi: epsilon_from_rates(fpr_hi, fnr_hi, delta), confidence)
+    threshold, direction, eps = best_rule(
+        s, y, lambda fpr_hi, fnr_hi: epsilon_from_rates(fpr_hi, fnr_hi, delta), confidence
+    )
     return Threshold(threshold=threshold, direction=direction, select_epsilon=eps)
 
 
@@ -213,7 +244,11 @@ def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) ->
         idx = np.unique(np.linspace(0, fpr.size - 1, max_points).round().astype(int))
         fpr, tpr = fpr[idx], tpr[idx]
     n_pos, n_neg = int(y.sum()), int((~y).sum())
-    return {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": mann_whitney_u(o[y], o[~y]) / (n_pos * n_neg)}
+    return {
+        "fpr": fpr.tolist(),
+        "tpr": tpr.tolist(),
+        "auc": mann_whitney_u(o[y], o[~y]) / (n_pos * n_neg),
+    }
 
 
 def roc_vertices(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -222,7 +257,9 @@ def roc_vertices(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np
     remain), which is what scikit-learn's ``roc_curve(drop_intermediate=True)`` returns."""
     order = np.argsort(-scores, kind="mergesort")
     s, y = scores[order], labels[order]
-    last = np.r_[np.flatnonzero(s[1:] != s[:-1]), s.size - 1]  # last index of each run of equal scores
+    last = np.r_[
+        np.flatnonzero(s[1:] != s[:-1]), s.size - 1
+    ]  # last index of each run of equal scores
     tps = np.cumsum(y)[last].astype(float)
     fps = (last + 1) - tps
     if tps.size > 2:
@@ -233,6 +270,7 @@ def roc_vertices(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np
 
 
 # ---------------------------------------------------------------- Gaussian differential privacy
+
 
 def gdp_delta(epsilon: float, mu: float) -> float:
     """delta(eps) of mu-GDP, = the analytic Gaussian mechanism with sensitivity/sigma = mu.
@@ -260,7 +298,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
         hi *= 2.0
     from scipy.optimize import brentq
 
-    return float(brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12, maxiter=500))
+    return float(
+        brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12, maxiter=500)
+    )
 
 
 def gdp_mu_for_epsilon(epsilon: float, delta: float) -> float:
@@ -272,7 +312,9 @@ def gdp_mu_for_epsilon(epsilon: float, delta: float) -> float:
         hi *= 2.0
     from scipy.optimize import brentq
 
-    return float(brentq(lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500))
+    return float(
+        brentq(lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
+    )
 
 
 def mann_whitney_u(x, y) -> float:
@@ -282,7 +324,9 @@ def mann_whitney_u(x, y) -> float:
     v = np.concatenate([x, y])
     order = np.argsort(v, kind="mergesort")
     sv = v[order]
-    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])  # first position of each run of equal values
+    starts = np.flatnonzero(
+        np.r_[True, sv[1:] != sv[:-1]]
+    )  # first position of each run of equal values
     ends = np.r_[starts[1:], sv.size]
     mid = (starts + ends + 1) / 2.0  # mean of the 1-based ranks starts+1 .. ends
     ranks = np.empty(v.size)
@@ -294,7 +338,11 @@ def auc_variance(auc: float, n_pos: int, n_neg: int) -> float:
     """Hanley & McNeil (1982) variance of the Mann–Whitney AUC."""
     q1 = auc / (2.0 - auc)
     q2 = 2.0 * auc * auc / (1.0 + auc)
-    return max((auc * (1 - auc) + (n_pos - 1) * (q1 - auc * auc) + (n_neg - 1) * (q2 - auc * auc)) / (n_pos * n_neg), 0.0)
+    return max(
+        (auc * (1 - auc) + (n_pos - 1) * (q1 - auc * auc) + (n_neg - 1) * (q2 - auc * auc))
+        / (n_pos * n_neg),
+        0.0,
+    )
 
 
 def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: float = 0.95) -> dict:
@@ -329,7 +377,8 @@ def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: fl
         "epsilon_interval": [gdp_epsilon(mu_lo, delta_used), gdp_epsilon(mu_hi, delta_used)],
         "interval_confidence": confidence,
         "significant": mu_lo > 0.0,  # False: indistinguishable from no leakage at this confidence
-        "saturated": auc >= clip,  # perfect separation: mu (and eps) only bounded by the trial count
+        "saturated": auc
+        >= clip,  # perfect separation: mu (and eps) only bounded by the trial count
         "trials": n_pos + n_neg,
     }
 
@@ -413,7 +462,9 @@ def _two_sided_cp(k: int, n: int, confidence: float) -> list[float]:
     return [lo, hi]
 
 
-def tpr_at_fpr(scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, confidence: float = 0.95) -> list[dict]:
+def tpr_at_fpr(
+    scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, confidence: float = 0.95
+) -> list[dict]:
     """Largest TPR among rules "in iff oriented score >= t" whose empirical FPR is <= each target.
 
     Descriptive, not a bound: the rule is chosen on the same trials, so the two-sided
@@ -432,8 +483,16 @@ def tpr_at_fpr(scores, labels, direction: str, targets=TPR_AT_FPR_TARGETS, *, co
         ok = fp / n_neg <= target  # the +inf rule (fp = 0) always qualifies
         k = int(tp[ok].max())
         j = int(np.flatnonzero(ok & (tp == k))[0])
-        out.append({"fpr": float(target), "tpr": k / n_pos, "tpr_interval": _two_sided_cp(k, n_pos, confidence),
-                    "fpr_achieved": float(fp[j]) / n_neg, "positives": n_pos, "negatives": n_neg})
+        out.append(
+            {
+                "fpr": float(target),
+                "tpr": k / n_pos,
+                "tpr_interval": _two_sided_cp(k, n_pos, confidence),
+                "fpr_achieved": float(fp[j]) / n_neg,
+                "positives": n_pos,
+                "negatives": n_neg,
+            }
+        )
     return out
 
 
@@ -444,8 +503,15 @@ def _auc_from_codes(pos_w: np.ndarray, neg_w: np.ndarray) -> np.ndarray:
     return twice / (2.0 * pos_w.sum(axis=-1) * neg_w.sum(axis=-1))
 
 
-def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95, resamples: int = AUROC_BOOTSTRAP,
-                    seed: int = 0) -> dict:
+def auroc_bootstrap(
+    scores,
+    labels,
+    direction: str,
+    *,
+    confidence: float = 0.95,
+    resamples: int = AUROC_BOOTSTRAP,
+    seed: int = 0,
+) -> dict:
     """Mann–Whitney AUC of the oriented score with a percentile bootstrap interval (descriptive).
 
     Resamples are stratified by world (n_pos draws from the canary-in trials, n_neg from the others,
@@ -463,7 +529,11 @@ def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95,
     codes = codes.ravel()
     n_u = u.size
     pos_codes, neg_codes = codes[y], codes[~y]
-    auc = float(_auc_from_codes(np.bincount(pos_codes, minlength=n_u), np.bincount(neg_codes, minlength=n_u)))
+    auc = float(
+        _auc_from_codes(
+            np.bincount(pos_codes, minlength=n_u), np.bincount(neg_codes, minlength=n_u)
+        )
+    )
     rng = public_rng(seed, TAG_AUROC_BOOTSTRAP)
     b = int(resamples)
     offs = (np.arange(b) * n_u)[:, None]
@@ -474,12 +544,18 @@ def auroc_bootstrap(scores, labels, direction: str, *, confidence: float = 0.95,
 
     boot = _auc_from_codes(weights(pos_codes, n_pos), weights(neg_codes, n_neg))
     lo, hi = np.quantile(boot, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
-    return {"auc": auc, "interval": [float(lo), float(hi)], "bootstrap": b, "confidence": confidence,
-            "method": "Mann-Whitney AUC (ties 1/2) on EVAL; percentile bootstrap stratified by world (descriptive)"}
+    return {
+        "auc": auc,
+        "interval": [float(lo), float(hi)],
+        "bootstrap": b,
+        "confidence": confidence,
+        "method": "Mann-Whitney AUC (ties 1/2) on EVAL; percentile bootstrap stratified by world (descriptive)",
+    }
 
 
-def comparison_statistics(scores, world, select, direction: str, *, delta: float, confidence: float = 0.95,
-                          seed: int = 0) -> dict:
+def comparison_statistics(
+    scores, world, select, direction: str, *, delta: float, confidence: float = 0.95, seed: int = 0
+) -> dict:
     """The statistics reviewers compare across tools, from one audit's scores (audit.json "comparison").
 
     - cp_bonferroni: a BOUND at ``confidence`` on ALL trials (see :func:`cp_bonferroni`);
@@ -493,7 +569,9 @@ def comparison_statistics(scores, world, select, direction: str, *, delta: float
     s, w = _check_scores(scores, world)
     sel = np.asarray(select, dtype=bool).ravel()
     if sel.shape != s.shape:
-        raise UsageError(f"select must have one entry per trial, got {sel.size} for {s.size} trials.")
+        raise UsageError(
+            f"select must have one entry per trial, got {sel.size} for {s.size} trials."
+        )
     ev = ~sel
     _worlds(w[ev], "EVAL ")
     return {
@@ -592,14 +670,14 @@ def _step_low(low: np.ndarray, low_lo: int, means: np.ndarray, steps: range) -> 
     """The counts below a block's end (``low``, from count ``low_lo``) through its bounds one at a
     time, each dropping the counts <= k (those that crossed). ``means[k + 1]``: n b_k."""
     cap, start, stop = means.size, steps.start, steps.stop
-    moved = means[start + 1:stop + 1] - means[start]
+    moved = means[start + 1 : stop + 1] - means[start]
     # these counts started below stop: past stop + the tail of their Poisson move is < 1e-30
     tails = (moved + 14.0 * np.sqrt(moved) + 50.0).astype(int).tolist()  # _tail_end, at once
-    kernels = _step_kernels(np.diff(means[start:stop + 1])) if low.size else []
+    kernels = _step_kernels(np.diff(means[start : stop + 1])) if low.size else []
     for k, kernel, tail in zip(steps, kernels, tails):
-        low = np.convolve(low, kernel)[:min(cap - low_lo, stop - low_lo + tail)]
+        low = np.convolve(low, kernel)[: min(cap - low_lo, stop - low_lo + tail)]
         if k >= low_lo:
-            low, low_lo = low[k + 1 - low_lo:], k + 1
+            low, low_lo = low[k + 1 - low_lo :], k + 1
         if not low.size:  # every count crossed
             break
     return low_lo, low
@@ -616,11 +694,11 @@ def _block(p: np.ndarray, window: tuple, means: np.ndarray, steps: range) -> tup
     high = p[split:hi]
     if high.size:
         move = _poisson_kernel(float(means[steps.stop] - means[steps.start]), cap)
-        high = np.convolve(high, move)[:cap - split]
+        high = np.convolve(high, move)[: cap - split]
     p[lo:hi] = 0.0
-    p[split:split + high.size] = high
+    p[split : split + high.size] = high
     low_lo, low = _step_low(low, lo, means, steps)
-    p[low_lo:low_lo + low.size] += low
+    p[low_lo : low_lo + low.size] += low
     end = max(split + high.size, low_lo + low.size, steps.stop + 1)
     return _mass_window(p, max(lo, steps.stop), end)
 
@@ -726,16 +804,31 @@ def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dic
     for direction in DIRECTIONS:
         tp, fp = (tp_ge, fp_ge) if direction == "greater" else (n_pos - tp_ge, n_neg - fp_ge)
         cells[direction] = _staircase(fp, n_pos - tp)
-    record = {"cells": cells, "events": BAND_FAMILIES, "trials_per_world": {"in": n_pos, "out": n_neg}, "calibration": BAND_CALIBRATION}
-    eps, direction, (fp_k, fn_k) = band_epsilon(record, delta=delta, confidence=confidence, best=True)
+    record = {
+        "cells": cells,
+        "events": BAND_FAMILIES,
+        "trials_per_world": {"in": n_pos, "out": n_neg},
+        "calibration": BAND_CALIBRATION,
+    }
+    eps, direction, (fp_k, fn_k) = band_epsilon(
+        record, delta=delta, confidence=confidence, best=True
+    )
     share = _band_share(confidence)
     return {
-        "epsilon_lower_bound": eps, "direction": direction, "fp_at_most": fp_k, "fn_at_most": fn_k, **record,
-        "per_bound_significance": {"in": band_level(n_pos, share), "out": band_level(n_neg, share)}, "delta": delta, "confidence": confidence,
-        "method": ("every threshold rule (both directions) on all trials; one-sided Clopper-Pearson upper bounds on FPR and FNR "
-                   "as simultaneous bands, each (world, direction) family at the level whose exact order-statistics crossing "
-                   "probability is its quarter of the significance; eps_LB = max over rules of max(0, ln((1 - delta - FNR_hi)/FPR_hi), "
-                   "ln((1 - delta - FPR_hi)/FNR_hi)); valid for any mechanism"),
+        "epsilon_lower_bound": eps,
+        "direction": direction,
+        "fp_at_most": fp_k,
+        "fn_at_most": fn_k,
+        **record,
+        "per_bound_significance": {"in": band_level(n_pos, share), "out": band_level(n_neg, share)},
+        "delta": delta,
+        "confidence": confidence,
+        "method": (
+            "every threshold rule (both directions) on all trials; one-sided Clopper-Pearson upper bounds on FPR and FNR "
+            "as simultaneous bands, each (world, direction) family at the level whose exact order-statistics crossing "
+            "probability is its quarter of the significance; eps_LB = max over rules of max(0, ln((1 - delta - FNR_hi)/FPR_hi), "
+            "ln((1 - delta - FPR_hi)/FNR_hi)); valid for any mechanism"
+        ),
     }
 
 
@@ -786,8 +879,9 @@ def _positive_or_none(value) -> float | None:
 
 
 @functools.lru_cache(maxsize=256)
-def general_split(n_pos: int, n_neg: int, confidence: float,
-                  claimed: tuple = (None, None)) -> tuple[float, float]:
+def general_split(
+    n_pos: int, n_neg: int, confidence: float, claimed: tuple = (None, None)
+) -> tuple[float, float]:
     """(box confidence, band confidence) of the published eps_LB for these trial counts.
 
     A function of the public trial counts only, fixed before any score is seen. The band takes the
@@ -819,5 +913,7 @@ def general_epsilon(counts: dict, band: dict, *, delta: float, confidence: float
     confidence = open_unit("confidence", confidence)
     n_in, n_out = int(tpw["in"]), int(tpw["out"])
     box_conf, band_conf = general_split(n_in, n_out, confidence, stored_levels(band))
-    box = epsilon_lower_bound(**{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=box_conf).epsilon
+    box = epsilon_lower_bound(
+        **{k: int(counts[k]) for k in ("tp", "fp", "tn", "fn")}, delta=delta, confidence=box_conf
+    ).epsilon
     return max(box, band_epsilon(band, delta=delta, confidence=band_conf))

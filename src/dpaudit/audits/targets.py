@@ -25,19 +25,31 @@ from ..data import load_dataset
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..noise import NoiseSource
+
 np = lazy_import("numpy")
 
 
 #: The public identity fields an audit compares with its release (a new ``release.json`` carries
 #: no hash of the private data; see :meth:`dpaudit.data.base.PreparedDataset.identity`); users
 #: before split sizes: the likelier cause of a user-level mismatch (another --user-ids file) and the clearer message.
-IDENTITY_KEYS = ("name", "kind", "profile", "split_seed", "n_users", "split_sizes", "n_features", "n_classes")
+IDENTITY_KEYS = (
+    "name",
+    "kind",
+    "profile",
+    "split_seed",
+    "n_users",
+    "split_sizes",
+    "n_features",
+    "n_classes",
+)
 
 #: Identity fields holding a size per partition (a new release publishes val / test only).
 PER_PARTITION_KEYS = ("n_users", "split_sizes")
 
 
-def check_release_identity(data, expected: dict | None, *, expected_sha256: str | None = None) -> None:
+def check_release_identity(
+    data, expected: dict | None, *, expected_sha256: str | None = None
+) -> None:
     """Refuse data whose public identity differs from the release's (``expected``, the release's
     ``dataset`` dict): name, kind, profile, split seed, split sizes, schema, users per partition.
 
@@ -58,11 +70,19 @@ def check_release_identity(data, expected: dict | None, *, expected_sha256: str 
                 # Old releases also published the training count (private); compare the published partitions.
                 want = {p: n for p, n in want.items() if p in got}
             if got != want:
-                hint = "pass the release's --user-ids file" if key == "n_users" else "other data, split or profile"
-                raise DataError(f"dataset {key} must equal the release's {want!r}, got {got!r} ({hint}).")
+                hint = (
+                    "pass the release's --user-ids file"
+                    if key == "n_users"
+                    else "other data, split or profile"
+                )
+                raise DataError(
+                    f"dataset {key} must equal the release's {want!r}, got {got!r} ({hint})."
+                )
         expected_sha256 = expected_sha256 or expected.get("sha256")
     if expected_sha256 is not None and data.sha256 != expected_sha256:
-        raise DataError(f"dataset sha256 must equal the release's {expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split).")
+        raise DataError(
+            f"dataset sha256 must equal the release's {expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split)."
+        )
 
 
 def load_target_data(target):
@@ -71,8 +91,15 @@ def load_target_data(target):
     releases that published one, its data checksum (``target.expected_sha256``)."""
     data = target.prepared
     if data is None:
-        data = load_dataset(target.dataset, data_dir=target.data_dir, split_seed=target.split_seed, profile=target.profile)
-    check_release_identity(data, getattr(target, "expected_identity", None), expected_sha256=target.expected_sha256)
+        data = load_dataset(
+            target.dataset,
+            data_dir=target.data_dir,
+            split_seed=target.split_seed,
+            profile=target.profile,
+        )
+    check_release_identity(
+        data, getattr(target, "expected_identity", None), expected_sha256=target.expected_sha256
+    )
     return data
 
 
@@ -177,9 +204,16 @@ class CallableTarget(AuditTarget):
 
     def without_noise(self) -> "CallableTarget":
         if self.noiseless_mechanism is None:
-            raise UsageError("noiseless_mechanism must be given for the no-noise control, got None.")
+            raise UsageError(
+                "noiseless_mechanism must be given for the no-noise control, got None."
+            )
         return dataclasses.replace(self, noise=False)
 
     def describe(self) -> dict:
         name = getattr(self.mechanism_fn, "__qualname__", repr(self.mechanism_fn))
-        return {"task": None, "dataset": None, "config": {"callable": name, **self.info}, "canary_info": {"kind": self.canary}}
+        return {
+            "task": None,
+            "dataset": None,
+            "config": {"callable": name, **self.info},
+            "canary_info": {"kind": self.canary},
+        }

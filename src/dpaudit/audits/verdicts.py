@@ -62,17 +62,30 @@ def upgrade(rec: dict) -> dict:
         rec = dict(rec)
         cp = _num(rec.get("clopper_pearson_epsilon"))
         counts = _counts(rec)
-        if cp is None and counts is not None and _num(rec.get("delta")) is not None and _num(rec.get("confidence")) is not None:
-            cp = stats.epsilon_lower_bound(**counts, delta=float(rec["delta"]), confidence=float(rec["confidence"])).epsilon
+        if (
+            cp is None
+            and counts is not None
+            and _num(rec.get("delta")) is not None
+            and _num(rec.get("confidence")) is not None
+        ):
+            cp = stats.epsilon_lower_bound(
+                **counts, delta=float(rec["delta"]), confidence=float(rec["confidence"])
+            ).epsilon
         rec["epsilon_lower_bound"] = cp  # None: nothing valid to show (a report says so)
-        rec["epsilon_lower_bound_note"] = ("written before issue 23: eps_LB is the Clopper-Pearson bound of its EVAL counts; "
-                                           "the figure it published was the claim family's (claimed_curve.family_epsilon)")
+        rec["epsilon_lower_bound_note"] = (
+            "written before issue 23: eps_LB is the Clopper-Pearson bound of its EVAL counts; "
+            "the figure it published was the claim family's (claimed_curve.family_epsilon)"
+        )
     return rec
 
 
 def is_private_run(rec: dict) -> bool:
     """The real mechanism: role "main", DP noise on, canary inserted."""
-    return rec.get("role", "main") == "main" and rec.get("noise", True) is True and rec.get("canary_inserted", True) is True
+    return (
+        rec.get("role", "main") == "main"
+        and rec.get("noise", True) is True
+        and rec.get("canary_inserted", True) is True
+    )
 
 
 def violated(rec: dict) -> bool:
@@ -93,8 +106,12 @@ def general_epsilon_at(rec: dict, confidence: float) -> float | None:
     counts, delta = _counts(rec), _num(rec.get("delta"))
     if counts is None or delta is None:
         return None
-    if isinstance(rec.get("sequential"), dict):  # stopped by a sequential test: only its anytime box is valid
-        return float(stats.epsilon_from_rates(*sequential.box_at(rec["sequential"], confidence), delta))
+    if isinstance(
+        rec.get("sequential"), dict
+    ):  # stopped by a sequential test: only its anytime box is valid
+        return float(
+            stats.epsilon_from_rates(*sequential.box_at(rec["sequential"], confidence), delta)
+        )
     gb = rec.get("general_bound")
     if isinstance(gb, dict) and isinstance(gb.get("band"), dict):
         return stats.general_epsilon(counts, gb["band"], delta=delta, confidence=confidence)
@@ -105,14 +122,21 @@ def box_counts(rec: dict) -> dict | None:
     """(fp, n_out, fn, n_in) of the claimed-curve box; older records: from its rates and the EVAL size."""
     cc = rec.get("claimed_curve") or {}
     bc = cc.get("counts")
-    if isinstance(bc, dict) and all(isinstance(bc.get(k), int) for k in ("fp", "n_out", "fn", "n_in")):
+    if isinstance(bc, dict) and all(
+        isinstance(bc.get(k), int) for k in ("fp", "n_out", "fn", "n_in")
+    ):
         return bc
     c, p = _counts(rec), cc.get("point") if isinstance(cc.get("point"), dict) else {}
     fpr, fnr = _num(p.get("fpr")), _num(p.get("fnr"))
     if c is None or fpr is None or fnr is None:
         return None
     n_out, n_in = c["tn"] + c["fp"], c["tp"] + c["fn"]  # the same EVAL trials
-    return {"fp": int(round(fpr * n_out)), "n_out": n_out, "fn": int(round(fnr * n_in)), "n_in": n_in}
+    return {
+        "fp": int(round(fpr * n_out)),
+        "n_out": n_out,
+        "fn": int(round(fnr * n_in)),
+        "n_in": n_in,
+    }
 
 
 def box_uppers(rec: dict, confidence: float) -> tuple[float, float] | None:
@@ -123,7 +147,10 @@ def box_uppers(rec: dict, confidence: float) -> tuple[float, float] | None:
     box = box_counts(rec)
     if box is None:
         return None
-    return (stats.cp_upper(box["fp"], box["n_out"], confidence, split=2), stats.cp_upper(box["fn"], box["n_in"], confidence, split=2))
+    return (
+        stats.cp_upper(box["fp"], box["n_out"], confidence, split=2),
+        stats.cp_upper(box["fn"], box["n_in"], confidence, split=2),
+    )
 
 
 def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
@@ -132,7 +159,10 @@ def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
     if box is None or not isinstance(cc.get("event"), dict):
         return None
     fpr_hi, fnr_hi = box
-    curve = claimed_curve(event_from_dict(cc["event"]), cc.get("adjacency") or rec.get("adjacency") or "add-remove-record")
+    curve = claimed_curve(
+        event_from_dict(cc["event"]),
+        cc.get("adjacency") or rec.get("adjacency") or "add-remove-record",
+    )
     return bool(curve.violated_by(fpr_hi, fnr_hi))
 
 
@@ -164,12 +194,35 @@ def family_verdict(records: list[dict]) -> dict:
     for r in judged:
         conf = _num(r.get("confidence"))
         conf = 0.95 if conf is None or not 0.0 < conf < 1.0 else conf
-        decisions.append(decision_at(r, 1.0 - (1.0 - conf) / k) if k > 1 else {**decision_at(r, conf), "violated": violated(r)})
+        decisions.append(
+            decision_at(r, 1.0 - (1.0 - conf) / k)
+            if k > 1
+            else {**decision_at(r, conf), "violated": violated(r)}
+        )
     flags = [d["violated"] for d in decisions]
-    verdict = True if any(f is True for f in flags) else (None if any(f is None for f in flags) else False)
+    verdict = (
+        True
+        if any(f is True for f in flags)
+        else (None if any(f is None for f in flags) else False)
+    )
     alpha = max((1.0 - (_num(r.get("confidence")) or 0.95) for r in judged), default=0.05)
-    method = (f"family-wise error controlled at {alpha:.0%} over {k} audits (Bonferroni: each at confidence "
-              f"1 - {alpha:g}/{k})" if k > 1 else "one audit, at its own confidence")
-    return {"audits": k, "violated": verdict, "decisions": decisions, "method": method,
-            "epsilon_lower_bound": max((d["epsilon_lower_bound"] for d in decisions if d["epsilon_lower_bound"] is not None
-                                        and not math.isnan(d["epsilon_lower_bound"])), default=None)}
+    method = (
+        f"family-wise error controlled at {alpha:.0%} over {k} audits (Bonferroni: each at confidence "
+        f"1 - {alpha:g}/{k})"
+        if k > 1
+        else "one audit, at its own confidence"
+    )
+    return {
+        "audits": k,
+        "violated": verdict,
+        "decisions": decisions,
+        "method": method,
+        "epsilon_lower_bound": max(
+            (
+                d["epsilon_lower_bound"]
+                for d in decisions
+                if d["epsilon_lower_bound"] is not None and not math.isnan(d["epsilon_lower_bound"])
+            ),
+            default=None,
+        ),
+    }

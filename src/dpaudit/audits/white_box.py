@@ -46,6 +46,7 @@ from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..validation import open_unit, positive_int
+
 np = lazy_import("numpy")
 stats = lazy_import("scipy.stats")
 
@@ -67,7 +68,9 @@ class StepObservations:
     def __post_init__(self) -> None:
         v, b = np.asarray(self.values, dtype=np.float64), np.asarray(self.sampled, dtype=bool)
         if v.ndim != 2 or v.shape != b.shape or v.size == 0 or not np.all(np.isfinite(v)):
-            raise UsageError(f"observations must be finite (canaries, steps) arrays of one shape, got {v.shape} and {b.shape}.")
+            raise UsageError(
+                f"observations must be finite (canaries, steps) arrays of one shape, got {v.shape} and {b.shape}."
+            )
         object.__setattr__(self, "values", v)
         object.__setattr__(self, "sampled", b)
 
@@ -89,10 +92,17 @@ class FinalObservations:
     def __post_init__(self) -> None:
         v, inc = np.asarray(self.values, dtype=np.float64), np.asarray(self.included, dtype=bool)
         if v.ndim != 1 or v.shape != inc.shape or not np.all(np.isfinite(v)):
-            raise UsageError(f"final observations must be finite (canaries,) arrays of one shape, got {v.shape} and {inc.shape}.")
-        for name, k in (("inserted canaries", int(inc.sum())), ("withheld canaries", int((~inc).sum()))):
+            raise UsageError(
+                f"final observations must be finite (canaries,) arrays of one shape, got {v.shape} and {inc.shape}."
+            )
+        for name, k in (
+            ("inserted canaries", int(inc.sum())),
+            ("withheld canaries", int((~inc).sum())),
+        ):
             if k < MIN_FINAL_CANARIES:
-                raise UsageError(f"{name} must be at least {MIN_FINAL_CANARIES} (normal approximation), got {k}.")
+                raise UsageError(
+                    f"{name} must be at least {MIN_FINAL_CANARIES} (normal approximation), got {k}."
+                )
         object.__setattr__(self, "values", v)
         object.__setattr__(self, "included", inc)
         object.__setattr__(self, "steps", positive_int("steps", self.steps))
@@ -125,11 +135,25 @@ class WhiteBoxBound:
 
     def to_dict(self) -> dict:
         c = self.claimed
-        return {"threat_model": self.threat_model, "epsilon_lb": _finite_or_none(self.epsilon_lb), "claimed_epsilon": self.claimed_epsilon,
-                "delta": self.delta, "confidence": self.confidence, "accountant": self.accountant, "violation": self.violation,
-                "noise_multiplier_upper": self.noise_upper, "sensitivity_lower": self.sensitivity_lower,
-                "sample_rate_lower": self.sample_rate_lower, "steps": self.steps, "observations": self.observations,
-                "claimed_event": {"noise_multiplier": c.noise_multiplier, "sample_rate": c.sample_rate, "steps": c.steps}}
+        return {
+            "threat_model": self.threat_model,
+            "epsilon_lb": _finite_or_none(self.epsilon_lb),
+            "claimed_epsilon": self.claimed_epsilon,
+            "delta": self.delta,
+            "confidence": self.confidence,
+            "accountant": self.accountant,
+            "violation": self.violation,
+            "noise_multiplier_upper": self.noise_upper,
+            "sensitivity_lower": self.sensitivity_lower,
+            "sample_rate_lower": self.sample_rate_lower,
+            "steps": self.steps,
+            "observations": self.observations,
+            "claimed_event": {
+                "noise_multiplier": c.noise_multiplier,
+                "sample_rate": c.sample_rate,
+                "steps": c.steps,
+            },
+        }
 
 
 def _finite_or_none(x: float):
@@ -160,7 +184,15 @@ def mean_lower(values: np.ndarray, noise_hi: float, alpha: float) -> float:
     return float(np.mean(values)) - float(stats.norm.ppf(1.0 - alpha)) * noise_hi / math.sqrt(k)
 
 
-def family_epsilon(noise_hi: float, sensitivity_lo: float, rate_lo: float, steps: int, *, delta: float, accountant: str) -> float:
+def family_epsilon(
+    noise_hi: float,
+    sensitivity_lo: float,
+    rate_lo: float,
+    steps: int,
+    *,
+    delta: float,
+    accountant: str,
+) -> float:
     """Epsilon of ``SubsampledGaussian(noise_hi / sensitivity_lo, rate_lo, steps)`` at ``delta``:
     0 when the lower bounds are 0, inf when the noise multiplier is below the accountants' range."""
     if sensitivity_lo <= 0.0 or rate_lo <= 0.0:
@@ -172,7 +204,9 @@ def family_epsilon(noise_hi: float, sensitivity_lo: float, rate_lo: float, steps
     return float(compute_epsilon(event, delta=delta, accountant=accountant).epsilon)
 
 
-def _claimed_epsilon(claimed: SubsampledGaussian, delta: float, accountant: str, claimed_epsilon) -> float:
+def _claimed_epsilon(
+    claimed: SubsampledGaussian, delta: float, accountant: str, claimed_epsilon
+) -> float:
     if claimed_epsilon is not None:
         return float(claimed_epsilon)
     return float(compute_epsilon(claimed, delta=delta, accountant=accountant).epsilon)
@@ -196,24 +230,49 @@ def step_statistics(obs: StepObservations, confidence: float) -> tuple[float, fl
     return s_hi, d_lo, rate_lower(int(obs.sampled.sum()), obs.sampled.size, alpha)
 
 
-def step_bound(obs: StepObservations, *, claimed: SubsampledGaussian, delta: float, accountant: str = "rdp",
-               confidence: float = 0.95, claimed_epsilon: float | None = None) -> WhiteBoxBound:
+def step_bound(
+    obs: StepObservations,
+    *,
+    claimed: SubsampledGaussian,
+    delta: float,
+    accountant: str = "rdp",
+    confidence: float = 0.95,
+    claimed_epsilon: float | None = None,
+) -> WhiteBoxBound:
     """eps_LB of the ``white-box`` threat model (module docstring) from every step of every canary.
     ``claimed_epsilon``: the release's claim (default: ``claimed`` by ``accountant``)."""
     _check_claim(claimed, delta, confidence)
     s_hi, d_lo, q_lo = step_statistics(obs, confidence)
     eps = family_epsilon(s_hi, d_lo, q_lo, obs.steps, delta=delta, accountant=accountant)
-    return WhiteBoxBound("white-box", eps, _claimed_epsilon(claimed, delta, accountant, claimed_epsilon), delta, confidence, accountant,
-                         s_hi, d_lo, q_lo, obs.steps, int(obs.values.size), claimed)
+    return WhiteBoxBound(
+        "white-box",
+        eps,
+        _claimed_epsilon(claimed, delta, accountant, claimed_epsilon),
+        delta,
+        confidence,
+        accountant,
+        s_hi,
+        d_lo,
+        q_lo,
+        obs.steps,
+        int(obs.values.size),
+        claimed,
+    )
 
 
-def final_sensitivity_lower(mean_in: float, count_in: int, noise_hi: float, rate: float, steps: int, alpha: float) -> float:
+def final_sensitivity_lower(
+    mean_in: float, count_in: int, noise_hi: float, rate: float, steps: int, alpha: float
+) -> float:
     """The smallest d >= 0 whose inserted-canary mean could reach ``mean_in``: the root of
     d q T + z sqrt(T (s_hi^2 + d^2 q (1 - q)) / k) = mean (increasing in d), 0 when none is positive."""
     z = float(stats.norm.ppf(1.0 - alpha))
 
     def excess(d: float) -> float:
-        return d * rate * steps + z * math.sqrt(steps * (noise_hi**2 + d * d * rate * (1.0 - rate)) / count_in) - mean_in
+        return (
+            d * rate * steps
+            + z * math.sqrt(steps * (noise_hi**2 + d * d * rate * (1.0 - rate)) / count_in)
+            - mean_in
+        )
 
     if excess(0.0) >= 0.0:
         return 0.0
@@ -232,38 +291,86 @@ def final_statistics(obs: FinalObservations, rate: float, confidence: float) -> 
     alpha = (1.0 - confidence) / 2.0
     s_hi = noise_upper(obs.values[~obs.included] / math.sqrt(obs.steps), alpha)
     inserted = obs.values[obs.included]
-    return s_hi, final_sensitivity_lower(float(np.mean(inserted)), int(inserted.size), s_hi, rate, obs.steps, alpha)
+    return s_hi, final_sensitivity_lower(
+        float(np.mean(inserted)), int(inserted.size), s_hi, rate, obs.steps, alpha
+    )
 
 
-def final_bound(obs: FinalObservations, *, claimed: SubsampledGaussian, delta: float, accountant: str = "rdp",
-                confidence: float = 0.95, claimed_epsilon: float | None = None) -> WhiteBoxBound:
+def final_bound(
+    obs: FinalObservations,
+    *,
+    claimed: SubsampledGaussian,
+    delta: float,
+    accountant: str = "rdp",
+    confidence: float = 0.95,
+    claimed_epsilon: float | None = None,
+) -> WhiteBoxBound:
     """eps_LB of the ``crafted-final`` threat model (module docstring): s from the withheld
     canaries, d from the inserted ones' mean at the claimed rate q; significance halved."""
     _check_claim(claimed, delta, confidence)
     q, t = float(claimed.sample_rate), obs.steps
     s_hi, d_lo = final_statistics(obs, q, confidence)
     eps = family_epsilon(s_hi, d_lo, q, t, delta=delta, accountant=accountant)
-    return WhiteBoxBound("crafted-final", eps, _claimed_epsilon(claimed, delta, accountant, claimed_epsilon), delta, confidence, accountant,
-                         s_hi, d_lo, q, t, int(obs.values.size), claimed)
+    return WhiteBoxBound(
+        "crafted-final",
+        eps,
+        _claimed_epsilon(claimed, delta, accountant, claimed_epsilon),
+        delta,
+        confidence,
+        accountant,
+        s_hi,
+        d_lo,
+        q,
+        t,
+        int(obs.values.size),
+        claimed,
+    )
 
 
 # ---------------------------------------------------------------- simulation, limits, power
 
 
-def simulate_steps(rng: np.random.Generator, *, noise: float, rate: float, steps: int, canaries: int, sensitivity: float = 1.0) -> StepObservations:
+def simulate_steps(
+    rng: np.random.Generator,
+    *,
+    noise: float,
+    rate: float,
+    steps: int,
+    canaries: int,
+    sensitivity: float = 1.0,
+) -> StepObservations:
     """Observations of an exactly known family member (s, d, q): the tests' and benchmarks' mechanism."""
     b = rng.random((canaries, steps)) < rate
     return StepObservations(b * sensitivity + noise * rng.standard_normal((canaries, steps)), b)
 
 
-def simulate_final(rng: np.random.Generator, *, noise: float, rate: float, steps: int, canaries: int, sensitivity: float = 1.0) -> FinalObservations:
+def simulate_final(
+    rng: np.random.Generator,
+    *,
+    noise: float,
+    rate: float,
+    steps: int,
+    canaries: int,
+    sensitivity: float = 1.0,
+) -> FinalObservations:
     """Final displacements of ``canaries`` Dirac canaries, each inserted on a fair coin (exact family member)."""
     included = rng.random(canaries) < 0.5
     counts = rng.binomial(steps, rate, size=canaries) * included
-    return FinalObservations(counts * sensitivity + noise * math.sqrt(steps) * rng.standard_normal(canaries), included, steps)
+    return FinalObservations(
+        counts * sensitivity + noise * math.sqrt(steps) * rng.standard_normal(canaries),
+        included,
+        steps,
+    )
 
 
-def expected_step_bound(claimed: SubsampledGaussian, canaries: int, *, delta: float, accountant: str = "rdp", confidence: float = 0.95) -> float:
+def expected_step_bound(
+    claimed: SubsampledGaussian,
+    canaries: int,
+    *,
+    delta: float,
+    accountant: str = "rdp",
+    confidence: float = 0.95,
+) -> float:
     """The physical limit of :func:`step_bound` for ``canaries`` canaries over the claim's T steps:
     eps_LB when every statistic sits at its expectation under the claim (with infinitely many
     observations it tends to the claimed epsilon)."""
@@ -278,7 +385,14 @@ def expected_step_bound(claimed: SubsampledGaussian, canaries: int, *, delta: fl
     return family_epsilon(s_hi, d_lo, q_lo, t, delta=delta, accountant=accountant)
 
 
-def expected_final_bound(claimed: SubsampledGaussian, canaries: int, *, delta: float, accountant: str = "rdp", confidence: float = 0.95) -> float:
+def expected_final_bound(
+    claimed: SubsampledGaussian,
+    canaries: int,
+    *,
+    delta: float,
+    accountant: str = "rdp",
+    confidence: float = 0.95,
+) -> float:
     """The physical limit of :func:`final_bound` (``canaries``, half inserted) at the expectations."""
     alpha = (1.0 - confidence) / 2.0
     s, q, t = claimed.noise_multiplier, claimed.sample_rate, claimed.steps

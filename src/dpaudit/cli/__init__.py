@@ -50,13 +50,29 @@ from .common import LazyCommands, _fast_options, light_rich_help, new_app  # noq
 #: module is in here; a name missing from it still works (unknown names load every family) and
 #: tests/cli/test_cli_startup.py fails until it is added.
 COMMAND_FAMILIES: dict[str, str] = {
-    "account": "accounting", "calibrate": "accounting", "schedule": "accounting",
-    "audit": "audit", "bundle": "bundle", "verify": "bundle", "report": "report", "sweep": "sweep",
-    "train": "train", "ledger": "ledger", "mixmin": "mixmin",
+    "account": "accounting",
+    "calibrate": "accounting",
+    "schedule": "accounting",
+    "audit": "audit",
+    "bundle": "bundle",
+    "verify": "bundle",
+    "report": "report",
+    "sweep": "sweep",
+    "train": "train",
+    "ledger": "ledger",
+    "mixmin": "mixmin",
 }
 #: The family modules in the order they register (the order of the commands in ``dpaudit --help``).
-FAMILIES = {"accounting": accounting, "train": train, "ledger": ledger, "audit": audit, "bundle": bundle, "report": report, "sweep": sweep,
-            "mixmin": mixmin}
+FAMILIES = {
+    "accounting": accounting,
+    "train": train,
+    "ledger": ledger,
+    "audit": audit,
+    "bundle": bundle,
+    "report": report,
+    "sweep": sweep,
+    "mixmin": mixmin,
+}
 FAMILY_ORDER = tuple(FAMILIES)
 
 
@@ -73,7 +89,9 @@ def _lazy_group(group_info, **conv) -> Any:
         return typer.main.get_group_from_info(group_info, **conv)
     inst.registered_commands, inst.registered_groups = [], []
     try:
-        group = typer.main.get_group_from_info(group_info, **conv)  # the group itself: callback, help, options
+        group = typer.main.get_group_from_info(
+            group_info, **conv
+        )  # the group itself: callback, help, options
     finally:
         inst.registered_commands, inst.registered_groups = commands, groups
     group.commands = LazyCommands(_builders(commands, groups, **conv))
@@ -86,9 +104,14 @@ def _builders(commands, groups, **conv) -> dict[str, Callable[[], Any]]:
     out: dict[str, Callable[[], Any]] = {}
     for info in commands:
         out[_command_name(info)] = lambda info=info: typer.main.get_command_from_info(
-            info, pretty_exceptions_short=conv["pretty_exceptions_short"], rich_markup_mode=conv["rich_markup_mode"])
+            info,
+            pretty_exceptions_short=conv["pretty_exceptions_short"],
+            rich_markup_mode=conv["rich_markup_mode"],
+        )
     for info in groups:
-        out[typer.main.solve_typer_info_defaults(info).name] = lambda info=info: _lazy_group(info, **conv)
+        out[typer.main.solve_typer_info_defaults(info).name] = lambda info=info: _lazy_group(
+            info, **conv
+        )
     return out
 
 
@@ -124,7 +147,10 @@ class _RootTyper(typer.Typer):
 
     def _load(self, families) -> None:
         """Register ``families`` (module names under dpaudit.cli) not yet registered, in FAMILY_ORDER."""
-        for family in sorted(set(families) - self._loaded, key=lambda f: FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER)):
+        for family in sorted(
+            set(families) - self._loaded,
+            key=lambda f: FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER),
+        ):
             module = FAMILIES[family]
             before = {k: len(v) for k, v in self._raw.items()}
             self._registering += 1
@@ -133,19 +159,24 @@ class _RootTyper(typer.Typer):
             finally:
                 self._registering -= 1
             self._loaded.add(family)
-            for info in self._raw["registered_commands"][before["registered_commands"]:]:
+            for info in self._raw["registered_commands"][before["registered_commands"] :]:
                 self.registered_by[_command_name(info)] = family
-            for info in self._raw["registered_groups"][before["registered_groups"]:]:
+            for info in self._raw["registered_groups"][before["registered_groups"] :]:
                 self.registered_by[typer.main.solve_typer_info_defaults(info).name] = family
 
     def _conv(self) -> dict:
-        return {"pretty_exceptions_short": self.pretty_exceptions_short, "rich_markup_mode": self.rich_markup_mode,
-                "suggest_commands": self.suggest_commands}
+        return {
+            "pretty_exceptions_short": self.pretty_exceptions_short,
+            "rich_markup_mode": self.rich_markup_mode,
+            "suggest_commands": self.suggest_commands,
+        }
 
     def _build(self, name: str):
         family = COMMAND_FAMILIES.get(name)
         self._load([family] if family else FAMILY_ORDER)
-        builder = _builders(self._raw["registered_commands"], self._raw["registered_groups"], **self._conv()).get(name)
+        builder = _builders(
+            self._raw["registered_commands"], self._raw["registered_groups"], **self._conv()
+        ).get(name)
         if builder is None:
             raise KeyError(name)
         return builder()
@@ -154,16 +185,23 @@ class _RootTyper(typer.Typer):
         """The root click group; each top-level command is converted when it is first looked up."""
         shell = typer.Typer.__new__(typer.Typer)
         shell.__dict__.update(self.__dict__)
-        shell.registered_commands, shell.registered_groups = [], []  # the callback (--version) and the group's settings only
+        shell.registered_commands, shell.registered_groups = (
+            [],
+            [],
+        )  # the callback (--version) and the group's settings only
         group = _fast_options(typer.main.get_command(shell))
-        group.commands = LazyCommands({name: (lambda name=name: self._build(name)) for name in COMMAND_FAMILIES},
-                                      missing=self._missing)
+        group.commands = LazyCommands(
+            {name: (lambda name=name: self._build(name)) for name in COMMAND_FAMILIES},
+            missing=self._missing,
+        )
         return group
 
     def _missing(self) -> dict[str, Callable[[], Any]]:
         """Builders of the names COMMAND_FAMILIES does not list (none, unless a family added one)."""
         self._load(FAMILY_ORDER)
-        every = _builders(self._raw["registered_commands"], self._raw["registered_groups"], **self._conv())
+        every = _builders(
+            self._raw["registered_commands"], self._raw["registered_groups"], **self._conv()
+        )
         return {n: b for n, b in every.items() if n not in COMMAND_FAMILIES}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -174,7 +212,10 @@ class _RootTyper(typer.Typer):
         return self.lazy_command()(*args, **kwargs)
 
 
-app = new_app("dpaudit: train differentially private models, account for every release, audit them.", root=_RootTyper)
+app = new_app(
+    "dpaudit: train differentially private models, account for every release, audit them.",
+    root=_RootTyper,
+)
 
 
 def _version(value: bool) -> None:
@@ -185,7 +226,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
+    ),
 ) -> None:
     """dpaudit: train DP models, keep a budget ledger, audit releases, write reviewer reports."""
 

@@ -33,8 +33,12 @@ def register(app: typer.Typer) -> None:
         sample_rate: float = typer.Option(..., help="Poisson sampling rate q in (0, 1]."),
         steps: int = typer.Option(..., help="Number of DP-SGD steps T."),
         delta: float = typer.Option(1e-5, help="Target delta in (0, 1)."),
-        accountant: AccountantChoice = typer.Option(AccountantChoice.all, help="Accountant to use."),
-        adjacency: AdjacencyChoice = typer.Option(AdjacencyChoice.add_remove_record, help="Adjacency the claim is made under."),
+        accountant: AccountantChoice = typer.Option(
+            AccountantChoice.all, help="Accountant to use."
+        ),
+        adjacency: AdjacencyChoice = typer.Option(
+            AdjacencyChoice.add_remove_record, help="Adjacency the claim is made under."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Epsilon of a Poisson-subsampled Gaussian run (DP-SGD) at delta."""
@@ -43,19 +47,52 @@ def register(app: typer.Typer) -> None:
         positive_int("steps", steps)
         open_unit("delta", delta)
         adj = Adjacency.parse(adjacency.value)
-        names = accountants.compared_accountants(adj) if accountant is AccountantChoice.all else [accountant.value]
-        results, skipped = accountants.compare(SubsampledGaussian(noise_multiplier, sample_rate, steps), delta=delta, adjacency=adj, names=names)
+        names = (
+            accountants.compared_accountants(adj)
+            if accountant is AccountantChoice.all
+            else [accountant.value]
+        )
+        results, skipped = accountants.compare(
+            SubsampledGaussian(noise_multiplier, sample_rate, steps),
+            delta=delta,
+            adjacency=adj,
+            names=names,
+        )
         for r in results:
             r.update(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
         if json_out:
             ok = [r for r in results if r["epsilon"] is not None]
-            emit_json({**(ok[0] if len(results) == 1 else {**ok[0], "results": results}), **({"skipped": skipped} if skipped else {})})
+            emit_json(
+                {
+                    **(ok[0] if len(results) == 1 else {**ok[0], "results": results}),
+                    **({"skipped": skipped} if skipped else {}),
+                }
+            )
             return
-        t = Table("accountant", "epsilon", "lower", "estimate", "order", title=f"epsilon at delta={delta:g} ({adj.value})")
+        t = Table(
+            "accountant",
+            "epsilon",
+            "lower",
+            "estimate",
+            "order",
+            title=f"epsilon at delta={delta:g} ({adj.value})",
+        )
         for r in results:
-            t.add_row(r["accountant"], *(("skipped", "", "", "") if r["epsilon"] is None else (
-                f"{r['epsilon']:.6f}", *("" if r[k] is None else f"{r[k]:.6f}" for k in ("epsilon_lower", "epsilon_estimate")),
-                "" if r["optimal_order"] is None else f"{r['optimal_order']:g}")))
+            t.add_row(
+                r["accountant"],
+                *(
+                    ("skipped", "", "", "")
+                    if r["epsilon"] is None
+                    else (
+                        f"{r['epsilon']:.6f}",
+                        *(
+                            "" if r[k] is None else f"{r[k]:.6f}"
+                            for k in ("epsilon_lower", "epsilon_estimate")
+                        ),
+                        "" if r["optimal_order"] is None else f"{r['optimal_order']:g}",
+                    )
+                ),
+            )
         print_table(t)
         for name, reason in skipped.items():
             print_message(f"{name} skipped: {reason}")
@@ -67,9 +104,15 @@ def register(app: typer.Typer) -> None:
         sample_rate: float = typer.Option(..., help="Poisson sampling rate q in (0, 1]."),
         steps: int = typer.Option(..., help="Number of DP-SGD steps T."),
         accountant: Optional[CalibrationAccountant] = typer.Option(
-            None, help="Accountant to calibrate with (default: rdp, or pld where rdp does not support the adjacency)."),
-        adjacency: AdjacencyChoice = typer.Option(AdjacencyChoice.add_remove_record, help="Adjacency the calibrated claim is made under."),
-        no_cache: bool = typer.Option(False, "--no-cache", help="Ignore the on-disk calibration cache."),
+            None,
+            help="Accountant to calibrate with (default: rdp, or pld where rdp does not support the adjacency).",
+        ),
+        adjacency: AdjacencyChoice = typer.Option(
+            AdjacencyChoice.add_remove_record, help="Adjacency the calibrated claim is made under."
+        ),
+        no_cache: bool = typer.Option(
+            False, "--no-cache", help="Ignore the on-disk calibration cache."
+        ),
         json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ):
         """Smallest noise multiplier whose epsilon does not exceed the target."""
@@ -78,10 +121,19 @@ def register(app: typer.Typer) -> None:
             name = accountant.value
         else:
             half_open_unit("sample_rate", sample_rate)
-            name = "rdp" if accountants.supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj) else "pld"
+            name = (
+                "rdp"
+                if accountants.supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj)
+                else "pld"
+            )
         c = calibration.calibrate_noise_multiplier(
-            target_epsilon=eps, delta=delta, sample_rate=sample_rate, steps=steps,
-            accountant=name, adjacency=adj, use_cache=not no_cache,
+            target_epsilon=eps,
+            delta=delta,
+            sample_rate=sample_rate,
+            steps=steps,
+            accountant=name,
+            adjacency=adj,
+            use_cache=not no_cache,
         )
         if json_out:
             emit_json({**c.to_dict(), "adjacency": adj.value})
@@ -104,6 +156,12 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json(s.to_dict())
             return
-        t = Table("batches_per_epoch", "sample_rate", "steps", "normalizer", title=f"DP-SGD schedule for N0={n}, B={batch_size}, E={epochs}")
+        t = Table(
+            "batches_per_epoch",
+            "sample_rate",
+            "steps",
+            "normalizer",
+            title=f"DP-SGD schedule for N0={n}, B={batch_size}, E={epochs}",
+        )
         t.add_row(str(s.batches_per_epoch), f"{s.sample_rate:.8g}", str(s.steps), str(s.normalizer))
         print_table(t)

@@ -32,10 +32,22 @@ from .common import ROUTES, console, emit_json, exit_on_violation, note, recorde
 
 #: Options that say how, where or in what format an audit runs, never what it computes: left out
 #: of the recorded command line.
-NOT_RECORDED = ("json_out", "workers", "executor", "scheduler", "ledger", "planned", "plan", "key", "fail_on_violation")
+NOT_RECORDED = (
+    "json_out",
+    "workers",
+    "executor",
+    "scheduler",
+    "ledger",
+    "planned",
+    "plan",
+    "key",
+    "fail_on_violation",
+)
 
-_DOC = ("Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any "
-        "mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls.")
+_DOC = (
+    "Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any "
+    "mechanism, Clopper–Pearson eps_LB (Jagielski et al. 2020), TPR at low FPR, AUROC, GDP estimate, controls."
+)
 
 
 def _default_workers() -> int:
@@ -45,36 +57,66 @@ def _default_workers() -> int:
 def register(app: typer.Typer) -> None:
     # `dpaudit audit NAME` of catalogue entries with their own request options goes to its generic command.
     generic.register_audit(app)
-    ROUTES[("audit", "opacus")] = audit_opacus.click_command  # `dpaudit audit opacus SCRIPT.py -- ARGS`: your own Opacus script
+    ROUTES[("audit", "opacus")] = (
+        audit_opacus.click_command
+    )  # `dpaudit audit opacus SCRIPT.py -- ARGS`: your own Opacus script
     # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
-    mechanisms = ", ".join(n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "") for n in names(auditable=True))
-    arg = inspect.Parameter("mechanism", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Optional[str],
-                            default=typer.Argument(None, metavar="MECHANISM|plan", help=f"{mechanisms}. `audit plan MECHANISM ...`: write a "
-                                                   "pre-registered plan; `audit opacus SCRIPT.py -- ARGS`: audit your own Opacus script."))
+    mechanisms = ", ".join(
+        n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "")
+        for n in names(auditable=True)
+    )
+    arg = inspect.Parameter(
+        "mechanism",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        annotation=Optional[str],
+        default=typer.Argument(
+            None,
+            metavar="MECHANISM|plan",
+            help=f"{mechanisms}. `audit plan MECHANISM ...`: write a "
+            "pre-registered plan; `audit opacus SCRIPT.py -- ARGS`: audit your own Opacus script.",
+        ),
+    )
 
     def audit(**kwargs):
         todo = plan_cli.dispatch(kwargs, _check)
         if todo is not None:
             run(*todo)
 
-    app.command("audit")(generic.make_command(audit, [arg, *plan_cli.PARAMETERS, *generic.request_parameters(AuditRequest)], "audit", _DOC))
+    app.command("audit")(
+        generic.make_command(
+            audit,
+            [arg, *plan_cli.PARAMETERS, *generic.request_parameters(AuditRequest)],
+            "audit",
+            _DOC,
+        )
+    )
 
 
 def _check(a: AuditRequest) -> None:
     """What is checked before any data is loaded or a cluster is started."""
     check_executor_args(a.executor, a.scheduler, a.workers)
     positive_int("runs", a.runs, engine.MIN_RUNS)
-    if a.out is not None:  # before any training: a bad --out (or one holding results) must not throw a long run away
+    if (
+        a.out is not None
+    ):  # before any training: a bad --out (or one holding results) must not throw a long run away
         check_new_folder(check_out_dir(a.out, name="out"), name="out")
     _check_threat_model(a)
     one_run_auditing.audit_device(a)
-    if a.release is not None and a.reference_size is not None:  # a release's schedule: from its recorded N0
-        raise UsageError("reference_size must not be given with --release (the release records its own), "
-                         f"got {a.reference_size}.")
+    if (
+        a.release is not None and a.reference_size is not None
+    ):  # a release's schedule: from its recorded N0
+        raise UsageError(
+            "reference_size must not be given with --release (the release records its own), "
+            f"got {a.reference_size}."
+        )
     if a.canaries is not None and not a.one_run and a.threat_model not in WHITE_BOX_THREAT_MODELS:
-        raise UsageError(f"canaries must only be given with --one-run, got --canaries {a.canaries}.")
+        raise UsageError(
+            f"canaries must only be given with --one-run, got --canaries {a.canaries}."
+        )
     if a.sequential and (a.one_run or a.threat_model != "final-model"):
-        raise UsageError("sequential must only be used with a final-model trial audit, got --one-run or --threat-model trajectory.")
+        raise UsageError(
+            "sequential must only be used with a final-model trial audit, got --one-run or --threat-model trajectory."
+        )
     if a.one_run and a.canaries is None:
         raise UsageError("canaries must be given with --one-run (an integer >= 2), got none.")
 
@@ -90,22 +132,53 @@ def run(a: AuditRequest, plan=None) -> None:
     phase("building the audit target (loading the data, preparing features)")
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
-    out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
-        f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.task)}-{t.canary}"
-        f"{'-user' if user_level else ''}"
-        f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"))
+    out = (
+        Path(a.out)
+        if a.out is not None
+        else _fresh_default(
+            a,
+            Path("audits")
+            / (
+                f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.task)}-{t.canary}"
+                f"{'-user' if user_level else ''}"
+                f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"
+            ),
+        )
+    )
     resolved, always = _recorded(a, t, out)
-    kwargs = dict(runs=a.runs, confidence=a.confidence, seed=a.seed, controls=engine.CONTROLS if a.controls else (), control_runs=a.control_runs,
-                  chunk_size=a.chunk_size, out_dir=out, reproducible_noise=a.reproducible_noise, progress=True,
-                  command=_command(plan, values=resolved, always=always),
-                  release_id=release_id, release_path=release_path, ledger_path=a.ledger, plan=plan, sequential=a.sequential)
+    kwargs = dict(
+        runs=a.runs,
+        confidence=a.confidence,
+        seed=a.seed,
+        controls=engine.CONTROLS if a.controls else (),
+        control_runs=a.control_runs,
+        chunk_size=a.chunk_size,
+        out_dir=out,
+        reproducible_noise=a.reproducible_noise,
+        progress=True,
+        command=_command(plan, values=resolved, always=always),
+        release_id=release_id,
+        release_path=release_path,
+        ledger_path=a.ledger,
+        plan=plan,
+        sequential=a.sequential,
+    )
     # Trajectory: also the final-model audit of the same configuration and seed, side by side
     # (stored in OUT/final-model; its command is this one without --threat-model).
     final_dir = out / "final-model"
     audits = [(t, kwargs)]
     if a.threat_model != "final-model":
-        final_cmd = recorded_argv(values={**resolved, "threat_model": "final-model", "out": final_dir}, always=always, omit=NOT_RECORDED)
-        audits.append((t.with_threat_model("final-model"), {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)}))
+        final_cmd = recorded_argv(
+            values={**resolved, "threat_model": "final-model", "out": final_dir},
+            always=always,
+            omit=NOT_RECORDED,
+        )
+        audits.append(
+            (
+                t.with_threat_model("final-model"),
+                {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)},
+            )
+        )
     results = _run_all(a, audits, engine.run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
     _note_unbounded_control(t, a, results)
@@ -119,9 +192,11 @@ def _note_unbounded_control(t, a: AuditRequest, results) -> None:
     scope = t.private_data()
     if a.json_out or scope is None or not any("no-noise" in (r.controls or {}) for r in results):
         return
-    note(f"the no-noise control trained on {scope['dataset']!r} without DP noise: its releases + audits "
-         f"total is now infinite (epsilon=inf) in ledger {resolve_ledger(a.ledger).display}; "
-         "--no-controls keeps it finite.")
+    note(
+        f"the no-noise control trained on {scope['dataset']!r} without DP noise: its releases + audits "
+        f"total is now infinite (epsilon=inf) in ledger {resolve_ledger(a.ledger).display}; "
+        "--no-controls keeps it finite."
+    )
 
 
 def _fresh_default(a: AuditRequest, default: Path) -> Path:
@@ -134,12 +209,18 @@ def _fresh_default(a: AuditRequest, default: Path) -> Path:
 
 def _command(plan, **recorded) -> str:
     """The recorded command: the plan's run, or the options that re-create the audit."""
-    return shlex.join(["dpaudit", "audit", "--plan", plan.path] if plan is not None else recorded_argv(omit=NOT_RECORDED, **recorded))
+    return shlex.join(
+        ["dpaudit", "audit", "--plan", plan.path]
+        if plan is not None
+        else recorded_argv(omit=NOT_RECORDED, **recorded)
+    )
 
 
 def _note_runs(plan, json_out: bool) -> None:
     if plan is not None and plan.runs > 1 and not json_out:
-        note(f"{plan.runs} runs of plan {plan.plan['id']}: the ledger records every run, and `dpaudit verify` fails a bundle without all of them.")
+        note(
+            f"{plan.runs} runs of plan {plan.plan['id']}: the ledger records every run, and `dpaudit verify` fails a bundle without all of them."
+        )
 
 
 def _target(a: AuditRequest):
@@ -147,13 +228,26 @@ def _target(a: AuditRequest):
     if a.release is None:
         t = auditing.target_for(a)
         if not a.json_out and a.task is None and a.dataset is None and a.mechanism != "gaussian":
-            note(f"no --task/--dataset given: auditing {a.mechanism} on the embedded {t.describe().get('dataset')}.")
+            note(
+                f"no --task/--dataset given: auditing {a.mechanism} on the embedded {t.describe().get('dataset')}."
+            )
     else:
         if a.profile is not None:  # the release records the profile its data were prepared with
-            raise UsageError(f"profile must not be given with --release (the release records its own), got {a.profile!r}.")
+            raise UsageError(
+                f"profile must not be given with --release (the release records its own), got {a.profile!r}."
+            )
         rel = read_release(a.release)
-        auditing.check_release_unit(rel, a.privacy_unit, a.records_per_user)  # the release decides the privacy unit
-        t = auditing.target_from_release(rel, canary=a.canary, data_dir=a.data_dir, no_noise=a.no_noise, mechanism=a.mechanism, user_ids=a.user_ids)
+        auditing.check_release_unit(
+            rel, a.privacy_unit, a.records_per_user
+        )  # the release decides the privacy unit
+        t = auditing.target_from_release(
+            rel,
+            canary=a.canary,
+            data_dir=a.data_dir,
+            no_noise=a.no_noise,
+            mechanism=a.mechanism,
+            user_ids=a.user_ids,
+        )
     if a.threat_model != "final-model":
         t = _with_threat_model(t, a.mechanism, a.threat_model)
     return (t, None, None) if a.release is None else (t, rel.id, str(Path(a.release).resolve()))
@@ -164,9 +258,18 @@ def _recorded(a: AuditRequest, t, out: Path):
     parsed, the defaults this audit resolved (canary, epsilon) written out, so that it re-creates
     the audit under later defaults too."""
     fresh = a.release is None
-    resolved = {"canary": t.canary, "out": out, "epsilon": None if not fresh else (a.epsilon if a.epsilon is not None else lookup(a.mechanism).default_epsilon)}
-    always = ("canary", "runs", "confidence", "seed") + (("epsilon", "delta") if fresh else ()) \
+    resolved = {
+        "canary": t.canary,
+        "out": out,
+        "epsilon": None
+        if not fresh
+        else (a.epsilon if a.epsilon is not None else lookup(a.mechanism).default_epsilon),
+    }
+    always = (
+        ("canary", "runs", "confidence", "seed")
+        + (("epsilon", "delta") if fresh else ())
         + (("width",) if fresh and lookup(a.mechanism).family == "dp-elm" else ())
+    )
     return resolved, always
 
 
@@ -175,19 +278,45 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
         return [run_audit(t, workers=a.workers or _default_workers(), **kw) for t, kw in audits]
     # The executor changes where chunks run, never what they compute: same chunks, same noise.
     if not a.json_out:
-        note("executor dask: " + (f"scheduler {a.scheduler}" if a.scheduler else f"LocalCluster of {a.workers or _default_workers()} workers on 127.0.0.1"))
-    with make_executor("dask", scheduler=a.scheduler, workers=None if a.scheduler else (a.workers or _default_workers())) as ex:
+        note(
+            "executor dask: "
+            + (
+                f"scheduler {a.scheduler}"
+                if a.scheduler
+                else f"LocalCluster of {a.workers or _default_workers()} workers on 127.0.0.1"
+            )
+        )
+    with make_executor(
+        "dask",
+        scheduler=a.scheduler,
+        workers=None if a.scheduler else (a.workers or _default_workers()),
+    ) as ex:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
 
 
 def _one_run(a: AuditRequest, plan=None):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
-    data = a.dataset or a.task or (read_release(a.release).dataset if a.release is not None else None)
-    out = Path(a.out) if a.out is not None else _fresh_default(a, Path("audits") / (
-        f"{a.mechanism}-{generic.data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"))
-    cmd = _command(plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed"))
+    data = (
+        a.dataset or a.task or (read_release(a.release).dataset if a.release is not None else None)
+    )
+    out = (
+        Path(a.out)
+        if a.out is not None
+        else _fresh_default(
+            a,
+            Path("audits")
+            / (
+                f"{a.mechanism}-{generic.data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"
+            ),
+        )
+    )
+    cmd = _command(
+        plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed")
+    )
     phase("one-run audit: loading the data, preparing the canaries")
-    result = one_run_auditing.run_one_run(a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan)
+    result = one_run_auditing.run_one_run(
+        a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan
+    )
     _note_runs(plan, a.json_out)
     if a.json_out:
         emit_json({**shareable_one_run(result.to_dict()), "audit_dir": str(out)})
@@ -202,19 +331,31 @@ def _check_threat_model(a: AuditRequest) -> None:
     crafted-final for dp-dense / dp-cnn (:func:`~dpaudit.cli.audit_white_box.check`)."""
     one_run = a.one_run or a.canaries is not None
     if a.threat_model not in THREAT_MODELS + WHITE_BOX_THREAT_MODELS:
-        raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS + WHITE_BOX_THREAT_MODELS)}, got {a.threat_model!r}.")
+        raise UsageError(
+            f"threat model must be one of {', '.join(THREAT_MODELS + WHITE_BOX_THREAT_MODELS)}, got {a.threat_model!r}."
+        )
     if a.threat_model == "final-model":
         return
     if a.threat_model in WHITE_BOX_THREAT_MODELS:
         return audit_white_box.check(a)
-    head = a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"  # unknown: the build step names the allowed ones
+    head = (
+        a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
+    )  # unknown: the build step names the allowed ones
     if not head or a.privacy_unit != "record" or one_run:
-        what = "--one-run" if one_run else (f"--privacy-unit {a.privacy_unit}" if head else a.mechanism)
-        raise UsageError(f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {a.threat_model!r}.")
+        what = (
+            "--one-run"
+            if one_run
+            else (f"--privacy-unit {a.privacy_unit}" if head else a.mechanism)
+        )
+        raise UsageError(
+            f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {a.threat_model!r}."
+        )
 
 
 def _with_threat_model(t, mechanism: str, threat_model: str):
     """The built target under ``threat_model`` (trajectory: DP-SGD head targets only, those with ``with_threat_model``)."""
     if not hasattr(t, "with_threat_model"):
-        raise UsageError(f"threat model for {mechanism} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}.")
+        raise UsageError(
+            f"threat model for {mechanism} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}."
+        )
     return t.with_threat_model(threat_model)

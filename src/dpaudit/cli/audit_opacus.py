@@ -19,34 +19,71 @@ from ..progress import phase
 from ..records import check_out_dir
 from .common import console, emit_json, new_app, note, print_message
 
-_HELP = ("One-run audit of your own Opacus training script, run unchanged in this process with ARGS (after `--`): canaries and the "
-         "pipeline check hook into PrivacyEngine.make_private; one_run.json (eps_LB, verdict, pipeline findings, the script "
-         "accountant's epsilon) goes to --out.")
+_HELP = (
+    "One-run audit of your own Opacus training script, run unchanged in this process with ARGS (after `--`): canaries and the "
+    "pipeline check hook into PrivacyEngine.make_private; one_run.json (eps_LB, verdict, pipeline findings, the script "
+    "accountant's epsilon) goes to --out."
+)
 
 
 def command(
-    script: Path = typer.Argument(..., metavar="SCRIPT.py", help="Your training script; it must call PrivacyEngine.make_private once."),
-    args: Optional[List[str]] = typer.Argument(None, metavar="-- ARGS", help="The script's own arguments, after `--`."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Folder of one_run.json (default: the plan's folder, else audits/opacus-SCRIPT)."),
-    plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json of `dpaudit audit plan opacus ...`: its canaries, claim and delta."),
-    canaries: Optional[int] = typer.Option(None, "--canaries", help="Gradient canaries, >= 2 (default 1000; a plan fixes its own)."),
-    tensors: Optional[str] = typer.Option(None, "--tensors", help="Comma-separated parameter names holding the canaries (default: all "
-                                                                  "trainable); pick ones the data moves little."),
-    delta: Optional[float] = typer.Option(None, "--delta", help="delta of the claim (default 1e-5; a plan fixes its own)."),
+    script: Path = typer.Argument(
+        ...,
+        metavar="SCRIPT.py",
+        help="Your training script; it must call PrivacyEngine.make_private once.",
+    ),
+    args: Optional[List[str]] = typer.Argument(
+        None, metavar="-- ARGS", help="The script's own arguments, after `--`."
+    ),
+    out: Optional[Path] = typer.Option(
+        None,
+        "--out",
+        help="Folder of one_run.json (default: the plan's folder, else audits/opacus-SCRIPT).",
+    ),
+    plan: Optional[Path] = typer.Option(
+        None,
+        "--plan",
+        help="plan.json of `dpaudit audit plan opacus ...`: its canaries, claim and delta.",
+    ),
+    canaries: Optional[int] = typer.Option(
+        None, "--canaries", help="Gradient canaries, >= 2 (default 1000; a plan fixes its own)."
+    ),
+    tensors: Optional[str] = typer.Option(
+        None,
+        "--tensors",
+        help="Comma-separated parameter names holding the canaries (default: all "
+        "trainable); pick ones the data moves little.",
+    ),
+    delta: Optional[float] = typer.Option(
+        None, "--delta", help="delta of the claim (default 1e-5; a plan fixes its own)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Public seed of the canary coordinates."),
     json_out: bool = typer.Option(False, "--json", help="Print the shareable record as JSON."),
 ) -> None:
     out = _new_out(script, out, plan, json_out)
     phase(f"running {script} (your training script) with canaries")
-    with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():  # --json: stdout holds the record alone
-        result, where = opacus_script.audit_script(script, args or (), out=out, plan=plan, canaries=canaries,
-                                                   tensors=tensors.split(",") if tensors else None, delta=delta, seed=seed,
-                                                   on_warning=lambda line: note(f"warning from {script.name}: {line}"))
+    with (
+        contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext()
+    ):  # --json: stdout holds the record alone
+        result, where = opacus_script.audit_script(
+            script,
+            args or (),
+            out=out,
+            plan=plan,
+            canaries=canaries,
+            tensors=tensors.split(",") if tensors else None,
+            delta=delta,
+            seed=seed,
+            on_warning=lambda line: note(f"warning from {script.name}: {line}"),
+        )
     if json_out:
         return emit_json({**shareable_one_run(result.to_dict()), "audit_dir": str(where)})
     render_one_run(result, where)
     b = result.bounds
-    console.print(f"the script's accountant: eps {b.get('accountant_epsilon', float('nan')):.3f} at delta {b['delta']:g}", highlight=False)
+    console.print(
+        f"the script's accountant: eps {b.get('accountant_epsilon', float('nan')):.3f} at delta {b['delta']:g}",
+        highlight=False,
+    )
     for f in b["findings"]:
         finding = (f"pipeline finding {f['code']}:", "bold red")
         print_message(Text.assemble(finding, f" {f['message']} {f['consequence']}"))
@@ -54,7 +91,10 @@ def command(
         ran = b["executed"]
         console.print(f"the executed steps: eps {ran['epsilon']} ({ran['label']})", highlight=False)
     if b.get("no_amplification"):
-        console.print(f"without amplification: eps {b['no_amplification']['epsilon']:.3f} ({b['no_amplification']['label']})", highlight=False)
+        console.print(
+            f"without amplification: eps {b['no_amplification']['epsilon']:.3f} ({b['no_amplification']['label']})",
+            highlight=False,
+        )
     console.print(f"pipeline: {b.get('certified', 'no findings')}", highlight=False)
 
 

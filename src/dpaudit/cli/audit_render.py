@@ -18,17 +18,24 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
     """Print an audit (one JSON object, or its tables) and write its figures; a second result is
     the final-model audit run beside a trajectory audit (in ``out_dirs[1]``)."""
     if json_out:
-        d = shareable_audit(results[0].to_dict())  # what audit.json holds; the rest is in audit_local.json
+        d = shareable_audit(
+            results[0].to_dict()
+        )  # what audit.json holds; the rest is in audit_local.json
         d["audit_dir"] = str(out_dirs[0])
         if len(results) > 1:
-            d["final_model"] = {"audit_dir": str(out_dirs[1]), "epsilon_lower_bound": results[1].epsilon_lower_bound,
-                                "statistic": getattr(results[1], "statistic", "clopper-pearson")}
+            d["final_model"] = {
+                "audit_dir": str(out_dirs[1]),
+                "epsilon_lower_bound": results[1].epsilon_lower_bound,
+                "statistic": getattr(results[1], "statistic", "clopper-pearson"),
+            }
         emit_json(d)
         return
     render(results[0], Path(out_dirs[0]))
     if len(results) > 1:
         render_threat_models(results[0], results[1], Path(out_dirs[1]))
-    for r, out in zip(results, out_dirs):  # the trade-off figure beside audit.json; none without a claimed event
+    for r, out in zip(
+        results, out_dirs
+    ):  # the trade-off figure beside audit.json; none without a claimed event
         path = tradeoff.write_tradeoff_png(r.to_dict(), Path(out))
         if path is not None:
             console.print(f"wrote {path}")
@@ -36,25 +43,54 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
 
 def render_one_run(result, out: Path) -> None:
     b = result.bounds
-    table = Table("analysis", "eps_LB", "claim", "ceiling", "guesses", "correct",
-                  title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
-                        f"{b['confidence']:.0%} confidence")
+    table = Table(
+        "analysis",
+        "eps_LB",
+        "claim",
+        "ceiling",
+        "guesses",
+        "correct",
+        title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
+        f"{b['confidence']:.0%} confidence",
+    )
     st, fdp = b["steinke"], b.get("fdp")
     name = "steinke (eps, delta)" + ("" if result.noise else ", no noise")
-    table.add_row(name, _fmt(st["epsilon_lower_bound"]), _fmt(b.get("claimed_epsilon")), _fmt(st["ceiling"]), str(st["guesses"]), str(st["correct"]))
+    table.add_row(
+        name,
+        _fmt(st["epsilon_lower_bound"]),
+        _fmt(b.get("claimed_epsilon")),
+        _fmt(st["ceiling"]),
+        str(st["guesses"]),
+        str(st["correct"]),
+    )
     if fdp and fdp.get("epsilon_lower_bound") is not None:
-        table.add_row("f-DP (claimed curve)" + ("" if result.noise else ", no noise"), _fmt(fdp["epsilon_lower_bound"]),
-                      _fmt(b.get("claimed_epsilon")), _fmt(fdp.get("ceiling")), "", "")
+        table.add_row(
+            "f-DP (claimed curve)" + ("" if result.noise else ", no noise"),
+            _fmt(fdp["epsilon_lower_bound"]),
+            _fmt(b.get("claimed_epsilon")),
+            _fmt(fdp.get("ceiling")),
+            "",
+            "",
+        )
     print_table(table)
-    console.print(f"deciding statistic: {result.statistic}" + ("" if fdp else " (no claimed event: the (eps, delta) analysis decides)"))
+    console.print(
+        f"deciding statistic: {result.statistic}"
+        + ("" if fdp else " (no claimed event: the (eps, delta) analysis decides)")
+    )
     if fdp and fdp.get("unavailable"):
         console.print(f"f-DP analysis not computed: {fdp['unavailable']}.")
     if result.violated:
-        console.print(f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {_fmt(b.get('claimed_epsilon'))}")
+        console.print(
+            f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {_fmt(b.get('claimed_epsilon'))}"
+        )
     elif result.noise:
-        console.print(f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(b.get('claimed_epsilon'))}")
+        console.print(
+            f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(b.get('claimed_epsilon'))}"
+        )
     console.print(escape(power_line(result.power)))
-    console.print(f"wrote {out / 'one_run.json'} (shareable) and {out / 'one_run_local.json'} (not for publication)")
+    console.print(
+        f"wrote {out / 'one_run.json'} (shareable) and {out / 'one_run_local.json'} (not for publication)"
+    )
 
 
 def render_threat_models(trajectory, final, final_dir: Path) -> None:
@@ -65,12 +101,14 @@ def render_threat_models(trajectory, final, final_dir: Path) -> None:
 
 
 #: What each abbreviation of the audit table and verdict lines means, printed under the table.
-LEGEND = ("eps_LB: a lower bound on epsilon, valid for any mechanism.",
-          "CP eps_LB: the Clopper-Pearson lower bound of the rule chosen on SELECT trials, bounded on EVAL trials.",
-          "CP ceiling: the largest CP eps_LB these trials can give (perfectly separated scores).",
-          "TPR@FPR, AUROC [CI]: descriptive attack success on EVAL trials (bootstrap interval).",
-          "GDP est.: a Gaussian-DP estimate of epsilon, not a bound.",
-          "ruled out: the claim's trade-off curve lies above what the audit measured, so the claim is false.")
+LEGEND = (
+    "eps_LB: a lower bound on epsilon, valid for any mechanism.",
+    "CP eps_LB: the Clopper-Pearson lower bound of the rule chosen on SELECT trials, bounded on EVAL trials.",
+    "CP ceiling: the largest CP eps_LB these trials can give (perfectly separated scores).",
+    "TPR@FPR, AUROC [CI]: descriptive attack success on EVAL trials (bootstrap interval).",
+    "GDP est.: a Gaussian-DP estimate of epsilon, not a bound.",
+    "ruled out: the claim's trade-off curve lies above what the audit measured, so the claim is false.",
+)
 
 
 def _fmt(x) -> str:
@@ -81,12 +119,16 @@ def _statistic_line(result) -> str:
     """Which statistic decided, in the claim's own units (audit.json ``statistic``, ``claim_family_bound``)."""
     fam = result.claim_family_bound
     if result.statistic != "claimed-curve" or not fam:
-        return ("statistic: clopper-pearson (no claimed event): the verdict is eps_LB > claimed epsilon; eps_LB bounds any "
-                "mechanism (the SELECT rule's EVAL counts and every threshold on all trials)")
+        return (
+            "statistic: clopper-pearson (no claimed event): the verdict is eps_LB > claimed epsilon; eps_LB bounds any "
+            "mechanism (the SELECT rule's EVAL counts and every threshold on all trials)"
+        )
     acc = (result.claimed_curve or {}).get("accountant", "")
-    return (f"statistic: claimed-curve: {fam['statement']}, decides the verdict (family epsilon "
-            f"{_fmt(None if fam.get('family_epsilon') is None else float(fam['family_epsilon']))}, {acc} accountant: a statement about the claim's family only); "
-            "eps_LB bounds any mechanism")
+    return (
+        f"statistic: claimed-curve: {fam['statement']}, decides the verdict (family epsilon "
+        f"{_fmt(None if fam.get('family_epsilon') is None else float(fam['family_epsilon']))}, {acc} accountant: a statement about the claim's family only); "
+        "eps_LB bounds any mechanism"
+    )
 
 
 def _verdict_line(result) -> str:
@@ -112,7 +154,11 @@ def _comparison_cells(r) -> tuple[str, str, str]:
         return "—" if t is None else f"{float(t['tpr']):.3f}"
 
     a = comp.get("auroc")
-    auroc = "—" if not a else f"{float(a['auc']):.2f} [{float(a['interval'][0]):.2f}, {float(a['interval'][1]):.2f}]"
+    auroc = (
+        "—"
+        if not a
+        else f"{float(a['auc']):.2f} [{float(a['interval'][0]):.2f}, {float(a['interval'][1]):.2f}]"
+    )
     return tpr(0.001), tpr(0.01), auroc
 
 
@@ -126,24 +172,32 @@ def _gdp_cell(r) -> str:
 
 def render(result, out: Path) -> None:
     # One column per run (audit and its controls), one row per statistic: fits 80 columns.
-    runs = [("audit" if result.noise else "audit (no noise)", result)] + [(k, v) for k, v in result.controls.items()]
-    table = Table(title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence")
+    runs = [("audit" if result.noise else "audit (no noise)", result)] + [
+        (k, v) for k, v in result.controls.items()
+    ]
+    table = Table(
+        title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence"
+    )
     table.add_column("statistic", no_wrap=True)
     for name, _ in runs:
         table.add_column(name)
     cells = [(r, _comparison_cells(r)) for _, r in runs]
-    rows = [("eps_LB", [_fmt(r.epsilon_lower_bound) for r, _ in cells]),
-            ("CP eps_LB", [_fmt(r.clopper_pearson_epsilon) for r, _ in cells]),
-            ("claim", [_fmt(r.claimed_epsilon) for r, _ in cells]),
-            ("CP ceiling", [_fmt(r.ceiling) for r, _ in cells]),
-            ("TPR@FPR 0.1%", [c[0] for _, c in cells]),
-            ("TPR@FPR 1%", [c[1] for _, c in cells]),
-            ("AUROC [CI]", [escape(c[2]) for _, c in cells]),
-            ("GDP est. [CI]", [escape(_gdp_cell(r)) for r, _ in cells])]
+    rows = [
+        ("eps_LB", [_fmt(r.epsilon_lower_bound) for r, _ in cells]),
+        ("CP eps_LB", [_fmt(r.clopper_pearson_epsilon) for r, _ in cells]),
+        ("claim", [_fmt(r.claimed_epsilon) for r, _ in cells]),
+        ("CP ceiling", [_fmt(r.ceiling) for r, _ in cells]),
+        ("TPR@FPR 0.1%", [c[0] for _, c in cells]),
+        ("TPR@FPR 1%", [c[1] for _, c in cells]),
+        ("AUROC [CI]", [escape(c[2]) for _, c in cells]),
+        ("GDP est. [CI]", [escape(_gdp_cell(r)) for r, _ in cells]),
+    ]
     for label, values in rows:
         table.add_row(label, *values)
     print_table(table)
-    for entry in LEGEND:  # one line per abbreviation, wrapped at the terminal width (never a ragged caption)
+    for entry in (
+        LEGEND
+    ):  # one line per abbreviation, wrapped at the terminal width (never a ragged caption)
         console.print(escape(entry))
     console.print(_statistic_line(result))
     if result.violated or result.noise:
@@ -153,6 +207,10 @@ def render(result, out: Path) -> None:
     if result.power:
         console.print(escape(power_line(result.power)))
     if result.underpowered:
-        console.print(f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs.")
-    console.print(f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "
-                  "computed on the private data, outside the release's claim)")
+        console.print(
+            f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs."
+        )
+    console.print(
+        f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "
+        "computed on the private data, outside the release's claim)"
+    )

@@ -17,7 +17,12 @@ from ..auditing import target_for, target_from_release
 from ..audits.power import power_line
 from ..errors import UsageError
 from ..mechanisms.dpsgd.head_audit import HEAD_MODELS
-from ..mechanisms.dpsgd.white_box_target import WHITE_BOX_FILE, WHITE_BOX_LOCAL_FILE, white_box_audit, write_white_box
+from ..mechanisms.dpsgd.white_box_target import (
+    WHITE_BOX_FILE,
+    WHITE_BOX_LOCAL_FILE,
+    white_box_audit,
+    write_white_box,
+)
 from ..noise import NoiseSource
 from ..one_run_auditing import _record_cost, module_setup
 from ..progress import JobProgress
@@ -38,20 +43,36 @@ def check(a: AuditRequest) -> None:
     """What is checked before any data is loaded."""
     models = _models(a.threat_model)
     if a.mechanism not in models or a.privacy_unit != "record" or a.one_run:
-        what = "--one-run" if a.one_run else (f"--privacy-unit {a.privacy_unit}" if a.mechanism in models else a.mechanism)
-        names = ", ".join(MODELS) + (" and the DP-SGD heads" if a.threat_model == "white-box" else "")
-        raise UsageError(f"threat model for {what} must be final-model or trajectory ({a.threat_model}: "
-                         f"{names}, record level, without --one-run), got {a.threat_model!r}.")
+        what = (
+            "--one-run"
+            if a.one_run
+            else (f"--privacy-unit {a.privacy_unit}" if a.mechanism in models else a.mechanism)
+        )
+        names = ", ".join(MODELS) + (
+            " and the DP-SGD heads" if a.threat_model == "white-box" else ""
+        )
+        raise UsageError(
+            f"threat model for {what} must be final-model or trajectory ({a.threat_model}: "
+            f"{names}, record level, without --one-run), got {a.threat_model!r}."
+        )
     positive_int("canaries", a.canaries, 2)
 
 
 def _head_setup(a: AuditRequest, rel):
     """(target, dataset name, claim dict, public seed) of a DP-SGD head: the release's, else the ordinary audit's."""
-    target = (target_for(dataclasses.replace(a, canary=None, no_noise=False)) if rel is None
-              else target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism))
+    target = (
+        target_for(dataclasses.replace(a, canary=None, no_noise=False))
+        if rel is None
+        else target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism)
+    )
     target.prepare()
-    claim = dict(event=target.claimed_event, accountant=target.accountant, adjacency=target.adjacency,
-                 delta=float(target.delta), claimed_epsilon=float(target.claimed_epsilon))
+    claim = dict(
+        event=target.claimed_event,
+        accountant=target.accountant,
+        adjacency=target.adjacency,
+        delta=float(target.delta),
+        claimed_epsilon=float(target.claimed_epsilon),
+    )
     return target, target._dataset_name, claim, a.seed if rel is None else int(rel.seed)
 
 
@@ -59,29 +80,66 @@ def run(a: AuditRequest, plan=None):
     """The audit of ``a`` (``plan`` must be None: a planned audit is final-model only)."""
     check(a)
     if plan is not None:
-        raise UsageError(f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}.")
+        raise UsageError(
+            f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}."
+        )
     rel = None if a.release is None else read_release(a.release)
     if rel is not None and rel.mechanism != a.mechanism:
-        raise UsageError(f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {a.mechanism!r}.")
+        raise UsageError(
+            f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {a.mechanism!r}."
+        )
     if a.mechanism in HEAD_MODELS:
         model, dataset, claim, seed = _head_setup(a, rel)
         data = cfg = None
     else:
-        model, data, cfg, claim = module_setup(a.mechanism, release=rel, epsilon=a.epsilon, delta=a.delta,
-                                               dataset=a.dataset, data_dir=a.data_dir, profile=a.profile, epochs=a.epochs)
+        model, data, cfg, claim = module_setup(
+            a.mechanism,
+            release=rel,
+            epsilon=a.epsilon,
+            delta=a.delta,
+            dataset=a.dataset,
+            data_dir=a.data_dir,
+            profile=a.profile,
+            epochs=a.epochs,
+        )
         dataset, seed = data.name, a.seed if rel is None else int(rel.seed)
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-{a.threat_model}"
     roles = ("main", "no-noise", "null") if a.controls else ("main",)
     for role in roles:  # each training run is an audit entry of the ledger, before it runs
-        _record_cost(a.mechanism, dataset, "add-remove-record", None if role == "no-noise" else claim["event"], a.ledger,
-                     None if rel is None else rel.id, uuid.uuid4().hex)
+        _record_cost(
+            a.mechanism,
+            dataset,
+            "add-remove-record",
+            None if role == "no-noise" else claim["event"],
+            a.ledger,
+            None if rel is None else rel.id,
+            uuid.uuid4().hex,
+        )
     noise = NoiseSource("reproducible", seed=a.seed) if a.reproducible_noise else NoiseSource()
-    command = shlex.join(recorded_argv(values={"out": out}, always=("canaries", "threat_model", "confidence", "seed"),
-                                       omit=("json_out", "workers", "executor", "scheduler", "ledger", "fail_on_violation")))
+    command = shlex.join(
+        recorded_argv(
+            values={"out": out},
+            always=("canaries", "threat_model", "confidence", "seed"),
+            omit=("json_out", "workers", "executor", "scheduler", "ledger", "fail_on_violation"),
+        )
+    )
     with JobProgress("steps") as bar:
-        result = white_box_audit(model, data, cfg, claim, canaries=a.canaries, noise=noise, seed=seed,
-                                 threat_model=a.threat_model, confidence=a.confidence, controls=a.controls, command=command,
-                                 progress=lambda role: bar.steps(f"{a.threat_model} training ({role}, {a.canaries} canaries)"))
+        result = white_box_audit(
+            model,
+            data,
+            cfg,
+            claim,
+            canaries=a.canaries,
+            noise=noise,
+            seed=seed,
+            threat_model=a.threat_model,
+            confidence=a.confidence,
+            controls=a.controls,
+            command=command,
+            progress=lambda role: bar.steps(
+                f"{a.threat_model} training ({role}, {a.canaries} canaries)"
+            ),
+        )
     write_white_box(result, out)
     if a.json_out:
         emit_json({**result.to_dict(), "audit_dir": str(out)})
@@ -91,17 +149,40 @@ def run(a: AuditRequest, plan=None):
 
 
 def _render(result, out: Path) -> None:
-    table = Table("run", "eps_LB", "claim", "sigma_hi", "d_lo", "q_lo", "steps", "observations",
-                  title=f"{result.main.threat_model} audit, {result.main.confidence:.0%} confidence")
+    table = Table(
+        "run",
+        "eps_LB",
+        "claim",
+        "sigma_hi",
+        "d_lo",
+        "q_lo",
+        "steps",
+        "observations",
+        title=f"{result.main.threat_model} audit, {result.main.confidence:.0%} confidence",
+    )
     for role, b in result.bounds.items():
-        table.add_row(role, f"{b.epsilon_lb:.3f}", f"{b.claimed_epsilon:.3f}", f"{b.noise_upper:.4f}", f"{b.sensitivity_lower:.4f}",
-                      f"{b.sample_rate_lower:.5f}", str(b.steps), str(b.observations))
+        table.add_row(
+            role,
+            f"{b.epsilon_lb:.3f}",
+            f"{b.claimed_epsilon:.3f}",
+            f"{b.noise_upper:.4f}",
+            f"{b.sensitivity_lower:.4f}",
+            f"{b.sample_rate_lower:.5f}",
+            str(b.steps),
+            str(b.observations),
+        )
     print_table(table)
     for role, ok in result.controls_ok().items():
-        console.print(f"{role} control: {'as expected' if ok else '[bold red]FAILED[/] (the audit cannot be trusted)'}")
+        console.print(
+            f"{role} control: {'as expected' if ok else '[bold red]FAILED[/] (the audit cannot be trusted)'}"
+        )
     m = result.main
     verdict = "[bold red]VIOLATION:[/]" if m.violation else "no evidence of a violation:"
-    console.print(f"{verdict} eps_LB {m.epsilon_lb:.3f} {'>' if m.violation else '<='} claimed {m.claimed_epsilon:.3f}")
+    console.print(
+        f"{verdict} eps_LB {m.epsilon_lb:.3f} {'>' if m.violation else '<='} claimed {m.claimed_epsilon:.3f}"
+    )
     console.print(escape(power_line(result.power)))
-    print_message(f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} "
-                  "(not for publication)")
+    print_message(
+        f"wrote {out / WHITE_BOX_FILE} (shareable) and {out / WHITE_BOX_LOCAL_FILE} "
+        "(not for publication)"
+    )

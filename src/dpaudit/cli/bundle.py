@@ -19,40 +19,70 @@ from .common import console, emit_json, print_message
 def register(app: typer.Typer) -> None:
     @app.command("bundle")
     def bundle(
-        inputs: List[Path] = typer.Argument(..., help="release folders or release.json, audit folders (audit.json / one_run.json), plan.json files."),
+        inputs: List[Path] = typer.Argument(
+            ...,
+            help="release folders or release.json, audit folders (audit.json / one_run.json), plan.json files.",
+        ),
         ledger: Optional[Path] = options.ledger(),
         out: Path = typer.Option(..., "--out", help="A new folder for the bundle."),
         json_out: bool = options.json_out(),
     ) -> None:
         """Collect what a reviewer needs to verify a claim: releases, audits and their plans (shareable parts only), the ledger's export and head."""
-        check_out_dir(out, name="out")  # /proc, a file, a read-only place: one line before anything is read
+        check_out_dir(
+            out, name="out"
+        )  # /proc, a file, a read-only place: one line before anything is read
         made = reports.make_bundle(inputs, ledger=ledger, out=out)
         if json_out:
             emit_json({"bundle": str(out), **made})
             return
         counts = ", ".join(f"{len(made[k])} {k[:-1]}(s)" for k in ("releases", "audits", "plans"))
         head = made["head"]["hash"][:16]
-        print_message(f"wrote {out}: {counts}, the ledger's export and head {head} "
-                      f"(shareable parts only); check it with: dpaudit verify {out}")
+        print_message(
+            f"wrote {out}: {counts}, the ledger's export and head {head} "
+            f"(shareable parts only); check it with: dpaudit verify {out}"
+        )
 
     @app.command("verify")
     def verify(
         bundle: Path = typer.Argument(..., help="A folder written by `dpaudit bundle`."),
-        anchor: Optional[str] = typer.Option(None, "--anchor", help="A head hash published earlier (`ledger head`): the chain must contain it.", show_default=False),
-        owner: Optional[str] = typer.Option(None, "--owner", help="The ledger owner's key id, known from outside the bundle.", show_default=False),
+        anchor: Optional[str] = typer.Option(
+            None,
+            "--anchor",
+            help="A head hash published earlier (`ledger head`): the chain must contain it.",
+            show_default=False,
+        ),
+        owner: Optional[str] = typer.Option(
+            None,
+            "--owner",
+            help="The ledger owner's key id, known from outside the bundle.",
+            show_default=False,
+        ),
         json_out: bool = options.json_out(),
     ) -> None:
         """Re-check a bundle without the private data: claims, ledger, plans, audits. Exit 1 on any failed check."""
         checks = reports.verify_bundle(bundle, anchor=anchor, owner=owner)
         bad = reports.failed(checks)
         if json_out:
-            emit_json({"bundle": str(bundle), "ok": not bad, "checks": [c.__dict__ for c in checks]})
+            emit_json(
+                {"bundle": str(bundle), "ok": not bad, "checks": [c.__dict__ for c in checks]}
+            )
         else:
             t = Table("check", "subject", "result", "detail", width=min(console.width, 80))
             for c in checks:
-                t.add_row(c.name, c.subject, {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}.get(c.status, "[yellow]note[/]"), c.detail)
+                t.add_row(
+                    c.name,
+                    c.subject,
+                    {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}.get(
+                        c.status, "[yellow]note[/]"
+                    ),
+                    c.detail,
+                )
             console.print(t)
-            console.print(f"{sum(c.status == 'FAIL' for c in checks)} of {len(checks)} checks failed." if bad else
-                          f"all {len(checks)} checks passed.", highlight=False)
+            console.print(
+                f"{sum(c.status == 'FAIL' for c in checks)} of {len(checks)} checks failed."
+                if bad
+                else f"all {len(checks)} checks passed.",
+                highlight=False,
+            )
         if bad:
             raise typer.Exit(1)

@@ -46,14 +46,18 @@ def _kind(annotation: Any, info: Any) -> str | None:
     return None
 
 
-def _fast(kind: str, annotation: Any, info: Any, value: Any, param: Any, ctx: Any) -> tuple[bool, Any]:
+def _fast(
+    kind: str, annotation: Any, info: Any, value: Any, param: Any, ctx: Any
+) -> tuple[bool, Any]:
     """(True, result) where typer's adapter is certain to give ``result``; else (False, None)."""
     t = type(value)
     if kind in ("int", "float", "str", "bool") and t is annotation:
         return True, value
     if kind == "enum":  # typer's adapter is this very function behind a pydantic "before" validator
         try:
-            return True, coerce_cli_choice(value, choices=tuple(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
+            return True, coerce_cli_choice(
+                value, choices=tuple(annotation), case_sensitive=info.case_sensitive, ctx=ctx
+            )
         except ValueError:
             return False, None  # typer's adapter words the error
     if kind == "path" and isinstance(value, Path):  # likewise (a Path is taken as it is)
@@ -114,8 +118,13 @@ def fast_runtime_param(param: Any) -> Any:
     kind = _kind(desc.annotation, desc.parameter_info)
     if kind is None:
         return None
-    return FastRuntimeParam(parameter_info=desc.parameter_info, annotation=desc.annotation,
-                            kind=kind, descriptor=desc, slow=[])
+    return FastRuntimeParam(
+        parameter_info=desc.parameter_info,
+        annotation=desc.annotation,
+        kind=kind,
+        descriptor=desc,
+        slow=[],
+    )
 
 
 class _DefaultHelpNames:
@@ -130,7 +139,9 @@ def install(command: Any) -> Any:
     The ``--help`` option, which click creates on first parse, is created here (with click's
     default name, the only one dpaudit uses) so that it gets one too."""
     params = list(getattr(command, "params", ()))
-    if getattr(command, "_help_option", 0) is None and getattr(command, "context_settings", None) in (None, {}):
+    if getattr(command, "_help_option", 0) is None and getattr(
+        command, "context_settings", None
+    ) in (None, {}):
         try:
             params.append(command.get_help_option(_DefaultHelpNames()))
         except Exception:  # pragma: no cover - another click: leave the help option to it

@@ -21,8 +21,14 @@ import typer
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
-from typer._click.exceptions import (BadOptionUsage, BadParameter, MissingParameter, NoArgsIsHelpError, NoSuchOption,
-                                      UsageError as ClickUsageError)
+from typer._click.exceptions import (
+    BadOptionUsage,
+    BadParameter,
+    MissingParameter,
+    NoArgsIsHelpError,
+    NoSuchOption,
+    UsageError as ClickUsageError,
+)
 from typer._click.globals import get_current_context
 from typer.core import TyperCommand, TyperGroup
 
@@ -47,7 +53,9 @@ class LazyCommands(MutableMapping):
     see :mod:`dpaudit.cli`). Iterating yields the names, in order, without building anything;
     ``missing`` (optional) supplies builders for names outside the table, asked on a miss."""
 
-    def __init__(self, builders: dict[str, Callable[[], Any]], missing: Optional[Callable[[], dict]] = None) -> None:
+    def __init__(
+        self, builders: dict[str, Callable[[], Any]], missing: Optional[Callable[[], dict]] = None
+    ) -> None:
         self._builders = dict(builders)
         self._built: dict[str, Any] = {}
         self._missing = missing
@@ -106,15 +114,25 @@ FLAG_ALIASES = {"out_dir": "out", "epsilon": "eps"}
 def flag_names(message: str, command: Any) -> str:
     """``message`` (a library error) with the parameter names the user typed as flags: its first
     word and every ``snake_case`` name (not quoted values) that is an option of ``command``."""
-    flags = {p.name: p.opts[0] for p in getattr(command, "params", ()) if p.param_type_name == "option" and p.opts[0].startswith("--")}
+    flags = {
+        p.name: p.opts[0]
+        for p in getattr(command, "params", ())
+        if p.param_type_name == "option" and p.opts[0].startswith("--")
+    }
     flags.update({a: flags[b] for a, b in FLAG_ALIASES.items() if b in flags and a not in flags})
 
     def spell(m: re.Match) -> str:
-        return flags.get(m.group(0), m.group(0)) if m.start() == 0 or "_" in m.group(0) else m.group(0)
+        return (
+            flags.get(m.group(0), m.group(0)) if m.start() == 0 or "_" in m.group(0) else m.group(0)
+        )
 
     # quoted parts are values (paths, names typed by the user): left as they are
-    return "".join(part if part.startswith("'") else re.sub(r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])", spell, part)
-                   for part in re.split(r"('[^']*')", message))
+    return "".join(
+        part
+        if part.startswith("'")
+        else re.sub(r"(?<![\w'-])[a-z][a-z0-9_]*(?![\w'-])", spell, part)
+        for part in re.split(r"('[^']*')", message)
+    )
 
 
 class DPAuditGroup(TyperGroup):
@@ -122,7 +140,9 @@ class DPAuditGroup(TyperGroup):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if not isinstance(self.commands, LazyCommands):  # built eagerly (typer.main.get_command): the same converters as lazily
+        if not isinstance(
+            self.commands, LazyCommands
+        ):  # built eagerly (typer.main.get_command): the same converters as lazily
             _fast_options(self)
 
     def list_commands(self, ctx):
@@ -130,12 +150,16 @@ class DPAuditGroup(TyperGroup):
 
     def resolve_command(self, ctx, args):
         if len(args) >= 2 and isinstance(self.commands, LazyCommands):
-            self.commands.get(args[0])  # builds args[0] (its family) first: it may add ROUTES (dpaudit audit NAME)
+            self.commands.get(
+                args[0]
+            )  # builds args[0] (its family) first: it may add ROUTES (dpaudit audit NAME)
         if len(args) >= 2 and (args[0], args[1]) in ROUTES:
             found = f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
         else:
             found = super().resolve_command(ctx, args)
-        ctx.meta["dpaudit.command"] = found[1]  # the innermost one wins: its flags name the parameters in errors
+        ctx.meta["dpaudit.command"] = found[
+            1
+        ]  # the innermost one wins: its flags name the parameters in errors
         return found
 
     def make_context(self, info_name, args, parent=None, **extra):
@@ -149,7 +173,11 @@ class DPAuditGroup(TyperGroup):
             with _progress_of(ctx), _one_line_warnings(ctx):
                 return super().invoke(ctx)
         except DPAuditError as e:
-            msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command")) if str(e) else type(e).__name__
+            msg = (
+                flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command"))
+                if str(e)
+                else type(e).__name__
+            )
             msg = f"{msg} {e.hint}" if e.hint and e.hint not in msg else msg
             _error(msg)
             raise typer.Exit(2) from None
@@ -165,7 +193,7 @@ def _progress_of(ctx):
     if ctx.parent is not None or not words or "--help" in words:
         return contextlib.nullcontext()
     group = isinstance(ctx.command.commands.get(words[0]), TyperGroup) and len(words) > 1
-    return heartbeat(" ".join(["dpaudit", *words[:1 + group]]))
+    return heartbeat(" ".join(["dpaudit", *words[: 1 + group]]))
 
 
 @contextlib.contextmanager
@@ -211,9 +239,18 @@ def _allowed(param: Any) -> str:
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return "one of " + ", ".join(str(m.value) for m in annotation)
-    words = {int: "an integer", float: "a number", bool: "true or false", str: "a text value", Path: "a path"}
+    words = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        str: "a text value",
+        Path: "a path",
+    }
     many = getattr(param, "nargs", 1) != 1
-    word = words.get(typing.get_args(annotation)[0] if many and typing.get_args(annotation) else annotation, "a value")
+    word = words.get(
+        typing.get_args(annotation)[0] if many and typing.get_args(annotation) else annotation,
+        "a value",
+    )
     return f"one or more: {word}" if many else word
 
 
@@ -228,9 +265,15 @@ def _param_name(param: Any, hint: Optional[str]) -> str:
 def usage_line(e: ClickUsageError) -> str:
     """``e`` as one "{name} must be {rule}, got {value}." line (click's words where nothing better is known)."""
     ctx = getattr(e, "ctx", None)
-    where = f"`{' '.join(['dpaudit', *ctx.command_path.split()[1:]])} --help`" if ctx is not None else "`dpaudit --help`"
+    where = (
+        f"`{' '.join(['dpaudit', *ctx.command_path.split()[1:]])} --help`"
+        if ctx is not None
+        else "`dpaudit --help`"
+    )
     if isinstance(e, NoSuchOption):
-        near = f"one of {', '.join(e.possibilities)}" if e.possibilities else f"an option of {where}"
+        near = (
+            f"one of {', '.join(e.possibilities)}" if e.possibilities else f"an option of {where}"
+        )
         return f"option must be {near}, got {e.option_name}."
     if isinstance(e, MissingParameter):
         return f"{_param_name(e.param, e.param_hint)} must be given ({_allowed(e.param)}; see {where}), got none."
@@ -238,7 +281,9 @@ def usage_line(e: ClickUsageError) -> str:
         return f"{e.option_name} must be given a value (see {where}), got none."
     if isinstance(e, BadParameter):
         name = _param_name(e.param, e.param_hint)
-        ours = re.match(r"must be (.+), got (.+?)\.?$", e.message)  # a rule dpaudit words itself (a seed)
+        ours = re.match(
+            r"must be (.+), got (.+?)\.?$", e.message
+        )  # a rule dpaudit words itself (a seed)
         if ours:
             return f"{name} must be {ours.group(1)}, got {ours.group(2)}."
         got = re.search(r"got (.+?)\.?$", e.message) or re.search(r"('[^']*') is not", e.message)
@@ -263,7 +308,9 @@ def _stand_in(module: str, name: str) -> type:
     def __new__(cls, *args, **kwargs):  # noqa: N807
         return _real()(*args, **kwargs)
 
-    return _Deferred(name, (), {"__new__": __new__, "_real": staticmethod(_real), "__module__": module})
+    return _Deferred(
+        name, (), {"__new__": __new__, "_real": staticmethod(_real), "__module__": module}
+    )
 
 
 def light_rich_help() -> None:
@@ -302,12 +349,18 @@ class HelpTable(Table):
         for c in names:
             c.no_wrap, c.overflow = True, "fold"
         text.ratio = text.ratio or 1
-        used = sum(w + 2 for w in (max((console.measure(x).maximum for x in c.cells), default=0) for c in names) if w)
+        used = sum(
+            w + 2
+            for w in (max((console.measure(x).maximum for x in c.cells), default=0) for c in names)
+            if w
+        )
         if options.max_width - used >= 30:
             yield from super().__rich_console__(console, options)
             return
         for *head, body in zip(*(c.cells for c in self.columns)):
-            yield Text(" ").join(h if isinstance(h, Text) else Text(str(h)) for h in head if str(h).strip())
+            yield Text(" ").join(
+                h if isinstance(h, Text) else Text(str(h)) for h in head if str(h).strip()
+            )
             yield Padding(body, (0, 0, 0, 4))
 
 
@@ -323,7 +376,10 @@ def _help_format(format_help: Callable) -> Callable:
     return wrapped
 
 
-TyperCommand.format_help, TyperGroup.format_help = _help_format(TyperCommand.format_help), _help_format(TyperGroup.format_help)
+TyperCommand.format_help, TyperGroup.format_help = (
+    _help_format(TyperCommand.format_help),
+    _help_format(TyperGroup.format_help),
+)
 
 
 def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
@@ -337,7 +393,9 @@ def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
     )
 
 
-def recorded_argv(ctx: Any = None, *, values: Optional[dict] = None, always=(), omit=(), last=("out",)) -> list[str]:
+def recorded_argv(
+    ctx: Any = None, *, values: Optional[dict] = None, always=(), omit=(), last=("out",)
+) -> list[str]:
     """The command line that re-creates what this command computes, from its *parsed* parameters:
     ``dpaudit``, the command path, every argument, then each option not at its default (or named in
     ``always``) in declaration order, ``last`` at the end. ``values`` replaces parsed values (a
@@ -369,7 +427,14 @@ def recorded_argv(ctx: Any = None, *, values: Optional[dict] = None, always=(), 
                 raise ValueError(f"flag {p.opts[0]} has no off spelling, got {value!r}.")
         else:
             v = value.value if isinstance(value, Enum) else value
-            spelt = [p.opts[0], repr(v) if isinstance(v, float) else os.fspath(v) if isinstance(v, os.PathLike) else str(v)]
+            spelt = [
+                p.opts[0],
+                repr(v)
+                if isinstance(v, float)
+                else os.fspath(v)
+                if isinstance(v, os.PathLike)
+                else str(v),
+            ]
         (tail if p.name in last else body).extend(spelt)
     return head + body + tail
 
@@ -394,8 +459,13 @@ def pack(fields: list[str], width: int, indent: str = "") -> list[str]:
         if groups[-1] and len(f"{indent}{groups[-1]} {f}") > width:
             groups.append("")
         groups[-1] += (" " if groups[-1] else "") + f
-    return [line for g in groups for line in textwrap.wrap(g, width, initial_indent=indent, subsequent_indent=indent + "  ",
-                                                             break_on_hyphens=False)]
+    return [
+        line
+        for g in groups
+        for line in textwrap.wrap(
+            g, width, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
+        )
+    ]
 
 
 def say(*fields: str, indent: str = "  ") -> None:
@@ -410,15 +480,26 @@ def print_table(table: Any, out: Any = None) -> None:
     out = out or console
     for col in table.columns:
         col.overflow = "fold"  # a too-long word is folded, never cut with an ellipsis
-    wide = out.options.update_width(10_000)  # rich's own minimum ignores no_wrap: a no_wrap column needs its widest cell
-    need = sum(3 + max(getattr(out.measure(x, options=wide), "maximum" if col.no_wrap else "minimum") for x in (col.header, *col.cells))
-               for col in table.columns)
+    wide = out.options.update_width(
+        10_000
+    )  # rich's own minimum ignores no_wrap: a no_wrap column needs its widest cell
+    need = sum(
+        3
+        + max(
+            getattr(out.measure(x, options=wide), "maximum" if col.no_wrap else "minimum")
+            for x in (col.header, *col.cells)
+        )
+        for col in table.columns
+    )
     if need + 1 <= out.width:
         out.print(table)
         return
     if table.title:
         print_message(Text.from_markup(str(table.title)), out)
-    plain = [[c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain for c in col.cells] for col in table.columns]
+    plain = [
+        [c.plain if isinstance(c, Text) else Text.from_markup(str(c)).plain for c in col.cells]
+        for col in table.columns
+    ]
     heads = [str(col.header).replace(" ", "") for col in table.columns]
     for label, *rest in zip(*plain):
         indent = " " * (len(label) - len(label.lstrip()) + 4)

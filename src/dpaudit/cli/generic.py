@@ -35,8 +35,16 @@ from ..requests import REQUEST_TYPES, AuditRequest
 from ..threads import set_threads
 from . import options
 from .audit_render import show
-from .common import (ROUTES, emit_json, exit_on_violation, new_app, note, print_message,
-                     recorded_argv, say)
+from .common import (
+    ROUTES,
+    emit_json,
+    exit_on_violation,
+    new_app,
+    note,
+    print_message,
+    recorded_argv,
+    say,
+)
 
 
 def generic_audit_names() -> tuple[str, ...]:
@@ -69,15 +77,26 @@ def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Par
         if choices:
             enum = _choice_enum(rtype.__name__, f.name, choices)
             annotation = Optional[enum] if default is None else enum
-            opt = typer.Option(None if default is None else enum(default), flag, help=help_text, hidden=hidden,
-                               show_default=default is not None)
+            opt = typer.Option(
+                None if default is None else enum(default),
+                flag,
+                help=help_text,
+                hidden=hidden,
+                show_default=default is not None,
+            )
         elif tp is bool:
             decl = flag if not default else f"{flag}/--no-{flag[2:]}"
             annotation, opt = bool, typer.Option(bool(default), decl, help=help_text, hidden=hidden)
         else:
             annotation = Optional[tp] if default is None else tp
-            opt = typer.Option(default, flag, help=help_text, hidden=hidden, show_default=default is not None)
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=annotation))
+            opt = typer.Option(
+                default, flag, help=help_text, hidden=hidden, show_default=default is not None
+            )
+        params.append(
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=annotation
+            )
+        )
     return params
 
 
@@ -112,23 +131,63 @@ _RUN_OPTIONS = ("out", "ledger", "json_out")
 
 
 def _run_parameters(name: str, rtype) -> list[inspect.Parameter]:
-    threads = typer.Option(None, "--threads", help="Threads of torch and NumPy's BLAS (a speed setting; default: their own choice; "
-                           "a linear head trains on one).", show_default=False)
+    threads = typer.Option(
+        None,
+        "--threads",
+        help="Threads of torch and NumPy's BLAS (a speed setting; default: their own choice; "
+        "a linear head trains on one).",
+        show_default=False,
+    )
     return [
-        inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path],
-                          default=typer.Option(None, "--out", help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
-                                               show_default=False)),
-        inspect.Parameter("ledger", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.ledger()),
-        inspect.Parameter("noise_seed_file", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[Path], default=options.noise_seed_file()),
-        *([inspect.Parameter("threads", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[int], default=threads)] if rtype.TORCH_RUN else []),
-        inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=options.json_out()),
+        inspect.Parameter(
+            "out",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Optional[Path],
+            default=typer.Option(
+                None,
+                "--out",
+                help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
+                show_default=False,
+            ),
+        ),
+        inspect.Parameter(
+            "ledger",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Optional[Path],
+            default=options.ledger(),
+        ),
+        inspect.Parameter(
+            "noise_seed_file",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Optional[Path],
+            default=options.noise_seed_file(),
+        ),
+        *(
+            [
+                inspect.Parameter(
+                    "threads",
+                    inspect.Parameter.KEYWORD_ONLY,
+                    annotation=Optional[int],
+                    default=threads,
+                )
+            ]
+            if rtype.TORCH_RUN
+            else []
+        ),
+        inspect.Parameter(
+            "json_out", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=options.json_out()
+        ),
     ]
 
 
 def _default_notes(rtype) -> list[str]:
     """The notes (option metadata ``note``) of the request's options this command left at their default."""
     ctx = get_current_context()
-    return [f.metadata["note"] for f in dataclasses.fields(rtype) if f.metadata.get("note") and ctx.get_parameter_source(f.name) is ParameterSource.DEFAULT]
+    return [
+        f.metadata["note"]
+        for f in dataclasses.fields(rtype)
+        if f.metadata.get("note") and ctx.get_parameter_source(f.name) is ParameterSource.DEFAULT
+    ]
 
 
 def _print_release(rel, shown) -> None:
@@ -137,12 +196,22 @@ def _print_release(rel, shown) -> None:
         for line in shown[1]:
             print_message(Text.from_markup(line))
         return
-    claim = "no privacy claim (non-private)" if rel.non_private else (
-        f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}")
+    claim = (
+        "no privacy claim (non-private)"
+        if rel.non_private
+        else (
+            f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}"
+        )
+    )
     dataset = (rel.dataset or {}).get("name")
     print_message(Text.assemble((rel.mechanism, "bold"), f" on {dataset}: {claim}"))
     if rel.metrics:
-        say(*(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in rel.metrics.items()))
+        say(
+            *(
+                f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in rel.metrics.items()
+            )
+        )
     say(f"release id {rel.id};", f"command: {rel.command}")
 
 
@@ -153,8 +222,10 @@ def written_line(release, ledger) -> str:
         folder = led.get(release.id).payload.get("artefact_path")
     weights = release.artefacts.get("weights")
     files = ", ".join(["release.json", *([str(weights)] if weights else [])])
-    return (f"release {release.id} written to {_shown(folder)} ({files}); "
-            f"ledger {resolve_ledger(ledger).display} entry {release.id}")
+    return (
+        f"release {release.id} written to {_shown(folder)} ({files}); "
+        f"ledger {resolve_ledger(ledger).display} entry {release.id}"
+    )
 
 
 def _shown(folder) -> str:
@@ -169,22 +240,32 @@ def make_train_command(entry):
     """The ``dpaudit train NAME`` command of catalogue ``entry`` (parse -> Request -> release)."""
     rtype = entry.request_type()
     fields = dataclasses.fields(rtype)
-    params = request_parameters(rtype) + [p for p in _run_parameters(entry.name, rtype) if p.name not in {f.name for f in fields}]
-    named = {f.name: entry.name for f in fields if f.metadata.get("positional")}  # the model a per-model command releases
+    params = request_parameters(rtype) + [
+        p for p in _run_parameters(entry.name, rtype) if p.name not in {f.name for f in fields}
+    ]
+    named = {
+        f.name: entry.name for f in fields if f.metadata.get("positional")
+    }  # the model a per-model command releases
 
     def command(**kwargs):
-        out, ledger, json_out, seed_file, threads = (kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file", "threads"))
+        out, ledger, json_out, seed_file, threads = (
+            kwargs.pop(k, None) for k in (*_RUN_OPTIONS, "noise_seed_file", "threads")
+        )
         request = request_from_options(rtype, kwargs, **named)
         request.check()  # before the mechanism's module (and torch) loads
         if threads is not None:
             set_threads(threads)
         mech = registry.mechanism(entry.name)
         request = mech.validate(request)  # a refusal comes before any note about defaults
-        for line in _default_notes(rtype) + mech.notes(request):  # on stderr: --json output stays clean
+        for line in _default_notes(rtype) + mech.notes(
+            request
+        ):  # on stderr: --json output stays clean
             note(line)
         # prv answers of the same public computations come from the on-disk cache (ledger/result_cache.py)
         with releasing.secret_noise_seed(seed_file), result_cache.enabled():
-            rel = releasing.release(entry.name, request, out_dir=out, ledger_path=ledger, progress=True)
+            rel = releasing.release(
+                entry.name, request, out_dir=out, ledger_path=ledger, progress=True
+            )
         shown = mech.summary(rel, ledger)
         if json_out:
             emit_json(rel.to_dict() if shown is None else shown[0])
@@ -203,7 +284,9 @@ def register_train(train_app: typer.Typer) -> None:
         entry = CATALOGUE[name]
         if not taken & {name, *entry.aliases}:
             command = make_train_command(entry)
-            for i, shown in enumerate((*entry.aliases, name)):  # an alias (e.g. mixmin) is the name shown in help
+            for i, shown in enumerate(
+                (*entry.aliases, name)
+            ):  # an alias (e.g. mixmin) is the name shown in help
                 train_app.command(shown, help=command.__doc__, hidden=i > 0)(command)
 
 
@@ -211,15 +294,39 @@ def register_train(train_app: typer.Typer) -> None:
 
 
 #: The AuditRequest options a generic ``audit NAME`` command adds to its request's own.
-_AUDIT_OPTIONS = ("runs", "confidence", "release", "out", "no_noise", "controls", "control_runs", "workers", "chunk_size", "seed",
-                  "reproducible_noise", "data_dir", "ledger", "json_out", "fail_on_violation")
+_AUDIT_OPTIONS = (
+    "runs",
+    "confidence",
+    "release",
+    "out",
+    "no_noise",
+    "controls",
+    "control_runs",
+    "workers",
+    "chunk_size",
+    "seed",
+    "reproducible_noise",
+    "data_dir",
+    "ledger",
+    "json_out",
+    "fail_on_violation",
+)
 
 
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
     """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
     canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
-    canary = inspect.Parameter("canary", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[canary_enum],
-                               default=typer.Option(None, "--canary", help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).", show_default=False))
+    canary = inspect.Parameter(
+        "canary",
+        inspect.Parameter.KEYWORD_ONLY,
+        annotation=Optional[canary_enum],
+        default=typer.Option(
+            None,
+            "--canary",
+            help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).",
+            show_default=False,
+        ),
+    )
     params = {p.name: p for p in request_parameters(AuditRequest)}
     return [canary] + [params[n] for n in _AUDIT_OPTIONS if n not in taken]
 
@@ -241,24 +348,60 @@ def make_audit_command(entry):
         data_dir = kwargs.get("data_dir", audit.get("data_dir"))
         release_id = release_path = None
         if audit["release"] is not None:
-            given = [f"{f.metadata.get('flag') or '--' + f.name.replace('_', '-')}" for f in dataclasses.fields(rtype)
-                     if f.name not in ("seed", "data_dir", "reproducible_noise") and getattr(request, f.name) != f.default]
+            given = [
+                f"{f.metadata.get('flag') or '--' + f.name.replace('_', '-')}"
+                for f in dataclasses.fields(rtype)
+                if f.name not in ("seed", "data_dir", "reproducible_noise")
+                and getattr(request, f.name) != f.default
+            ]
             if given:  # the release records its own request: a second one would be silently ignored
-                raise UsageError(f"{given[0]} must not be given with --release (the release records its own request), got {getattr(request, given[0][2:].replace('-', '_'), None)!r}.")
+                raise UsageError(
+                    f"{given[0]} must not be given with --release (the release records its own request), got {getattr(request, given[0][2:].replace('-', '_'), None)!r}."
+                )
             rel = read_release(audit["release"])
             release_id, release_path = rel.id, str(Path(audit["release"]).resolve())
-            t = auditing.target_from_release(rel, canary=canary, data_dir=data_dir, no_noise=audit["no_noise"], mechanism=entry.name)
+            t = auditing.target_from_release(
+                rel,
+                canary=canary,
+                data_dir=data_dir,
+                no_noise=audit["no_noise"],
+                mechanism=entry.name,
+            )
         else:
-            t = auditing.generic_target(entry.name, request, canary=canary, no_noise=audit["no_noise"])
+            t = auditing.generic_target(
+                entry.name, request, canary=canary, no_noise=audit["no_noise"]
+            )
         out = _audit_folder(audit, t)
-        argv = recorded_argv(values={"canary": t.canary, "out": out}, always=("canary", "runs", "confidence"),
-                             omit=("json_out", "workers", "ledger", "fail_on_violation"))
-        argv = ["dpaudit", "audit", entry.name, *argv[next(i for i, a in enumerate(argv) if a.startswith("--")):]]  # routed: one command path
-        result = engine.run_audit(t, runs=audit["runs"], confidence=audit["confidence"], seed=seed, controls=engine.CONTROLS if audit["controls"] else (),
-                           control_runs=audit["control_runs"], chunk_size=audit["chunk_size"], out_dir=out,
-                           reproducible_noise=bool(getattr(request, "reproducible_noise", audit.get("reproducible_noise", False))),
-                           progress=not audit["json_out"], command=shlex.join(argv), release_id=release_id, release_path=release_path,
-                           workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)), ledger_path=audit.get("ledger"))
+        argv = recorded_argv(
+            values={"canary": t.canary, "out": out},
+            always=("canary", "runs", "confidence"),
+            omit=("json_out", "workers", "ledger", "fail_on_violation"),
+        )
+        argv = [
+            "dpaudit",
+            "audit",
+            entry.name,
+            *argv[next(i for i, a in enumerate(argv) if a.startswith("--")) :],
+        ]  # routed: one command path
+        result = engine.run_audit(
+            t,
+            runs=audit["runs"],
+            confidence=audit["confidence"],
+            seed=seed,
+            controls=engine.CONTROLS if audit["controls"] else (),
+            control_runs=audit["control_runs"],
+            chunk_size=audit["chunk_size"],
+            out_dir=out,
+            reproducible_noise=bool(
+                getattr(request, "reproducible_noise", audit.get("reproducible_noise", False))
+            ),
+            progress=not audit["json_out"],
+            command=shlex.join(argv),
+            release_id=release_id,
+            release_path=release_path,
+            workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)),
+            ledger_path=audit.get("ledger"),
+        )
         show([result], [out], json_out=audit["json_out"])
         exit_on_violation(audit["fail_on_violation"], [result])
 
@@ -278,8 +421,10 @@ def _audit_folder(audit: dict, t) -> Path:
     overwritten."""
     if audit["out"] is not None:
         return Path(audit["out"])
-    default = Path("audits") / f"{t.mechanism}-{data_label(t.describe().get('dataset'))}-{t.canary}" \
+    default = (
+        Path("audits") / f"{t.mechanism}-{data_label(t.describe().get('dataset'))}-{t.canary}"
         f"{'-no-noise' if audit['no_noise'] else ''}"
+    )
     out = fresh_folder(default)
     if out != default and not audit["json_out"]:
         note(f"{default} holds an earlier audit (never overwritten): writing to {out}")

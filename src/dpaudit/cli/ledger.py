@@ -41,9 +41,11 @@ def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
     if dataset in DATASETS or dataset in TASKS:
         return declared_rows(dataset, data_dir=data_dir)
     if not any(e.kind in ("release", "reservation", "audit") for e in led.entries(dataset=dataset)):
-        raise UsageError(f"dataset must be a built-in dataset or task, or a name with entries in ledger "
-                         f"{led.path} (whose rows the cap then declares), got {dataset!r}: its rows cannot "
-                         "be known, so the cap could not cover its people under other names.")
+        raise UsageError(
+            f"dataset must be a built-in dataset or task, or a name with entries in ledger "
+            f"{led.path} (whose rows the cap then declares), got {dataset!r}: its rows cannot "
+            "be known, so the cap could not cover its people under other names."
+        )
     return None
 
 
@@ -51,7 +53,12 @@ def register(app: typer.Typer) -> None:
     @ledger_app.command("summary")
     def summary(
         dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
-        sweep: Optional[str] = typer.Option(None, "--sweep", help="Compose only the releases recorded under this sweep.", show_default=False),
+        sweep: Optional[str] = typer.Option(
+            None,
+            "--sweep",
+            help="Compose only the releases recorded under this sweep.",
+            show_default=False,
+        ),
         owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -68,7 +75,11 @@ def register(app: typer.Typer) -> None:
         if not rows:
             console.print(f"ledger {path}: no releases recorded.")
             return
-        t = Table(title=f"privacy budget spent ({path})" if sweep is None else f"privacy budget spent by sweep {sweep} ({path})")
+        t = Table(
+            title=f"privacy budget spent ({path})"
+            if sweep is None
+            else f"privacy budget spent by sweep {sweep} ({path})"
+        )
         for col in text.SUMMARY_COLUMNS:
             t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=True)
         for cells in text.summary_table(rows):
@@ -81,7 +92,9 @@ def register(app: typer.Typer) -> None:
     @ledger_app.command("list")
     def list_(
         dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
-        sweep: Optional[str] = typer.Option(None, "--sweep", help="Only the releases recorded under this sweep.", show_default=False),
+        sweep: Optional[str] = typer.Option(
+            None, "--sweep", help="Only the releases recorded under this sweep.", show_default=False
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -91,7 +104,11 @@ def register(app: typer.Typer) -> None:
             path = str(led.path)
             if sweep is not None:
                 led.require_sweep(sweep)
-                es = [e for e in es if e.kind == "release" and (e.payload.get("sweep") or {}).get("name") == sweep]
+                es = [
+                    e
+                    for e in es
+                    if e.kind == "release" and (e.payload.get("sweep") or {}).get("name") == sweep
+                ]
         if json_out:
             emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
             return
@@ -102,7 +119,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("show")
     def show(
-        entry_id: str = typer.Argument(..., metavar="ID", help="Entry id (or a unique prefix of >= 6 characters)."),
+        entry_id: str = typer.Argument(
+            ..., metavar="ID", help="Entry id (or a unique prefix of >= 6 characters)."
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -120,18 +139,31 @@ def register(app: typer.Typer) -> None:
     @ledger_app.command("cap")
     def cap(
         dataset: str = typer.Option(..., "--dataset", help="Dataset name (as in release.json)."),
-        eps: float = typer.Option(..., "--eps", help="Cap on the dataset's composed epsilon (> 0)."),
-        delta: float = typer.Option(..., "--delta", help="The delta at which the cap holds, in (0, 1)."),
+        eps: float = typer.Option(
+            ..., "--eps", help="Cap on the dataset's composed epsilon (> 0)."
+        ),
+        delta: float = typer.Option(
+            ..., "--delta", help="The delta at which the cap holds, in (0, 1)."
+        ),
         include_audits: bool = typer.Option(
-            True, "--include-audits/--exclude-audits",
-            help="Count the audits that train on the dataset's private data too (default); --exclude-audits (recorded) counts releases only."),
+            True,
+            "--include-audits/--exclude-audits",
+            help="Count the audits that train on the dataset's private data too (default); --exclude-audits (recorded) counts releases only.",
+        ),
         data_dir: Optional[Path] = typer.Option(
-            None, "--data-dir", show_default=False,
+            None,
+            "--data-dir",
+            show_default=False,
             help="Where the dataset's files are (default $DPAUDIT_DATA_DIR). The cap declares the rows the "
-                 "dataset reads (another name: the rows its entries read), so it covers their people under "
-                 "every name."),
-        key: Optional[str] = typer.Option(None, "--key", show_default=False,
-                                          help="Your signing key (a signed ledger's caps are signed by its owner)."),
+            "dataset reads (another name: the rows its entries read), so it covers their people under "
+            "every name.",
+        ),
+        key: Optional[str] = typer.Option(
+            None,
+            "--key",
+            show_default=False,
+            help="Your signing key (a signed ledger's caps are signed by its owner).",
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -142,17 +174,32 @@ def register(app: typer.Typer) -> None:
             eid = led.cap(dataset, eps, delta, include_audits=include_audits, data_rows=rows)
             audits = led.entries(dataset=dataset, kind="audit")
         unbounded = text.unbounded_audits(audits) if include_audits else []
-        counts = "releases and audits" if include_audits else "releases only (--exclude-audits: audits are shown, not counted)"
+        counts = (
+            "releases and audits"
+            if include_audits
+            else "releases only (--exclude-audits: audits are shown, not counted)"
+        )
         line = f"cap of {dataset}: epsilon {eps:g} at delta {delta:g}, counting {counts} (entry {eid})."
         if unbounded:
-            line += (f" Its releases + audits total is already infinite: {unbounded[0]}; "
-                     "nothing is left under this cap until that audit is voided.")
-        obj = {"id": eid, "dataset": dataset, "epsilon": eps, "delta": delta, "include_audits": include_audits, "unbounded_audits": unbounded}
+            line += (
+                f" Its releases + audits total is already infinite: {unbounded[0]}; "
+                "nothing is left under this cap until that audit is voided."
+            )
+        obj = {
+            "id": eid,
+            "dataset": dataset,
+            "epsilon": eps,
+            "delta": delta,
+            "include_audits": include_audits,
+            "unbounded_audits": unbounded,
+        }
         _say(json_out, obj, line)
 
     @ledger_app.command("seal")
     def seal(
-        key: Optional[str] = typer.Option(None, "--key", show_default=False, help="The owner's signing key (name or path)."),
+        key: Optional[str] = typer.Option(
+            None, "--key", show_default=False, help="The owner's signing key (name or path)."
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -160,14 +207,22 @@ def register(app: typer.Typer) -> None:
         verify (publish the printed hash too)."""
         with book.open_ledger(ledger, signing_key=key, create=False) as led:
             out = led.seal()
-        _say(json_out, {"ledger": str(led.path), **out},
-             f"ledger {led.path} sealed through entry #{out['sealed_through']} "
-             f"(seal entry #{out['seq']}, {out['id']}); "
-             f"publish its hash to detect a truncation too: {out['hash']}")
+        _say(
+            json_out,
+            {"ledger": str(led.path), **out},
+            f"ledger {led.path} sealed through entry #{out['sealed_through']} "
+            f"(seal entry #{out['seq']}, {out['id']}); "
+            f"publish its hash to detect a truncation too: {out['hash']}",
+        )
 
     @ledger_app.command("verify")
     def verify(
-        anchor: Optional[str] = typer.Option(None, "--anchor", help="A head hash published earlier (`ledger head`): the chain must still contain it.", show_default=False),
+        anchor: Optional[str] = typer.Option(
+            None,
+            "--anchor",
+            help="A head hash published earlier (`ledger head`): the chain must still contain it.",
+            show_default=False,
+        ),
         owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -180,7 +235,10 @@ def register(app: typer.Typer) -> None:
         elif rep.ok:
             print_message(str(rep))
         else:
-            console.print(f"[bold red]ledger {escape(rep.path)} FAILED verification ({len(rep.problems)} problem(s)):[/]", highlight=False)
+            console.print(
+                f"[bold red]ledger {escape(rep.path)} FAILED verification ({len(rep.problems)} problem(s)):[/]",
+                highlight=False,
+            )
             for p in rep.problems:
                 print_message(f"  - {p.message}")
         if not rep.ok:
@@ -188,31 +246,61 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("void")
     def void(
-        entry_id: str = typer.Argument(..., metavar="ID", help="Release, or open reservation of a killed run, to withdraw."),
+        entry_id: str = typer.Argument(
+            ..., metavar="ID", help="Release, or open reservation of a killed run, to withdraw."
+        ),
         reason: str = typer.Option(..., "--reason", help="Why it is withdrawn (recorded)."),
-        published: Optional[bool] = typer.Option(None, "--published/--never-published", show_default=False,
-                                                 help="Required: were the artefacts ever published? Published ones stay counted."),
-        key: Optional[str] = typer.Option(None, "--key", help="Your signing key (a signed ledger's voids are signed by its owner).", show_default=False),
+        published: Optional[bool] = typer.Option(
+            None,
+            "--published/--never-published",
+            show_default=False,
+            help="Required: were the artefacts ever published? Published ones stay counted.",
+        ),
+        key: Optional[str] = typer.Option(
+            None,
+            "--key",
+            help="Your signing key (a signed ledger's voids are signed by its owner).",
+            show_default=False,
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """Withdraw a release recorded by mistake, or free the budget an interrupted run still holds
         (appends a void entry; nothing is deleted). Only never-published artefacts stop counting."""
         if published is None:
-            raise UsageError("void must state whether the artefacts were ever published, got neither --published nor --never-published.")
+            raise UsageError(
+                "void must state whether the artefacts were ever published, got neither --published nor --never-published."
+            )
         with book.open_ledger(ledger, signing_key=key) as led:
             vid = led.void(entry_id, reason, published=published)
             target = led.get(vid).payload["target"]
             kind = led.get(target).kind
         counted = "its budget stays spent (published)" if published else "no longer counted"
-        _say(json_out, {"id": vid, "target": target, "kind": kind, "reason": reason, "artefacts_published": published},
-             f"{kind} {target} voided (entry {vid}; {counted}).")
+        _say(
+            json_out,
+            {
+                "id": vid,
+                "target": target,
+                "kind": kind,
+                "reason": reason,
+                "artefacts_published": published,
+            },
+            f"{kind} {target} voided (entry {vid}; {counted}).",
+        )
 
     @ledger_app.command("declare-version")
     def declare_version(
-        dataset: str = typer.Argument(..., metavar="DATASET", help="Dataset name (as in release.json)."),
-        fingerprint: str = typer.Option(..., "--fingerprint", help="The new data's keyed fingerprint, as printed by the refusal (64 hex)."),
-        reason: str = typer.Option(..., "--reason", help="Why the data changed (recorded), e.g. 'new split seed 7'."),
+        dataset: str = typer.Argument(
+            ..., metavar="DATASET", help="Dataset name (as in release.json)."
+        ),
+        fingerprint: str = typer.Option(
+            ...,
+            "--fingerprint",
+            help="The new data's keyed fingerprint, as printed by the refusal (64 hex).",
+        ),
+        reason: str = typer.Option(
+            ..., "--reason", help="Why the data changed (recorded), e.g. 'new split seed 7'."
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -220,28 +308,56 @@ def register(app: typer.Typer) -> None:
         with book.open_ledger(ledger) as led:
             eid = led.declare_version(dataset, fingerprint, reason)
             previous = led.get(eid).payload.get("previous", [])
-        _say(json_out, {"id": eid, "dataset": dataset, "fingerprint": fingerprint.strip().lower(), "previous": previous, "reason": reason},
-             f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
-             "its releases compose sequentially with the earlier versions'.")
+        _say(
+            json_out,
+            {
+                "id": eid,
+                "dataset": dataset,
+                "fingerprint": fingerprint.strip().lower(),
+                "previous": previous,
+                "reason": reason,
+            },
+            f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
+            "its releases compose sequentially with the earlier versions'.",
+        )
 
     @ledger_app.command("declare-partition")
     def declare_partition(
         dataset: str = typer.Option(..., "--dataset", help="Dataset name."),
         parent: str = typer.Option(..., "--parent", help="Partition being split, e.g. train."),
-        child: List[str] = typer.Option(..., "--child", help="A disjoint part (repeat), e.g. --child train/mix --child train/ft."),
-        declared_by: str = typer.Option(..., "--declared-by", help="Mechanism or person that made the split disjoint."),
+        child: List[str] = typer.Option(
+            ...,
+            "--child",
+            help="A disjoint part (repeat), e.g. --child train/mix --child train/ft.",
+        ),
+        declared_by: str = typer.Option(
+            ..., "--declared-by", help="Mechanism or person that made the split disjoint."
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """Declare PARENT as the disjoint union of CHILDREN: releases on the children compose in parallel."""
         with book.open_ledger(ledger) as led:
             eid = led.declare_partition(dataset, parent, child, declared_by)
-        _say(json_out, {"id": eid, "dataset": dataset, "parent": parent, "children": list(child), "declared_by": declared_by},
-             f"{dataset}:{parent} = " + " + ".join(f"{dataset}:{c}" for c in child) + f" (declared by {declared_by}; entry {eid}).")
+        _say(
+            json_out,
+            {
+                "id": eid,
+                "dataset": dataset,
+                "parent": parent,
+                "children": list(child),
+                "declared_by": declared_by,
+            },
+            f"{dataset}:{parent} = "
+            + " + ".join(f"{dataset}:{c}" for c in child)
+            + f" (declared by {declared_by}; entry {eid}).",
+        )
 
     @ledger_app.command("record")
     def record(
-        release_path: Path = typer.Argument(..., metavar="RELEASE", help="release.json (or the directory holding it)."),
+        release_path: Path = typer.Argument(
+            ..., metavar="RELEASE", help="release.json (or the directory holding it)."
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -258,28 +374,51 @@ def register(app: typer.Typer) -> None:
         with book.open_ledger(ledger) as led:
             eid = led.record(rel, artefact_path=str(art.resolve()))
         if check.status == "mismatch":
-            then = ("recorded as uncertified: its dataset's budget is unbounded until the entry is voided" if check.steps_reason
-                    else "recorded: the ledger composes its stored events, not its claimed epsilon")
+            then = (
+                "recorded as uncertified: its dataset's budget is unbounded until the entry is voided"
+                if check.steps_reason
+                else "recorded: the ledger composes its stored events, not its claimed epsilon"
+            )
             mismatch = f"ACCOUNTING MISMATCH: {check.reason}; {then}."
             print_message(f"warning: release {rel.id}: {mismatch}", err_console)
         elif check.status == "unverified":
-            print_message(f"warning: release {rel.id}: claim not verified: {check.reason}.",
-                          err_console)
-        _say(json_out, {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
-             f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.")
+            print_message(
+                f"warning: release {rel.id}: claim not verified: {check.reason}.", err_console
+            )
+        _say(
+            json_out,
+            {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
+            f"recorded release {eid} on {rel.dataset.get('name')}:{rel.partition}.",
+        )
 
     @ledger_app.command("keygen")
     def keygen(
-        name: str = typer.Option("default", "--name", help="Key name: the private key becomes NAME.key in the key directory."),
+        name: str = typer.Option(
+            "default",
+            "--name",
+            help="Key name: the private key becomes NAME.key in the key directory.",
+        ),
         json_out: bool = options.json_out(),
     ):
         """Create your Ed25519 signing key pair (private key 0600 in $XDG_CONFIG_HOME/dpaudit/keys; never overwritten)."""
         k = signing.keygen(name)
         if json_out:
-            emit_json({"name": k.name, "key_id": k.key_id, "public_key": k.public_text, "private_key_path": str(k.path)})
+            emit_json(
+                {
+                    "name": k.name,
+                    "key_id": k.key_id,
+                    "public_key": k.public_text,
+                    "private_key_path": str(k.path),
+                }
+            )
             return
-        console.print(f"signing key {k.name} created: {k.path} (mode 0600; keep it private).", highlight=False)
-        console.print(f"key id {k.key_id}; public key (give it to the ledger's owner to register):", highlight=False)
+        console.print(
+            f"signing key {k.name} created: {k.path} (mode 0600; keep it private).", highlight=False
+        )
+        console.print(
+            f"key id {k.key_id}; public key (give it to the ledger's owner to register):",
+            highlight=False,
+        )
         console.print(k.public_text, highlight=False, soft_wrap=True)
 
     @ledger_app.command("head")
@@ -294,9 +433,19 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("register-key")
     def register_key(
-        public_key: Optional[str] = typer.Option(None, "--public-key", help="ed25519:BASE64 (printed by keygen) or a .pub file; default: your own key (the first one registered becomes the owner).", show_default=False),
+        public_key: Optional[str] = typer.Option(
+            None,
+            "--public-key",
+            help="ed25519:BASE64 (printed by keygen) or a .pub file; default: your own key (the first one registered becomes the owner).",
+            show_default=False,
+        ),
         name: str = typer.Option("", "--name", help="Who the key belongs to (recorded)."),
-        key: Optional[str] = typer.Option(None, "--key", help="Your signing key (name or path; default $DPAUDIT_SIGNING_KEY or 'default').", show_default=False),
+        key: Optional[str] = typer.Option(
+            None,
+            "--key",
+            help="Your signing key (name or path; default $DPAUDIT_SIGNING_KEY or 'default').",
+            show_default=False,
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -305,61 +454,108 @@ def register(app: typer.Typer) -> None:
             eid = led.register_key(public_key, name)
             ring = led.key_ring()
         k = next(k for k in ring.keys.values() if k.entry_id == eid)
-        _say(json_out, {"id": eid, "key_id": k.key_id, "name": k.name, "role": k.role, "registered_by": k.registered_by},
-             f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).")
+        _say(
+            json_out,
+            {
+                "id": eid,
+                "key_id": k.key_id,
+                "name": k.name,
+                "role": k.role,
+                "registered_by": k.registered_by,
+            },
+            f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).",
+        )
 
     @ledger_app.command("require-signatures")
     def require_signatures(
-        key: Optional[str] = typer.Option(None, "--key", help="Your signing key (name or path).", show_default=False),
+        key: Optional[str] = typer.Option(
+            None, "--key", help="Your signing key (name or path).", show_default=False
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """From now on refuse unsigned writes (a signed policy entry; cannot be undone)."""
         with book.open_ledger(ledger, signing_key=key) as led:
             eid = led.require_signatures()
-        _say(json_out, {"id": eid, "require_signatures": True},
-             f"ledger now requires signed entries (policy entry {eid}).")
+        _say(
+            json_out,
+            {"id": eid, "require_signatures": True},
+            f"ledger now requires signed entries (policy entry {eid}).",
+        )
 
     @ledger_app.command("grant")
     def grant(
-        role: str = typer.Option(..., "--role", help="PostgreSQL role (an analyst or a group) that may write: INSERT and SELECT only."),
+        role: str = typer.Option(
+            ...,
+            "--role",
+            help="PostgreSQL role (an analyst or a group) that may write: INSERT and SELECT only.",
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """PostgreSQL ledgers: let ROLE append and read (run as the ledger's owner role)."""
         with book.open_ledger(ledger) as led:
             if led.backend != "postgresql":
-                raise UsageError(f"ledger must be a postgresql:// ledger for grant, got {led.path}.")
+                raise UsageError(
+                    f"ledger must be a postgresql:// ledger for grant, got {led.path}."
+                )
             stmts = store_pg.grant_writer_sql(led.store.schema, role)
             for stmt in stmts:
                 led.store.execute(stmt)
-        _say(json_out, {"role": role, "granted": stmts},
-             f"role {role} may now append to and read ledger {led.path} "
-             "(no UPDATE, DELETE or DDL).")
+        _say(
+            json_out,
+            {"role": role, "granted": stmts},
+            f"role {role} may now append to and read ledger {led.path} (no UPDATE, DELETE or DDL).",
+        )
 
     @ledger_app.command("export")
     def export(
-        out: Path = typer.Option(..., "--out", help="JSON file to write (every entry verbatim, hashes, signatures; keep it private)."),
-        include_key: bool = typer.Option(False, "--include-key", help="Also write the fingerprint key (whoever holds it can test a candidate dataset against the ledger)."),
-        shareable: bool = typer.Option(False, "--shareable", help="Write the publishable form: no key, row sets withheld (their count is the private training count); `verify` checks its chain, `import` refuses it."),
+        out: Path = typer.Option(
+            ...,
+            "--out",
+            help="JSON file to write (every entry verbatim, hashes, signatures; keep it private).",
+        ),
+        include_key: bool = typer.Option(
+            False,
+            "--include-key",
+            help="Also write the fingerprint key (whoever holds it can test a candidate dataset against the ledger).",
+        ),
+        shareable: bool = typer.Option(
+            False,
+            "--shareable",
+            help="Write the publishable form: no key, row sets withheld (their count is the private training count); `verify` checks its chain, `import` refuses it.",
+        ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
         """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
         if shareable and include_key:
             raise UsageError("--shareable must be given without --include-key, got both.")
-        check_out_dir(check_new_file(out, name="out").parent, name="out")  # an earlier export is never replaced
+        check_out_dir(
+            check_new_file(out, name="out").parent, name="out"
+        )  # an earlier export is never replaced
         with book.open_ledger(ledger, create=False) as led:
             dump = led.export_rows(include_key=include_key)
             dump = integrity.withhold_row_sets(dump) if shareable else dump
             src = str(led.path)
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private data's history (and maybe the key)
+        fd = os.open(
+            out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
+        )  # private data's history (and maybe the key)
         with os.fdopen(fd, "w") as f:
             json.dump(dump, f)
         keyed = "with" if include_key else "without (--include-key to carry it)"
-        _say(json_out, {"ledger": src, "out": str(out), "entries": len(dump["rows"]), "head_hash": dump["head_hash"], "fingerprint_key": include_key},
-             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key "
-             f"(head {dump['head_hash'][:16]}).")
+        _say(
+            json_out,
+            {
+                "ledger": src,
+                "out": str(out),
+                "entries": len(dump["rows"]),
+                "head_hash": dump["head_hash"],
+                "fingerprint_key": include_key,
+            },
+            f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key "
+            f"(head {dump['head_hash'][:16]}).",
+        )
 
     @ledger_app.command("import")
     def import_(
@@ -371,17 +567,25 @@ def register(app: typer.Typer) -> None:
         try:
             dump = json.loads(Path(source).read_text())
         except (OSError, ValueError) as e:
-            raise UsageError(f"--from must be a file written by `dpaudit ledger export`, got {str(source)!r} ({e}).") from None
+            raise UsageError(
+                f"--from must be a file written by `dpaudit ledger export`, got {str(source)!r} ({e})."
+            ) from None
         with book.open_ledger(ledger) as led:
             n = led.import_rows(dump)
             rep = led.verify()
         if json_out:
             emit_json({"ledger": rep.path, "entries": n, "head_hash": rep.head_hash, "ok": rep.ok})
         else:
-            console.print(f"imported {n} entries into {rep.path}; verify: {'ok' if rep.ok else 'FAILED'} (head {rep.head_hash[:16]}).", highlight=False)
+            console.print(
+                f"imported {n} entries into {rep.path}; verify: {'ok' if rep.ok else 'FAILED'} (head {rep.head_hash[:16]}).",
+                highlight=False,
+            )
             if not dump.get("fingerprint_key"):
-                console.print("the export carries no fingerprint key: new releases will not match the stored data fingerprints "
-                              "(export with --include-key to move it).", highlight=False)
+                console.print(
+                    "the export carries no fingerprint key: new releases will not match the stored data fingerprints "
+                    "(export with --include-key to move it).",
+                    highlight=False,
+                )
         if not rep.ok:
             raise typer.Exit(1)
 

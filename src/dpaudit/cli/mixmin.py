@@ -11,7 +11,9 @@ from ..mechanisms.mixmin.plan import plan_rho
 from . import options
 from .common import console, emit_json, print_table, new_app
 
-mixmin_app = new_app("DP-MixMin helpers: plan the mixture-learning fraction rho (paper appendix A.2).")
+mixmin_app = new_app(
+    "DP-MixMin helpers: plan the mixture-learning fraction rho (paper appendix A.2)."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -21,8 +23,15 @@ def register(app: typer.Typer) -> None:
         k: int = typer.Option(..., "--k", help="Number of public sources."),
         epsilon: float = options.eps(1.0),
         delta: float = options.delta(),
-        alpha: float = typer.Option(..., "--alpha", help="Target excess error alpha of the mixture objective."),
-        rho: Optional[float] = typer.Option(None, "--rho", help="Also report the alpha the guideline predicts at this rho.", show_default=False),
+        alpha: float = typer.Option(
+            ..., "--alpha", help="Target excess error alpha of the mixture objective."
+        ),
+        rho: Optional[float] = typer.Option(
+            None,
+            "--rho",
+            help="Also report the alpha the guideline predicts at this rho.",
+            show_default=False,
+        ),
         json_out: bool = options.json_out(),
     ):
         """Statistics- and privacy-limited mixing sizes and the rho needed for excess error alpha (eq. 4-7)."""
@@ -30,11 +39,16 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json(p.to_dict())
             return
-        t = Table(title=f"rho plan: N={n}, k={k}, eps={epsilon:g}, delta={delta:g}, alpha={alpha:g}")
+        t = Table(
+            title=f"rho plan: N={n}, k={k}, eps={epsilon:g}, delta={delta:g}, alpha={alpha:g}"
+        )
         t.add_column("quantity")
         t.add_column("value", justify="right")
         t.add_row("statistics-limited size 4/alpha^2", f"{p.statistics_limited_size:,.1f}")
-        t.add_row("privacy-limited size 2 sqrt(k ln(1/delta))/(eps alpha)", f"{p.privacy_limited_size:,.1f}")
+        t.add_row(
+            "privacy-limited size 2 sqrt(k ln(1/delta))/(eps alpha)",
+            f"{p.privacy_limited_size:,.1f}",
+        )
         t.add_row("required size", f"{p.required_size:,.1f}")
         t.add_row("regime", p.regime)
         t.add_row("epsilon crossover", f"{p.epsilon_crossover:.4f}")
@@ -42,6 +56,8 @@ def register(app: typer.Typer) -> None:
         if p.rho_given is not None:
             t.add_row(f"alpha at rho={p.rho_given:g}", f"{p.alpha_at_rho_given:.4f}")
         print_table(t)
-        console.print("A guideline from the DP-SCO rate with constants dropped (paper A.2), not a guarantee.")
+        console.print(
+            "A guideline from the DP-SCO rate with constants dropped (paper A.2), not a guarantee."
+        )
 
     app.add_typer(mixmin_app, name="mixmin")

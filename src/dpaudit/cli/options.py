@@ -19,7 +19,12 @@ def delta(default: float = 1e-5) -> typer.models.OptionInfo:
 
 
 def ledger() -> typer.models.OptionInfo:
-    return typer.Option(None, "--ledger", help=f"Ledger database (default: ${LEDGER_ENV} or ./.dpaudit/ledger.sqlite).", show_default=False)
+    return typer.Option(
+        None,
+        "--ledger",
+        help=f"Ledger database (default: ${LEDGER_ENV} or ./.dpaudit/ledger.sqlite).",
+        show_default=False,
+    )
 
 
 def json_out() -> typer.models.OptionInfo:
@@ -27,11 +32,15 @@ def json_out() -> typer.models.OptionInfo:
 
 
 def noise_seed_file() -> typer.models.OptionInfo:
-    return typer.Option(None, "--noise-seed-file", show_default=False,
-                        help="Reproducible AND private noise: each release draws its own use of the "
-                             "secret seed in FILE (created with 256 random bits if absent; keep it private; "
-                             "uses are recorded there, never repeated). Never published: release.json says "
-                             "reproducible-secret.")
+    return typer.Option(
+        None,
+        "--noise-seed-file",
+        show_default=False,
+        help="Reproducible AND private noise: each release draws its own use of the "
+        "secret seed in FILE (created with 256 random bits if absent; keep it private; "
+        "uses are recorded there, never repeated). Never published: release.json says "
+        "reproducible-secret.",
+    )
 
 
 OptionalPath = Optional[Path]

@@ -24,23 +24,72 @@ from .common import emit_json, print_message
 _FREE = ("json_out", "ledger")
 #: `audit plan opacus`: its own options, and the audit command's options it takes (any other is refused).
 _OPACUS = ("noise_multiplier", "sample_rate", "steps", "tensors")
-_OPACUS_TAKES = ("delta", "canaries", "confidence", "epochs", "out", "ledger", "one_run", "json_out")
+_OPACUS_TAKES = (
+    "delta",
+    "canaries",
+    "confidence",
+    "epochs",
+    "out",
+    "ledger",
+    "one_run",
+    "json_out",
+)
 
 _P = inspect.Parameter
 #: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
 PARAMETERS = [
-    _P("planned", _P.POSITIONAL_OR_KEYWORD, annotation=Optional[str], default=typer.Argument(None, hidden=True, metavar="MECHANISM")),
-    _P("plan", _P.KEYWORD_ONLY, annotation=Optional[Path], default=typer.Option(
-        None, "--plan", show_default=False, help="Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
-                                                 "no other option but --ledger and --json may be given.")),
-    _P("key", _P.KEYWORD_ONLY, annotation=Optional[str], default=typer.Option(
-        None, "--key", show_default=False, help="audit plan: your Ed25519 signing key (name or path; default $DPAUDIT_SIGNING_KEY or "
-                                                "'default'), registered in the ledger.")),
-    *[_P(n, _P.KEYWORD_ONLY, annotation=Optional[t], default=typer.Option(None, "--" + n.replace("_", "-"), show_default=False, help=h))
-      for n, t, h in (("noise_multiplier", float, "audit plan opacus: Opacus's noise multiplier."),
-                      ("sample_rate", float, "audit plan opacus: Opacus's sample rate (1 / batches per epoch)."),
-                      ("steps", int, "audit plan opacus: optimizer steps (or --epochs E: E / sample rate)."),
-                      ("tensors", str, "audit plan opacus: comma-separated parameter names holding the canaries (default: all trainable)."))],
+    _P(
+        "planned",
+        _P.POSITIONAL_OR_KEYWORD,
+        annotation=Optional[str],
+        default=typer.Argument(None, hidden=True, metavar="MECHANISM"),
+    ),
+    _P(
+        "plan",
+        _P.KEYWORD_ONLY,
+        annotation=Optional[Path],
+        default=typer.Option(
+            None,
+            "--plan",
+            show_default=False,
+            help="Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
+            "no other option but --ledger and --json may be given.",
+        ),
+    ),
+    _P(
+        "key",
+        _P.KEYWORD_ONLY,
+        annotation=Optional[str],
+        default=typer.Option(
+            None,
+            "--key",
+            show_default=False,
+            help="audit plan: your Ed25519 signing key (name or path; default $DPAUDIT_SIGNING_KEY or "
+            "'default'), registered in the ledger.",
+        ),
+    ),
+    *[
+        _P(
+            n,
+            _P.KEYWORD_ONLY,
+            annotation=Optional[t],
+            default=typer.Option(None, "--" + n.replace("_", "-"), show_default=False, help=h),
+        )
+        for n, t, h in (
+            ("noise_multiplier", float, "audit plan opacus: Opacus's noise multiplier."),
+            (
+                "sample_rate",
+                float,
+                "audit plan opacus: Opacus's sample rate (1 / batches per epoch).",
+            ),
+            ("steps", int, "audit plan opacus: optimizer steps (or --epochs E: E / sample rate)."),
+            (
+                "tensors",
+                str,
+                "audit plan opacus: comma-separated parameter names holding the canaries (default: all trainable).",
+            ),
+        )
+    ],
 ]
 
 
@@ -49,11 +98,15 @@ def dispatch(values: dict, check) -> tuple | None:
     ``check(request)``: the audit command's checks, run before a plan is written."""
     mechanism, planned, plan, key = (values.pop(k) for k in ("mechanism", "planned", "plan", "key"))
     opacus = {k: values.pop(k) for k in _OPACUS}
-    if mechanism == "plan" and planned == "opacus":  # dpaudit.audit_plans.OPACUS (importing it would load the audit library)
+    if (
+        mechanism == "plan" and planned == "opacus"
+    ):  # dpaudit.audit_plans.OPACUS (importing it would load the audit library)
         return _written(_opacus_plan(values, opacus, key), values["json_out"])
     extra = next((k for k, v in opacus.items() if v is not None), None)
     if extra is not None:
-        raise UsageError(f"--{extra.replace('_', '-')} must only be given with `audit plan opacus`, got {opacus[extra]!r}.")
+        raise UsageError(
+            f"--{extra.replace('_', '-')} must only be given with `audit plan opacus`, got {opacus[extra]!r}."
+        )
     if plan is not None:
         _refuse_others(values, mechanism, planned, key)
         a, run = audit_plans.load_plan(plan, values["ledger"])
@@ -62,7 +115,9 @@ def dispatch(values: dict, check) -> tuple | None:
         a = generic.request_from_options(AuditRequest, values, mechanism=planned)
         check(a)
         return _written(audit_plans.make_plan(a, key=key), a.json_out)
-    return generic.request_from_options(AuditRequest, values, mechanism=_alone(mechanism, planned, key)), None
+    return generic.request_from_options(
+        AuditRequest, values, mechanism=_alone(mechanism, planned, key)
+    ), None
 
 
 def _opacus_plan(values: dict, o: dict, key) -> Path:
@@ -72,46 +127,85 @@ def _opacus_plan(values: dict, o: dict, key) -> Path:
         raise UsageError(f"{flag} must not be given with `audit plan opacus`, got {value!r}.")
     for k in ("noise_multiplier", "sample_rate"):
         if o[k] is None:
-            raise UsageError(f"--{k.replace('_', '-')} must be given with `audit plan opacus`, got none.")
+            raise UsageError(
+                f"--{k.replace('_', '-')} must be given with `audit plan opacus`, got none."
+            )
     if (o["steps"] is None) == (req.epochs is None):
-        raise UsageError(f"--steps or --epochs must be given with `audit plan opacus` (one of them), got {'both' if o['steps'] else 'neither'}.")
+        raise UsageError(
+            f"--steps or --epochs must be given with `audit plan opacus` (one of them), got {'both' if o['steps'] else 'neither'}."
+        )
     q = half_open_unit("--sample-rate", o["sample_rate"])
-    steps = o["steps"] if o["steps"] is not None else round(req.epochs / q)  # Opacus's steps for E epochs: E / sample rate
-    return audit_plans.opacus_plan(SubsampledGaussian(o["noise_multiplier"], q, steps), delta=req.delta, canaries=req.canaries,
-                               tensors=o["tensors"] and o["tensors"].split(","), confidence=req.confidence, out=req.out, ledger=req.ledger, key=key)
+    steps = (
+        o["steps"] if o["steps"] is not None else round(req.epochs / q)
+    )  # Opacus's steps for E epochs: E / sample rate
+    return audit_plans.opacus_plan(
+        SubsampledGaussian(o["noise_multiplier"], q, steps),
+        delta=req.delta,
+        canaries=req.canaries,
+        tensors=o["tensors"] and o["tensors"].split(","),
+        confidence=req.confidence,
+        out=req.out,
+        ledger=req.ledger,
+        key=key,
+    )
 
 
 def _alone(mechanism, planned, key) -> str:
     """An ordinary audit's MECHANISM: no second argument, no --key."""
     if mechanism in (None, "plan") or planned is not None or key is not None:
         got = " ".join(str(x) for x in (mechanism, planned, key and f"--key {key}") if x) or "none"
-        raise UsageError(f"MECHANISM must be given alone (or `audit plan MECHANISM ...`, or --plan plan.json), got {got}.")
+        raise UsageError(
+            f"MECHANISM must be given alone (or `audit plan MECHANISM ...`, or --plan plan.json), got {got}."
+        )
     return mechanism
 
 
 def _refuse_others(values: dict, mechanism, planned, key) -> None:
     """``--plan``: every option is the plan's; anything else on the command line is refused."""
     req = generic.request_from_options(AuditRequest, values, mechanism="-")
-    given = [(n, v) for n, v in (("MECHANISM", mechanism), ("MECHANISM", planned), ("--key", key)) if v is not None] + _given(req, _FREE)
+    given = [
+        (n, v)
+        for n, v in (("MECHANISM", mechanism), ("MECHANISM", planned), ("--key", key))
+        if v is not None
+    ] + _given(req, _FREE)
     if given:
-        raise UsageError(f"{given[0][0]} must not be given with --plan (the plan fixes every option), got {given[0][1]!r}.")
+        raise UsageError(
+            f"{given[0][0]} must not be given with --plan (the plan fixes every option), got {given[0][1]!r}."
+        )
 
 
 def _given(req: AuditRequest, keep) -> list[tuple[str, object]]:
     """(flag, value) of each option given on the command line (not at its default), other than ``keep``."""
-    return [(f.metadata.get("flag") or "--" + f.name.replace("_", "-"), getattr(req, f.name)) for f in dataclasses.fields(AuditRequest)
-            if f.name not in ("mechanism", *keep) and getattr(req, f.name) != f.default]
+    return [
+        (f.metadata.get("flag") or "--" + f.name.replace("_", "-"), getattr(req, f.name))
+        for f in dataclasses.fields(AuditRequest)
+        if f.name not in ("mechanism", *keep) and getattr(req, f.name) != f.default
+    ]
 
 
 def _written(path: Path, json_out: bool) -> None:
     plan = json.loads(path.read_text())
     if json_out:
-        return emit_json({"plan": str(path), "id": plan["id"], "commitment": plan["commitment"], "statistic": plan["audit"]["statistic"]})
+        return emit_json(
+            {
+                "plan": str(path),
+                "id": plan["id"],
+                "commitment": plan["commitment"],
+                "statistic": plan["audit"]["statistic"],
+            }
+        )
     a = plan["audit"]
-    what = f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
-    run = f"dpaudit audit --plan {path}" if plan["mechanism"] != "opacus" else \
-        f"dpaudit audit opacus SCRIPT.py --plan {path} -- ARGS (or OpacusCanaries.from_plan(model, {str(path)!r}) in the script)"
-    print_message(f"plan {plan['id']}: {plan['mechanism']}, {what}, "
-                  f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
-                  f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} "
-                  f"(private until the run); run it: {run}")
+    what = (
+        f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
+    )
+    run = (
+        f"dpaudit audit --plan {path}"
+        if plan["mechanism"] != "opacus"
+        else f"dpaudit audit opacus SCRIPT.py --plan {path} -- ARGS (or OpacusCanaries.from_plan(model, {str(path)!r}) in the script)"
+    )
+    print_message(
+        f"plan {plan['id']}: {plan['mechanism']}, {what}, "
+        f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"
+        f"wrote {path} (shareable) and {path.parent / 'plan.local.json'} "
+        f"(private until the run); run it: {run}"
+    )

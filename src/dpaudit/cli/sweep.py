@@ -28,7 +28,12 @@ def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
     meta, default = f.metadata, f.default
     kw = dict(help=meta.get("help") or "", show_default=default not in (None, ()))
     if meta.get("positional"):
-        return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=typer.Argument(default, **kw), annotation=Optional[args[0]])
+        return inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Argument(default, **kw),
+            annotation=Optional[args[0]],
+        )
     if meta.get("choices"):
         tp = Enum(f"Sweep_{f.name}", {c: c for c in meta["choices"]}, type=str)
         default = tp(default)
@@ -36,15 +41,26 @@ def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
         tp, default = Optional[List[args[0]]], None
     elif type(None) in typing.get_args(tp):
         tp = Optional[args[0]]
-    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(default, flag_of(f), **kw), annotation=tp)
+    return inspect.Parameter(
+        f.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(default, flag_of(f), **kw),
+        annotation=tp,
+    )
 
 
 def _request(values: dict) -> SweepRequest:
     def plain(v):
         return v.value if isinstance(v, Enum) else tuple(v) if isinstance(v, list) else v
 
-    return SweepRequest(**{k: () if v is None and isinstance(SweepRequest.__dataclass_fields__[k].default, tuple) else plain(v)
-                           for k, v in values.items()})
+    return SweepRequest(
+        **{
+            k: ()
+            if v is None and isinstance(SweepRequest.__dataclass_fields__[k].default, tuple)
+            else plain(v)
+            for k, v in values.items()
+        }
+    )
 
 
 def _print_tables(tables: dict, json_out: bool) -> None:
@@ -58,8 +74,13 @@ def _echo_markdown(text: str) -> None:
     """Markdown as plain text: a table row stays one line (wrapped it is no table); prose wraps
     as messages do (:func:`dpaudit.console.wrap_words`)."""
     width = wrap_width(console)
-    typer.echo("\n".join(line if line.startswith("|") else wrap_words(Text(line), width).plain
-                          for line in text.split("\n")), nl=False)
+    typer.echo(
+        "\n".join(
+            line if line.startswith("|") else wrap_words(Text(line), width).plain
+            for line in text.split("\n")
+        ),
+        nl=False,
+    )
 
 
 def _print_plan(result: dict, json_out: bool) -> None:
@@ -68,22 +89,51 @@ def _print_plan(result: dict, json_out: bool) -> None:
         return
     for k, v in result["skipped_datasets"].items():
         note(f"skipping dataset {k}: {v}")
-    console.print(f"sweep {result['name']}: {result['tasks']} tasks ({result['done']} done, {result['failed']} failed, {result['pending']} pending)")
+    console.print(
+        f"sweep {result['name']}: {result['tasks']} tasks ({result['done']} done, {result['failed']} failed, {result['pending']} pending)"
+    )
 
 
 def _print_run(summary, result: dict) -> None:
-    t = Table("tasks", "done", "failed", "pending", "ran now", "failed now", "skipped (finished)", "seconds", title=f"sweep {summary.name}")
-    t.add_row(*map(str, (summary.tasks, summary.done, summary.failed, summary.pending, summary.ran, summary.ran_failed,
-                         summary.skipped_finished)), f"{summary.seconds:.1f}")
+    t = Table(
+        "tasks",
+        "done",
+        "failed",
+        "pending",
+        "ran now",
+        "failed now",
+        "skipped (finished)",
+        "seconds",
+        title=f"sweep {summary.name}",
+    )
+    t.add_row(
+        *map(
+            str,
+            (
+                summary.tasks,
+                summary.done,
+                summary.failed,
+                summary.pending,
+                summary.ran,
+                summary.ran_failed,
+                summary.skipped_finished,
+            ),
+        ),
+        f"{summary.seconds:.1f}",
+    )
     print_table(t)
     for f in summary.failures[:10]:
-        note(f"failed: {f['model']} {f['dataset']} eps={f['epsilon']} seed={f['seed']}: {f['error']}")
+        note(
+            f"failed: {f['model']} {f['dataset']} eps={f['epsilon']} seed={f['seed']}: {f['error']}"
+        )
     if result["table3"]["rows"]:
         _echo_markdown(sweeps.table3_markdown(result["table3"]) + "\n")
     note(f"tables: {result['tables_md']} and {result['tables_json']}")
     for u in summary.unrecorded:  # the model exists but is not in the ledger: its budget stays held
-        note(f"release written but not recorded: {u['release_dir']}; reservation {u['reservation']} stays open (spent): "
-             f"record the release (`dpaudit ledger record DIR`), then void the reservation.")
+        note(
+            f"release written but not recorded: {u['release_dir']}; reservation {u['reservation']} stays open (spent): "
+            f"record the release (`dpaudit ledger record DIR`), then void the reservation."
+        )
     if summary.interrupted:
         note("interrupted: finished tasks are stored; run the same command again to resume.")
 
@@ -99,7 +149,11 @@ def sweep(**values) -> None:
         return
     spec = r.checked()
     if not r.json_out:
-        note(f"sweep {spec.name}: executor {r.executor}" + (f" at {r.scheduler}" if r.scheduler else "") + f", output {sweeps.sweep_dir(r.out, spec.name)}")
+        note(
+            f"sweep {spec.name}: executor {r.executor}"
+            + (f" at {r.scheduler}" if r.scheduler else "")
+            + f", output {sweeps.sweep_dir(r.out, spec.name)}"
+        )
     summary, result = sweeps.run_request(r, spec, progress=not r.json_out)
     for k, v in summary.skipped_datasets.items():
         note(f"skipped dataset {k}: {v}")

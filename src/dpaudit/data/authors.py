@@ -40,8 +40,19 @@ from .base import PreparedDataset, resolve_data_dir
 from .files import hash_and_verify, sums_note
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
-from .tabular import (CARDIO_COLUMNS, CARDIO_FILE, CategoricalField, Field, NumericField, cardio_cohort_mask, cardio_kept, encode,
-                      feature_names, read_table)
+from .tabular import (
+    CARDIO_COLUMNS,
+    CARDIO_FILE,
+    CategoricalField,
+    Field,
+    NumericField,
+    cardio_cohort_mask,
+    cardio_kept,
+    encode,
+    feature_names,
+    read_table,
+)
+
 np = lazy_import("numpy")
 
 AUTHORS_PROFILE = "authors"
@@ -64,12 +75,17 @@ def cut_point(n: int, fraction: float) -> int:
 class SplitIndices:
     """Record indices of each partition, in the order the partition holds them (int64). Tabular data: indices into the cleaned
     rows (file order). Images: ``train``/``val`` index the official training set, ``test`` the official test set."""
+
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
 
     def sizes(self) -> dict[str, int]:
-        return {"train": int(self.train.size), "val": int(self.val.size), "test": int(self.test.size)}
+        return {
+            "train": int(self.train.size),
+            "val": int(self.val.size),
+            "test": int(self.test.size),
+        }
 
     def sha256(self) -> dict[str, str]:
         """SHA-256 of each partition's *sorted* int64 indices (the set, independent of order)."""
@@ -77,13 +93,19 @@ class SplitIndices:
 
 
 def sorted_index_sha256(indices: np.ndarray) -> str:
-    return hashlib.sha256(np.sort(np.asarray(indices, dtype=np.int64)).astype("<i8").tobytes()).hexdigest()
+    return hashlib.sha256(
+        np.sort(np.asarray(indices, dtype=np.int64)).astype("<i8").tobytes()
+    ).hexdigest()
 
 
 def tabular_split(n: int, split_seed: int = AUTHORS_SPLIT_SEED) -> SplitIndices:
     """The authors' 70 / 15 / 15 rule over ``n`` cleaned rows."""
     n = non_negative_int("n", n)
-    perm = np.random.default_rng(non_negative_int("split_seed", split_seed)).permutation(n).astype(np.int64)
+    perm = (
+        np.random.default_rng(non_negative_int("split_seed", split_seed))
+        .permutation(n)
+        .astype(np.int64)
+    )
     a, b = cut_point(n, TABULAR_TRAIN_FRACTION), cut_point(n, TABULAR_TRAIN_VAL_FRACTION)
     return SplitIndices(perm[:a], perm[a:b], perm[b:])
 
@@ -119,11 +141,18 @@ def split_sizes(name: str) -> dict[str, int]:
 # The file, its columns, the day-to-year factor and the kept-row ranges (inclusive; plus ap_hi >= ap_lo and a present target) are
 # the same as dpaudit's own Cardio profile: shared from tabular.
 CARDIO_SCHEMA: tuple[Field, ...] = (
-    NumericField("age_years", 0.0, 120.0, "years"), NumericField("height", 100.0, 250.0, "cm"),
-    NumericField("weight", 20.0, 300.0, "kg"), NumericField("ap_hi", 40.0, 300.0, "mmHg"),
-    NumericField("ap_lo", 20.0, 200.0, "mmHg"), NumericField("bmi", 5.0, 100.0, "kg/m^2"), CategoricalField("gender", (1.0, 2.0)),
-    CategoricalField("cholesterol", (1.0, 2.0, 3.0)), CategoricalField("gluc", (1.0, 2.0, 3.0)),
-    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),
+    NumericField("age_years", 0.0, 120.0, "years"),
+    NumericField("height", 100.0, 250.0, "cm"),
+    NumericField("weight", 20.0, 300.0, "kg"),
+    NumericField("ap_hi", 40.0, 300.0, "mmHg"),
+    NumericField("ap_lo", 20.0, 200.0, "mmHg"),
+    NumericField("bmi", 5.0, 100.0, "kg/m^2"),
+    CategoricalField("gender", (1.0, 2.0)),
+    CategoricalField("cholesterol", (1.0, 2.0, 3.0)),
+    CategoricalField("gluc", (1.0, 2.0, 3.0)),
+    CategoricalField("smoke", (0.0, 1.0)),
+    CategoricalField("alco", (0.0, 1.0)),
+    CategoricalField("active", (0.0, 1.0)),
 )
 CARDIO_N_ROWS = 68_608
 
@@ -147,15 +176,35 @@ def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 HEART_FILE = "heart_kaggle.csv"
 HEART_COLUMNS = (
-    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal", "target",
+    "age",
+    "sex",
+    "cp",
+    "trestbps",
+    "chol",
+    "fbs",
+    "restecg",
+    "thalach",
+    "exang",
+    "oldpeak",
+    "slope",
+    "ca",
+    "thal",
+    "target",
 )
 HEART_SCHEMA: tuple[Field, ...] = (
-    NumericField("age", 0.0, 120.0, "years"), NumericField("trestbps", 40.0, 300.0, "mmHg"),
-    NumericField("chol", 0.0, 700.0, "mg/dl"), NumericField("thalach", 30.0, 250.0, "bpm"),
-    NumericField("oldpeak", 0.0, 10.0, "mm"), CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
-    CategoricalField("restecg", (0.0, 1.0, 2.0)), CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
-    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)), CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
-    CategoricalField("sex", (0.0, 1.0)), CategoricalField("fbs", (0.0, 1.0)), CategoricalField("exang", (0.0, 1.0)),
+    NumericField("age", 0.0, 120.0, "years"),
+    NumericField("trestbps", 40.0, 300.0, "mmHg"),
+    NumericField("chol", 0.0, 700.0, "mg/dl"),
+    NumericField("thalach", 30.0, 250.0, "bpm"),
+    NumericField("oldpeak", 0.0, 10.0, "mm"),
+    CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    CategoricalField("restecg", (0.0, 1.0, 2.0)),
+    CategoricalField("slope", (0.0, 1.0, 2.0, 3.0)),
+    CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),
+    CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),
+    CategoricalField("sex", (0.0, 1.0)),
+    CategoricalField("fbs", (0.0, 1.0)),
+    CategoricalField("exang", (0.0, 1.0)),
 )
 HEART_N_ROWS = 302  # 303 rows in the file, one exact duplicate
 
@@ -203,6 +252,7 @@ class AuthorsRows:
 
     Tabular: ``x``/``y`` are all cleaned rows and ``x_test``/``y_test`` are None. Images: ``x``/``y`` are the official training
     set, ``x_test``/``y_test`` the official test set."""
+
     x: np.ndarray
     y: np.ndarray
     x_test: np.ndarray | None
@@ -229,19 +279,42 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
             expected, names, kept = HEART_N_ROWS, HEART_FEATURES, "exact-duplicate removal kept"
         note = f"authors' pipeline: {kept} {len(y)} rows"
         if len(y) != expected:
-            note += f" (the original file gives {expected}: this file differs from the published one)"
-        return AuthorsRows(x, y, None, None, None, names, dict(src), note + "; " + sums_note(root, folder, (fname,)))
+            note += (
+                f" (the original file gives {expected}: this file differs from the published one)"
+            )
+        return AuthorsRows(
+            x,
+            y,
+            None,
+            None,
+            None,
+            names,
+            dict(src),
+            note + "; " + sums_note(root, folder, (fname,)),
+        )
     if name not in ("mnist", "cifar10"):
-        raise DataError(f"dataset for the authors' profile must be one of {', '.join(AUTHORS_DATASETS)}, got {name!r}.")
+        raise DataError(
+            f"dataset for the authors' profile must be one of {', '.join(AUTHORS_DATASETS)}, got {name!r}."
+        )
 
     if name == "mnist":
         x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
-        note = "authors' pipeline: official MNIST test set, ToTensor pixels in [0, 1]; " + sums_note(root, root / "mnist", tuple(src))
+        note = (
+            "authors' pipeline: official MNIST test set, ToTensor pixels in [0, 1]; "
+            + sums_note(root, root / "mnist", tuple(src))
+        )
     else:
         x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
-        note = ("authors' pipeline: official CIFAR-10 test batch, ToTensor pixels in [0, 1]; "
-                + ("files match the official md5 list" if official else "files are NOT the official CIFAR-10 batches (md5 differs)")
-                + "; " + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src)))
+        note = (
+            "authors' pipeline: official CIFAR-10 test batch, ToTensor pixels in [0, 1]; "
+            + (
+                "files match the official md5 list"
+                if official
+                else "files are NOT the official CIFAR-10 batches (md5 differs)"
+            )
+            + "; "
+            + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src))
+        )
     # The images stay uint8 here; load() converts each partition once (ToTensor = raw01 arithmetic).
     _, shape = apply_profile(x_tr[:1], "raw01")
     return AuthorsRows(x_tr, y_tr, x_te, y_te, shape, None, dict(src), note)
@@ -255,7 +328,9 @@ def load(info, data_dir=None, split_seed: int | None = None):
     rows = load_rows(info.name, data_dir)
     if info.kind == "tabular":
         idx = tabular_split(len(rows.y), seed)
-        parts = {p: (rows.x[getattr(idx, p)], rows.y[getattr(idx, p)]) for p in ("train", "val", "test")}
+        parts = {
+            p: (rows.x[getattr(idx, p)], rows.y[getattr(idx, p)]) for p in ("train", "val", "test")
+        }
         n_classes = 2
     else:
         idx = image_split(len(rows.y), len(rows.y_test), seed)
@@ -266,14 +341,29 @@ def load(info, data_dir=None, split_seed: int | None = None):
         }
         n_classes = 10
     hashes = idx.sha256()
-    notes = (rows.notes + f"; split numpy default_rng({seed}).permutation, int() cut points; sorted-index sha256 "
-             + ", ".join(f"{p} {hashes[p]}" for p in ("train", "val", "test")) + ".")
+    notes = (
+        rows.notes
+        + f"; split numpy default_rng({seed}).permutation, int() cut points; sorted-index sha256 "
+        + ", ".join(f"{p} {hashes[p]}" for p in ("train", "val", "test"))
+        + "."
+    )
     data = PreparedDataset(
-        name=info.name, kind=info.kind,
-        x_train=parts["train"][0], y_train=parts["train"][1], x_val=parts["val"][0], y_val=parts["val"][1],
-        x_test=parts["test"][0], y_test=parts["test"][1],
-        n_classes=n_classes, split_seed=seed, profile=AUTHORS_PROFILE, image_shape=rows.image_shape,
-        feature_names=rows.feature_names, source_files=rows.source_files, notes=notes, rows=_row_sets(info, idx),
+        name=info.name,
+        kind=info.kind,
+        x_train=parts["train"][0],
+        y_train=parts["train"][1],
+        x_val=parts["val"][0],
+        y_val=parts["val"][1],
+        x_test=parts["test"][0],
+        y_test=parts["test"][1],
+        n_classes=n_classes,
+        split_seed=seed,
+        profile=AUTHORS_PROFILE,
+        image_shape=rows.image_shape,
+        feature_names=rows.feature_names,
+        source_files=rows.source_files,
+        notes=notes,
+        rows=_row_sets(info, idx),
     )
     return data, idx
 
@@ -283,4 +373,7 @@ def _row_sets(info, idx: SplitIndices) -> tuple:
     people in another row order, so every row of the source counts as read privately (fail closed, dpaudit.data.rows)."""
     if info.kind == "tabular":
         return (RowSet(SOURCES[info.name], "private", None),)
-    return row_sets(SOURCES[info.name], {"train": idx.train, "val": idx.val, "test": TEST_OFFSET[info.name] + idx.test})
+    return row_sets(
+        SOURCES[info.name],
+        {"train": idx.train, "val": idx.val, "test": TEST_OFFSET[info.name] + idx.test},
+    )

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import DataError
 
-if TYPE_CHECKING:  # numpy loads in the functions that use it: the CLI reads DATA_DIR_ENV at start-up
+if (
+    TYPE_CHECKING
+):  # numpy loads in the functions that use it: the CLI reads DATA_DIR_ENV at start-up
     import numpy as np
 
 DATA_DIR_ENV = "DPAUDIT_DATA_DIR"
@@ -27,13 +29,17 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
     if data_dir is None:
         data_dir = os.environ.get(DATA_DIR_ENV)
     if not data_dir:
-        raise DataError(f"no data directory given: pass --data-dir DIR or set {DATA_DIR_ENV} " "(dpaudit never downloads data).")
+        raise DataError(
+            f"no data directory given: pass --data-dir DIR or set {DATA_DIR_ENV} "
+            "(dpaudit never downloads data)."
+        )
     return Path(data_dir).expanduser()
 
 
 def array_sha256(*arrays: np.ndarray) -> str:
     """SHA-256 over the bytes, dtypes and shapes of prepared arrays (the dataset's identity)."""
     import numpy as np
+
     h = hashlib.sha256()
     for a in arrays:
         a = np.ascontiguousarray(a)
@@ -55,9 +61,12 @@ def empty_small_pages(shape, dtype) -> np.ndarray:
     map alive through ``.base``.
     """
     import numpy as np
+
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
-    return np.frombuffer(mmap.mmap(-1, max(count * dtype.itemsize, 1)), dtype=dtype, count=count).reshape(shape)
+    return np.frombuffer(
+        mmap.mmap(-1, max(count * dtype.itemsize, 1)), dtype=dtype, count=count
+    ).reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,7 @@ class PreparedDataset:
     """A dataset after fixed, data-independent preprocessing and a seeded public split. Features are float32 arrays of shape (n,
     d) (images flattened; ``image_shape`` keeps (channels, height, width) for models that need it). Labels are int64 class
     indices. Validation is never touched by training."""
+
     name: str
     kind: str  # "image" or "tabular"
     x_train: np.ndarray
@@ -103,7 +113,9 @@ class PreparedDataset:
     def sha256(self) -> str:
         """Unkeyed digest of the prepared data (all three splits). LOCAL ONLY: it tells neighbouring datasets apart exactly, so it
         is never published; releases carry it as ``Release.data_digest`` and the ledger stores only a keyed fingerprint of it."""
-        return array_sha256(self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test)
+        return array_sha256(
+            self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test
+        )
 
     @property
     def user_ids_sha256(self) -> str | None:
@@ -112,6 +124,7 @@ class PreparedDataset:
         if self.user_ids is None:
             return None
         import numpy as np
+
         return array_sha256(*(np.asarray(self.user_ids[p]) for p in ("train", "val", "test")))
 
     def identity(self) -> dict:
@@ -130,12 +143,19 @@ class PreparedDataset:
         Deliberately absent: any hash of the records, of the source files or of the user ids (each one distinguishes neighbouring
         datasets exactly). Use :attr:`sha256` locally."""
         out = {
-            "name": self.name, "kind": self.kind, "profile": self.profile, "split_seed": self.split_seed,
+            "name": self.name,
+            "kind": self.kind,
+            "profile": self.profile,
+            "split_seed": self.split_seed,
             "split_sizes": {p: n for p, n in self.split_sizes.items() if p in PUBLISHED_PARTITIONS},
-            "n_features": self.n_features, "n_classes": self.n_classes, "source_files": sorted(self.source_files),
+            "n_features": self.n_features,
+            "n_classes": self.n_classes,
+            "source_files": sorted(self.source_files),
         }
         if self.user_ids is not None:  # user-split data: how many users each partition holds
             import numpy as np
 
-            out["n_users"] = {p: int(np.unique(self.user_ids[p]).size) for p in PUBLISHED_PARTITIONS}
+            out["n_users"] = {
+                p: int(np.unique(self.user_ids[p]).size) for p in PUBLISHED_PARTITIONS
+            }
         return out

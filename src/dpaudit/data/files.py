@@ -47,10 +47,14 @@ def require_files(folder: Path, names: list[str] | tuple[str, ...], what: str) -
     """Raise one :class:`DataError` line naming every expected file and the folder searched."""
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
-        raise DataError(f"{what} files not found: expected {', '.join(names)} in {folder} (missing: {', '.join(missing)}).")
+        raise DataError(
+            f"{what} files not found: expected {', '.join(names)} in {folder} (missing: {', '.join(missing)})."
+        )
 
 
-def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...], what: str) -> dict[str, str]:
+def hash_and_verify(
+    data_dir: Path, folder: Path, names: list[str] | tuple[str, ...], what: str
+) -> dict[str, str]:
     """sha256 of each file (all must exist: :func:`require_files`); checked against ``<data_dir>/SHA256SUMS`` where it lists the
     file. Returns ``file name -> sha256``. A mismatch is a :class:`DataError` (corrupt or altered file)."""
     require_files(folder, names, what)
@@ -64,8 +68,10 @@ def hash_and_verify(data_dir: Path, folder: Path, names: list[str] | tuple[str, 
             raise DataError(f"cannot read {what} file {path}: {exc.strerror or exc}.") from None
         expected = sums.get(_relative(path, data_dir) or name)
         if expected is not None and expected != digest:
-            raise DataError(f"{what} file {path} is corrupt: sha256 must be {expected} (from {data_dir / SHA256SUMS}), "
-                            f"got {digest}.")
+            raise DataError(
+                f"{what} file {path} is corrupt: sha256 must be {expected} (from {data_dir / SHA256SUMS}), "
+                f"got {digest}."
+            )
         out[name] = digest
     return out
 

@@ -45,12 +45,16 @@ from ..paths import cache_dir
 from ..validation import one_of
 from .base import empty_small_pages, resolve_data_dir
 from .files import file_digest, hash_and_verify
+
 np = lazy_import("numpy")
 
 IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
 MNIST_FILES = (
-    "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
 )
 MNIST_TRAIN_SIZE = 60_000
 MNIST_TEST_SIZE = 10_000
@@ -71,14 +75,18 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
     """Fixed profile of uint8 images (n, H, W) or (n, H, W, C) -> float32 (n, C*H'*W'), (C, H', W'). The profile is a per-record
     transform with fixed constants: it fits nothing to the data."""
     if images.dtype != np.uint8 or images.ndim not in (3, 4):
-        raise DataError(f"images must be uint8 of shape (n, H, W[, C]), got {images.dtype} {images.shape}.")
+        raise DataError(
+            f"images must be uint8 of shape (n, H, W[, C]), got {images.dtype} {images.shape}."
+        )
     chw = images[:, None, :, :] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
     n, c, h, w = chw.shape
     if profile in ("raw01", "centered"):
         # Exactly ToTensor's arithmetic: float32 conversion, then division by 255 (IEEE float32
         # operations, so NumPy gives torch's floats; all 256 pixel values are checked in the tests).
         t = empty_small_pages((n, c * h * w), np.float32)
-        t.reshape(chw.shape)[...] = chw  # uint8 -> float32 (exact), in (channel, height, width) order
+        t.reshape(chw.shape)[...] = (
+            chw  # uint8 -> float32 (exact), in (channel, height, width) order
+        )
         t /= np.float32(255)
         if profile == "centered":
             # Exactly Normalize(mean=0.5, std=0.5): subtract, then divide.
@@ -97,7 +105,9 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
         hwc = images if images.ndim == 4 else images[..., None]
         for i in range(n):
             img = Image.fromarray(hwc[i, :, :, 0], mode="L") if c == 1 else Image.fromarray(hwc[i])
-            small[i] = np.asarray(TF.resize(img, [hh, ww], InterpolationMode.BILINEAR)).reshape(hh, ww, c)
+            small[i] = np.asarray(TF.resize(img, [hh, ww], InterpolationMode.BILINEAR)).reshape(
+                hh, ww, c
+            )
         return apply_profile(small if c > 1 else small[..., 0], "raw01")
 
     one_of("profile", profile, IMAGE_PROFILES)
@@ -125,7 +135,9 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
         base.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".mnist-tmp-", dir=base))
     except OSError as exc:
-        raise DataError(f"cannot create the MNIST cache under {base}: {exc.strerror or exc}.") from None
+        raise DataError(
+            f"cannot create the MNIST cache under {base}: {exc.strerror or exc}."
+        ) from None
     try:
         raw = tmp / "MNIST" / "raw"
         raw.mkdir(parents=True)
@@ -136,7 +148,8 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
                     shutil.copyfileobj(fin, fout, 1 << 20)
             except (OSError, EOFError, zlib.error) as exc:
                 raise DataError(
-                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} " f"in {folder}."
+                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} "
+                    f"in {folder}."
                 ) from None
         (raw / "COMPLETE").write_text("\n".join(f"{hashes[n]}  {n}" for n in MNIST_FILES) + "\n")
         try:
@@ -150,7 +163,9 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
                     os.rename(tmp, root)
                 except OSError as exc:
                     if not done.is_file():
-                        raise DataError(f"cannot write the MNIST cache {root}: {exc.strerror or exc}.") from None
+                        raise DataError(
+                            f"cannot write the MNIST cache {root}: {exc.strerror or exc}."
+                        ) from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -161,21 +176,29 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions. The same format check and the same array
     as torchvision's MNIST reader (magic 0x0000 08 nd, big-endian int32 sizes, then the bytes), without importing torchvision: its
     import pulls in torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers."""
-    with open(path, "rb") as f:  # read into a writable buffer: the array below needs no copy of its own
+    with open(
+        path, "rb"
+    ) as f:  # read into a writable buffer: the array below needs no copy of its own
         raw = bytearray(os.fstat(f.fileno()).st_size)
         got = f.readinto(raw)
         if got != len(raw):  # the file changed size while read: keep what was read (checked below)
             raw = raw[:got]
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
-        raise DataError(f"IDX file {path} must start with magic 0x000008{ndim:02x} (unsigned bytes, {ndim} dimensions), "
-                        f"got {raw[:4].hex() or 'an empty file'}.")
+        raise DataError(
+            f"IDX file {path} must start with magic 0x000008{ndim:02x} (unsigned bytes, {ndim} dimensions), "
+            f"got {raw[:4].hex() or 'an empty file'}."
+        )
     head = 4 + 4 * ndim
     if len(raw) < head:
-        raise DataError(f"IDX file {path} is truncated: {len(raw)} bytes, the header alone needs {head}.")
+        raise DataError(
+            f"IDX file {path} is truncated: {len(raw)} bytes, the header alone needs {head}."
+        )
     shape = tuple(int(v) for v in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4))
     size = int(np.prod(shape, dtype=np.int64))
     if len(raw) != head + size:
-        raise DataError(f"IDX file {path} must hold {head + size} bytes for shape {shape}, got {len(raw)}.")
+        raise DataError(
+            f"IDX file {path} must hold {head + size} bytes for shape {shape}, got {len(raw)}."
+        )
     return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape)
 
 
@@ -195,7 +218,8 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
             y = read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1).astype(np.int64)
         except (DataError, OSError) as exc:
             raise DataError(
-                f"MNIST files in {data_dir / 'mnist'} are malformed ({exc}); " f"expected the IDX files {', '.join(MNIST_FILES)}."
+                f"MNIST files in {data_dir / 'mnist'} are malformed ({exc}); "
+                f"expected the IDX files {', '.join(MNIST_FILES)}."
             ) from None
         if x.shape != (size, 28, 28) or y.shape != (size,) or y.min() < 0 or y.max() > 9:
             raise DataError(
@@ -210,16 +234,25 @@ def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
 
 # md5 of the official python batches (the list torchvision pins); used only to say whether the files read are the official ones.
 _CIFAR_OFFICIAL_MD5 = {
-    "data_batch_1": "c99cafc152244af753f735de768cd75f", "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
-    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751", "data_batch_4": "634d18415352ddfa80567beed471001a",
-    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb", "test_batch": "40351d587109b95175f43aff81a1287e",
+    "data_batch_1": "c99cafc152244af753f735de768cd75f",
+    "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751",
+    "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb",
+    "test_batch": "40351d587109b95175f43aff81a1287e",
     "batches.meta": "5ff9c542aee3614f3951f8cda6e48888",
 }
 
 _SAFE_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
 }
 
 
@@ -243,10 +276,21 @@ def _check_batch(path: Path) -> int:
     if not isinstance(obj, dict) or "data" not in obj or "labels" not in obj:
         raise ValueError("not a dict with 'data' and 'labels'")
     data, labels = obj["data"], obj["labels"]
-    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-        raise ValueError(f"'data' must be uint8 (n, 3072), got {getattr(data, 'dtype', type(data))} {getattr(data, 'shape', '')}")
+    if (
+        not isinstance(data, np.ndarray)
+        or data.dtype != np.uint8
+        or data.ndim != 2
+        or data.shape[1] != 3072
+    ):
+        raise ValueError(
+            f"'data' must be uint8 (n, 3072), got {getattr(data, 'dtype', type(data))} {getattr(data, 'shape', '')}"
+        )
     labels = np.asarray(labels)
-    if labels.shape != (data.shape[0],) or labels.dtype.kind not in "iu" or (labels.size and (labels.min() < 0 or labels.max() > 9)):
+    if (
+        labels.shape != (data.shape[0],)
+        or labels.dtype.kind not in "iu"
+        or (labels.size and (labels.min() < 0 or labels.max() > 9))
+    ):
         raise ValueError("'labels' must be one integer in 0..9 per row of 'data'")
     return int(data.shape[0])
 
@@ -261,6 +305,7 @@ def _label_names(path: Path) -> list:
 
 def _verified_cifar10_class():
     from torchvision.datasets import CIFAR10
+
     class _VerifiedCIFAR10(CIFAR10):
         """CIFAR10 whose md5 check (which synthetic test batches fail) is replaced by a structural one: every file is parsed
         with a restricted unpickler (NumPy array constructors only) before torchvision's unrestricted ``pickle.load``, and must
@@ -310,9 +355,15 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
             raise
         except Exception as exc:
             raise DataError(
-                f"CIFAR-10 files in {folder} are malformed ({type(exc).__name__}: {exc}); " f"expected {', '.join(CIFAR_FILES)}."
+                f"CIFAR-10 files in {folder} are malformed ({type(exc).__name__}: {exc}); "
+                f"expected {', '.join(CIFAR_FILES)}."
             ) from None
-        out += [np.ascontiguousarray(ds.data, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)]
+        out += [
+            np.ascontiguousarray(ds.data, dtype=np.uint8),
+            np.asarray(ds.targets, dtype=np.int64),
+        ]
     if official and (len(out[1]) != CIFAR_TRAIN_SIZE or len(out[3]) != CIFAR_TEST_SIZE):
-        raise DataError(f"CIFAR-10 in {folder} must have 50000 + 10000 images, got {len(out[1])} + {len(out[3])}.")
+        raise DataError(
+            f"CIFAR-10 in {folder} must have 50000 + 10000 images, got {len(out[1])} + {len(out[3])}."
+        )
     return (*out, hashes, official) if with_sources else tuple(out)

@@ -24,12 +24,21 @@ from ..lazy import lazy_import
 from ..validation import non_negative_int
 from . import authors
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
-from .tabular import (BREAST_CANCER_SCHEMA, CARDIO_N_ROWS, CARDIO_SCHEMA, HEART_SCHEMA, feature_names, load_breast_cancer_encoded,
-                      load_cardio_raw, load_heart_raw)
+from .tabular import (
+    BREAST_CANCER_SCHEMA,
+    CARDIO_N_ROWS,
+    CARDIO_SCHEMA,
+    HEART_SCHEMA,
+    feature_names,
+    load_breast_cancer_encoded,
+    load_cardio_raw,
+    load_heart_raw,
+)
 from .base import PreparedDataset, resolve_data_dir
 from .files import sums_note
 from .rows import SOURCES, TEST_OFFSET, row_sets
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
+
 np = lazy_import("numpy")
 
 TABULAR_PROFILES = ("default",)
@@ -40,6 +49,7 @@ AUTHORS_PROFILE = "authors"
 @dataclass(frozen=True)
 class DatasetInfo:
     """What a dataset is, before loading it."""
+
     name: str
     kind: str  # "image" or "tabular"
     needs_files: bool
@@ -55,10 +65,17 @@ class DatasetInfo:
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name, "kind": self.kind, "needs_files": self.needs_files, "split_sizes": dict(self.split_sizes),
-            "n_features": self.n_features, "n_classes": self.n_classes, "description": self.description,
-            "files": list(self.files), "image_shape": list(self.image_shape) if self.image_shape else None,
-            "profiles": list(self.profiles), "default_profile": self.default_profile,
+            "name": self.name,
+            "kind": self.kind,
+            "needs_files": self.needs_files,
+            "split_sizes": dict(self.split_sizes),
+            "n_features": self.n_features,
+            "n_classes": self.n_classes,
+            "description": self.description,
+            "files": list(self.files),
+            "image_shape": list(self.image_shape) if self.image_shape else None,
+            "profiles": list(self.profiles),
+            "default_profile": self.default_profile,
             "default_split_seed": self.default_split_seed,
         }
 
@@ -71,33 +88,105 @@ _IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
 DATASETS: dict[str, DatasetInfo] = {
     "mnist": DatasetInfo(
-        "mnist", "image", True, _sizes(51_000, 9_000, 10_000), 784, 10,
+        "mnist",
+        "image",
+        True,
+        _sizes(51_000, 9_000, 10_000),
+        784,
+        10,
         "MNIST handwritten digits (LeCun et al.), 28x28 grayscale; official test set; train split 85/15.",
-        tuple(f"mnist/{n}" for n in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-                                     "t10k-labels-idx1-ubyte.gz")),
-        (1, 28, 28), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01"),
+        tuple(
+            f"mnist/{n}"
+            for n in (
+                "train-images-idx3-ubyte.gz",
+                "train-labels-idx1-ubyte.gz",
+                "t10k-images-idx3-ubyte.gz",
+                "t10k-labels-idx1-ubyte.gz",
+            )
+        ),
+        (1, 28, 28),
+        _IMAGE_PROFILES + (AUTHORS_PROFILE,),
+        "raw01",
+    ),
     "cifar10": DatasetInfo(
-        "cifar10", "image", True, _sizes(42_500, 7_500, 10_000), 3072, 10,
+        "cifar10",
+        "image",
+        True,
+        _sizes(42_500, 7_500, 10_000),
+        3072,
+        10,
         "CIFAR-10 (Krizhevsky), 32x32 colour; official test batch; train split 85/15.",
-        tuple(f"cifar10/cifar-10-batches-py/{n}" for n in (
-            "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch", "batches.meta")),
-        (3, 32, 32), _IMAGE_PROFILES + (AUTHORS_PROFILE,), "raw01"),
+        tuple(
+            f"cifar10/cifar-10-batches-py/{n}"
+            for n in (
+                "data_batch_1",
+                "data_batch_2",
+                "data_batch_3",
+                "data_batch_4",
+                "data_batch_5",
+                "test_batch",
+                "batches.meta",
+            )
+        ),
+        (3, 32, 32),
+        _IMAGE_PROFILES + (AUTHORS_PROFILE,),
+        "raw01",
+    ),
     "cardio": DatasetInfo(
-        "cardio", "tabular", True, _sizes(48_025, 10_291, 10_292), 32, 2,
+        "cardio",
+        "tabular",
+        True,
+        _sizes(48_025, 10_291, 10_292),
+        32,
+        2,
         "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; fixed bounds to [-1, 1]; "
-        "split 70/15/15.", ("cardio/cardio_train.csv",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default"),
+        "split 70/15/15.",
+        ("cardio/cardio_train.csv",),
+        None,
+        TABULAR_PROFILES + (AUTHORS_PROFILE,),
+        "default",
+    ),
     "heart": DatasetInfo(
-        "heart", "tabular", True, _sizes(212, 45, 46), 47, 2,
+        "heart",
+        "tabular",
+        True,
+        _sizes(212, 45, 46),
+        47,
+        2,
         "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to [-1, 1]; split 70/15/15.",
-        ("heart/processed.cleveland.data",), None, TABULAR_PROFILES + (AUTHORS_PROFILE,), "default"),
+        ("heart/processed.cleveland.data",),
+        None,
+        TABULAR_PROFILES + (AUTHORS_PROFILE,),
+        "default",
+    ),
     "digits": DatasetInfo(
-        "digits", "image", False, _sizes(1_257, 269, 271), 64, 10,
+        "digits",
+        "image",
+        False,
+        _sizes(1_257, 269, 271),
+        64,
+        10,
         "scikit-learn bundled digits (1,797 images, 8x8, values 0..16 scaled by the fixed max 16); split 70/15/15; "
-        "needs no files.", (), (1, 8, 8), _IMAGE_PROFILES, "raw01"),
+        "needs no files.",
+        (),
+        (1, 8, 8),
+        _IMAGE_PROFILES,
+        "raw01",
+    ),
     "breast-cancer": DatasetInfo(
-        "breast-cancer", "tabular", False, _sizes(398, 85, 86), 30, 2,
+        "breast-cancer",
+        "tabular",
+        False,
+        _sizes(398, 85, 86),
+        30,
+        2,
         "scikit-learn bundled Wisconsin diagnostic breast cancer (569 rows, 30 features), fixed bounds to [-1, 1], "
-        "1 = malignant; split 70/15/15; needs no files.", (), None, TABULAR_PROFILES, "default"),
+        "1 = malignant; split 70/15/15; needs no files.",
+        (),
+        None,
+        TABULAR_PROFILES,
+        "default",
+    ),
 }
 
 DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)
@@ -142,7 +231,9 @@ def profile_split_sizes(name: str, profile: str | None = None) -> dict:
     return dict(info.split_sizes)
 
 
-def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None) -> PreparedDataset:
+def load_dataset(
+    name: str, *, data_dir=None, split_seed: int | None = None, profile: str | None = None
+) -> PreparedDataset:
     """Load ``name`` with its fixed preprocessing and its seeded public split. ``profile`` / ``split_seed``: None means the
     dataset's default (:data:`DATASETS`; seed 2026). ``data_dir``: the argument, else ``$DPAUDIT_DATA_DIR`` (not needed for digits
     and breast-cancer). Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or corrupt files.
@@ -153,7 +244,9 @@ def load_dataset(name: str, *, data_dir=None, split_seed: int | None = None, pro
     profile = _check_profile(info, profile)
     seed = _check_split_seed(info, split_seed)
     data = _load(info, name, data_dir, seed, profile)
-    return dataclasses.replace(data, reference_size=int(profile_split_sizes(name, profile)["train"]))
+    return dataclasses.replace(
+        data, reference_size=int(profile_split_sizes(name, profile)["train"])
+    )
 
 
 def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
@@ -165,8 +258,16 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
         return _load_digits(info, seed, profile)
     if name == "breast-cancer":
         x, y = load_breast_cancer_encoded()
-        return _tabular(info, x, y, seed, feature_names(BREAST_CANCER_SCHEMA), {},
-                        "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.", np.arange(len(y)))
+        return _tabular(
+            info,
+            x,
+            y,
+            seed,
+            feature_names(BREAST_CANCER_SCHEMA),
+            {},
+            "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.",
+            np.arange(len(y)),
+        )
     if name == "cardio":
         root = resolve_data_dir(data_dir)
         x, y, src, file_ids = load_cardio_raw(root)
@@ -178,18 +279,37 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
     if name == "heart":
         root = resolve_data_dir(data_dir)
         x, y, src = load_heart_raw(root, "cleveland")
-        note = "UCI Cleveland processed file; target num > 0; " + sums_note(root, root / "heart", tuple(src))
-        return _tabular(info, x, y, seed, feature_names(HEART_SCHEMA), src, note + ".", np.arange(len(y)))
+        note = "UCI Cleveland processed file; target num > 0; " + sums_note(
+            root, root / "heart", tuple(src)
+        )
+        return _tabular(
+            info, x, y, seed, feature_names(HEART_SCHEMA), src, note + ".", np.arange(len(y))
+        )
     raise AssertionError(name)
 
 
 def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
     tr, va, te = split_indices(len(y), seed, 70, 15)
-    rows = row_sets(SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]})
+    rows = row_sets(
+        SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]}
+    )
     return PreparedDataset(
-        name=info.name, kind="tabular", x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
-        n_classes=2, split_seed=seed, profile="default", image_shape=None,
-        feature_names=tuple(names), source_files=dict(src), notes=notes, rows=rows,
+        name=info.name,
+        kind="tabular",
+        x_train=x[tr],
+        y_train=y[tr],
+        x_val=x[va],
+        y_val=y[va],
+        x_test=x[te],
+        y_test=y[te],
+        n_classes=2,
+        split_seed=seed,
+        profile="default",
+        image_shape=None,
+        feature_names=tuple(names),
+        source_files=dict(src),
+        notes=notes,
+        rows=rows,
     )
 
 
@@ -197,13 +317,24 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
     root = resolve_data_dir(data_dir)
     if which == "mnist":
         x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
-        notes = "official MNIST test set; training set split 85/15; " + sums_note(root, root / "mnist", tuple(src)) + "."
+        notes = (
+            "official MNIST test set; training set split 85/15; "
+            + sums_note(root, root / "mnist", tuple(src))
+            + "."
+        )
     else:
         x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
-        notes = "official CIFAR-10 test batch; training batches split 85/15; " + (
-            "files match the official md5 list." if official
-            else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
-        ) + " " + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src)) + "."
+        notes = (
+            "official CIFAR-10 test batch; training batches split 85/15; "
+            + (
+                "files match the official md5 list."
+                if official
+                else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
+            )
+            + " "
+            + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src))
+            + "."
+        )
     tr, va = train_val_indices(len(y_tr), seed, 85)
     test_ids = TEST_OFFSET[which] + np.arange(len(y_te))
     rows = row_sets(SOURCES[which], {"train": tr, "val": va, "test": test_ids})
@@ -212,9 +343,22 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
     x_val, _ = apply_profile(x_tr[va], profile)
     x_test, _ = apply_profile(x_te, profile)
     return PreparedDataset(
-        name=info.name, kind="image", x_train=x_train, y_train=y_tr[tr], x_val=x_val, y_val=y_tr[va], x_test=x_test, y_test=y_te,
-        n_classes=10, split_seed=seed, profile=profile, image_shape=shape,
-        feature_names=None, source_files=dict(src), notes=notes, rows=rows,
+        name=info.name,
+        kind="image",
+        x_train=x_train,
+        y_train=y_tr[tr],
+        x_val=x_val,
+        y_val=y_tr[va],
+        x_test=x_test,
+        y_test=y_te,
+        n_classes=10,
+        split_seed=seed,
+        profile=profile,
+        image_shape=shape,
+        feature_names=None,
+        source_files=dict(src),
+        notes=notes,
+        rows=rows,
     )
 
 
@@ -223,10 +367,13 @@ DIGITS_MAX = 16.0  # load_digits pixel values are integer counts 0..16 (fixed by
 
 def _load_digits(info, seed, profile) -> PreparedDataset:
     from sklearn.datasets import load_digits
+
     bunch = load_digits()
     images = np.asarray(bunch.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
     y = np.asarray(bunch.target, dtype=np.int64)
-    t = images[:, None] / np.float32(DIGITS_MAX)  # float32 operations: torch's floats, without importing torch
+    t = images[:, None] / np.float32(
+        DIGITS_MAX
+    )  # float32 operations: torch's floats, without importing torch
     if profile == "centered":
         t = (t - np.float32(0.5)) / np.float32(0.5)
     elif profile == "half-resolution":
@@ -238,8 +385,20 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
     x = t.reshape(len(y), -1).astype(np.float32)
     tr, va, te = split_indices(len(y), seed, 70, 15)
     return PreparedDataset(
-        name="digits", kind="image", x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
-        n_classes=10, split_seed=seed, profile=profile, image_shape=shape, feature_names=None, source_files={},
+        name="digits",
+        kind="image",
+        x_train=x[tr],
+        y_train=y[tr],
+        x_val=x[va],
+        y_val=y[va],
+        x_test=x[te],
+        y_test=y[te],
+        n_classes=10,
+        split_seed=seed,
+        profile=profile,
+        image_shape=shape,
+        feature_names=None,
+        source_files={},
         notes="scikit-learn load_digits (bundled); pixels / 16; split 70/15/15.",
         rows=row_sets(SOURCES["digits"], {"train": tr, "val": va, "test": te}),
     )

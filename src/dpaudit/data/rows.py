@@ -10,9 +10,15 @@ from dataclasses import dataclass
 #: Source of every built-in name (dataset or task): what an entry without recorded rows (written before rows were declared) is
 #: assumed to have read, privately, in full (fail closed).
 SOURCES = {
-    "mnist": "mnist", "mnist-mix": "mnist", "cifar10": "cifar10", "cardio": "kaggle-cardio",
-    "heart": "uci-heart-cleveland", "heart-mix": "uci-heart-cleveland",
-    "digits": "sklearn-digits", "digits-mix": "sklearn-digits", "breast-cancer": "sklearn-breast-cancer",
+    "mnist": "mnist",
+    "mnist-mix": "mnist",
+    "cifar10": "cifar10",
+    "cardio": "kaggle-cardio",
+    "heart": "uci-heart-cleveland",
+    "heart-mix": "uci-heart-cleveland",
+    "digits": "sklearn-digits",
+    "digits-mix": "sklearn-digits",
+    "breast-cancer": "sklearn-breast-cancer",
 }
 #: Row ids of a test file follow those of the training file (MNIST: 60,000 + row; CIFAR-10: 50,000 + row).
 TEST_OFFSET = {"mnist": 60_000, "cifar10": 50_000}
@@ -22,6 +28,7 @@ ROLES = ("private", "public")
 @dataclass(frozen=True)
 class RowSet:
     """Rows of ``source`` a release reads in ``role``; ``ids`` None: every row (rows unknown)."""
+
     source: str
     role: str
     ids: tuple | None

@@ -33,6 +33,7 @@ from __future__ import annotations
 from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import non_negative_int
+
 np = lazy_import("numpy")
 
 #: Tag mixed into the split generator so a split seed never collides with a model seed's stream.
@@ -60,7 +61,9 @@ def permutation(n: int, split_seed: int) -> np.ndarray:
     return public_rng(int(split_seed), SPLIT_TAG).permutation(int(n)).astype(np.int64)
 
 
-def split_indices(n: int, split_seed: int, train_percent: int, val_percent: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_indices(
+    n: int, split_seed: int, train_percent: int, val_percent: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Index arrays (train, val, test), disjoint and covering ``range(n)``."""
     n_train, n_val, _ = split_counts(n, train_percent, val_percent)
     perm = permutation(n, split_seed)

@@ -62,12 +62,14 @@ from ..lazy import lazy_import
 from ..validation import one_of
 from .base import resolve_data_dir
 from .files import hash_and_verify
+
 np = lazy_import("numpy")
 
 
 @dataclass(frozen=True)
 class NumericField:
     """A numerical field: clipped to [lower, upper], mapped linearly to [-1, 1]."""
+
     name: str
     lower: float
     upper: float
@@ -79,6 +81,7 @@ class NumericField:
 @dataclass(frozen=True)
 class CategoricalField:
     """A categorical field: one indicator per prespecified value plus an unknown indicator."""
+
     name: str
     values: tuple[float, ...]
 
@@ -118,7 +121,9 @@ def encode(columns: dict[str, np.ndarray], schema: tuple[Field, ...]) -> np.ndar
             if f.zero_is_missing:
                 missing |= x == 0
             # The midpoint of [lower, upper] maps to exactly 0.
-            val = np.where(missing, 0.0, scale_to_unit(np.where(missing, f.lower, x), f.lower, f.upper))
+            val = np.where(
+                missing, 0.0, scale_to_unit(np.where(missing, f.lower, x), f.lower, f.upper)
+            )
             blocks.append(val[:, None])
             if f.missing_indicator:
                 blocks.append(missing.astype(np.float64)[:, None])
@@ -159,7 +164,9 @@ def _fast_parse(lines: list[str], sep: str, n_cols: int) -> np.ndarray | None:
     if not body:
         return None
     try:
-        arr = np.loadtxt(io.StringIO("\n".join(body)), delimiter=sep, dtype=np.float64, ndmin=2, comments=None)
+        arr = np.loadtxt(
+            io.StringIO("\n".join(body)), delimiter=sep, dtype=np.float64, ndmin=2, comments=None
+        )
     except ValueError:
         return None
     if arr.shape != (len(body), n_cols):
@@ -167,7 +174,9 @@ def _fast_parse(lines: list[str], sep: str, n_cols: int) -> np.ndarray | None:
     return arr
 
 
-def read_table(path: Path, sep: str, columns: tuple[str, ...], header: bool) -> dict[str, np.ndarray]:
+def read_table(
+    path: Path, sep: str, columns: tuple[str, ...], header: bool
+) -> dict[str, np.ndarray]:
     """Read a delimited numeric table into float64 columns (NaN = missing)."""
     try:
         text = path.read_text(encoding="utf-8-sig")
@@ -192,7 +201,9 @@ def read_table(path: Path, sep: str, columns: tuple[str, ...], header: bool) -> 
             continue
         toks = line.split(sep)
         if len(toks) != len(columns):
-            raise DataError(f"{path} line {i + 1} must have {len(columns)} fields, got {len(toks)}.")
+            raise DataError(
+                f"{path} line {i + 1} must have {len(columns)} fields, got {len(toks)}."
+            )
         rows.append([_parse_float(t, path, i + 1, c) for t, c in zip(toks, columns)])
     if not rows:
         raise DataError(f"{path} must contain at least one data row, got none.")
@@ -204,12 +215,29 @@ def read_table(path: Path, sep: str, columns: tuple[str, ...], header: bool) -> 
 
 CARDIO_FILE = "cardio_train.csv"
 CARDIO_COLUMNS = (
-    "id", "age", "gender", "height", "weight", "ap_hi", "ap_lo", "cholesterol", "gluc", "smoke", "alco", "active", "cardio",
+    "id",
+    "age",
+    "gender",
+    "height",
+    "weight",
+    "ap_hi",
+    "ap_lo",
+    "cholesterol",
+    "gluc",
+    "smoke",
+    "alco",
+    "active",
+    "cardio",
 )
 DAYS_PER_YEAR = 365.25
 
 #: Public cohort filters (inclusive), paper section 4.1.
-CARDIO_FILTERS = {"height": (120.0, 220.0), "weight": (30.0, 200.0), "ap_hi": (80.0, 250.0), "ap_lo": (40.0, 150.0)}
+CARDIO_FILTERS = {
+    "height": (120.0, 220.0),
+    "weight": (30.0, 200.0),
+    "ap_hi": (80.0, 250.0),
+    "ap_lo": (40.0, 150.0),
+}
 
 CARDIO_SCHEMA: tuple[Field, ...] = (
     NumericField("age_years", 18.0, 100.0, "years"),  # adult lifespan; cohort ages are 29-65
@@ -220,7 +248,9 @@ CARDIO_SCHEMA: tuple[Field, ...] = (
     NumericField("ap_lo", 40.0, 150.0, "mmHg"),  # the cohort filter range (diastolic)
     CategoricalField("cholesterol", (1.0, 2.0, 3.0)),  # normal / above normal / well above normal
     CategoricalField("gluc", (1.0, 2.0, 3.0)),  # normal / above normal / well above normal
-    CategoricalField("smoke", (0.0, 1.0)), CategoricalField("alco", (0.0, 1.0)), CategoricalField("active", (0.0, 1.0)),  # flags
+    CategoricalField("smoke", (0.0, 1.0)),
+    CategoricalField("alco", (0.0, 1.0)),
+    CategoricalField("active", (0.0, 1.0)),  # flags
     NumericField("bmi", 10.0, 60.0, "kg/m^2"),  # physiological range; larger values are clipped
 )
 CARDIO_N_ROWS = 68_608
@@ -236,13 +266,17 @@ def cardio_cohort_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
     return keep
 
 
-def cardio_kept(cols: dict[str, np.ndarray], keep: np.ndarray, what: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def cardio_kept(
+    cols: dict[str, np.ndarray], keep: np.ndarray, what: str
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The kept Cardio rows with the derived ``age_years`` and ``bmi``, and the target (DataError naming ``what`` unless 0/1)."""
     cols = {k: np.asarray(v, dtype=np.float64)[keep] for k, v in cols.items()}
     y = cols["cardio"]
     bad = ~np.isin(y, (0.0, 1.0))
     if bad.any():
-        raise DataError(f"{what} column cardio must be 0 or 1 in every kept row, got {sorted(set(y[bad].tolist()))[:5]}.")
+        raise DataError(
+            f"{what} column cardio must be 0 or 1 in every kept row, got {sorted(set(y[bad].tolist()))[:5]}."
+        )
     cols["age_years"] = cols["age"] / DAYS_PER_YEAR
     with np.errstate(divide="ignore", invalid="ignore"):
         cols["bmi"] = cols["weight"] / (cols["height"] / 100.0) ** 2
@@ -270,14 +304,31 @@ def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, s
 
 HEART_CENTRES = ("cleveland", "hungarian", "switzerland", "va")
 HEART_COLUMNS = (
-    "age", "sex", "cp", "trestbps", "chol", "fbs", "restecg", "thalach", "exang", "oldpeak", "slope", "ca", "thal", "num",
+    "age",
+    "sex",
+    "cp",
+    "trestbps",
+    "chol",
+    "fbs",
+    "restecg",
+    "thalach",
+    "exang",
+    "oldpeak",
+    "slope",
+    "ca",
+    "thal",
+    "num",
 )
 HEART_SCHEMA: tuple[Field, ...] = (
     NumericField("age", 18.0, 100.0, "years"),  # adult lifespan (same as Cardio)
     CategoricalField("sex", (0.0, 1.0)),  # file codes
     CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),  # chest-pain type
-    NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),  # resting systolic; Cardio's ap_hi range
-    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True),  # serum cholesterol, physiological range
+    NumericField(
+        "trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True
+    ),  # resting systolic; Cardio's ap_hi range
+    NumericField(
+        "chol", 100.0, 600.0, "mg/dl", zero_is_missing=True
+    ),  # serum cholesterol, physiological range
     CategoricalField("fbs", (0.0, 1.0)),  # fasting blood sugar > 120 mg/dl
     CategoricalField("restecg", (0.0, 1.0, 2.0)),  # resting ECG result
     NumericField("thalach", 60.0, 220.0, "bpm"),  # maximum heart rate achieved
@@ -298,7 +349,9 @@ def prepare_heart_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     cols = read_table(path, ",", HEART_COLUMNS, header=False)
     num = cols["num"]
     if not (np.all(np.isfinite(num)) and np.all(num >= 0)):
-        raise DataError(f"{path} column num must be a number >= 0 in every row, got a missing or negative value.")
+        raise DataError(
+            f"{path} column num must be a number >= 0 in every row, got a missing or negative value."
+        )
     return encode(cols, HEART_SCHEMA), (num > 0).astype(np.int64)
 
 
@@ -310,7 +363,9 @@ def load_heart_centre(centre: str, data_dir=None) -> tuple[np.ndarray, np.ndarra
     return x, y
 
 
-def load_heart_raw(data_dir: Path, centre: str = "cleveland") -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
+def load_heart_raw(
+    data_dir: Path, centre: str = "cleveland"
+) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
     folder = data_dir / "heart"
     name = heart_file(centre)
     hashes = hash_and_verify(data_dir, folder, (name,), "Heart")
@@ -321,30 +376,57 @@ def load_heart_raw(data_dir: Path, centre: str = "cleveland") -> tuple[np.ndarra
 # --------------------------------------------------------------------------- breast-cancer
 
 _BC_MEASUREMENTS = (
-    "radius", "texture", "perimeter", "area", "smoothness",
-    "compactness", "concavity", "concave points", "symmetry", "fractal dimension",
+    "radius",
+    "texture",
+    "perimeter",
+    "area",
+    "smoothness",
+    "compactness",
+    "concavity",
+    "concave points",
+    "symmetry",
+    "fractal dimension",
 )
 #: Upper bounds (mean, error, worst); every lower bound is 0 (how they were chosen: the module docstring).
 BREAST_CANCER_UPPER = {
-    "radius": (30.0, 3.0, 40.0), "texture": (40.0, 5.0, 50.0), "perimeter": (200.0, 25.0, 260.0), "area": (2500.0, 550.0, 4500.0),
-    "smoothness": (0.2, 0.04, 0.25), "compactness": (0.4, 0.15, 1.1), "concavity": (0.5, 0.4, 1.3),
-    "concave points": (0.25, 0.06, 0.3), "symmetry": (0.4, 0.08, 0.7), "fractal dimension": (0.1, 0.03, 0.21),
+    "radius": (30.0, 3.0, 40.0),
+    "texture": (40.0, 5.0, 50.0),
+    "perimeter": (200.0, 25.0, 260.0),
+    "area": (2500.0, 550.0, 4500.0),
+    "smoothness": (0.2, 0.04, 0.25),
+    "compactness": (0.4, 0.15, 1.1),
+    "concavity": (0.5, 0.4, 1.3),
+    "concave points": (0.25, 0.06, 0.3),
+    "symmetry": (0.4, 0.08, 0.7),
+    "fractal dimension": (0.1, 0.03, 0.21),
 }
 BREAST_CANCER_SCHEMA: tuple[Field, ...] = tuple(
-    [NumericField(f"mean {m}", 0.0, BREAST_CANCER_UPPER[m][0], missing_indicator=False) for m in _BC_MEASUREMENTS]
-    + [NumericField(f"{m} error", 0.0, BREAST_CANCER_UPPER[m][1], missing_indicator=False) for m in _BC_MEASUREMENTS]
-    + [NumericField(f"worst {m}", 0.0, BREAST_CANCER_UPPER[m][2], missing_indicator=False) for m in _BC_MEASUREMENTS]
+    [
+        NumericField(f"mean {m}", 0.0, BREAST_CANCER_UPPER[m][0], missing_indicator=False)
+        for m in _BC_MEASUREMENTS
+    ]
+    + [
+        NumericField(f"{m} error", 0.0, BREAST_CANCER_UPPER[m][1], missing_indicator=False)
+        for m in _BC_MEASUREMENTS
+    ]
+    + [
+        NumericField(f"worst {m}", 0.0, BREAST_CANCER_UPPER[m][2], missing_indicator=False)
+        for m in _BC_MEASUREMENTS
+    ]
 )
 
 
 def load_breast_cancer_encoded() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's bundled WDBC, encoded: ``(x float32 (569, 30) in [-1, 1], y int64, 1 = malignant)``."""
     from sklearn.datasets import load_breast_cancer
+
     bunch = load_breast_cancer()
     names = tuple(str(n) for n in bunch.feature_names)
     expected = tuple(f.name for f in BREAST_CANCER_SCHEMA)
     if names != expected:
-        raise DataError(f"scikit-learn breast-cancer feature names must be {expected}, got {names}.")
+        raise DataError(
+            f"scikit-learn breast-cancer feature names must be {expected}, got {names}."
+        )
     data = np.asarray(bunch.data, dtype=np.float64)
     cols = {n: data[:, j] for j, n in enumerate(names)}
     y = 1 - np.asarray(bunch.target, dtype=np.int64)  # sklearn: 0 = malignant; here 1 = malignant

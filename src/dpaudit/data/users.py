@@ -28,6 +28,7 @@ from ..validation import non_negative_int
 from .base import PreparedDataset, array_sha256
 from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
+
 np = lazy_import("numpy")
 
 #: (train_percent, val_percent) of users for a user-level split; the test part is the remainder.
@@ -62,6 +63,7 @@ class UserIndex:
     of ``order``, and ``ids[u]`` is user u's id. With one record per user, user u is record u, so Poisson sampling of users is
     Poisson sampling of records (what makes user-level DP-SGD with G = 1 and singleton users bit-identical to record-level
     DP-SGD)."""
+
     ids: np.ndarray
     order: np.ndarray
     offsets: np.ndarray
@@ -81,8 +83,13 @@ class UserIndex:
 
     def describe(self) -> dict:
         c = self.counts
-        return {"n_users": self.n_users, "n_records": self.n_records, "records_per_user_min": int(c.min()),
-                "records_per_user_max": int(c.max()), "records_per_user_mean": float(c.mean())}
+        return {
+            "n_users": self.n_users,
+            "n_records": self.n_records,
+            "records_per_user_min": int(c.min()),
+            "records_per_user_max": int(c.max()),
+            "records_per_user_mean": float(c.mean()),
+        }
 
 
 def index_users(user_ids) -> UserIndex:
@@ -91,7 +98,9 @@ def index_users(user_ids) -> UserIndex:
     if ids.size == 0:
         raise DataError("user_ids must hold at least one id, got an empty array.")
     uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")  # unique-sorted position -> rank of first appearance
+    by_first = np.argsort(
+        first, kind="stable"
+    )  # unique-sorted position -> rank of first appearance
     rank = np.empty_like(by_first)
     rank[by_first] = np.arange(by_first.size)
     user = rank[inverse.reshape(-1)].astype(np.int64)
@@ -110,7 +119,11 @@ def user_ids_sha256(user_ids) -> str:
 
 
 def split_by_users(
-    user_ids, *, split_seed: int, train_percent: int = USER_SPLIT_PERCENT[0], val_percent: int = USER_SPLIT_PERCENT[1]
+    user_ids,
+    *,
+    split_seed: int,
+    train_percent: int = USER_SPLIT_PERCENT[0],
+    val_percent: int = USER_SPLIT_PERCENT[1],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Record index arrays (train, val, test) of a split along user boundaries: the users (numbered by first appearance) are
     split by the record split's rule and generator (:mod:`dpaudit.data.splits`), and every record follows its user, listed user
@@ -120,7 +133,9 @@ def split_by_users(
     try:
         n_tr, n_va, _ = split_counts(index.n_users, int(train_percent), int(val_percent))
     except ValueError:
-        raise UsageError(f"train_percent and val_percent must be integers with sum <= 100, got {train_percent} and {val_percent}.") from None
+        raise UsageError(
+            f"train_percent and val_percent must be integers with sum <= 100, got {train_percent} and {val_percent}."
+        ) from None
     perm = permutation(index.n_users, split_seed)
     counts = index.counts
 
@@ -130,7 +145,11 @@ def split_by_users(
         local = np.arange(int(k.sum()), dtype=np.int64) - np.repeat(first, k)
         return index.order[np.repeat(index.offsets[users], k) + local]
 
-    return records_of(perm[:n_tr]), records_of(perm[n_tr:n_tr + n_va]), records_of(perm[n_tr + n_va:])
+    return (
+        records_of(perm[:n_tr]),
+        records_of(perm[n_tr : n_tr + n_va]),
+        records_of(perm[n_tr + n_va :]),
+    )
 
 
 def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
@@ -141,11 +160,16 @@ def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
             parts[name] = as_user_ids(ids, f"{name} user_ids")
     names = list(parts)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             if parts[a].size == 0 or parts[b].size == 0:
                 continue
-            if parts[a].dtype.kind != parts[b].dtype.kind and {parts[a].dtype.kind, parts[b].dtype.kind} - {"i", "u"}:
-                raise DataError(f"user ids of {a} and {b} must have the same kind (integer or string), got {parts[a].dtype} and {parts[b].dtype}.")
+            if parts[a].dtype.kind != parts[b].dtype.kind and {
+                parts[a].dtype.kind,
+                parts[b].dtype.kind,
+            } - {"i", "u"}:
+                raise DataError(
+                    f"user ids of {a} and {b} must have the same kind (integer or string), got {parts[a].dtype} and {parts[b].dtype}."
+                )
             shared = np.intersect1d(parts[a], parts[b])
             if shared.size:
                 raise DataError(
@@ -162,7 +186,9 @@ def unsplit(prepared: PreparedDataset) -> tuple[np.ndarray, np.ndarray]:
     :mod:`dpaudit.data.registry`: ``split_indices(n, seed, 70, 15)`` for tabular data and digits;
     ``train_val_indices(n_official_train, seed, 85)`` followed by the official test rows for MNIST / CIFAR-10."""
     if prepared.user_ids is not None:
-        raise DataError(f"dataset {prepared.name} is already split by users; user ids cannot be attached again.")
+        raise DataError(
+            f"dataset {prepared.name} is already split by users; user ids cannot be attached again."
+        )
     seed = int(prepared.split_seed)
     x_parts = (prepared.x_train, prepared.x_val, prepared.x_test)
     y_parts = (prepared.y_train, prepared.y_val, prepared.y_test)
@@ -173,7 +199,9 @@ def unsplit(prepared: PreparedDataset) -> tuple[np.ndarray, np.ndarray]:
     else:
         tr, va, te = split_indices(n, seed, 70, 15)
     if (len(tr), len(va), len(te)) != tuple(len(p) for p in y_parts):
-        raise DataError(f"dataset {prepared.name} was not split by the registry rule; pass per-partition user ids.")
+        raise DataError(
+            f"dataset {prepared.name} was not split by the registry rule; pass per-partition user ids."
+        )
     x = np.empty((n,) + prepared.x_train.shape[1:], dtype=prepared.x_train.dtype)
     y = np.empty(n, dtype=prepared.y_train.dtype)
     for idx, xp, yp in zip((tr, va, te), x_parts, y_parts):
@@ -187,7 +215,11 @@ def n_rows(prepared: PreparedDataset) -> int:
 
 
 def split_prepared_by_users(
-    prepared: PreparedDataset, user_ids, *, split_seed: int | None = None, train_percent: int = USER_SPLIT_PERCENT[0],
+    prepared: PreparedDataset,
+    user_ids,
+    *,
+    split_seed: int | None = None,
+    train_percent: int = USER_SPLIT_PERCENT[0],
     val_percent: int = USER_SPLIT_PERCENT[1],
 ) -> PreparedDataset:
     """Re-split a registry dataset along user boundaries. ``user_ids`` holds one id per row in loader order (see the module
@@ -196,18 +228,32 @@ def split_prepared_by_users(
     ids = as_user_ids(user_ids)
     total = n_rows(prepared)
     if ids.shape[0] != total:
-        raise DataError(f"user_ids must hold one id per row of dataset {prepared.name} before splitting ({total} rows), got {ids.shape[0]}.")
+        raise DataError(
+            f"user_ids must hold one id per row of dataset {prepared.name} before splitting ({total} rows), got {ids.shape[0]}."
+        )
     seed = int(prepared.split_seed if split_seed is None else split_seed)
     x, y = unsplit(prepared)
-    tr, va, te = split_by_users(ids, split_seed=seed, train_percent=train_percent, val_percent=val_percent)
+    tr, va, te = split_by_users(
+        ids, split_seed=seed, train_percent=train_percent, val_percent=val_percent
+    )
     if tr.size == 0:
-        raise DataError(f"the user split of dataset {prepared.name} left no user in the training partition ({index_users(ids).n_users} users).")
-    note = (f"re-split {train_percent}/{val_percent}/{100 - train_percent - val_percent} by users "
-            "(seeded permutation of users, integer cut points)")
+        raise DataError(
+            f"the user split of dataset {prepared.name} left no user in the training partition ({index_users(ids).n_users} users)."
+        )
+    note = (
+        f"re-split {train_percent}/{val_percent}/{100 - train_percent - val_percent} by users "
+        "(seeded permutation of users, integer cut points)"
+    )
     return dataclasses.replace(
         prepared,
-        x_train=x[tr], y_train=y[tr], x_val=x[va], y_val=y[va], x_test=x[te], y_test=y[te],
-        split_seed=seed, user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
+        x_train=x[tr],
+        y_train=y[tr],
+        x_val=x[va],
+        y_val=y[va],
+        x_test=x[te],
+        y_test=y[te],
+        split_seed=seed,
+        user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
         notes=(prepared.notes + " " if prepared.notes else "") + note + ".",
         # Re-split: which source rows train reads is not tracked; the ledger counts every row of the source as read privately
         # (fail closed).
@@ -215,7 +261,9 @@ def split_prepared_by_users(
     )
 
 
-def attach_user_ids(prepared: PreparedDataset, user_ids, *, split_seed: int | None = None) -> PreparedDataset:
+def attach_user_ids(
+    prepared: PreparedDataset, user_ids, *, split_seed: int | None = None
+) -> PreparedDataset:
     """A prepared dataset with user ids, split along user boundaries. ``user_ids`` is either a mapping ``{"train": ..., "val":
     ..., "test": ...}`` with one id per row of each partition (checked: no user in two partitions), or one array with an id per
     row of the dataset before splitting (then re-split by users, :func:`split_prepared_by_users`). An array holding ids for the
@@ -223,14 +271,18 @@ def attach_user_ids(prepared: PreparedDataset, user_ids, *, split_seed: int | No
     if isinstance(user_ids, dict):
         unknown = set(user_ids) - set(PARTITIONS)
         if unknown or "train" not in user_ids:
-            raise UsageError(f"user_ids must map train (and optionally val, test) to arrays, got keys {sorted(user_ids)!r}.")
+            raise UsageError(
+                f"user_ids must map train (and optionally val, test) to arrays, got keys {sorted(user_ids)!r}."
+            )
         out = {}
         for p in PARTITIONS:
             n = len(getattr(prepared, f"y_{p}"))
             ids = user_ids.get(p)
             if ids is None:
                 if n:
-                    raise DataError(f"user_ids for partition {p} are missing ({n} rows): every partition's users must be known to check the split.")
+                    raise DataError(
+                        f"user_ids for partition {p} are missing ({n} rows): every partition's users must be known to check the split."
+                    )
                 ids = np.empty(0, dtype=as_user_ids(user_ids["train"]).dtype)
             ids = as_user_ids(ids, f"{p} user_ids")
             if ids.shape[0] != n:
@@ -251,7 +303,9 @@ def load_user_ids(path: str | os.PathLike) -> np.ndarray:
     except FileNotFoundError:
         raise DataError(f"user ids file not found: {p}.") from None
     except (ValueError, OSError) as e:
-        raise DataError(f"user ids file {p} is not a readable .npy array without pickles: {str(e).splitlines()[0]}.") from None
+        raise DataError(
+            f"user ids file {p} is not a readable .npy array without pickles: {str(e).splitlines()[0]}."
+        ) from None
     if isinstance(a, np.lib.npyio.NpzFile):  # pragma: no cover - np.load of .npz
         raise DataError(f"user ids file {p} must be a .npy array, got an .npz archive.")
     return as_user_ids(a, f"user ids in {p.name}")

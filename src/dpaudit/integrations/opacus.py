@@ -42,6 +42,7 @@ from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_int
 from .pipeline import NOT_CERTIFIED, Finding, ParamsOutsideDP, optimizer_settings, setting_findings
 from .pipeline import plain_name as _plain_name
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -54,17 +55,25 @@ def _at(param, flat):
     return param.detach().reshape(-1)[flat.to(param.device)].cpu()
 
 
-def opacus_plan_run(plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None) -> PlanRun:
+def opacus_plan_run(
+    plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None
+) -> PlanRun:
     """The checked :class:`~dpaudit.audit_plans.PlanRun` of an Opacus plan (:func:`~dpaudit.audit_plans.open_plan`);
     ``canaries`` / ``tensors``, when given, must be the plan's."""
     run = open_plan(plan)
     p = run.plan
     if p.get("mechanism") != OPACUS:
-        raise UsageError(f"plan must be an Opacus plan (`dpaudit audit plan opacus ...`), got a plan for {p.get('mechanism')!r}.")
-    for flag, given, planned in (("canaries", canaries, p["audit"]["canaries"]), ("tensors", None if tensors is None else list(tensors),
-                                                                                 p["request"]["tensors"])):
+        raise UsageError(
+            f"plan must be an Opacus plan (`dpaudit audit plan opacus ...`), got a plan for {p.get('mechanism')!r}."
+        )
+    for flag, given, planned in (
+        ("canaries", canaries, p["audit"]["canaries"]),
+        ("tensors", None if tensors is None else list(tensors), p["request"]["tensors"]),
+    ):
         if given is not None and given != planned:
-            raise UsageError(f"{flag} must be the planned {planned!r} (plan {p['id'][:12]} fixes it), got {given!r}.")
+            raise UsageError(
+                f"{flag} must be the planned {planned!r} (plan {p['id'][:12]} fixes it), got {given!r}."
+            )
     return run
 
 
@@ -80,28 +89,50 @@ class OpacusCanaries:
     coins (private; default: drawn from that generator; a plan's: :meth:`from_plan`).
     """
 
-    def __init__(self, model: torch.nn.Module, *, canaries: int, seed: int = 0, tensors: Iterable[str] | None = None,
-                 noise_seed: int | None = None, coins=None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        canaries: int,
+        seed: int = 0,
+        tensors: Iterable[str] | None = None,
+        noise_seed: int | None = None,
+        coins=None,
+    ):
         m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
         named = {_plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
         names = list(named) if tensors is None else [str(t) for t in tensors]
         missing = [n for n in names if n not in named]
         if missing or not names:
-            raise UsageError(f"tensors must name trainable parameters of the model ({', '.join(named)}), got {missing or names!r}.")
+            raise UsageError(
+                f"tensors must name trainable parameters of the model ({', '.join(named)}), got {missing or names!r}."
+            )
         total = int(sum(named[n].numel() for n in names))
         if m > total:
-            raise UsageError(f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}.")
-        chosen = choose_coordinates({n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG)
+            raise UsageError(
+                f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}."
+            )
+        chosen = choose_coordinates(
+            {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
+        )
         self.tensors = chosen.tensors
         self.coords = chosen.coords
         self.seed = int(seed)
         self._rng = np.random.default_rng(noise_seed)  # private: coins and per-step draws
-        self.included = self._rng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool).reshape(m)
-        self._groups = {n: (ids, flat) for n, ids, flat in chosen.by_tensor()}  # parameter name -> (canary ids, coordinates)
-        self._theta0 = {n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()}
+        self.included = (
+            self._rng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool).reshape(m)
+        )
+        self._groups = {
+            n: (ids, flat) for n, ids, flat in chosen.by_tensor()
+        }  # parameter name -> (canary ids, coordinates)
+        self._theta0 = {
+            n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()
+        }
         self._params = {n: named[n] for n in self._groups}
         self._model = model
-        self._outside = None  # the model's parameters the DP optimizer does not process (set by attach)
+        self._outside = (
+            None  # the model's parameters the DP optimizer does not process (set by attach)
+        )
         self.sample_rate: float | None = None
         self.clipping_norm: float | None = None
         self.noise_multiplier: float | None = None
@@ -114,14 +145,32 @@ class OpacusCanaries:
         self._plan = None
 
     @classmethod
-    def from_plan(cls, model: torch.nn.Module, plan, *, canaries: int | None = None, tensors: Iterable[str] | None = None,
-                  noise_seed: int | None = None) -> "OpacusCanaries":
+    def from_plan(
+        cls,
+        model: torch.nn.Module,
+        plan,
+        *,
+        canaries: int | None = None,
+        tensors: Iterable[str] | None = None,
+        noise_seed: int | None = None,
+    ) -> "OpacusCanaries":
         """The canaries a pre-registered plan fixes (module docstring): ``plan`` is plan.json (or
         its folder) with plan.local.json beside it, or its checked :func:`opacus_plan_run`; ``canaries`` /
         ``tensors``, when given, must be the plan's (a run other than the planned one is refused)."""
-        run = plan if isinstance(plan, PlanRun) else opacus_plan_run(plan, canaries=canaries, tensors=tensors)
+        run = (
+            plan
+            if isinstance(plan, PlanRun)
+            else opacus_plan_run(plan, canaries=canaries, tensors=tensors)
+        )
         m, names = run.plan["audit"]["canaries"], run.plan["request"]["tensors"]
-        c = cls(model, canaries=m, seed=run.seeds["public"], tensors=names, noise_seed=noise_seed, coins=plan_coins(run.seeds["coins"], m))
+        c = cls(
+            model,
+            canaries=m,
+            seed=run.seeds["public"],
+            tensors=names,
+            noise_seed=noise_seed,
+            coins=plan_coins(run.seeds["coins"], m),
+        )
         c._plan = run
         return c
 
@@ -130,18 +179,26 @@ class OpacusCanaries:
         return len(self.coords)
 
     # ------------------------------------------------------------------ the hook
-    def attach(self, optimizer, *, sample_rate: float | None = None, data_loader=None) -> "OpacusCanaries":
+    def attach(
+        self, optimizer, *, sample_rate: float | None = None, data_loader=None
+    ) -> "OpacusCanaries":
         """Inject the canaries into ``optimizer`` (an Opacus ``DPOptimizer``). The per-step canary
         sample rate: ``sample_rate``, else ``data_loader.sample_rate`` (Opacus's ``DPDataLoader``),
         else ``1 / len(data_loader)`` -- the rate ``PrivacyEngine`` accounts with."""
         from opacus.optimizers import DPOptimizer
 
         if not isinstance(optimizer, DPOptimizer):
-            raise UsageError(f"optimizer must be an Opacus DPOptimizer (from PrivacyEngine.make_private), got {type(optimizer).__name__}.")
+            raise UsageError(
+                f"optimizer must be an Opacus DPOptimizer (from PrivacyEngine.make_private), got {type(optimizer).__name__}."
+            )
         if self._optimizer is not None:
             raise UsageError("canaries must be attached to one optimizer, got a second attach().")
-        if getattr(optimizer, "dpaudit_canaries", None) is not None:  # a second set may reuse the coordinates: twice the sensitivity
-            raise UsageError("optimizer must carry one set of canaries, got one with canaries attached (by `dpaudit audit opacus`?).")
+        if (
+            getattr(optimizer, "dpaudit_canaries", None) is not None
+        ):  # a second set may reuse the coordinates: twice the sensitivity
+            raise UsageError(
+                "optimizer must carry one set of canaries, got one with canaries attached (by `dpaudit audit opacus`?)."
+            )
         if sample_rate is None:
             if data_loader is None:
                 raise UsageError("sample_rate or data_loader must be given, got neither.")
@@ -155,7 +212,9 @@ class OpacusCanaries:
         by_param = {id(p): p for p in optimizer.params}
         for n, p in self._params.items():
             if id(p) not in by_param:
-                raise UsageError(f"tensors must be optimised by the DPOptimizer, got {n!r} outside its parameters.")
+                raise UsageError(
+                    f"tensors must be optimised by the DPOptimizer, got {n!r} outside its parameters."
+                )
         sigma = optimizer.noise_multiplier
         if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma >= 0:
             raise UsageError(f"optimizer.noise_multiplier must be one number >= 0, got {sigma!r}.")
@@ -181,10 +240,24 @@ class OpacusCanaries:
         sample rate not above it: the claim holds for this run), else refused; then the run goes in the
         ledger, before training."""
         ev, pid = self._planned_event(), self._plan.plan["id"][:12]
-        for flag, rule, want, ok in (("noise_multiplier", "at least", ev.noise_multiplier, self.noise_multiplier >= ev.noise_multiplier * (1 - _TOL)),
-                                     ("sample_rate", "at most", ev.sample_rate, self.sample_rate <= ev.sample_rate * (1 + _TOL))):
+        for flag, rule, want, ok in (
+            (
+                "noise_multiplier",
+                "at least",
+                ev.noise_multiplier,
+                self.noise_multiplier >= ev.noise_multiplier * (1 - _TOL),
+            ),
+            (
+                "sample_rate",
+                "at most",
+                ev.sample_rate,
+                self.sample_rate <= ev.sample_rate * (1 + _TOL),
+            ),
+        ):
             if not ok:
-                raise UsageError(f"{flag} must be {rule} the planned {want!r} (plan {pid}), got {getattr(self, flag)!r}.")
+                raise UsageError(
+                    f"{flag} must be {rule} the planned {want!r} (plan {pid}), got {getattr(self, flag)!r}."
+                )
         self._plan.started(self.id)
 
     def _planned_event(self) -> SubsampledGaussian:
@@ -212,7 +285,9 @@ class OpacusCanaries:
             p = self._params[n]
             sg = p.summed_grad
             if sg is None:
-                raise UsageError(f"parameter {n!r} must have a clipped gradient sum (p.summed_grad) at each step, got None.")
+                raise UsageError(
+                    f"parameter {n!r} must have a clipped gradient sum (p.summed_grad) at each step, got None."
+                )
             unit = torch.full((int(on.sum()),), norm, dtype=sg.dtype, device=sg.device)
             sg.view(-1).index_add_(0, flat[torch.as_tensor(on)], unit)
 
@@ -232,25 +307,45 @@ class OpacusCanaries:
         for n, (ids, flat) in self._groups.items():
             now = params[n].detach().reshape(-1)[flat.to(params[n].device)].cpu()
             s[ids] = -(now - self._theta0[n].cpu()).double().numpy()
-        return OneRunScores(scores=s, included=self.included.copy(), kind="gradient", info=self.describe())
+        return OneRunScores(
+            scores=s, included=self.included.copy(), kind="gradient", info=self.describe()
+        )
 
     def claim(self):
         """The event Opacus's run claims: SubsampledGaussian(noise multiplier, sample rate, steps
         seen by the hook)."""
         if self._optimizer is None and self.sample_rate is None:
-            raise UsageError("canaries must be attached and trained with before claim(), got no attached optimizer.")
+            raise UsageError(
+                "canaries must be attached and trained with before claim(), got no attached optimizer."
+            )
         return SubsampledGaussian(self.noise_multiplier, self.sample_rate, max(1, self.steps))
 
     def describe(self) -> dict:
         """Public description (no coins, no per-canary draws)."""
-        return {"integration": "opacus", "canaries": self.m, "seed": self.seed, "tensors": list(self.tensors),
-                "coordinates": [[n, i] for n, i in self.coords], "sample_rate": self.sample_rate, "max_grad_norm": self.clipping_norm,
-                "noise_multiplier": self.noise_multiplier, "steps": self.steps, "score": "-(theta_T - theta_0)[j]",
-                "injection": "max_grad_norm * e_j added to p.summed_grad before DPOptimizer.add_noise, each included canary "
-                             "Poisson-sampled per step at sample_rate"}
+        return {
+            "integration": "opacus",
+            "canaries": self.m,
+            "seed": self.seed,
+            "tensors": list(self.tensors),
+            "coordinates": [[n, i] for n, i in self.coords],
+            "sample_rate": self.sample_rate,
+            "max_grad_norm": self.clipping_norm,
+            "noise_multiplier": self.noise_multiplier,
+            "steps": self.steps,
+            "score": "-(theta_T - theta_0)[j]",
+            "injection": "max_grad_norm * e_j added to p.summed_grad before DPOptimizer.add_noise, each included canary "
+            "Poisson-sampled per step at sample_rate",
+        }
 
-    def audit(self, model: torch.nn.Module | None = None, *, out=None, delta: float | None = None, confidence: float | None = None,
-              pipeline=None) -> OneRunResult:
+    def audit(
+        self,
+        model: torch.nn.Module | None = None,
+        *,
+        out=None,
+        delta: float | None = None,
+        confidence: float | None = None,
+        pipeline=None,
+    ) -> OneRunResult:
         """The one-run analysis of the trained ``model`` (:meth:`scores`) against :meth:`claim` at
         ``delta`` (confidence default 0.95), written as one_run.json (shareable) under ``out`` when
         given. Under a plan: the planned claim, statistic and confidence (``delta`` / ``confidence``
@@ -261,13 +356,24 @@ class OpacusCanaries:
         bounds = self._bounds(model, delta, confidence)
         own = self.findings(model)
         if pipeline is not None:
-            bounds.update(pipeline.record(bounds["delta"], claim=self._audited_claim(),
-                                          claimed_epsilon=bounds["claimed_epsilon"], extra=own))
+            bounds.update(
+                pipeline.record(
+                    bounds["delta"],
+                    claim=self._audited_claim(),
+                    claimed_epsilon=bounds["claimed_epsilon"],
+                    extra=own,
+                )
+            )
         elif own:
             bounds.update({"findings": [f.to_dict() for f in own], "certified": NOT_CERTIFIED})
-        result = OneRunResult(bounds=bounds, mechanism=OPACUS, id=self.id, plan=self._plan and self._plan.reveal,
-                              timings={"analysis_s": time.perf_counter() - t0},
-                              power=one_run_power_of(bounds))
+        result = OneRunResult(
+            bounds=bounds,
+            mechanism=OPACUS,
+            id=self.id,
+            plan=self._plan and self._plan.reveal,
+            timings={"analysis_s": time.perf_counter() - t0},
+            power=one_run_power_of(bounds),
+        )
         if out is not None or self._plan is not None:
             write_one_run(result, out if out is not None else Path(self._plan.path).parent)
         if self._plan is not None:
@@ -282,14 +388,22 @@ class OpacusCanaries:
         out = setting_findings(self._declared, self.executed)
         out += self._outside.findings() if self._outside is not None else []
         named = {} if model is None else {_plain_name(n): p for n, p in model.named_parameters()}
-        moved = [n for n, (_, flat) in self._groups.items() if n in named and named[n] is not self._params[n]
-                 and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))]
+        moved = [
+            n
+            for n, (_, flat) in self._groups.items()
+            if n in named
+            and named[n] is not self._params[n]
+            and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))
+        ]
         if moved:
-            out.append(Finding(
-                "changed-after-training",
-                f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
-                f"coordinates.",
-                "the audited model is not the DP-trained one: not certified."))
+            out.append(
+                Finding(
+                    "changed-after-training",
+                    f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
+                    f"coordinates.",
+                    "the audited model is not the DP-trained one: not certified.",
+                )
+            )
         return out
 
     def _audited_claim(self):
@@ -297,14 +411,31 @@ class OpacusCanaries:
 
     def _bounds(self, model, delta, confidence) -> dict:
         if self._plan is None:
-            return one_run_bounds(self.scores(model), delta=delta, confidence=0.95 if confidence is None else confidence, claim=self.claim())
+            return one_run_bounds(
+                self.scores(model),
+                delta=delta,
+                confidence=0.95 if confidence is None else confidence,
+                claim=self.claim(),
+            )
         p, ev = self._plan.plan, self._planned_event()
         if delta is not None or confidence is not None:
-            raise UsageError(f"delta and confidence must not be given under a plan (plan {p['id'][:12]} fixes them), got {delta!r}, {confidence!r}.")
+            raise UsageError(
+                f"delta and confidence must not be given under a plan (plan {p['id'][:12]} fixes them), got {delta!r}, {confidence!r}."
+            )
         if self.sample_rate is None:
-            raise UsageError("canaries must be attached to the optimizer (which records the run under the plan) before audit(), got no attach().")
+            raise UsageError(
+                "canaries must be attached to the optimizer (which records the run under the plan) before audit(), got no attach()."
+            )
         if self.steps > ev.steps:
-            raise UsageError(f"steps must be at most the planned {ev.steps} (plan {p['id'][:12]}), got {self.steps}.")
+            raise UsageError(
+                f"steps must be at most the planned {ev.steps} (plan {p['id'][:12]}), got {self.steps}."
+            )
         c = p["claim"]
-        return one_run_bounds(self.scores(model), delta=c["delta"], confidence=p["audit"]["confidence"], claim=ev, accountant=c["accountant"],
-                              adjacency=c["adjacency"])
+        return one_run_bounds(
+            self.scores(model),
+            delta=c["delta"],
+            confidence=p["audit"]["confidence"],
+            claim=ev,
+            accountant=c["accountant"],
+            adjacency=c["adjacency"],
+        )

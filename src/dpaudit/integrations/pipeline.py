@@ -51,6 +51,7 @@ from ..accounting.accountants import compute_epsilon
 from ..accounting.events import Composed, SubsampledGaussian
 from ..errors import DPAuditError, UsageError
 from ..lazy import lazy_import
+
 np = lazy_import("numpy")
 stats = lazy_import("scipy.stats")
 torch = lazy_import("torch")
@@ -92,7 +93,9 @@ def inclusion_count_test(counts, *, steps: int, q: float) -> tuple[float, int]:
     counts = np.asarray(counts, dtype=np.int64)
     n = counts.size
     tail = stats.binom.sf(np.arange(steps + 1) - 1, steps, q)  # P[Bin(steps, q) >= b]
-    top = int(np.argmax(tail * n < 1e-9)) if (tail * n < 1e-9).any() else steps  # later cells: expected empty
+    top = (
+        int(np.argmax(tail * n < 1e-9)) if (tail * n < 1e-9).any() else steps
+    )  # later cells: expected empty
     p = np.append(stats.binom.pmf(np.arange(top), steps, q), tail[top])
     below = np.bincount(np.minimum(counts, top), minlength=top + 1)[:top]
     seen = np.append(below, int((counts >= top).sum()))
@@ -107,8 +110,12 @@ def _normaliser_moves(normaliser: float, n: int, q: float) -> bool:
 
 
 #: The per-step settings checked against the declared ones, with the code of a step that differs.
-SETTINGS = (("noise_multiplier", "changed-noise"), ("max_grad_norm", "changed-clipping"),
-            ("sample_rate", "changed-sample-rate"), ("expected_batch_size", "changed-batch-size"))
+SETTINGS = (
+    ("noise_multiplier", "changed-noise"),
+    ("max_grad_norm", "changed-clipping"),
+    ("sample_rate", "changed-sample-rate"),
+    ("expected_batch_size", "changed-batch-size"),
+)
 
 
 def _same_setting(a, b) -> bool:
@@ -125,11 +132,18 @@ def setting_findings(declared: dict, steps: list) -> list[Finding]:
     for key, code in SETTINGS:
         want, off = _off_setting(key, declared, steps)
         if off:
-            seen = sorted({float(v) if isinstance(v, (int, float)) else repr(v) for v in off}, key=str)
+            seen = sorted(
+                {float(v) if isinstance(v, (int, float)) else repr(v) for v in off}, key=str
+            )
             ran = f"{len(off)} of {len(steps)} steps ran {key} {seen[:5]}, declared {want}."
-            out.append(Finding(code, ran,
-                               "the claimed event is not the executed run: its epsilon is not certified "
-                               "(the executed composition's is recorded beside it)."))
+            out.append(
+                Finding(
+                    code,
+                    ran,
+                    "the claimed event is not the executed run: its epsilon is not certified "
+                    "(the executed composition's is recorded beside it).",
+                )
+            )
     return out
 
 
@@ -149,9 +163,12 @@ def sampler_rate(loader, fallback):
 
 def optimizer_settings(optimizer, loader, fallback_rate) -> dict:
     """The settings a ``DPOptimizer`` runs its next noise addition with (read at every step, not once)."""
-    return {"noise_multiplier": optimizer.noise_multiplier, "max_grad_norm": optimizer.max_grad_norm,
-            "sample_rate": sampler_rate(loader, fallback_rate),
-            "expected_batch_size": getattr(optimizer, "expected_batch_size", None)}
+    return {
+        "noise_multiplier": optimizer.noise_multiplier,
+        "max_grad_norm": optimizer.max_grad_norm,
+        "sample_rate": sampler_rate(loader, fallback_rate),
+        "expected_batch_size": getattr(optimizer, "expected_batch_size", None),
+    }
 
 
 def _record_draws(loader) -> dict | None:
@@ -171,7 +188,9 @@ def _record_draws(loader) -> dict | None:
             yield batch
 
     try:
-        bs.__class__ = type(base.__name__, (base,), {"__iter__": __iter__, "__module__": base.__module__})
+        bs.__class__ = type(
+            base.__name__, (base,), {"__iter__": __iter__, "__module__": base.__module__}
+        )
     except TypeError:  # a built-in or slotted sampler: its draws are not recorded
         return None
     return drawn
@@ -182,7 +201,11 @@ def _note_draw(drawn: dict, batch) -> None:
     try:
         idx = np.asarray(batch, dtype=np.int64).reshape(-1)
         np.add.at(drawn["counts"], idx, 1)
-    except (TypeError, ValueError, IndexError):  # keys that are not record positions: counts unknown
+    except (
+        TypeError,
+        ValueError,
+        IndexError,
+    ):  # keys that are not record positions: counts unknown
         drawn["readable"] = False
 
 
@@ -210,9 +233,11 @@ def _next_match(records: int, drawn, start: int) -> int:
 
 
 def _too_little_noise(seen: str, sigma, chance: str) -> Finding:
-    return Finding("too-little-noise",
-                   f"{seen} x the clipping norm, below the declared noise multiplier {sigma:g} ({chance}).",
-                   "the noise actually added is not the accounted one: no certified epsilon.")
+    return Finding(
+        "too-little-noise",
+        f"{seen} x the clipping norm, below the declared noise multiplier {sigma:g} ({chance}).",
+        "the noise actually added is not the accounted one: no certified epsilon.",
+    )
 
 
 def record_weights(loader):
@@ -222,7 +247,9 @@ def record_weights(loader):
     for s in (inner, getattr(loader, "sampler", None)):
         w = getattr(s, "weights", None)
         if w is not None:
-            return np.asarray(torch.as_tensor(w, dtype=torch.float64)), bool(getattr(s, "replacement", True))
+            return np.asarray(torch.as_tensor(w, dtype=torch.float64)), bool(
+                getattr(s, "replacement", True)
+            )
     return None
 
 
@@ -236,17 +263,23 @@ def weight_findings(loader, q) -> list[Finding]:
     w, replacement = found
     if w.size == 0 or not w.sum() > 0 or w.max() <= w.min():
         return []
-    size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None) \
-        or getattr(loader, "batch_size", None) or 1
+    size = (
+        getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+        or getattr(loader, "batch_size", None)
+        or 1
+    )
     top = w.max() / w.sum()
     rate = 1 - (1 - top) ** int(size) if replacement else min(1.0, int(size) * top)
-    return [Finding(
-        "non-uniform-sampler",
-        f"the loader draws records with unequal weights (max / mean {w.max() / w.mean():.4g}): the "
-        f"most-weighted record is in a batch of {int(size)} with chance {rate:.4g} per step against the "
-        f"accounted q = {q:.6g}.",
-        "records are not sampled at one rate q: the accounted epsilon does not hold for the most-weighted "
-        "records; not certified.")]
+    return [
+        Finding(
+            "non-uniform-sampler",
+            f"the loader draws records with unequal weights (max / mean {w.max() / w.mean():.4g}): the "
+            f"most-weighted record is in a batch of {int(size)} with chance {rate:.4g} per step against the "
+            f"accounted q = {q:.6g}.",
+            "records are not sampled at one rate q: the accounted epsilon does not hold for the most-weighted "
+            "records; not certified.",
+        )
+    ]
 
 
 class ParamsOutsideDP:
@@ -287,12 +320,17 @@ class ParamsOutsideDP:
         self._compare()
         if not self.changed:
             return []
-        names = ", ".join(plain_name(n) for n in self.changed[:8]) + (" ..." if len(self.changed) > 8 else "")
-        return [Finding(
-            "unclipped-parameters",
-            f"{len(self.changed)} parameters of the model changed outside the DP optimizer's steps "
-            f"({names}).",
-            "their updates used gradients without per-sample clipping and noise: no DP, not certified.")]
+        names = ", ".join(plain_name(n) for n in self.changed[:8]) + (
+            " ..." if len(self.changed) > 8 else ""
+        )
+        return [
+            Finding(
+                "unclipped-parameters",
+                f"{len(self.changed)} parameters of the model changed outside the DP optimizer's steps "
+                f"({names}).",
+                "their updates used gradients without per-sample clipping and noise: no DP, not certified.",
+            )
+        ]
 
 
 def fingerprint(param) -> tuple:
@@ -310,7 +348,7 @@ _WRAP_PREFIX = "_module."  # GradSampleModule (and DPDDP) wrap the user's module
 def plain_name(name: str) -> str:
     """A parameter's name without Opacus's wrapping prefixes."""
     while name.startswith(_WRAP_PREFIX):
-        name = name[len(_WRAP_PREFIX):]
+        name = name[len(_WRAP_PREFIX) :]
     return name
 
 
@@ -328,16 +366,33 @@ class PipelineCheck:
     the noisy one.
     """
 
-    def __init__(self, *, noise_multiplier: float | None = None, sample_rate: float | None = None, steps: int | None = None,
-                 max_grad_norm: float | None = None, dataset_size: int | None = None, data_loader=None):
-        self.sample_rate, self.dataset_size, self.data_loader = sample_rate, dataset_size, data_loader
+    def __init__(
+        self,
+        *,
+        noise_multiplier: float | None = None,
+        sample_rate: float | None = None,
+        steps: int | None = None,
+        max_grad_norm: float | None = None,
+        dataset_size: int | None = None,
+        data_loader=None,
+    ):
+        self.sample_rate, self.dataset_size, self.data_loader = (
+            sample_rate,
+            dataset_size,
+            data_loader,
+        )
         self.history = None if steps is None else [(noise_multiplier, sample_rate, int(steps))]
         self.max_grad_norm = max_grad_norm
-        self.declared = {"noise_multiplier": noise_multiplier, "max_grad_norm": max_grad_norm,
-                         "sample_rate": sample_rate}
+        self.declared = {
+            "noise_multiplier": noise_multiplier,
+            "max_grad_norm": max_grad_norm,
+            "sample_rate": sample_rate,
+        }
         # (records, normaliser, clipping norm, backward passes) per clip call since the last noise
         self.batches: list[tuple] = []
-        self.noised: list[dict] = []  # per noise addition: its settings, records, clip calls, backward passes
+        self.noised: list[
+            dict
+        ] = []  # per noise addition: its settings, records, clip calls, backward passes
         self.updates = 0
         self.unnoised_updates = 0
         self._accountant, self._mark = None, 0  # noise additions at the previous update
@@ -352,8 +407,15 @@ class PipelineCheck:
         self.canaries = None  # a plain loop's white-box canaries (LoopWhiteBox.watch)
 
     # ------------------------------------------------------------------ plain loop
-    def clip(self, batch_size: int, max_grad_norm: float, *, normaliser: float | None = None, passes: int = 1,
-             clipped=None) -> None:
+    def clip(
+        self,
+        batch_size: int,
+        max_grad_norm: float,
+        *,
+        normaliser: float | None = None,
+        passes: int = 1,
+        clipped=None,
+    ) -> None:
         """One batch of ``batch_size`` records clipped at ``max_grad_norm`` (``passes`` backward passes);
         ``clipped``: the clipped sum the next noise is drawn around (white-box canaries join it in place)."""
         self.batches.append((int(batch_size), normaliser, float(max_grad_norm), int(passes)))
@@ -362,24 +424,42 @@ class PipelineCheck:
 
     def _white_box(self):
         if self.canaries is None:
-            raise UsageError("white-box canaries must watch this check (LoopWhiteBox.watch) before sums are passed, got none.")
+            raise UsageError(
+                "white-box canaries must watch this check (LoopWhiteBox.watch) before sums are passed, got none."
+            )
         return self.canaries
 
-    def noise(self, noise_multiplier: float, max_grad_norm: float, *, sample_rate: float | None = None,
-              expected_batch_size: float | None = None, noisy=None) -> None:
+    def noise(
+        self,
+        noise_multiplier: float,
+        max_grad_norm: float,
+        *,
+        sample_rate: float | None = None,
+        expected_batch_size: float | None = None,
+        noisy=None,
+    ) -> None:
         """One noise addition of std ``noise_multiplier * max_grad_norm`` to the clipped sum
         (``sample_rate``: the rate its batch was drawn at, default the declared one; ``noisy``: the
         noisy sum, before any scaling, when ``clip`` was given the clipped one)."""
         if noisy is not None or (self.canaries is not None and self.canaries.pending):
             if noisy is None:
-                raise UsageError("noisy must be given when clip was given the clipped sum, got None.")
+                raise UsageError(
+                    "noisy must be given when clip was given the clipped sum, got None."
+                )
             self._white_box().after_noise(noisy)
         b = self.batches
-        self.noised.append({"noise_multiplier": float(noise_multiplier), "max_grad_norm": float(max_grad_norm),
-                            "sample_rate": self.sample_rate if sample_rate is None else float(sample_rate),
-                            "expected_batch_size": expected_batch_size,
-                            "records": sum(x[0] for x in b), "clips": len(b), "passes": sum(x[3] for x in b),
-                            "normaliser": next((x[1] for x in b if x[1] is not None), None)})
+        self.noised.append(
+            {
+                "noise_multiplier": float(noise_multiplier),
+                "max_grad_norm": float(max_grad_norm),
+                "sample_rate": self.sample_rate if sample_rate is None else float(sample_rate),
+                "expected_batch_size": expected_batch_size,
+                "records": sum(x[0] for x in b),
+                "clips": len(b),
+                "passes": sum(x[3] for x in b),
+                "normaliser": next((x[1] for x in b if x[1] is not None), None),
+            }
+        )
         self.batches = []
 
     def step(self) -> None:
@@ -409,23 +489,35 @@ class PipelineCheck:
         return self
 
     def _wrap(self, optimizer) -> None:
-        clip, noise, inner = optimizer.clip_and_accumulate, optimizer.add_noise, optimizer.original_optimizer
+        clip, noise, inner = (
+            optimizer.clip_and_accumulate,
+            optimizer.add_noise,
+            optimizer.original_optimizer,
+        )
         original_step = inner.step
         mean = optimizer.loss_reduction == "mean"
 
         def clip_and_accumulate():
             self._compare_params()
             g = optimizer.grad_samples[0]
-            self.clip(len(g), optimizer.max_grad_norm, normaliser=optimizer.expected_batch_size if mean else None,
-                      passes=optimizer.accumulated_iterations)
+            self.clip(
+                len(g),
+                optimizer.max_grad_norm,
+                normaliser=optimizer.expected_batch_size if mean else None,
+                passes=optimizer.accumulated_iterations,
+            )
             clip()
 
         def add_noise():
             if self._outside is not None:
                 self._outside.at_dp_step()
             now = optimizer_settings(optimizer, self.data_loader, self.sample_rate)
-            self.noise(now["noise_multiplier"], now["max_grad_norm"], sample_rate=now["sample_rate"],
-                       expected_batch_size=now["expected_batch_size"])
+            self.noise(
+                now["noise_multiplier"],
+                now["max_grad_norm"],
+                sample_rate=now["sample_rate"],
+                expected_batch_size=now["expected_batch_size"],
+            )
             self.step()  # Opacus updates exactly when it adds noise (pre_step)
             self._dp_step_open = True
             noise()
@@ -440,18 +532,29 @@ class PipelineCheck:
                 self._snapshot()
             return out
 
-        optimizer.clip_and_accumulate, optimizer.add_noise, inner.step = clip_and_accumulate, add_noise, step
+        optimizer.clip_and_accumulate, optimizer.add_noise, inner.step = (
+            clip_and_accumulate,
+            add_noise,
+            step,
+        )
 
     def _measure_noise(self, optimizer, mean: bool) -> None:
         """The noise this update carries: p.grad (Opacus's mean scaling undone) minus the clipped sum
         p.summed_grad it was drawn around, summed in squares over all coordinates. Under noise of std
         sigma C that sum over (sigma C)^2 is chi^2 with one degree per coordinate."""
-        scale = float(optimizer.expected_batch_size * optimizer.accumulated_iterations) if mean else 1.0
-        pairs = [(p.grad.detach().double().reshape(-1), p.summed_grad.detach().double().reshape(-1))
-                 for p in self._params if p.grad is not None and getattr(p, "summed_grad", None) is not None]
+        scale = (
+            float(optimizer.expected_batch_size * optimizer.accumulated_iterations) if mean else 1.0
+        )
+        pairs = [
+            (p.grad.detach().double().reshape(-1), p.summed_grad.detach().double().reshape(-1))
+            for p in self._params
+            if p.grad is not None and getattr(p, "summed_grad", None) is not None
+        ]
         if pairs:
             sq = sum(float((g * scale - s).square().sum()) for g, s in pairs)
-            self.noise_sums.append((sq, sum(g.numel() for g, _ in pairs), float(optimizer.max_grad_norm)))
+            self.noise_sums.append(
+                (sq, sum(g.numel() for g, _ in pairs), float(optimizer.max_grad_norm))
+            )
 
     def _snapshot(self) -> None:
         self._after_dp = [p.detach().clone() for p in self._params]
@@ -474,26 +577,46 @@ class PipelineCheck:
     def findings(self) -> tuple[Finding, ...]:
         """Every mismatch found so far (module docstring); the parameters are compared with the last
         DP step's now."""
-        return tuple(self._sampler_findings() + self._draw_findings() + self._normaliser_findings()
-                     + self._step_findings() + self._update_findings() + self._setting_findings())
+        return tuple(
+            self._sampler_findings()
+            + self._draw_findings()
+            + self._normaliser_findings()
+            + self._step_findings()
+            + self._update_findings()
+            + self._setting_findings()
+        )
 
     def _sampler_findings(self) -> list[Finding]:
         out, q = [], self.sample_rate
         loader = self.data_loader
-        name = getattr(self, "_sampler_name", None) or type(getattr(loader, "batch_sampler", None)).__name__
+        name = (
+            getattr(self, "_sampler_name", None)
+            or type(getattr(loader, "batch_sampler", None)).__name__
+        )
         if loader is not None and name not in _POISSON_SAMPLERS:
-            out.append(Finding("not-poisson", f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "
-                                              f"assumes Poisson sampling at q = {q:.6g}.",
-                               "the Poisson amplification in the accounted epsilon does not apply; see no_amplification_event."))
+            out.append(
+                Finding(
+                    "not-poisson",
+                    f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "
+                    f"assumes Poisson sampling at q = {q:.6g}.",
+                    "the Poisson amplification in the accounted epsilon does not apply; see no_amplification_event.",
+                )
+            )
         sizes = [x["records"] for x in self.noised]
         if len(sizes) >= 3 and q is not None and self.dataset_size:
             p = fixed_size_chance(sizes, n=int(self.dataset_size), q=float(q))
             if p < FIXED_SIZE_P:
                 k = int(np.bincount(sizes).max())
-                out.append(Finding("fixed-batch-size", f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
-                                                       f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
-                                                       f"that chance is at most {p:.3g}" + (" (below float range)." if p == 0 else "."),
-                                   "batches are not Poisson-sampled: the accounted epsilon is not certified."))
+                out.append(
+                    Finding(
+                        "fixed-batch-size",
+                        f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
+                        f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
+                        f"that chance is at most {p:.3g}"
+                        + (" (below float range)." if p == 0 else "."),
+                        "batches are not Poisson-sampled: the accounted epsilon is not certified.",
+                    )
+                )
         return out + self._rate_findings(sizes) + weight_findings(loader, q)
 
     def _rate_findings(self, sizes) -> list[Finding]:
@@ -502,14 +625,19 @@ class PipelineCheck:
         if not sizes or q is None or not n or q >= 1:
             return []
         total, trials = int(sum(sizes)), int(n) * len(sizes)
-        p = min(1.0, 2 * min(stats.binom.cdf(total, trials, q), stats.binom.sf(total - 1, trials, q)))
+        p = min(
+            1.0, 2 * min(stats.binom.cdf(total, trials, q), stats.binom.sf(total - 1, trials, q))
+        )
         if p >= FIXED_SIZE_P:
             return []
-        return [Finding(
-            "sample-rate",
-            f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
-            f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g}).",
-            "batches are not drawn at the accounted rate: the accounted epsilon is not certified.")]
+        return [
+            Finding(
+                "sample-rate",
+                f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
+                f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g}).",
+                "batches are not drawn at the accounted rate: the accounted epsilon is not certified.",
+            )
+        ]
 
     def _draw_findings(self) -> list[Finding]:
         """The loader's draws against what was trained: the same batches, and per-record counts that
@@ -519,32 +647,46 @@ class PipelineCheck:
             return []
         trained = [x["records"] for x in self.noised]
         if not trained_from_draws(trained, d["sizes"]):
-            return [Finding(
-                "not-from-loader",
-                f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
-                f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
-                "the batches trained were drawn elsewhere: their sampling is unchecked and not certified.")]
+            return [
+                Finding(
+                    "not-from-loader",
+                    f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
+                    f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
+                    "the batches trained were drawn elsewhere: their sampling is unchecked and not certified.",
+                )
+            ]
         return self._inclusion_findings(d) if self._counts_testable(d) else []
 
     def _counts_testable(self, d: dict) -> bool:
         """Record positions were read, over two draws or more, at a rate below 1, from one whole dataset
         (a distributed sampler draws one rank's shard: the other records count 0 there)."""
         q = self.sample_rate
-        return d["readable"] and len(d["sizes"]) >= 2 and q is not None and q < 1 and \
-            getattr(self.data_loader.batch_sampler, "num_replicas", 1) == 1
+        return (
+            d["readable"]
+            and len(d["sizes"]) >= 2
+            and q is not None
+            and q < 1
+            and getattr(self.data_loader.batch_sampler, "num_replicas", 1) == 1
+        )
 
     def _inclusion_findings(self, d: dict) -> list[Finding]:
         steps, q = len(d["sizes"]), float(self.sample_rate)
         p, b = inclusion_count_test(d["counts"], steps=steps, q=q)
         if p >= FIXED_SIZE_P:
             return []
-        k, want = int((d["counts"] == b).sum()), len(d["counts"]) * float(stats.binom.pmf(b, steps, q))
-        return [Finding(
-            "not-poisson-records",
-            f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
-            f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g}).",
-            "records are not included independently per step (e.g. shuffled epochs): the Poisson "
-            "amplification in the accounted epsilon does not apply; see no_amplification_event.")]
+        k, want = (
+            int((d["counts"] == b).sum()),
+            len(d["counts"]) * float(stats.binom.pmf(b, steps, q)),
+        )
+        return [
+            Finding(
+                "not-poisson-records",
+                f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
+                f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g}).",
+                "records are not included independently per step (e.g. shuffled epochs): the Poisson "
+                "amplification in the accounted epsilon does not apply; see no_amplification_event.",
+            )
+        ]
 
     def _noise_findings(self) -> list[Finding]:
         """Updates whose measured noise is too small for the declared noise multiplier: a one-sided chi^2
@@ -554,35 +696,50 @@ class PipelineCheck:
         if not self.noise_sums or not isinstance(sigma, (int, float)) or not sigma > 0:
             return []
         level = FIXED_SIZE_P / len(self.noise_sums)
-        low = [(sq, d, c) for sq, d, c in self.noise_sums
-               if stats.chi2.cdf(sq / (float(sigma) * c) ** 2, d) < level]
+        low = [
+            (sq, d, c)
+            for sq, d, c in self.noise_sums
+            if stats.chi2.cdf(sq / (float(sigma) * c) ** 2, d) < level
+        ]
         if low:
             measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
             seen = f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to {measured:.4g}"
             return [_too_little_noise(seen, sigma, f"each chance below {level:.3g}")]
-        pooled = sum(sq / c ** 2 for sq, _, c in self.noise_sums)
+        pooled = sum(sq / c**2 for sq, _, c in self.noise_sums)
         dims = sum(d for _, d, _ in self.noise_sums)
         chance = float(stats.chi2.cdf(pooled / float(sigma) ** 2, dims))
         if chance >= FIXED_SIZE_P:
             return []
-        seen = (f"the {len(self.noise_sums)} updates together carried noise of std "
-                f"{math.sqrt(pooled / dims):.4g}")
+        seen = (
+            f"the {len(self.noise_sums)} updates together carried noise of std "
+            f"{math.sqrt(pooled / dims):.4g}"
+        )
         return [_too_little_noise(seen, sigma, f"chance under the declared noise {chance:.3g}")]
 
     def _update_findings(self) -> list[Finding]:
-        out = self._noise_findings() + (self._outside.findings() if self._outside is not None else [])
+        out = self._noise_findings() + (
+            self._outside.findings() if self._outside is not None else []
+        )
         if self.outside_updates:
-            out.append(Finding(
-                "non-private-update",
-                f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
-                f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
-                "those updates used gradients without clipping and noise: no DP, not certified."))
-        if self._params and self._params_moved():  # since the last DP step, or since attach when none ran
-            out.append(Finding(
-                "changed-after-training",
-                "the DP-optimised parameters changed after the last DP step, or without any "
-                "(e.g. non-private fine-tuning, another optimizer).",
-                "the audited model is not the DP-trained one: not certified."))
+            out.append(
+                Finding(
+                    "non-private-update",
+                    f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
+                    f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
+                    "those updates used gradients without clipping and noise: no DP, not certified.",
+                )
+            )
+        if (
+            self._params and self._params_moved()
+        ):  # since the last DP step, or since attach when none ran
+            out.append(
+                Finding(
+                    "changed-after-training",
+                    "the DP-optimised parameters changed after the last DP step, or without any "
+                    "(e.g. non-private fine-tuning, another optimizer).",
+                    "the audited model is not the DP-trained one: not certified.",
+                )
+            )
         return out
 
     def _normaliser_findings(self) -> list[Finding]:
@@ -590,25 +747,46 @@ class PipelineCheck:
         n, q = self.dataset_size, self.sample_rate
         if not n or q is None or not any(_normaliser_moves(b, int(n), float(q)) for b in norms):
             return []
-        return [Finding("size-derived-normaliser", f"gradients are divided by {sorted(norms)} = int(N q) of the private size N = {n}; "
-                                                   f"with one record added or removed that divisor changes.",
-                        "neighbouring datasets run different mechanisms (Opacus #571): the accounted epsilon is not certified; "
-                        "divide by a public constant or use loss_reduction='sum'.")]
+        return [
+            Finding(
+                "size-derived-normaliser",
+                f"gradients are divided by {sorted(norms)} = int(N q) of the private size N = {n}; "
+                f"with one record added or removed that divisor changes.",
+                "neighbouring datasets run different mechanisms (Opacus #571): the accounted epsilon is not certified; "
+                "divide by a public constant or use loss_reduction='sum'.",
+            )
+        ]
 
     def _step_findings(self) -> list[Finding]:
         out = []
         accounted = sum(int(h[2]) for h in self._claimed_history())
         if self._claimed_history() and accounted != len(self.noised):
-            out.append(Finding("noise-steps", f"{len(self.noised)} noise additions but {accounted} accounted steps.",
-                               "the accounted composition is not the executed one."))
+            out.append(
+                Finding(
+                    "noise-steps",
+                    f"{len(self.noised)} noise additions but {accounted} accounted steps.",
+                    "the accounted composition is not the executed one.",
+                )
+            )
         if self.unnoised_updates:
-            out.append(Finding("noise-steps", f"{self.unnoised_updates} of {self.updates} parameter updates had no noise added since "
-                                              f"the previous one.", "those updates release clipped gradients without noise: no DP."))
+            out.append(
+                Finding(
+                    "noise-steps",
+                    f"{self.unnoised_updates} of {self.updates} parameter updates had no noise added since "
+                    f"the previous one.",
+                    "those updates release clipped gradients without noise: no DP.",
+                )
+            )
         multi = [x["passes"] for x in self.noised if x["passes"] > 1]
         if multi:
-            out.append(Finding("accumulation", f"{len(multi)} noise additions covered up to {max(multi)} backward passes each.",
-                               f"each noise addition covers several batches of rate q = {self.sample_rate}: the per-step rate is "
-                               f"larger than the accounted one."))
+            out.append(
+                Finding(
+                    "accumulation",
+                    f"{len(multi)} noise additions covered up to {max(multi)} backward passes each.",
+                    f"each noise addition covers several batches of rate q = {self.sample_rate}: the per-step rate is "
+                    f"larger than the accounted one.",
+                )
+            )
         return out
 
     def _setting_findings(self) -> list[Finding]:
@@ -616,8 +794,13 @@ class PipelineCheck:
         executed = self._executed_history()
         claimed = self._merged(self._claimed_history())
         if self._accountant is not None and executed != claimed:
-            out.append(Finding("accountant-history", f"the accountant's history {claimed} differs from the executed {executed}.",
-                               "the accounted epsilon is not the executed run's."))
+            out.append(
+                Finding(
+                    "accountant-history",
+                    f"the accountant's history {claimed} differs from the executed {executed}.",
+                    "the accounted epsilon is not the executed run's.",
+                )
+            )
         return out
 
     def _executed_history(self) -> list:
@@ -644,7 +827,9 @@ class PipelineCheck:
     def epochs(self) -> int:
         """Passes over the data: ceil(records processed / N)."""
         if not self.dataset_size:
-            raise UsageError("dataset_size must be known (attach a data loader or pass it), got None.")
+            raise UsageError(
+                "dataset_size must be known (attach a data loader or pass it), got None."
+            )
         return max(1, math.ceil(sum(x["records"] for x in self.noised) / int(self.dataset_size)))
 
     def no_amplification_event(self) -> SubsampledGaussian:
@@ -655,8 +840,15 @@ class PipelineCheck:
         sigma = min(x["noise_multiplier"] for x in self.noised)
         return SubsampledGaussian(sigma, 1.0, self.epochs())
 
-    def record(self, delta: float, *, accountant: str = "rdp", claim=None,
-               claimed_epsilon: float | None = None, extra=()) -> dict:
+    def record(
+        self,
+        delta: float,
+        *,
+        accountant: str = "rdp",
+        claim=None,
+        claimed_epsilon: float | None = None,
+        extra=(),
+    ) -> dict:
         """What goes in the audit record: ``findings`` (and the attached accountant's epsilon); with
         any, ``certified`` = NOT_CERTIFIED, the executed composition's epsilon when a step's settings or
         the accountant disagree with the claim, and for non-Poisson batches the no-amplification
@@ -667,9 +859,15 @@ class PipelineCheck:
         acc_eps = self._accountant_epsilon(delta)
         bound = None
         if self.canaries is not None and self.canaries.observed:
-            bound = self.canaries.audit(delta=delta, accountant=accountant, claimed_epsilon=claimed_epsilon)
-        found = list(self.findings()) + self._epsilon_findings(acc_eps, claim, claimed_epsilon, delta)
-        found += [f for f in extra if f.code not in {g.code for g in found}] + _white_box_findings(bound)
+            bound = self.canaries.audit(
+                delta=delta, accountant=accountant, claimed_epsilon=claimed_epsilon
+            )
+        found = list(self.findings()) + self._epsilon_findings(
+            acc_eps, claim, claimed_epsilon, delta
+        )
+        found += [f for f in extra if f.code not in {g.code for g in found}] + _white_box_findings(
+            bound
+        )
         out: dict = {"findings": [f.to_dict() for f in found]}
         if acc_eps is not None:  # the epsilon the training script itself reports
             out["accountant_epsilon"] = acc_eps
@@ -686,14 +884,19 @@ class PipelineCheck:
         out: dict = {}
         if codes & _EXECUTED_CODES and self.noised:
             ev = self.executed_event()
-            out["executed"] = {"event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),
-                               "label": "the composition the steps executed (settings read at every step); "
-                                        "not certified"}
+            out["executed"] = {
+                "event": ev.to_dict(),
+                "epsilon": _epsilon_or_none(ev, delta, accountant),
+                "label": "the composition the steps executed (settings read at every step); "
+                "not certified",
+            }
         if codes & _NON_POISSON_CODES and self.noised:
             ev = self.no_amplification_event()
             out["no_amplification"] = {
-                "event": ev.to_dict(), "epsilon": _epsilon_or_none(ev, delta, accountant),
-                "label": "upper bound without amplification (each record once per epoch); not certified"}
+                "event": ev.to_dict(),
+                "epsilon": _epsilon_or_none(ev, delta, accountant),
+                "label": "upper bound without amplification (each record once per epoch); not certified",
+            }
         return out
 
     def _accountant_epsilon(self, delta: float) -> float | None:
@@ -711,25 +914,33 @@ class PipelineCheck:
         ref = max(float(claimed_epsilon), same if same is not None else float(claimed_epsilon))
         if acc_eps <= ref * (1 + _EPS_ROUNDING) + _EPS_ROUNDING:
             return []
-        return [Finding(
-            "accountant-epsilon",
-            f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
-            f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
-            "the claim understates what the run spent: not certified.")]
+        return [
+            Finding(
+                "accountant-epsilon",
+                f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
+                f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
+                "the claim understates what the run spent: not certified.",
+            )
+        ]
 
 
 def _white_box_findings(bound) -> list[Finding]:
     if bound is None or not bound.violation:
         return []
-    return [Finding(
-        "white-box-epsilon",
-        f"the white-box canaries bound the executed mechanism's epsilon below by {bound.epsilon_lb:.4g} "
-        f"(noise multiplier at most {bound.noise_upper:.4g}, canary weight at least "
-        f"{bound.sensitivity_lower:.4g} C), above the claimed {bound.claimed_epsilon:.4g}.",
-        "the steps carry less noise (or more sensitivity) than claimed: the claim is falsified.")]
+    return [
+        Finding(
+            "white-box-epsilon",
+            f"the white-box canaries bound the executed mechanism's epsilon below by {bound.epsilon_lb:.4g} "
+            f"(noise multiplier at most {bound.noise_upper:.4g}, canary weight at least "
+            f"{bound.sensitivity_lower:.4g} C), above the claimed {bound.claimed_epsilon:.4g}.",
+            "the steps carry less noise (or more sensitivity) than claimed: the claim is falsified.",
+        )
+    ]
 
 
-_EXECUTED_CODES = frozenset({code for _, code in SETTINGS} | {"accountant-history", "accountant-epsilon"})
+_EXECUTED_CODES = frozenset(
+    {code for _, code in SETTINGS} | {"accountant-history", "accountant-epsilon"}
+)
 _NON_POISSON_CODES = frozenset({"not-poisson", "fixed-batch-size", "not-poisson-records"})
 _EPS_ROUNDING = 1e-6
 
@@ -737,7 +948,9 @@ _EPS_ROUNDING = 1e-6
 def _epsilon_or_none(event, delta: float, accountant: str) -> float | None:
     try:
         return float(compute_epsilon(event, delta=delta, accountant=accountant).epsilon)
-    except DPAuditError:  # a setting the accountant does not cover (e.g. noise multiplier 0): no figure
+    except (
+        DPAuditError
+    ):  # a setting the accountant does not cover (e.g. noise multiplier 0): no figure
         return None
 
 
@@ -748,7 +961,9 @@ def _same_accountant_epsilon(acc, claim, delta: float) -> float | None:
         return None
     try:
         fresh = type(acc)()
-        fresh.history = [(float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps))]
+        fresh.history = [
+            (float(claim.noise_multiplier), float(claim.sample_rate), int(claim.steps))
+        ]
         return float(fresh.get_epsilon(delta))
     except Exception:  # noqa: BLE001 -- a user's accountant class: the claimed epsilon alone is the reference
         return None

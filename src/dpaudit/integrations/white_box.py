@@ -32,6 +32,7 @@ from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_finite, positive_int
 from .pipeline import plain_name
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -43,16 +44,28 @@ class LoopWhiteBox:
     user's module (names matched without Opacus's ``_module.`` prefix); ``tensors``: parameter
     names holding the canaries (default: all trainable). The claim is set by :meth:`declare`."""
 
-    def __init__(self, model, *, canaries: int, seed: int = 0, tensors: Iterable[str] | None = None,
-                 noise_seed: int | None = None, null: bool = False):
+    def __init__(
+        self,
+        model,
+        *,
+        canaries: int,
+        seed: int = 0,
+        tensors: Iterable[str] | None = None,
+        noise_seed: int | None = None,
+        null: bool = False,
+    ):
         m = positive_int("canaries", canaries, 2)
         named = {plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
         names = list(named) if tensors is None else [str(t) for t in tensors]
         missing = [n for n in names if n not in named]
         if missing or not names:
-            raise UsageError(f"tensors must name trainable parameters of the model ({', '.join(named)}), "
-                             f"got {missing or names!r}.")
-        chosen = choose_coordinates({n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG)
+            raise UsageError(
+                f"tensors must name trainable parameters of the model ({', '.join(named)}), "
+                f"got {missing or names!r}."
+            )
+        chosen = choose_coordinates(
+            {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
+        )
         self._named, self.trainable = named, list(named)
         self._groups = [(n, ids, flat) for n, ids, flat in chosen.by_tensor()]
         self._rng = np.random.default_rng(noise_seed)  # private: per-step canary draws
@@ -73,15 +86,26 @@ class LoopWhiteBox:
         keys = ("noise_multiplier", "sample_rate", "max_grad_norm")
         undeclared = [k for k in keys if check.declared.get(k) is None]
         if undeclared:
-            raise UsageError(f"{', '.join(undeclared)} must be declared for white-box canaries, got None.")
+            raise UsageError(
+                f"{', '.join(undeclared)} must be declared for white-box canaries, got None."
+            )
         if check.canaries is not None:
             raise UsageError("white-box canaries must watch a check once, got a second set.")
-        self.declare(steps=check.history[0][2] if check.history else None, **{k: check.declared[k] for k in keys})
+        self.declare(
+            steps=check.history[0][2] if check.history else None,
+            **{k: check.declared[k] for k in keys},
+        )
         check.canaries = self
         return self
 
-    def declare(self, *, noise_multiplier: float, sample_rate: float, max_grad_norm: float,
-                steps: int | None = None) -> "LoopWhiteBox":
+    def declare(
+        self,
+        *,
+        noise_multiplier: float,
+        sample_rate: float,
+        max_grad_norm: float,
+        steps: int | None = None,
+    ) -> "LoopWhiteBox":
         """The claim: ``SubsampledGaussian(noise_multiplier, sample_rate, steps)`` with
         sensitivity ``max_grad_norm`` (``steps`` None: the observed steps). Canaries are sampled
         at ``sample_rate`` and weigh ``max_grad_norm``."""
@@ -108,7 +132,9 @@ class LoopWhiteBox:
         by_name = dict(given) if isinstance(given, Mapping) else dict(zip(self.trainable, given))
         gone = [n for n, _, _ in self._groups if by_name.get(n) is None]
         if gone:
-            raise UsageError(f"{what} must hold a tensor for each canary parameter ({', '.join(gone)}), got none there.")
+            raise UsageError(
+                f"{what} must hold a tensor for each canary parameter ({', '.join(gone)}), got none there."
+            )
         return by_name
 
     def before_noise(self, clipped) -> None:
@@ -117,7 +143,9 @@ class LoopWhiteBox:
         if self.clipping_norm is None:
             raise UsageError("the claim must be declared before the first step, got none.")
         if self._pending is not None:
-            raise UsageError("each clipped sum must be followed by its noisy sum (after_noise), got two clipped sums.")
+            raise UsageError(
+                "each clipped sum must be followed by its noisy sum (after_noise), got two clipped sums."
+            )
         sums = self._tensors(clipped, "clipped")
         hit = self._rng.random(self.m) < self.sample_rate
         weight = 0.0 if self.null else self.clipping_norm
@@ -128,33 +156,51 @@ class LoopWhiteBox:
             others.append(view[idx].double().cpu().numpy())
             on = torch.as_tensor(hit[ids], device=view.device)
             if bool(on.any()):
-                view.index_add_(0, idx[on], torch.full((int(on.sum()),), weight, dtype=view.dtype, device=view.device))
+                view.index_add_(
+                    0,
+                    idx[on],
+                    torch.full((int(on.sum()),), weight, dtype=view.dtype, device=view.device),
+                )
         self._pending = (hit, others)
 
     def after_noise(self, noisy) -> None:
         """The same step's noisy sum (clipped sum + the loop's noise, before any scaling)."""
         if self._pending is None:
-            raise UsageError("a noisy sum must follow its clipped sum (before_noise), got none before it.")
+            raise UsageError(
+                "a noisy sum must follow its clipped sum (before_noise), got none before it."
+            )
         sums = self._tensors(noisy, "noisy")
         (hit, others), y = self._pending, np.zeros(self.m)
         for (name, ids, flat), before in zip(self._groups, others):
             t = sums[name]
-            y[ids] = (t.detach().reshape(-1)[flat.to(t.device)].double().cpu().numpy() - before) / self.clipping_norm
+            y[ids] = (
+                t.detach().reshape(-1)[flat.to(t.device)].double().cpu().numpy() - before
+            ) / self.clipping_norm
         self._values.append(y)
         self._sampled.append(hit)
         self._pending = None
 
     def observations(self) -> StepObservations:
         if not self._values:
-            raise UsageError("canaries must be attached and trained with before the audit, got no observed step.")
+            raise UsageError(
+                "canaries must be attached and trained with before the audit, got no observed step."
+            )
         return StepObservations(np.stack(self._values, axis=1), np.stack(self._sampled, axis=1))
 
     def claim(self) -> SubsampledGaussian:
         """SubsampledGaussian(declared noise multiplier and sample rate, declared or observed steps)."""
-        return SubsampledGaussian(self.noise_multiplier, self.sample_rate, self.steps or len(self._values))
+        return SubsampledGaussian(
+            self.noise_multiplier, self.sample_rate, self.steps or len(self._values)
+        )
 
-    def audit(self, *, delta: float, confidence: float = 0.95, claimed_epsilon: float | None = None,
-              accountant: str = "rdp") -> WhiteBoxBound:
+    def audit(
+        self,
+        *,
+        delta: float,
+        confidence: float = 0.95,
+        claimed_epsilon: float | None = None,
+        accountant: str = "rdp",
+    ) -> WhiteBoxBound:
         """eps_LB of the observed steps against :meth:`claim`.
 
         Args:
@@ -171,14 +217,22 @@ class LoopWhiteBox:
         Raises:
             UsageError: no step observed, or bad arguments.
         """
-        return step_bound(self.observations(), claimed=self.claim(), delta=delta, accountant=accountant,
-                          confidence=confidence, claimed_epsilon=claimed_epsilon)
+        return step_bound(
+            self.observations(),
+            claimed=self.claim(),
+            delta=delta,
+            accountant=accountant,
+            confidence=confidence,
+            claimed_epsilon=claimed_epsilon,
+        )
 
 
 def _flat_view(tensor, what: str):
     """A flat view of ``tensor`` that writes through (a copy would lose the canaries)."""
     if not tensor.is_contiguous():
-        raise UsageError(f"{what} tensors must be contiguous (the canaries are added in place), got a strided one.")
+        raise UsageError(
+            f"{what} tensors must be contiguous (the canaries are added in place), got a strided one."
+        )
     return tensor.detach().view(-1)
 
 
@@ -189,19 +243,30 @@ class OpacusWhiteBox(LoopWhiteBox):
 
     _optimizer = None
 
-    def attach(self, optimizer, *, sample_rate: float | None = None, data_loader=None) -> "OpacusWhiteBox":
+    def attach(
+        self, optimizer, *, sample_rate: float | None = None, data_loader=None
+    ) -> "OpacusWhiteBox":
         """Hook ``optimizer`` (an Opacus ``DPOptimizer``); the canary rate is ``sample_rate``, else the
         loader's ``sample_rate``, else ``1 / len(data_loader)``: the rate Opacus accounts with. The
         claim is read now: a noise multiplier changed later is what the audit then sees."""
         from opacus.optimizers import DPOptimizer
 
         if not isinstance(optimizer, DPOptimizer) or self._optimizer is not None:
-            raise UsageError(f"optimizer must be one Opacus DPOptimizer, attached once, got {type(optimizer).__name__}.")
+            raise UsageError(
+                f"optimizer must be one Opacus DPOptimizer, attached once, got {type(optimizer).__name__}."
+            )
         if sample_rate is None and data_loader is None:
             raise UsageError("sample_rate or data_loader must be given, got neither.")
-        q = sample_rate if sample_rate is not None else getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
-        self.declare(noise_multiplier=float(optimizer.noise_multiplier), sample_rate=float(q),
-                     max_grad_norm=float(optimizer.max_grad_norm))
+        q = (
+            sample_rate
+            if sample_rate is not None
+            else getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
+        )
+        self.declare(
+            noise_multiplier=float(optimizer.noise_multiplier),
+            sample_rate=float(q),
+            max_grad_norm=float(optimizer.max_grad_norm),
+        )
         original = optimizer.add_noise
 
         def add_noise():
@@ -216,5 +281,7 @@ class OpacusWhiteBox(LoopWhiteBox):
 
 def _summed_grad(param):
     if getattr(param, "summed_grad", None) is None:
-        raise UsageError("parameter must have a clipped gradient sum (p.summed_grad) at each step, got None.")
+        raise UsageError(
+            "parameter must have a clipped gradient sum (p.summed_grad) at each step, got None."
+        )
     return param.summed_grad

@@ -42,8 +42,10 @@ class Authority:
         last = self.store.last()
         if (last[1] if last else GENESIS_HASH) != head[2]:
             # Appending after a broken chain would bury the break; refuse instead.
-            raise LedgerError(f"ledger {self.path} fails its integrity check (last entry does not "
-                              "match the chain head); run `dpaudit ledger verify`.")
+            raise LedgerError(
+                f"ledger {self.path} fails its integrity check (last entry does not "
+                "match the chain head); run `dpaudit ledger verify`."
+            )
         columns = (entry_id, kind, utc_now(), dataset, canonical_json(payload))
         signer = signature = None
         key = self._signer_for(kind, payload)
@@ -75,10 +77,15 @@ class Authority:
         """Refuse an entry this ledger's key cannot sign where a signature is required."""
         key = self.key
         if ring.required_since is not None:
-            why = ("no signing key (create one with `dpaudit ledger keygen`)" if key is None
-                   else f"signing key {key.key_id} is not registered in it")
-            raise LedgerError(f"ledger {self.path} requires signed entries (since entry "
-                              f"#{ring.required_since}), but {why}; nothing was written.")
+            why = (
+                "no signing key (create one with `dpaudit ledger keygen`)"
+                if key is None
+                else f"signing key {key.key_id} is not registered in it"
+            )
+            raise LedgerError(
+                f"ledger {self.path} requires signed entries (since entry "
+                f"#{ring.required_since}), but {why}; nothing was written."
+            )
         if kind in sg.LEDGER_KINDS:
             got = "no signing key." if key is None else f"unregistered key {key.key_id}."
             raise UsageError(f"a {kind} entry must be signed by a registered key, got {got}")
@@ -94,11 +101,13 @@ class Authority:
             raise LedgerAuthorityError(
                 f"{kind} on signed ledger {self.path} must be signed by its owner's key "
                 f"{ring.owner}, got {got}: only the owner may {sg.OWNER_POWERS[kind]}; "
-                "nothing was written.")
+                "nothing was written."
+            )
         raise LedgerAuthorityError(
             f"{kind} of reservation {payload.get('target')} on signed ledger {self.path} must be "
             f"signed by the key that opened it or by the owner's key {ring.owner}, got {got}; "
-            "nothing was written.")
+            "nothing was written."
+        )
 
     def require_void(self, published: bool | None) -> None:
         """A void on a signed ledger: the owner's, stating whether artefacts were published."""
@@ -109,13 +118,16 @@ class Authority:
         if published is None:
             raise LedgerAuthorityError(
                 "void on a signed ledger must state whether the artefacts were ever published "
-                "(--published / --never-published), got neither.")
+                "(--published / --never-published), got neither."
+            )
 
     def public_raw(self, public_key: str | None) -> bytes:
         """The raw key to register: ``public_key``, else this ledger's own (UsageError if none)."""
         if self.key is None:
-            raise UsageError("signing key must exist to register keys, got none (create one with "
-                             "`dpaudit ledger keygen`).")
+            raise UsageError(
+                "signing key must exist to register keys, got none (create one with "
+                "`dpaudit ledger keygen`)."
+            )
         return self.key.public_raw if public_key is None else sg.parse_public_key(public_key)
 
     def register_key(self, raw: bytes, name: str) -> str:
@@ -125,9 +137,11 @@ class Authority:
         if kid in ring.keys:
             return ring.keys[kid].entry_id
         if not ring.keys and kid != key.key_id:
-            raise UsageError(f"the first key registered must be your own (the owner's, "
-                             f"{key.key_id}), got {kid}; run `dpaudit ledger register-key` "
-                             "without --public-key first.")
+            raise UsageError(
+                f"the first key registered must be your own (the owner's, "
+                f"{key.key_id}), got {kid}; run `dpaudit ledger register-key` "
+                "without --public-key first."
+            )
         label = name or (key.name if kid == key.key_id else kid[:12])
         role = "member" if ring.keys else "owner"
         return self.append(sg.KEY_KIND, sg.LEDGER_SCOPE, sg.key_payload(raw, label, role))
@@ -145,8 +159,10 @@ class Authority:
         registration id."""
         ring = self.ring(rows)
         if ring.owner is None:
-            raise UsageError(f"ledger to seal must have an owner (run `dpaudit ledger "
-                             f"register-key` first), got {self.path} with none.")
+            raise UsageError(
+                f"ledger to seal must have an owner (run `dpaudit ledger "
+                f"register-key` first), got {self.path} with none."
+            )
         seq, _, prev = self.store.head()
         eid = self.append(sg.SEAL_KIND, sg.LEDGER_SCOPE, sg.seal_payload(seq, prev))
         return eid, seq, ring.keys[ring.owner].entry_id
@@ -156,12 +172,16 @@ class Authority:
         rules: budgets are never computed from a ledger that was edited, truncated, reordered or
         forged (:class:`LedgerVerificationError` otherwise)."""
         rows = snap.rows
-        problems = (integrity.chain_problems(snap.head, rows) or self._signature_problems(rows)
-                    or self._authority_problems(rows))
+        problems = (
+            integrity.chain_problems(snap.head, rows)
+            or self._signature_problems(rows)
+            or self._authority_problems(rows)
+        )
         if problems:
             first = problems[0].message.rstrip(".")
-            raise LedgerVerificationError(f"ledger {self.path} fails verification ({first}); "
-                                          "run `dpaudit ledger verify`.")
+            raise LedgerVerificationError(
+                f"ledger {self.path} fails verification ({first}); run `dpaudit ledger verify`."
+            )
         return snap.rows
 
     def verify(self, snap: Snapshot, anchor: str | None, owner: str | None) -> VerifyReport:

@@ -34,15 +34,18 @@ from . import compose as lc
 from . import rows as lr
 from . import signing as sg
 from .authority import Authority
+
 # re-exported: sampler_uncertified_reason, uncertified_reason (used by mechanisms and verify)
 from .budget import PlannedSpend, check_name, check_reason  # noqa: F401
 from .budget import sampler_uncertified_reason, uncertified_reason  # noqa: F401
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
+
 # re-exported: canonical_json, entry_hash (the tests rebuild entries with them)
 from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noqa: F401
 from .paths import LedgerLocation, require_existing, resolve_ledger
 from .plan_rules import recorded_plan_entry
 from .store_pg import PostgresStore
+
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
 from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema_version  # noqa: F401
 
@@ -64,8 +67,11 @@ def _of_sweep(entries: list, sweep: str) -> list:
     """Only that sweep's releases and reservations and what closes them (caps, partitions and
     versions stay)."""
     spends = ("release", "reservation")
-    kept = [e for e in entries
-            if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep]
+    kept = [
+        e
+        for e in entries
+        if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep
+    ]
     ids = {e.id for e in kept if e.kind in spends}
     return [e for e in kept if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in ids]
 
@@ -102,11 +108,15 @@ def _check_split(dataset: str, parent: str, children: tuple, declared_by: object
     for child in children:
         check_name("child partition", child)
     if len(set(children)) != len(children) or parent in children:
-        raise UsageError(f"children must be distinct and differ from the parent {parent!r}, "
-                         f"got {list(children)!r}.")
+        raise UsageError(
+            f"children must be distinct and differ from the parent {parent!r}, "
+            f"got {list(children)!r}."
+        )
     if not isinstance(declared_by, str) or not declared_by.strip():
-        raise UsageError(f"declared_by must be a non-empty string naming who made the split, "
-                         f"got {declared_by!r}.")
+        raise UsageError(
+            f"declared_by must be a non-empty string naming who made the split, "
+            f"got {declared_by!r}."
+        )
 
 
 def _with(payload: dict, info: dict | None = None, **optional) -> dict:
@@ -144,8 +154,13 @@ class Entry:
         return "open" if self.closed_by is None else self.closed_as
 
     def to_dict(self) -> dict:
-        head = {"seq": self.seq, "id": self.id, "kind": self.kind, "created_at": self.created_at,
-                "dataset": self.dataset}
+        head = {
+            "seq": self.seq,
+            "id": self.id,
+            "kind": self.kind,
+            "created_at": self.created_at,
+            "dataset": self.dataset,
+        }
         out = {**head, **self.payload, "prev_hash": self.prev_hash, "hash": self.hash}
         if self.signer is not None:
             out["signer"] = self.signer
@@ -168,9 +183,14 @@ class Entry:
         return self
 
 
-def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S,
-                signing_key: "sg.SigningKey | str | None" = None, create: bool = True,
-                owner: str | None = None) -> "Ledger":
+def open_ledger(
+    path: str | os.PathLike | None = None,
+    *,
+    busy_timeout: float = BUSY_TIMEOUT_S,
+    signing_key: "sg.SigningKey | str | None" = None,
+    create: bool = True,
+    owner: str | None = None,
+) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
     (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
@@ -179,8 +199,9 @@ def open_ledger(path: str | os.PathLike | None = None, *, busy_timeout: float = 
     if not create:
         require_existing(loc)
     where = loc.path if loc.backend == "sqlite" else loc
-    return Ledger(where, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner,
-                  create=create)
+    return Ledger(
+        where, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner, create=create
+    )
 
 
 class Ledger:
@@ -192,9 +213,15 @@ class Ledger:
     (default ``$DPAUDIT_LEDGER_OWNER``): every budget answer and :meth:`verify` then require its
     signed registration, so a ledger stripped of it fails closed."""
 
-    def __init__(self, path: "str | os.PathLike | LedgerLocation", *, busy_timeout: float = BUSY_TIMEOUT_S,
-                 signing_key: "sg.SigningKey | str | None" = None, owner: str | None = None,
-                 create: bool = True) -> None:
+    def __init__(
+        self,
+        path: "str | os.PathLike | LedgerLocation",
+        *,
+        busy_timeout: float = BUSY_TIMEOUT_S,
+        signing_key: "sg.SigningKey | str | None" = None,
+        owner: str | None = None,
+        create: bool = True,
+    ) -> None:
         owner = sg.owner_key_id(owner if owner is not None else os.environ.get(sg.OWNER_ENV))
         self._key_bytes: bytes | None = None
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
@@ -270,8 +297,12 @@ class Ledger:
             # a seal vouches for the chain before it: never for a failing one
             eid, sealed_through, owner_entry = self._authority.seal(self._intact_rows())
             head = self._store.head()
-        out = {"id": eid, "seq": int(head[0]), "hash": head[2],
-               "sealed_through": int(sealed_through)}
+        out = {
+            "id": eid,
+            "seq": int(head[0]),
+            "hash": head[2],
+            "sealed_through": int(sealed_through),
+        }
         sg.remember_seal(owner_entry, out["seq"], out["hash"])
         return out
 
@@ -289,8 +320,11 @@ class Ledger:
         same run (a resumed audit) returns its entry; the rules are :mod:`dpaudit.ledger.plan_rules`
         (after any audit of its target, no registration; one result per run). Returns the entry id."""
         with self._store.write():
-            seen = [(r[0], r[1], r[2], json.loads(r[5])) for r in self._store.rows()
-                    if r[2] in (sg.PLAN_KIND, "audit")]
+            seen = [
+                (r[0], r[1], r[2], json.loads(r[5]))
+                for r in self._store.rows()
+                if r[2] in (sg.PLAN_KIND, "audit")
+            ]
             recorded = recorded_plan_entry(payload, seen, self.path)
             return recorded or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
 
@@ -312,8 +346,9 @@ class Ledger:
             if not isinstance(payload, dict):
                 raise ValueError("payload is not an object")
         except ValueError as e:
-            raise LedgerError(f"ledger entry #{seq} ({eid}) is unreadable ({e}); "
-                              "run `dpaudit ledger verify`.") from None
+            raise LedgerError(
+                f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`."
+            ) from None
         if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
             payload = _without(payload, ("hashes",))
         signer = sig[0] if sig else None
@@ -345,8 +380,11 @@ class Ledger:
         if self._key_bytes is None:
             # A missing key with keyed entries present means it was lost or not copied along:
             # a fresh key would silently make every known dataset look like new data.
-            lost = (self.backend == "sqlite" and not self.key_path.exists()
-                    and self._store.count_keyed() > 0)
+            lost = (
+                self.backend == "sqlite"
+                and not self.key_path.exists()
+                and self._store.count_keyed() > 0
+            )
             self._key_bytes = self._store.fingerprint_key(create=not lost)
         return self._key_bytes
 
@@ -354,21 +392,31 @@ class Ledger:
         """The keyed fingerprint (HMAC-SHA256 under this ledger's key) of a plain data digest."""
         return keyed_fingerprint(self._key(), digest)
 
-    def _check_identity(self, name: str, state: lc.DatasetState | None, fp: str,
-                        data_info: dict | None, *, planned: bool) -> None:
+    def _check_identity(
+        self,
+        name: str,
+        state: lc.DatasetState | None,
+        fp: str,
+        data_info: dict | None,
+        *,
+        planned: bool,
+    ) -> None:
         """Refuse (:class:`DatasetIdentityError`) data ``fp`` that is not a recorded or declared
         version of ``name`` (the hint says what public setting differs, if one does)."""
         if not fp or state is None or state.known_identity(fp):
             return
         shown = ", ".join(k[:12] for k in sorted(state.fingerprints))
-        recorded = [e.payload for e in self.entries(dataset=name) if e.kind in ("release", "reservation")]
+        recorded = [
+            e.payload for e in self.entries(dataset=name) if e.kind in ("release", "reservation")
+        ]
         hint = _identity_hint(recorded, data_info)
         when = "before training" if planned else "not recorded"
         raise DatasetIdentityError(
             f"dataset {name!r} must name one set of records, got data fingerprint {fp[:12]} but "
             f"its releases used {shown} ({hint}); refused {when}. If this is a new version of "
             f"{name}, declare it: dpaudit ledger declare-version {name} --fingerprint {fp} "
-            "--reason TEXT (the versions then compose sequentially).")
+            "--reason TEXT (the versions then compose sequentially)."
+        )
 
     def entries(self, *, dataset: str | None = None, kind: str | None = None) -> list[Entry]:
         """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``."""
@@ -383,7 +431,9 @@ class Ledger:
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
-            raise UsageError(f"entry id must identify one entry, got {entry_id!r} (matches {len(matches)}).")
+            raise UsageError(
+                f"entry id must identify one entry, got {entry_id!r} (matches {len(matches)})."
+            )
         raise UsageError(f"entry id must be an id in ledger {self.path}, got {entry_id!r}.")
 
     def _intact_rows(self) -> list:
@@ -391,7 +441,9 @@ class Ledger:
         closed)."""
         return self._authority.intact(self._snapshot())
 
-    def _states(self, dataset: str | None = None, sweep: str | None = None) -> dict[str, lc.DatasetState]:
+    def _states(
+        self, dataset: str | None = None, sweep: str | None = None
+    ) -> dict[str, lc.DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
         rows = [r for r in self._intact_rows() if dataset is None or r[4] == dataset]
         es = self._entries_from_rows(rows)
@@ -405,7 +457,9 @@ class Ledger:
         known = self.sweeps()
         if sweep not in known:
             allowed = ", ".join(sorted(known)) or "none recorded"
-            raise UsageError(f"sweep must be one recorded in ledger {self.path} ({allowed}), got {sweep!r}.")
+            raise UsageError(
+                f"sweep must be one recorded in ledger {self.path} ({allowed}), got {sweep!r}."
+            )
 
     def sweeps(self) -> dict[str, int]:
         """Sweep name -> number of releases recorded under it (see :func:`_sweep_tag`)."""
@@ -422,7 +476,9 @@ class Ledger:
         with self._store.write():
             return self._record(release, artefact_path)
 
-    def _release_payload(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> tuple[str, dict]:
+    def _release_payload(
+        self, release: Release, artefact_path: str | None, rows: dict | None = None
+    ) -> tuple[str, dict]:
         ds = release.dataset if isinstance(release.dataset, dict) else {}
         name = check_name("dataset name", ds.get("name"))
         partition = check_name("partition", release.partition)
@@ -432,21 +488,39 @@ class Ledger:
         digest = getattr(release, "data_digest", None) or ds.get("sha256")
         tail = getattr(release, "noise_tail_delta", None)
         payload = {
-            "release_id": release.id, "mechanism": release.mechanism, "dataset_name": name,
+            "release_id": release.id,
+            "mechanism": release.mechanism,
+            "dataset_name": name,
             # keyed: the plain digest of the private data is never stored (see fingerprint.py)
-            "dataset_fingerprint": self.fingerprint(digest) if isinstance(digest, str) and digest else None,
-            "partition": partition, "adjacency": adjacency, "privacy_unit": getattr(release, "privacy_unit", None),
-            "accountant": release.accountant, "guarantee": None if release.non_private else release.guarantee,
-            "epsilon": math.inf if release.non_private else release.epsilon, "delta": release.delta,
-            "noise_multiplier": release.noise_multiplier, "sample_rate": release.sample_rate, "steps": release.steps,
-            "clipping_norm": release.clipping_norm, "non_private": bool(release.non_private), "artefact_path": artefact_path,
-            "release_created_at": release.created_at, "dpaudit_version": release.dpaudit_version,
+            "dataset_fingerprint": self.fingerprint(digest)
+            if isinstance(digest, str) and digest
+            else None,
+            "partition": partition,
+            "adjacency": adjacency,
+            "privacy_unit": getattr(release, "privacy_unit", None),
+            "accountant": release.accountant,
+            "guarantee": None if release.non_private else release.guarantee,
+            "epsilon": math.inf if release.non_private else release.epsilon,
+            "delta": release.delta,
+            "noise_multiplier": release.noise_multiplier,
+            "sample_rate": release.sample_rate,
+            "steps": release.steps,
+            "clipping_norm": release.clipping_norm,
+            "non_private": bool(release.non_private),
+            "artefact_path": artefact_path,
+            "release_created_at": release.created_at,
+            "dpaudit_version": release.dpaudit_version,
         }
         # the sweep tag: `ledger list --sweep NAME` shows what a whole sweep spent; the tail:
         # every composed total accounts for it (compose.bounds); rows: the reservation's set ids
-        return name, _with(payload, ds, sweep=_sweep_tag(release.config),
-                           uncertified=uncertified_reason(release),
-                           noise_tail_delta=None if tail is None else float(tail), rows=rows)
+        return name, _with(
+            payload,
+            ds,
+            sweep=_sweep_tag(release.config),
+            uncertified=uncertified_reason(release),
+            noise_tail_delta=None if tail is None else float(tail),
+            rows=rows,
+        )
 
     def _record(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> str:
         """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger.rows)."""
@@ -455,11 +529,15 @@ class Ledger:
         if existing:
             if self._same_release(existing[0][5], payload):
                 return release.id
-            raise LedgerError(f"release {release.id} is already in ledger {self.path} with "
-                              "different content; a release id is recorded once.")
+            raise LedgerError(
+                f"release {release.id} is already in ledger {self.path} with "
+                "different content; a release id is recorded once."
+            )
         state = self._states(name).get(name)
         budget.require_adjacency(state, payload["adjacency"], f"releases on dataset {name!r}")
-        self._check_identity(name, state, payload["dataset_fingerprint"] or "", payload, planned=False)
+        self._check_identity(
+            name, state, payload["dataset_fingerprint"] or "", payload, planned=False
+        )
         return self._append("release", name, payload, entry_id=release.id)
 
     def _same_release(self, stored_text: str, payload: dict) -> bool:
@@ -470,12 +548,21 @@ class Ledger:
             return True
         old = self._public_payload(json.loads(stored_text))
         newer = ("sweep", *_DATA_INFO, "uncertified", "noise_tail_delta", "rows")
-        kept = all(k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload)
-                   for k in newer)
+        kept = all(
+            k not in old or old[k] == payload.get(k) or (k == "rows" and k not in payload)
+            for k in newer
+        )
         return kept and _without(payload, newer) == _without(old, newer)
 
-    def cap(self, dataset: str, epsilon: float, delta: float, *, include_audits: bool = True,
-            data_rows=None) -> str:
+    def cap(
+        self,
+        dataset: str,
+        epsilon: float,
+        delta: float,
+        *,
+        include_audits: bool = True,
+        data_rows=None,
+    ) -> str:
         """Set the budget cap of ``dataset``: its composed epsilon at ``delta`` may not exceed ``epsilon``.
 
         Privacy contract: the cap counts releases, reservations and the audits that trained on the
@@ -493,7 +580,12 @@ class Ledger:
         delta = open_unit("delta", delta)
         if not isinstance(include_audits, bool):
             raise UsageError(f"include_audits must be True or False, got {include_audits!r}.")
-        payload = {"dataset": dataset, "epsilon": epsilon, "delta": delta, "include_audits": include_audits}
+        payload = {
+            "dataset": dataset,
+            "epsilon": epsilon,
+            "delta": delta,
+            "include_audits": include_audits,
+        }
         footprint = None if data_rows is None else self._footprint(data_rows)
         with self._store.write():
             index = self._people_index()[1]
@@ -516,12 +608,22 @@ class Ledger:
         with self._store.write():
             state = self._state(dataset)
             same = state.check_partition(parent, children) and next(
-                (e.id for e in self.entries(dataset=dataset, kind="partition")
-                 if e.payload.get("parent") == parent), None)
+                (
+                    e.id
+                    for e in self.entries(dataset=dataset, kind="partition")
+                    if e.payload.get("parent") == parent
+                ),
+                None,
+            )
             if same:
                 return same
             integrity.refuse_held_children(state, parent, children)
-            payload = {"dataset": dataset, "parent": parent, "children": list(children), "declared_by": declared_by.strip()}
+            payload = {
+                "dataset": dataset,
+                "parent": parent,
+                "children": list(children),
+                "declared_by": declared_by.strip(),
+            }
             return self._append("partition", dataset, payload)
 
     def void(self, entry_id: str, reason: str, *, published: bool | None = None) -> str:
@@ -538,20 +640,36 @@ class Ledger:
             self._authority.require_void(published)
             target = self.get(entry_id)
             if target.kind not in ("release", "reservation", "audit"):
-                raise UsageError(f"entry to void must be a release, an audit or an open "
-                                 f"reservation, got a {target.kind} entry ({target.id}).")
+                raise UsageError(
+                    f"entry to void must be a release, an audit or an open "
+                    f"reservation, got a {target.kind} entry ({target.id})."
+                )
             if target.voided_by:
-                raise UsageError(f"release to void must not be voided already, got {target.id} "
-                                 f"(voided by {target.voided_by}).")
+                raise UsageError(
+                    f"release to void must not be voided already, got {target.id} "
+                    f"(voided by {target.voided_by})."
+                )
             if target.kind == "reservation" and target.closed_by:
-                raise UsageError(f"reservation to void must be open, got {target.id} "
-                                 f"({target.closed_as} by {target.closed_by}).")
+                raise UsageError(
+                    f"reservation to void must be open, got {target.id} "
+                    f"({target.closed_as} by {target.closed_by})."
+                )
             payload = _with({"target": target.id, "reason": reason}, artefacts_published=published)
             return self._append("void", target.dataset, payload)
 
-    def record_audit(self, *, audit_id: str, dataset: str, partition: str, adjacency: str,
-                     event: Event | None, trials: int, mechanism: str,
-                     unbounded_reason: str | None = None, release_id: str | None = None) -> str:
+    def record_audit(
+        self,
+        *,
+        audit_id: str,
+        dataset: str,
+        partition: str,
+        adjacency: str,
+        event: Event | None,
+        trials: int,
+        mechanism: str,
+        unbounded_reason: str | None = None,
+        release_id: str | None = None,
+    ) -> str:
         """Record, before its trials run, an audit that trains on ``dataset:partition``'s private
         records: ``event`` is what the trials compose to, None with ``unbounded_reason`` when some
         run without DP noise. In one write transaction, an audit that would push releases + audits
@@ -563,18 +681,27 @@ class Ledger:
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
-        payload = {"audit_id": audit_id, "mechanism": str(mechanism), "dataset_name": dataset,
-                   "partition": partition, "adjacency": adj, "non_private": event is None,
-                   "guarantee": None if event is None else event.to_dict(), "trials": int(trials),
-                   "release_id": release_id, "dpaudit_version": __version__}
+        payload = {
+            "audit_id": audit_id,
+            "mechanism": str(mechanism),
+            "dataset_name": dataset,
+            "partition": partition,
+            "adjacency": adj,
+            "non_private": event is None,
+            "guarantee": None if event is None else event.to_dict(),
+            "trials": int(trials),
+            "release_id": release_id,
+            "dpaudit_version": __version__,
+        }
         if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
-            audited = next((e.payload.get("rows") for e in entries
-                            if release_id and e.id == release_id), None)
+            audited = next(
+                (e.payload.get("rows") for e in entries if release_id and e.id == release_id), None
+            )
             if isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
             states = lc.replay(entries)
@@ -592,7 +719,9 @@ class Ledger:
         (those already holding this release: a sweep's). Raises :class:`DatasetIdentityError` for an
         unknown data digest and :class:`~dpaudit.errors.RowRoleCollisionError` for a role collision;
         every cap of a dataset sharing people with it is checked too (:mod:`.rows`)."""
-        with result_cache.recomputed():  # a cap is decided on numbers computed here, never on a file
+        with (
+            result_cache.recomputed()
+        ):  # a cap is decided on numbers computed here, never on a file
             return self._check(PlannedSpend(**planned), exclude_reservations)
 
     def _check(self, plan: PlannedSpend, held) -> dict:
@@ -607,8 +736,14 @@ class Ledger:
         accountants = queries.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
         state = state.budgeted()
         view = plan.view(fp)
-        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None,
-                  "allowed": True, "fingerprint": fp or None}
+        result = {
+            "dataset": dataset,
+            "partition": plan.partition,
+            "adjacency": adj,
+            "cap": None,
+            "allowed": True,
+            "fingerprint": fp or None,
+        }
         if plan.data_rows is not None:
             footprint = self._footprint(plan.data_rows)
             adjust = (lambda st: budget.without_held(st, held)) if held else None
@@ -651,25 +786,38 @@ class Ledger:
         with self._store.write():
             self.preflight(**{**planned, "data_rows": footprint})
             payload = {
-                "dataset_name": plan.dataset, "partition": plan.partition,
+                "dataset_name": plan.dataset,
+                "partition": plan.partition,
                 "adjacency": Adjacency.parse(plan.adjacency).value,
-                "guarantee": None if plan.event is None else plan.event.to_dict(), "non_private": plan.event is None,
-                "dataset_fingerprint": self.fingerprint(plan.data_digest) if plan.data_digest else None,
-                "mechanism": str(mechanism or ""), "pid": os.getpid(), "host": _hostname(),
+                "guarantee": None if plan.event is None else plan.event.to_dict(),
+                "non_private": plan.event is None,
+                "dataset_fingerprint": self.fingerprint(plan.data_digest)
+                if plan.data_digest
+                else None,
+                "mechanism": str(mechanism or ""),
+                "pid": os.getpid(),
+                "host": _hostname(),
                 "dpaudit_version": __version__,
             }
-            _with(payload, plan.data_info,
-                  uncertified=str(plan.uncertified) if plan.uncertified else None,
-                  noise_tail_delta=float(plan.noise_tail_delta) if plan.noise_tail_delta else None,
-                  rows=None if footprint is None else lr.declare(self, footprint))
+            _with(
+                payload,
+                plan.data_info,
+                uncertified=str(plan.uncertified) if plan.uncertified else None,
+                noise_tail_delta=float(plan.noise_tail_delta) if plan.noise_tail_delta else None,
+                rows=None if footprint is None else lr.declare(self, footprint),
+            )
             return self._append("reservation", plan.dataset, payload)
 
     def _open_reservation(self, reservation_id: str) -> Entry:
         target = self.get(reservation_id)
         if target.kind != "reservation":
-            raise UsageError(f"reservation id must name a reservation, got a {target.kind} entry ({target.id}).")
+            raise UsageError(
+                f"reservation id must name a reservation, got a {target.kind} entry ({target.id})."
+            )
         if target.closed_by is not None:
-            raise UsageError(f"reservation must be open, got {target.id} ({target.closed_as} by {target.closed_by}).")
+            raise UsageError(
+                f"reservation must be open, got {target.id} ({target.closed_as} by {target.closed_by})."
+            )
         return target
 
     def settle(self, reservation_id: str, releases) -> list[str]:
@@ -702,20 +850,35 @@ class Ledger:
         check_name("dataset", dataset)
         fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
         if not is_fingerprint(fp):
-            raise UsageError(f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}.")
+            raise UsageError(
+                f"fingerprint must be the 64 hex characters printed by the refusal, got {fingerprint!r}."
+            )
         reason = check_reason(reason)
         with self._store.write():
             state = self._state(dataset)
             if fp in state.versions:
                 return state.versions[fp]
             if fp in state.fingerprints:
-                raise UsageError(f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, "
-                                 "which its releases already use.")
-            payload = {"dataset": dataset, "fingerprint": fp, "reason": reason, "previous": sorted(state.fingerprints)}
+                raise UsageError(
+                    f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, "
+                    "which its releases already use."
+                )
+            payload = {
+                "dataset": dataset,
+                "fingerprint": fp,
+                "reason": reason,
+                "previous": sorted(state.fingerprints),
+            }
             return self._append("version", dataset, payload)
 
-    def summary(self, dataset: str | None = None, *, accountants=("rdp", "prv"), sweep: str | None = None,
-                progress: bool = False) -> list[dict]:
+    def summary(
+        self,
+        dataset: str | None = None,
+        *,
+        accountants=("rdp", "prv"),
+        sweep: str | None = None,
+        progress: bool = False,
+    ) -> list[dict]:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition
         (:func:`.queries.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
         ``sweep``: only the releases recorded under that sweep (``remaining`` is then None: it is a
@@ -729,10 +892,13 @@ class Ledger:
             states = {k: v for k, v in states.items() if v.releases}
         if dataset is not None and dataset not in states:
             under = "" if sweep is None else f" under sweep {sweep!r}"
-            raise UsageError(f"dataset must be one recorded in ledger {self.path}{under}, "
-                             f"got {dataset!r}.")
+            raise UsageError(
+                f"dataset must be one recorded in ledger {self.path}{under}, got {dataset!r}."
+            )
         people = queries.people_summary(*self._people_index(), accountants) if sweep is None else {}
-        return queries.summary_rows(states, people, accountants, whole=sweep is None, progress=progress)
+        return queries.summary_rows(
+            states, people, accountants, whole=sweep is None, progress=progress
+        )
 
     def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who
@@ -756,8 +922,14 @@ class Ledger:
         # One read transaction, so the head and the rows are from the same snapshot.
         st = self._store
         with st.read():
-            return Snapshot(str(self.path), self.backend, st.schema_version(), st.head(), st.rows(),
-                            st.health() if health else [])
+            return Snapshot(
+                str(self.path),
+                self.backend,
+                st.schema_version(),
+                st.head(),
+                st.rows(),
+                st.health() if health else [],
+            )
 
     # -- moving a ledger between backends
     def export_rows(self, *, include_key: bool = False) -> dict:
@@ -768,19 +940,24 @@ class Ledger:
         rep = self.verify()
         if not rep.ok:
             first = rep.problems[0].message.rstrip(".")
-            raise LedgerError(f"ledger {self.path} fails verification ({first}); "
-                              "it was not exported.")
+            raise LedgerError(
+                f"ledger {self.path} fails verification ({first}); it was not exported."
+            )
         return integrity.export_dump(self._snapshot(), self._key() if include_key else None)
 
     def import_rows(self, dump: dict) -> int:
         """Append the rows of :meth:`export_rows` verbatim into this *empty* ledger (one transaction);
         the chain, hashes and signatures are kept exactly, so verify passes on both sides."""
         integrity.require_export(dump)
-        key = base64.b64decode(dump.get("fingerprint_key") or "")  # b"": exported without the key (kept as is here)
+        key = base64.b64decode(
+            dump.get("fingerprint_key") or ""
+        )  # b"": exported without the key (kept as is here)
         with self._store.write():
             if self._store.rows():
-                raise UsageError(f"ledger to import into must be empty, got {self.path} "
-                                 f"with {len(self._store.rows())} entries.")
+                raise UsageError(
+                    f"ledger to import into must be empty, got {self.path} "
+                    f"with {len(self._store.rows())} entries."
+                )
             rows = integrity.import_chain(dump)
             for r in rows:
                 self._store.insert(*r[1:])

@@ -30,8 +30,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 def check_name(what: str, value: object) -> str:
     """``value``, a dataset or partition name: letters, digits, '_', '-', '.', '/' separators."""
     if not isinstance(value, str) or not _NAME_RE.match(value):
-        raise UsageError(f"{what} must be a non-empty name of letters, digits, '_', '-', '.' and "
-                         f"'/' separators, got {value!r}.")
+        raise UsageError(
+            f"{what} must be a non-empty name of letters, digits, '_', '-', '.' and "
+            f"'/' separators, got {value!r}."
+        )
     return value
 
 
@@ -68,12 +70,23 @@ class PlannedSpend:
         """The planned spend as composition sees it (its noise tail checked to be a number >= 0)."""
         tail = float(self.noise_tail_delta)
         if not tail >= 0.0:
-            raise UsageError(f"noise_tail_delta must be a number >= 0, "
-                             f"got {self.noise_tail_delta!r}.")
+            raise UsageError(
+                f"noise_tail_delta must be a number >= 0, got {self.noise_tail_delta!r}."
+            )
         adjacency = Adjacency.parse(self.adjacency).value
-        return lc.ReleaseView("planned", self.dataset, self.partition, adjacency, None, None,
-                              self.event, self.event is None, fingerprint=fingerprint,
-                              uncertified=self.uncertified, noise_tail_delta=tail)
+        return lc.ReleaseView(
+            "planned",
+            self.dataset,
+            self.partition,
+            adjacency,
+            None,
+            None,
+            self.event,
+            self.event is None,
+            fingerprint=fingerprint,
+            uncertified=self.uncertified,
+            noise_tail_delta=tail,
+        )
 
 
 def uncertified_reason(release: Release) -> str | None:
@@ -101,8 +114,9 @@ def uncertified_reason(release: Release) -> str | None:
 def sampler_uncertified_reason(sampler: str) -> str:
     """The one wording of an uncertified sampler, shared by reservations and releases."""
     if sampler == "textbook":
-        return ("uncertified: textbook floating-point Laplace sampler "
-                "(ideal-arithmetic guarantee only)")
+        return (
+            "uncertified: textbook floating-point Laplace sampler (ideal-arithmetic guarantee only)"
+        )
     return f"uncertified: {sampler} sampler (no finite-precision guarantee)"
 
 
@@ -116,9 +130,11 @@ def unbounded_audit_refusal(dataset: str, payload: dict, cap: str) -> str:
         fix = "run the audit without --no-noise"
     else:
         fix = "audit a configuration with a certified, known privacy event"
-    return (f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is "
-            f"unbounded (epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the "
-            "cap with --exclude-audits.")
+    return (
+        f"audit of dataset {dataset!r} refused before any trial ran: {reason}, so its cost is "
+        f"unbounded (epsilon=inf) and {cap} counts audits; {fix}, or have the owner set the "
+        "cap with --exclude-audits."
+    )
 
 
 def require_adjacency(state: lc.DatasetState | None, adjacency: str, what: str) -> None:
@@ -139,8 +155,9 @@ def without_held(state: lc.DatasetState, held) -> lc.DatasetState:
     return dataclasses.replace(state, releases=kept)
 
 
-def cap_columns(state: lc.DatasetState, planned: lc.ReleaseView, adjacency: str, accountants, *,
-                allowed: bool) -> dict:
+def cap_columns(
+    state: lc.DatasetState, planned: lc.ReleaseView, adjacency: str, accountants, *, allowed: bool
+) -> dict:
     """The cap columns of :meth:`~.book.Ledger.check`: spent so far, what the planned release
     needs alone and the total with it, at the cap's delta."""
     cap_eps, cap_delta = state.cap
@@ -149,13 +166,20 @@ def cap_columns(state: lc.DatasetState, planned: lc.ReleaseView, adjacency: str,
     spent = lc.total_bounds(before, delta=cap_delta, adjacency=adjacency, accountants=accountants)
     needs = lc.total_bounds(alone, delta=cap_delta, adjacency=adjacency)
     total = queries.total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)
-    return {"cap": {"epsilon": cap_eps, "delta": cap_delta}, "spent": spent["epsilon"],
-            "needs": needs["epsilon"], "total": total, "releases": before.releases_subtree,
-            "reservations": before.reservations, "allowed": allowed and total <= cap_eps}
+    return {
+        "cap": {"epsilon": cap_eps, "delta": cap_delta},
+        "spent": spent["epsilon"],
+        "needs": needs["epsilon"],
+        "total": total,
+        "releases": before.releases_subtree,
+        "reservations": before.reservations,
+        "allowed": allowed and total <= cap_eps,
+    }
 
 
-def people_columns(states: dict, index: lr.PeopleIndex, planned: lc.ReleaseView, footprint: dict,
-                   result: dict) -> None:
+def people_columns(
+    states: dict, index: lr.PeopleIndex, planned: lc.ReleaseView, footprint: dict, result: dict
+) -> None:
     """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
     and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
     dataset = planned.dataset
@@ -180,11 +204,13 @@ def refusal(plan: PlannedSpend, checked: dict) -> str | None:
     held = f" and {open_held} open reservation(s)" if open_held else ""
     why = f" ({plan.uncertified})" if plan.uncertified else ""
     spent, needs, total = (lc.fmt_epsilon(checked[k]) for k in ("spent", "needs", "total"))
-    return (f"budget of dataset {plan.dataset!r} exceeded: {checked['releases']} release(s){held} "
-            f"already spent epsilon={spent}, this release on {plan.dataset}:{plan.partition} needs "
-            f"epsilon={needs}{why} alone, composed total would be epsilon={total} > cap "
-            f"epsilon={lc.fmt_epsilon(cap['epsilon'])} at delta={cap['delta']:g}; "
-            "refused before training.")
+    return (
+        f"budget of dataset {plan.dataset!r} exceeded: {checked['releases']} release(s){held} "
+        f"already spent epsilon={spent}, this release on {plan.dataset}:{plan.partition} needs "
+        f"epsilon={needs}{why} alone, composed total would be epsilon={total} > cap "
+        f"epsilon={lc.fmt_epsilon(cap['epsilon'])} at delta={cap['delta']:g}; "
+        "refused before training."
+    )
 
 
 def check_audit(states: dict, index: lr.PeopleIndex, view: lc.ReleaseView, payload: dict) -> None:
@@ -224,4 +250,5 @@ def _check_audit_cap(state: lc.DatasetState, planned: lc.ReleaseView, payload: d
             f"audit(s) already spent epsilon={lc.fmt_epsilon(spent)}, this audit's "
             f"{payload['trials']} trials on {state.name}:{payload['partition']} would make it "
             f"epsilon={lc.fmt_epsilon(total)} (rdp) > cap epsilon={lc.fmt_epsilon(cap_eps)} at "
-            f"delta={cap_delta:g} (the cap includes audits); refused before any trial ran.")
+            f"delta={cap_delta:g} (the cap includes audits); refused before any trial ran."
+        )

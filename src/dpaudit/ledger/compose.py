@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from ..accounting.accountants import compute_epsilon, merge_leaves
 from ..accounting.adjacency import Adjacency
-from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
+from ..accounting.events import (
+    Composed,
+    Event,
+    Parallel,
+    PureEpsilon,
+    SubsampledGaussian,
+    event_from_dict,
+)
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
 from . import result_cache
 
@@ -45,7 +52,9 @@ def parse_event(data: object, what: str = "guarantee") -> Event:
     except UnsupportedEventError as e:
         raise UnsupportedEventError(f"{what} cannot be parsed: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise UnsupportedEventError(f"{what} must be a valid event dict, got {data!r} ({type(e).__name__}: {e}).") from None
+        raise UnsupportedEventError(
+            f"{what} must be a valid event dict, got {data!r} ({type(e).__name__}: {e})."
+        ) from None
 
 
 # ---------------------------------------------------------------- state
@@ -86,7 +95,9 @@ class DatasetState:
     parent_of: dict = field(default_factory=dict)  # child -> parent
     declared_by: dict = field(default_factory=dict)  # parent -> who declared the split
     fingerprints: set = field(default_factory=set)  # every data identity recorded under the name
-    versions: dict = field(default_factory=dict)  # declared extra identity -> declare-version entry id
+    versions: dict = field(
+        default_factory=dict
+    )  # declared extra identity -> declare-version entry id
     closed: dict = field(default_factory=dict)  # reservation id -> settle / cancel / void entry id
     #: audits that trained on this dataset's private records (ReleaseView kind "audit", not voided):
     #: shown beside the releases, and counted in a cap only when that cap says so
@@ -116,7 +127,11 @@ class DatasetState:
 
     def subsets(self, partition: str) -> list[str]:
         """Undeclared sub-partitions (by path): subsets that may overlap each other."""
-        return [n for n in self.partitions() if n not in self.parent_of and "/" in n and n.rsplit("/", 1)[0] == partition]
+        return [
+            n
+            for n in self.partitions()
+            if n not in self.parent_of and "/" in n and n.rsplit("/", 1)[0] == partition
+        ]
 
     def tree_order(self) -> list[str]:
         """Partitions depth-first from the roots: declared children in order, then subsets."""
@@ -191,7 +206,9 @@ class DatasetState:
             )
         for c in children:
             if c in self.parent_of:
-                raise UsageError(f"partition {self.name}:{c} must have one parent, got {parent!r} besides {self.parent_of[c]!r}.")
+                raise UsageError(
+                    f"partition {self.name}:{c} must have one parent, got {parent!r} besides {self.parent_of[c]!r}."
+                )
         # A child that is an ancestor of the parent (declared or by path) would make a cycle.
         node: str | None = parent
         seen = set()
@@ -199,7 +216,9 @@ class DatasetState:
             seen.add(node)
             node = self.parent(node)
             if node in children:
-                raise UsageError(f"partition {self.name}:{parent} must not be split into its own ancestor, got {node!r}.")
+                raise UsageError(
+                    f"partition {self.name}:{parent} must not be split into its own ancestor, got {node!r}."
+                )
         return False
 
     def add_partition(self, parent: str, children: tuple[str, ...], declared_by: str) -> None:
@@ -223,7 +242,9 @@ def entry_identity(payload: dict, identify=None) -> str:
     return ""
 
 
-def release_view(entry_id: str, dataset: str, payload: dict, identify=None, kind: str = "release") -> ReleaseView:
+def release_view(
+    entry_id: str, dataset: str, payload: dict, identify=None, kind: str = "release"
+) -> ReleaseView:
     """Decode a stored release (or reservation) payload (see ``Ledger.record`` and
     ``Ledger.reserve``); fail closed on anything odd."""
     non_private = bool(payload.get("non_private", False))
@@ -234,12 +255,25 @@ def release_view(entry_id: str, dataset: str, payload: dict, identify=None, kind
     eps = payload.get("epsilon")
     tail = payload.get("noise_tail_delta")
     tail = 0.0 if tail is None else _float_or_none(tail)
-    if tail is None or not tail >= 0.0:  # unreadable or negative: no bound on the tails (fail closed)
+    if (
+        tail is None or not tail >= 0.0
+    ):  # unreadable or negative: no bound on the tails (fail closed)
         tail = math.inf
-    return ReleaseView(entry_id, dataset, str(payload["partition"]), str(payload["adjacency"]), _float_or_none(eps),
-                       _float_or_none(payload.get("delta")), event, non_private, mechanism=str(payload.get("mechanism", "")),
-                       fingerprint=entry_identity(payload, identify), kind=kind, uncertified=str(uncertified) if uncertified else None,
-                       noise_tail_delta=tail)
+    return ReleaseView(
+        entry_id,
+        dataset,
+        str(payload["partition"]),
+        str(payload["adjacency"]),
+        _float_or_none(eps),
+        _float_or_none(payload.get("delta")),
+        event,
+        non_private,
+        mechanism=str(payload.get("mechanism", "")),
+        fingerprint=entry_identity(payload, identify),
+        kind=kind,
+        uncertified=str(uncertified) if uncertified else None,
+        noise_tail_delta=tail,
+    )
 
 
 def _float_or_none(v) -> float | None:
@@ -266,7 +300,9 @@ def _close(st: DatasetState, e, r: ReleaseView) -> None:
         st.published_voids.add(r.id)
         if r.kind == "audit":  # an audit stays counted beside the releases
             return
-        st.releases = [dataclasses.replace(x, kind="release") if x.id == r.id else x for x in st.releases]
+        st.releases = [
+            dataclasses.replace(x, kind="release") if x.id == r.id else x for x in st.releases
+        ]
         return
     if e.kind == "void":
         st.voided_views.append(r)
@@ -294,11 +330,14 @@ def _closing(states: dict, by_id: dict, e, identify) -> None:
     target = e.payload["target"]
     r = by_id.get(target)
     if r is None:
-        raise LedgerError(f"{e.kind} entry {e.id} references unknown entry {target}; "
-                          "run `dpaudit ledger verify`.")
+        raise LedgerError(
+            f"{e.kind} entry {e.id} references unknown entry {target}; run `dpaudit ledger verify`."
+        )
     if e.kind != "void" and r.kind != "reservation":
-        raise LedgerError(f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; "
-                          "run `dpaudit ledger verify`.")
+        raise LedgerError(
+            f"{e.kind} entry {e.id} references {r.kind} {target}, not a reservation; "
+            "run `dpaudit ledger verify`."
+        )
     _close(_state(states, r.dataset), e, r)
 
 
@@ -326,9 +365,16 @@ def _partition(states: dict, by_id: dict, e, identify) -> None:
 
 #: How each entry kind changes the dataset states; ledger-wide kinds (signing keys, signature
 #: policy, row sets, audit plans, seals) spend no budget of any dataset.
-_APPLY = {"release": _spend, "reservation": _spend, "audit": _spend, "version": _version,
-          "cap": _cap, "partition": _partition, **dict.fromkeys(CLOSING_KINDS, _closing),
-          **dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None)}
+_APPLY = {
+    "release": _spend,
+    "reservation": _spend,
+    "audit": _spend,
+    "version": _version,
+    "cap": _cap,
+    "partition": _partition,
+    **dict.fromkeys(CLOSING_KINDS, _closing),
+    **dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None),
+}
 
 
 def replay(entries, identify=None) -> dict[str, DatasetState]:
@@ -340,13 +386,17 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
     for e in entries:
         apply = _APPLY.get(e.kind)
         if apply is None:
-            raise LedgerError(f"entry {e.id} has unknown kind {e.kind!r}; it was written by a "
-                              "newer dpaudit or edited.")
+            raise LedgerError(
+                f"entry {e.id} has unknown kind {e.kind!r}; it was written by a "
+                "newer dpaudit or edited."
+            )
         try:
             apply(states, by_id, e, identify)
         except (KeyError, TypeError, ValueError) as ex:
-            raise LedgerError(f"entry {e.id} ({e.kind}) is malformed ({type(ex).__name__}: {ex}); "
-                              "run `dpaudit ledger verify`.") from None
+            raise LedgerError(
+                f"entry {e.id} ({e.kind}) is malformed ({type(ex).__name__}: {ex}); "
+                "run `dpaudit ledger verify`."
+            ) from None
     return states
 
 
@@ -374,9 +424,13 @@ def sequential(events) -> Event | None:
     merged = merge_leaves(leaves)
     # Sorted: composition is commutative, and one canonical order lets a dataset total and a
     # partition with the same releases share one (cached) accountant call.
-    out: list = sorted((x for x in merged if isinstance(x, SubsampledGaussian) and x.steps > 0),
-                       key=lambda x: (x.noise_multiplier, x.sample_rate))
-    out += sorted((x for x in merged if isinstance(x, PureEpsilon) and x.count > 0), key=lambda x: x.epsilon)
+    out: list = sorted(
+        (x for x in merged if isinstance(x, SubsampledGaussian) and x.steps > 0),
+        key=lambda x: (x.noise_multiplier, x.sample_rate),
+    )
+    out += sorted(
+        (x for x in merged if isinstance(x, PureEpsilon) and x.count > 0), key=lambda x: x.epsilon
+    )
     out += others
     if not out:
         return None
@@ -413,14 +467,26 @@ class NodeTotal:
 
 
 #: NodeTotal fields that add up over sequentially composed totals.
-_SUMMED = ("releases", "releases_subtree", "non_private", "naive_epsilon", "naive_delta", "reservations", "uncertified", "noise_tail")
+_SUMMED = (
+    "releases",
+    "releases_subtree",
+    "non_private",
+    "naive_epsilon",
+    "naive_delta",
+    "reservations",
+    "uncertified",
+    "noise_tail",
+)
 
 
 def _sequential_totals(totals: list[NodeTotal]) -> NodeTotal:
     """Totals of versions of one dataset, composed sequentially (see DatasetState.version_groups)."""
-    return NodeTotal(event=sequential([t.event for t in totals]), unbounded=any(t.unbounded for t in totals),
-                     unbounded_reasons=tuple(x for t in totals for x in t.unbounded_reasons),
-                     **{f: sum(getattr(t, f) for t in totals) for f in _SUMMED})
+    return NodeTotal(
+        event=sequential([t.event for t in totals]),
+        unbounded=any(t.unbounded for t in totals),
+        unbounded_reasons=tuple(x for t in totals for x in t.unbounded_reasons),
+        **{f: sum(getattr(t, f) for t in totals) for f in _SUMMED},
+    )
 
 
 def _unbounded_reason(r: ReleaseView) -> str | None:
@@ -449,21 +515,43 @@ def _node_total(state: DatasetState, partition: str, _seen: frozenset = frozense
     seen = _seen | {partition}
     subs = [_node_total(state, c, seen) for c in state.subsets(partition)]
     kids = [_node_total(state, c, seen) for c in state.children.get(partition, ())]
-    event = sequential([r.event for r in everything if not r.non_private] + [k.event for k in subs] + [_par([k.event for k in kids])])
+    event = sequential(
+        [r.event for r in everything if not r.non_private]
+        + [k.event for k in subs]
+        + [_par([k.event for k in kids])]
+    )
     return _with_subtree(_own_total(everything), event, subs, kids)
 
 
-def _with_subtree(own: NodeTotal, event: Event | None, subs: list[NodeTotal], kids: list[NodeTotal]) -> NodeTotal:
+def _with_subtree(
+    own: NodeTotal, event: Event | None, subs: list[NodeTotal], kids: list[NodeTotal]
+) -> NodeTotal:
     """A node's total: its own releases' (``own``), its undeclared subsets' in sequence and the
     worst declared child's (naive sums); counts and tails of the whole subtree."""
     inner = subs + kids
     return dataclasses.replace(
-        own, event=event, unbounded=own.unbounded or any(k.unbounded for k in inner),
-        unbounded_reasons=own.unbounded_reasons + tuple(x for k in inner for x in k.unbounded_reasons),
-        naive_epsilon=own.naive_epsilon + sum(k.naive_epsilon for k in subs) + max([k.naive_epsilon for k in kids], default=0.0),
-        naive_delta=own.naive_delta + sum(k.naive_delta for k in subs) + max([k.naive_delta for k in kids], default=0.0),
-        **{f: getattr(own, f) + sum(getattr(k, f) for k in inner)
-           for f in ("releases_subtree", "non_private", "reservations", "uncertified", "noise_tail")})
+        own,
+        event=event,
+        unbounded=own.unbounded or any(k.unbounded for k in inner),
+        unbounded_reasons=own.unbounded_reasons
+        + tuple(x for k in inner for x in k.unbounded_reasons),
+        naive_epsilon=own.naive_epsilon
+        + sum(k.naive_epsilon for k in subs)
+        + max([k.naive_epsilon for k in kids], default=0.0),
+        naive_delta=own.naive_delta
+        + sum(k.naive_delta for k in subs)
+        + max([k.naive_delta for k in kids], default=0.0),
+        **{
+            f: getattr(own, f) + sum(getattr(k, f) for k in inner)
+            for f in (
+                "releases_subtree",
+                "non_private",
+                "reservations",
+                "uncertified",
+                "noise_tail",
+            )
+        },
+    )
 
 
 def _own_total(everything: list[ReleaseView]) -> NodeTotal:
@@ -474,13 +562,18 @@ def _own_total(everything: list[ReleaseView]) -> NodeTotal:
     # unbounded (fail closed) until the operator voids it.
     reasons = tuple(x for x in map(_unbounded_reason, everything) if x)
     return NodeTotal(
-        event=None, unbounded=bool(reasons), releases=len(own), releases_subtree=len(own),
+        event=None,
+        unbounded=bool(reasons),
+        releases=len(own),
+        releases_subtree=len(own),
         non_private=sum(r.non_private for r in own),
         naive_epsilon=sum(_claim(r.epsilon, r.non_private) for r in own),
         naive_delta=sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own),
         reservations=sum(r.kind == "reservation" for r in everything),
         uncertified=sum(bool(r.uncertified) and not r.non_private for r in own),
-        unbounded_reasons=reasons, noise_tail=sum(r.noise_tail_delta for r in everything if not r.non_private))
+        unbounded_reasons=reasons,
+        noise_tail=sum(r.noise_tail_delta for r in everything if not r.non_private),
+    )
 
 
 def _claim(v: float | None, non_private: bool, missing: float = math.inf) -> float:
@@ -492,7 +585,9 @@ def _claim(v: float | None, non_private: bool, missing: float = math.inf) -> flo
 def dataset_total(state: DatasetState) -> NodeTotal:
     """All root partitions composed *sequentially*: undeclared partitions may overlap. With
     several versions of the dataset, each version's total, then the versions sequentially."""
-    totals = _sequential_totals([_sequential_totals([_node_total(g, r) for r in g.roots()]) for g in state.version_groups()])
+    totals = _sequential_totals(
+        [_sequential_totals([_node_total(g, r) for r in g.roots()]) for g in state.version_groups()]
+    )
     return dataclasses.replace(totals, releases=0)
 
 
@@ -516,9 +611,11 @@ def _cached_epsilon(event: Event, delta: float, accountant: str, adjacency: str)
         from_file = res is not None
         if res is None:
             try:
-                res = compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency)
+                res = compute_epsilon(
+                    event, delta=delta, accountant=accountant, adjacency=adjacency
+                )
             except Exception as e:  # noqa: BLE001 - a failure is remembered too (a dataset total and its
-                res = e             # only partition are the same event; prv may take seconds to fail)
+                res = e  # only partition are the same event; prv may take seconds to fail)
             result_cache.store(event, delta, accountant, adjacency, res)
         _CACHE[key] = (res, from_file)
         _CACHE.move_to_end(key)
@@ -545,8 +642,15 @@ PRV_SKIP_ABOVE_RDP_EPSILON = 40.0
 TAIL_MARGINS = (1e-9, 1e-3, 0.1, 0.5)
 
 
-def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounded: bool = False, accountants=("rdp", "prv"),
-           noise_tail: float = 0.0) -> dict:
+def bounds(
+    event: Event | None,
+    *,
+    delta: float,
+    adjacency: str | None,
+    unbounded: bool = False,
+    accountants=("rdp", "prv"),
+    noise_tail: float = 0.0,
+) -> dict:
     """Upper bounds on epsilon at ``delta`` for ``event``; ``epsilon`` is the smallest of them.
 
     ``noise_tail``: the sum tau of the releases' noise tail deltas (each bounds its release's
@@ -564,16 +668,27 @@ def bounds(event: Event | None, *, delta: float, adjacency: str | None, unbounde
     (never epsilon 0).
     """
     if noise_tail > 0.0 and not unbounded and event is not None:
-        return _bounds_with_tail(event, delta=delta, adjacency=adjacency, accountants=accountants, tau=noise_tail)
+        return _bounds_with_tail(
+            event, delta=delta, adjacency=adjacency, accountants=accountants, tau=noise_tail
+        )
     adj = adjacency or Adjacency.ADD_REMOVE_RECORD.value
-    out: dict = {"delta": delta, "epsilon_rdp": None, "epsilon_prv": None, "epsilon_prv_lower": None,
-                 "epsilon_prv_estimate": None, "epsilon_pure": None, "accountant_errors": {}}
+    out: dict = {
+        "delta": delta,
+        "epsilon_rdp": None,
+        "epsilon_prv": None,
+        "epsilon_prv_lower": None,
+        "epsilon_prv_estimate": None,
+        "epsilon_pure": None,
+        "accountant_errors": {},
+    }
     if unbounded or event is None:
         return _trivial_bounds(out, event, unbounded)
     candidates: dict[str, float] = {}
     errors = [_try_accountant(name, event, delta, adj, out, candidates) for name in accountants]
     if _pure_only(event):
-        out["epsilon_pure"] = candidates["pure"] = _cached_epsilon(event, delta, "pure", adj).epsilon
+        out["epsilon_pure"] = candidates["pure"] = _cached_epsilon(
+            event, delta, "pure", adj
+        ).epsilon
     if not candidates and "pld" not in accountants:
         # rdp and prv decline subsampled Gaussians under replace-record (their analyses are of the
         # add/remove pair; relabelling would under-report); pld analyses the replace-one pair.
@@ -591,28 +706,41 @@ def _no_bound(errors: list, reasons: dict) -> Exception:
     last = next((e for e in reversed(errors) if e is not None), None)
     if isinstance(last, UnsupportedEventError):
         return last
-    return UnsupportedEventError(f"no accountant could bound the composed event ({'; '.join(f'{k}: {v}' for k, v in reasons.items())}).")
+    return UnsupportedEventError(
+        f"no accountant could bound the composed event ({'; '.join(f'{k}: {v}' for k, v in reasons.items())})."
+    )
 
 
 def _trivial_bounds(out: dict, event: Event | None, unbounded: bool) -> dict:
     """:func:`bounds` of an unbounded total (infinite) or of nothing spent (0)."""
     if unbounded:
-        out.update(epsilon=math.inf, epsilon_rdp=math.inf, epsilon_prv=math.inf, bound_by="non-private release")
+        out.update(
+            epsilon=math.inf,
+            epsilon_rdp=math.inf,
+            epsilon_prv=math.inf,
+            bound_by="non-private release",
+        )
         if event is None or _pure_only(event):
             out["epsilon_pure"] = math.inf
         return out
-    out.update(epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent")
+    out.update(
+        epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent"
+    )
     return out
 
 
-def _try_accountant(name: str, event: Event, delta: float, adj: str, out: dict, candidates: dict) -> Exception | None:
+def _try_accountant(
+    name: str, event: Event, delta: float, adj: str, out: dict, candidates: dict
+) -> Exception | None:
     """One accountant's bound into ``out`` and ``candidates``; a failure is noted in
     ``out["accountant_errors"]`` and returned (dropping one bound can only raise the minimum)."""
     if name == "prv" and candidates.get("rdp", 0.0) > PRV_SKIP_ABOVE_RDP_EPSILON:
         # Far out in the tails prv-accountant's discretisation fails after seconds and GBs
         # (measured: a 160-release Heart total at rdp eps 81); skipping a bound only raises the minimum.
-        out["accountant_errors"][name] = (f"not attempted: the rdp bound {candidates['rdp']:.1f} exceeds "
-                                          f"{PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable")
+        out["accountant_errors"][name] = (
+            f"not attempted: the rdp bound {candidates['rdp']:.1f} exceeds "
+            f"{PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable"
+        )
         return None
     try:
         res = _cached_epsilon(event, delta, name, adj)
@@ -627,12 +755,23 @@ def _try_accountant(name: str, event: Event, delta: float, adj: str, out: dict, 
     return None
 
 
-def total_bounds(t: NodeTotal, *, delta: float, adjacency: str | None, accountants=("rdp", "prv")) -> dict:
+def total_bounds(
+    t: NodeTotal, *, delta: float, adjacency: str | None, accountants=("rdp", "prv")
+) -> dict:
     """:func:`bounds` of a composed total (its event, whether it is unbounded, its noise tails)."""
-    return bounds(t.event, delta=delta, adjacency=adjacency, unbounded=t.unbounded, accountants=accountants, noise_tail=t.noise_tail)
+    return bounds(
+        t.event,
+        delta=delta,
+        adjacency=adjacency,
+        unbounded=t.unbounded,
+        accountants=accountants,
+        noise_tail=t.noise_tail,
+    )
 
 
-def _bounds_with_tail(event: Event, *, delta: float, adjacency: str | None, accountants, tau: float) -> dict:
+def _bounds_with_tail(
+    event: Event, *, delta: float, adjacency: str | None, accountants, tau: float
+) -> dict:
     """:func:`bounds` of the truncated-noise composition at ``delta`` (see there)."""
     if math.isfinite(tau) and tau < 1.0:
         for m in TAIL_MARGINS:
@@ -643,5 +782,8 @@ def _bounds_with_tail(event: Event, *, delta: float, adjacency: str | None, acco
                 b.update(delta=delta, delta_evaluated=d1, noise_tail=tau)
                 return b
     out = bounds(event, delta=delta, adjacency=adjacency, unbounded=True, accountants=accountants)
-    out.update(bound_by=f"noise tails: tail delta {tau:.3g} cannot be covered at delta={delta:g}", noise_tail=tau)
+    out.update(
+        bound_by=f"noise tails: tail delta {tau:.3g} cannot be covered at delta={delta:g}",
+        noise_tail=tau,
+    )
     return out

@@ -33,7 +33,9 @@ def keyed_fingerprint(key: bytes, digest: str) -> str:
     """``HMAC-SHA256(key, digest)`` as 64 lower-case hex characters (``digest``: the plain identity
     of the data, e.g. the SHA-256 hex of the prepared arrays, hashed as its text)."""
     if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
-        raise UsageError(f"key must be {KEY_BYTES} bytes, got {type(key).__name__} of length {len(key) if hasattr(key, '__len__') else '?'}.")
+        raise UsageError(
+            f"key must be {KEY_BYTES} bytes, got {type(key).__name__} of length {len(key) if hasattr(key, '__len__') else '?'}."
+        )
     if not isinstance(digest, str) or not digest:
         raise UsageError(f"digest must be a non-empty string, got {digest!r}.")
     return hmac.new(bytes(key), digest.encode("utf-8"), hashlib.sha256).hexdigest()
@@ -59,13 +61,17 @@ def ledger_key(ledger_path: str | os.PathLike, *, create: bool = True) -> bytes:
         data = path.read_bytes()
     except FileNotFoundError:
         if not create:
-            raise LedgerError(f"ledger key {path} is missing; restore it from a backup (fingerprints of new releases "
-                              "cannot be matched to the recorded ones without it).") from None
+            raise LedgerError(
+                f"ledger key {path} is missing; restore it from a backup (fingerprints of new releases "
+                "cannot be matched to the recorded ones without it)."
+            ) from None
         data = _create_key(path)
     except OSError as e:
         raise LedgerError(f"cannot read ledger key {path}: {e.strerror or e}.") from None
     if len(data) != KEY_BYTES:
-        raise LedgerError(f"ledger key {path} must hold exactly {KEY_BYTES} bytes, got {len(data)}; restore it from a backup.")
+        raise LedgerError(
+            f"ledger key {path} must hold exactly {KEY_BYTES} bytes, got {len(data)}; restore it from a backup."
+        )
     return data
 
 
@@ -93,4 +99,3 @@ def _create_key(path: Path) -> bytes:
         return path.read_bytes()
     except OSError as e:
         raise LedgerError(f"cannot create ledger key {path}: {e.strerror or e}.") from None
-

@@ -22,25 +22,64 @@ from .paths import GENESIS_HASH
 from .signing import Problem
 from .store import ENTRY_COLUMNS
 
-ENTRY_KINDS = ("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version", lr.ROWS_KIND, "audit") + sg.LEDGER_KINDS
+ENTRY_KINDS = (
+    "release",
+    "void",
+    "cap",
+    "partition",
+    "reservation",
+    "settle",
+    "cancel",
+    "version",
+    lr.ROWS_KIND,
+    "audit",
+) + sg.LEDGER_KINDS
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
 
 
 def canonical_json(obj) -> str:
     """The one serialisation that is hashed: sorted keys, no spaces, non-finite floats as strings."""
-    return json.dumps(_json_safe(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return json.dumps(
+        _json_safe(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
-def entry_hash(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str,
-               signer: str | None = None, signature: str | None = None) -> str:
+def entry_hash(
+    prev_hash: str,
+    entry_id: str,
+    kind: str,
+    created_at: str,
+    dataset: str,
+    payload_text: str,
+    signer: str | None = None,
+    signature: str | None = None,
+) -> str:
     """sha256 over the previous hash and every stored column of the entry (seq excluded:
     an entry's place in the chain is fixed by ``prev_hash``). A signed entry's hash covers its
     signer and signature too (so the next entry's signature covers them); an unsigned entry
     keeps the original material, so ledgers written before signatures verify unchanged."""
     if signer is None and signature is None:
-        material = ["dpaudit-ledger-v1", prev_hash, entry_id, kind, created_at, dataset, payload_text]
+        material = [
+            "dpaudit-ledger-v1",
+            prev_hash,
+            entry_id,
+            kind,
+            created_at,
+            dataset,
+            payload_text,
+        ]
     else:
-        material = ["dpaudit-ledger-v2", prev_hash, entry_id, kind, created_at, dataset, payload_text, signer, signature]
+        material = [
+            "dpaudit-ledger-v2",
+            prev_hash,
+            entry_id,
+            kind,
+            created_at,
+            dataset,
+            payload_text,
+            signer,
+            signature,
+        ]
     return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
@@ -64,17 +103,29 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         return {
-            "ledger": self.path, "backend": self.backend, "ok": self.ok, "entries": self.entries, "head_hash": self.head_hash,
-            "schema_version": self.schema_version, "signatures": self.signatures, "anchor": self.anchor,
+            "ledger": self.path,
+            "backend": self.backend,
+            "ok": self.ok,
+            "entries": self.entries,
+            "head_hash": self.head_hash,
+            "schema_version": self.schema_version,
+            "signatures": self.signatures,
+            "anchor": self.anchor,
             "problems": [p.to_dict() for p in self.problems],
         }
 
     def __str__(self) -> str:
         if self.ok:
             sig = self.signatures or {}
-            signed = f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)" if sig.get("keys") else ""
+            signed = (
+                f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)"
+                if sig.get("keys")
+                else ""
+            )
             anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
-            intact = f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor}"
+            intact = (
+                f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor}"
+            )
             return f"{intact} (head {self.head_hash[:16]})." + seal_note(sig)
         return "\n".join(p.message for p in self.problems)
 
@@ -87,8 +138,10 @@ def seal_note(signatures: dict) -> str:
     n, through = signatures.get("unsealed") or 0, signatures.get("sealed_through")
     tail = "; nothing unsealed"
     if n:
-        tail = (f"; {n} later entr{'y' if n == 1 else 'ies'} UNSEALED: a registered member key could rewrite "
-                f"{'it' if n == 1 else 'them'} undetected (the owner runs `dpaudit ledger seal`)")
+        tail = (
+            f"; {n} later entr{'y' if n == 1 else 'ies'} UNSEALED: a registered member key could rewrite "
+            f"{'it' if n == 1 else 'them'} undetected (the owner runs `dpaudit ledger seal`)"
+        )
     return f" Signed by the owner through entry #{through}{tail}."
 
 
@@ -101,13 +154,18 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
     for r in rows:
         seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
         signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
-        if not (withheld and is_withheld(r)) and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h:
+        if (
+            not (withheld and is_withheld(r))
+            and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h
+        ):
             edited = f"{sg.label(r)} was edited: its content no longer matches its hash."
             problems.append(Problem("edited", edited, seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
         prev_row = r
-    problems.extend(_check_head(head, rows, by_hash, prev_row[7] if prev_row else GENESIS_HASH, problems))
+    problems.extend(
+        _check_head(head, rows, by_hash, prev_row[7] if prev_row else GENESIS_HASH, problems)
+    )
     return problems
 
 
@@ -116,22 +174,49 @@ def _link_problem(r, prev_row, after) -> Problem:
     its ``prev_hash`` names, if still there."""
     seq, eid, prev, label = r[0], r[1], r[6], sg.label(r)
     if after is not None and after is not r:
-        return Problem("reordered", f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
-                       + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."), seq, eid)
+        return Problem(
+            "reordered",
+            f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
+            + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."),
+            seq,
+            eid,
+        )
     if prev == GENESIS_HASH:
-        return Problem("reordered", f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]}).", seq, eid)
+        return Problem(
+            "reordered",
+            f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]}).",
+            seq,
+            eid,
+        )
     if prev_row is None or seq != prev_row[0] + 1:
-        gone = (f"entry/entries between entry #{prev_row[0]} ({prev_row[1]}) and {label}" if prev_row is not None
-                else f"entry/entries before {label}" if seq != 1 else "the first entry/entries")
-        return Problem("deleted", f"{gone} were deleted: {label} follows an entry that is no longer in the ledger.", seq, eid)
-    return Problem("edited", f"entry #{prev_row[0]} ({prev_row[2]} {prev_row[1]}) was edited and re-hashed: {label} no longer follows it "
-                   "(or entries between them were deleted and the rest renumbered).", prev_row[0], prev_row[1])
+        gone = (
+            f"entry/entries between entry #{prev_row[0]} ({prev_row[1]}) and {label}"
+            if prev_row is not None
+            else f"entry/entries before {label}"
+            if seq != 1
+            else "the first entry/entries"
+        )
+        return Problem(
+            "deleted",
+            f"{gone} were deleted: {label} follows an entry that is no longer in the ledger.",
+            seq,
+            eid,
+        )
+    return Problem(
+        "edited",
+        f"entry #{prev_row[0]} ({prev_row[2]} {prev_row[1]}) was edited and re-hashed: {label} no longer follows it "
+        "(or entries between them were deleted and the rest renumbered).",
+        prev_row[0],
+        prev_row[1],
+    )
 
 
 def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
     """Compare the chain head (last hash, entry count) with what the table holds."""
     if head is None:
-        return [Problem("deleted", "the chain head is missing: the ledger was altered outside dpaudit.")]
+        return [
+            Problem("deleted", "the chain head is missing: the ledger was altered outside dpaudit.")
+        ]
     head_seq, head_count, head_hash = head
     if head_hash == last_hash and head_count == len(rows):
         return []
@@ -140,11 +225,23 @@ def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
             return []  # already named
         tail = [r for r in rows if r[0] > by_hash[head_hash][0]]
         if tail:
-            return [Problem("edited", f"entry #{tail[0][0]} ({tail[0][1]}) and later were added outside dpaudit (after the chain head).", tail[0][0], tail[0][1])]
+            return [
+                Problem(
+                    "edited",
+                    f"entry #{tail[0][0]} ({tail[0][1]}) and later were added outside dpaudit (after the chain head).",
+                    tail[0][0],
+                    tail[0][1],
+                )
+            ]
     elif head_hash != GENESIS_HASH or rows:
         return _head_entry_gone(head, rows, found)
     if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
-        return [Problem("deleted", f"the chain head records {head_count} entries but the ledger holds {len(rows)}.")]
+        return [
+            Problem(
+                "deleted",
+                f"the chain head records {head_count} entries but the ledger holds {len(rows)}.",
+            )
+        ]
     return []
 
 
@@ -155,13 +252,25 @@ def _head_entry_gone(head, rows, found) -> list[Problem]:
     if r is not None:
         if any(p.kind == "edited" and p.seq == head_seq for p in found):
             return []
-        return [Problem("edited", f"entry #{head_seq} ({r[2]} {r[1]}) was edited and re-hashed: its hash differs from the chain head.", head_seq, r[1])]
+        return [
+            Problem(
+                "edited",
+                f"entry #{head_seq} ({r[2]} {r[1]}) was edited and re-hashed: its hash differs from the chain head.",
+                head_seq,
+                r[1],
+            )
+        ]
     last = rows[-1] if rows else None
-    return [Problem(
-        "deleted",
-        f"the last entry #{head_seq} was deleted: the chain head records {head_count} entries ending at entry #{head_seq}, "
-        f"but the ledger holds {len(rows)}" + (f" ending at entry #{last[0]} ({last[1]})." if last else "."),
-        head_seq, None)]
+    return [
+        Problem(
+            "deleted",
+            f"the last entry #{head_seq} was deleted: the chain head records {head_count} entries ending at entry #{head_seq}, "
+            f"but the ledger holds {len(rows)}"
+            + (f" ending at entry #{last[0]} ({last[1]})." if last else "."),
+            head_seq,
+            None,
+        )
+    ]
 
 
 # ---------------------------------------------------------------- one snapshot
@@ -189,21 +298,44 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problem, never 0), every signature against the keys registered before it (``owner``: the key
     id the first registered key must have) and ``anchor`` (a head hash published earlier: the
     chain must still contain it)."""
-    rows, shared = snap.rows, snap.backend == "export"  # only a bundle's shareable export may withhold row sets
+    rows, shared = (
+        snap.rows,
+        snap.backend == "export",
+    )  # only a bundle's shareable export may withhold row sets
     readable = [r for r in rows if not (shared and is_withheld(r))]
-    problems = [Problem(k, m) for k, m in snap.health] + chain_problems(snap.head, rows, withheld=shared) + _unreadable(rows)
+    problems = (
+        [Problem(k, m) for k, m in snap.health]
+        + chain_problems(snap.head, rows, withheld=shared)
+        + _unreadable(rows)
+    )
     problems += withheld_problems(rows) if shared else []
     ring, found = sg.check_signatures(signed_rows(readable), owner=owner)
     problems += found + authority_problems(readable)
     if anchor is not None:
         a = anchor.strip().lower()
         if not is_fingerprint(a):
-            raise UsageError(f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}.")
+            raise UsageError(
+                f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}."
+            )
         if a != GENESIS_HASH and a not in {r[7] for r in rows}:
-            problems.append(Problem("anchor", f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
-                                              "since that head was published."))
+            problems.append(
+                Problem(
+                    "anchor",
+                    f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
+                    "since that head was published.",
+                )
+            )
     last_hash = rows[-1][7] if rows else GENESIS_HASH
-    return VerifyReport(snap.path, len(rows), last_hash, snap.schema_version, tuple(problems), ring.to_dict(), anchor, snap.backend)
+    return VerifyReport(
+        snap.path,
+        len(rows),
+        last_hash,
+        snap.schema_version,
+        tuple(problems),
+        ring.to_dict(),
+        anchor,
+        snap.backend,
+    )
 
 
 def held_children(state: lc.DatasetState, children) -> list[str]:
@@ -226,7 +358,8 @@ def refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
         raise LedgerAuthorityError(
             f"partition {state.name}:{parent} must be declared before its children hold releases, "
             f"got {', '.join(held)}: they were composed sequentially with the rest of the dataset "
-            "and keep composing so; declare a split before releasing on it.")
+            "and keep composing so; declare a split before releasing on it."
+        )
 
 
 @dataclass(frozen=True)
@@ -265,12 +398,21 @@ def partition_problems(rows) -> list[Problem]:
                 continue  # the identical split again: changes nothing
             held = held_children(state, children)
         except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
-            held = [f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"]
+            held = [
+                f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"
+            ]
         if held:
             seq = next(r[0] for r in rows if r[1] == e.id)
-            out.append(Problem("authority", f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
-                                            f"after its children hold {', '.join(held)}: parallel composition would lower "
-                                            "what they spent.", seq, e.id))
+            out.append(
+                Problem(
+                    "authority",
+                    f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
+                    f"after its children hold {', '.join(held)}: parallel composition would lower "
+                    "what they spent.",
+                    seq,
+                    e.id,
+                )
+            )
     return out
 
 
@@ -282,8 +424,13 @@ def seal_problems(rows) -> list[Problem]:
     seal = sg.remembered_seal(ring.keys[ring.owner].entry_id)
     if seal is None or seal["hash"] in {r[7] for r in rows}:
         return []
-    return [Problem("seal", f"the owner's seal of entry #{seal.get('seq')} (hash {seal['hash'][:16]}), made on this machine, is no "
-                            "longer in the chain: the ledger was truncated or rewritten after it was sealed.")]
+    return [
+        Problem(
+            "seal",
+            f"the owner's seal of entry #{seal.get('seq')} (hash {seal['hash'][:16]}), made on this machine, is no "
+            "longer in the chain: the ledger was truncated or rewritten after it was sealed.",
+        )
+    ]
 
 
 def authority_problems(rows) -> list[Problem]:
@@ -302,7 +449,11 @@ def _unreadable(rows) -> list[Problem]:
                 lc.parse_event(payload.get("guarantee"))
         except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            out.append(Problem("unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid))
+            out.append(
+                Problem(
+                    "unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid
+                )
+            )
     return out
 
 
@@ -312,9 +463,12 @@ def _unreadable(rows) -> list[Problem]:
 def export_dump(snap: Snapshot, key: bytes | None) -> dict:
     """Every stored row verbatim (hashes and signatures included) and the fingerprint key if given."""
     return {
-        "format": EXPORT_FORMAT, "schema_version": snap.schema_version, "head_hash": snap.head[2],
+        "format": EXPORT_FORMAT,
+        "schema_version": snap.schema_version,
+        "head_hash": snap.head[2],
         "fingerprint_key": base64.b64encode(key).decode("ascii") if key is not None else None,
-        "columns": list(ENTRY_COLUMNS), "rows": [list(r) for r in snap.rows],
+        "columns": list(ENTRY_COLUMNS),
+        "rows": [list(r) for r in snap.rows],
     }
 
 
@@ -348,7 +502,9 @@ def _referenced_sets(rows) -> set:
     for r in rows:
         if r[2] in ("release", "reservation", "audit"):
             spec = (sg.payload_of(r[5]) or {}).get("rows") or {}
-            out.update(sid for role in spec.values() if isinstance(role, dict) for sid in role.values())
+            out.update(
+                sid for role in spec.values() if isinstance(role, dict) for sid in role.values()
+            )
     return out
 
 
@@ -369,7 +525,9 @@ def withheld_problems(rows) -> list[Problem]:
 
 def require_export(dump) -> None:
     if not isinstance(dump, dict) or dump.get("format") != EXPORT_FORMAT:
-        raise UsageError(f"import must be a dpaudit ledger export (format {EXPORT_FORMAT}), got {str(dump)[:60]!r}.")
+        raise UsageError(
+            f"import must be a dpaudit ledger export (format {EXPORT_FORMAT}), got {str(dump)[:60]!r}."
+        )
 
 
 def import_chain(dump: dict) -> list:
@@ -379,9 +537,17 @@ def import_chain(dump: dict) -> list:
     prev = GENESIS_HASH
     for i, r in enumerate(rows, 1):
         seq, eid, kind, created_at, dataset, text, prev_hash, h, signer, signature = r
-        if seq != i or prev_hash != prev or entry_hash(prev_hash, eid, kind, created_at, dataset, text, signer, signature) != h:
-            raise LedgerError(f"import: entry #{seq} ({eid}) does not continue the chain; nothing was imported.")
+        if (
+            seq != i
+            or prev_hash != prev
+            or entry_hash(prev_hash, eid, kind, created_at, dataset, text, signer, signature) != h
+        ):
+            raise LedgerError(
+                f"import: entry #{seq} ({eid}) does not continue the chain; nothing was imported."
+            )
         prev = h
     if dump.get("head_hash") != prev:
-        raise LedgerError("import: the export's head hash does not match its last entry; nothing was imported.")
+        raise LedgerError(
+            "import: the export's head hash does not match its last entry; nothing was imported."
+        )
     return rows

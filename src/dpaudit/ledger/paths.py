@@ -26,6 +26,7 @@ def utc_now() -> str:
     """The ledger's timestamps: UTC, ISO 8601, microseconds."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
+
 LEDGER_ENV = "DPAUDIT_LEDGER"
 DEFAULT_LEDGER = Path(".dpaudit") / "ledger.sqlite"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -54,7 +55,9 @@ class LedgerLocation:
         """The location as shown in messages and JSON output: a path, or the URL without its password."""
         if self.backend == "sqlite":
             return str(self.path)
-        return redact_url(self.url or "") + ("" if self.schema == DEFAULT_PG_SCHEMA else f"?schema={self.schema}")
+        return redact_url(self.url or "") + (
+            "" if self.schema == DEFAULT_PG_SCHEMA else f"?schema={self.schema}"
+        )
 
     @property
     def target(self) -> str:
@@ -72,7 +75,7 @@ def _unsplit(parts: urllib.parse.SplitResult) -> str:
     server's default socket), which ``urlunsplit`` drops (giving ``postgresql:/db``)."""
     url = urllib.parse.urlunsplit(parts)
     if not parts.netloc and parts.scheme and not url.startswith(f"{parts.scheme}://"):
-        url = f"{parts.scheme}://" + url[len(parts.scheme) + 1:]
+        url = f"{parts.scheme}://" + url[len(parts.scheme) + 1 :]
     return url
 
 
@@ -113,9 +116,13 @@ def _from_url(text: str, scheme: str, rest: str) -> LedgerLocation:
     schema = next((v for k, v in reversed(params) if k == "schema"), DEFAULT_PG_SCHEMA)
     kept = [(k, v) for k, v in params if k != "schema"]
     if not _SCHEMA_RE.match(schema):
-        raise UsageError(f"ledger schema must be a lower-case SQL name (letters, digits, '_', at most 63), got {schema!r}.")
+        raise UsageError(
+            f"ledger schema must be a lower-case SQL name (letters, digits, '_', at most 63), got {schema!r}."
+        )
     if not parts.path.strip("/"):
-        raise UsageError(f"ledger URL must name a database (postgresql://USER@HOST[:PORT]/DB), got {redact_url(text)!r}.")
+        raise UsageError(
+            f"ledger URL must name a database (postgresql://USER@HOST[:PORT]/DB), got {redact_url(text)!r}."
+        )
     url = _unsplit(parts._replace(query=urllib.parse.urlencode(kept)))
     return LedgerLocation("postgresql", url=url, schema=schema)
 
@@ -145,6 +152,8 @@ def require_existing(loc: LedgerLocation) -> LedgerLocation:
     """Refuse (one-line LedgerError) a ledger file that does not exist: reading or verifying a
     ledger never creates one (a mistyped ``--ledger`` must not read as an empty, intact ledger)."""
     if ledger_missing(loc):
-        raise LedgerError(f"ledger must be an existing ledger file, got {str(loc.path)!r} (no such file; only commands that "
-                          f"write to a ledger create one).")
+        raise LedgerError(
+            f"ledger must be an existing ledger file, got {str(loc.path)!r} (no such file; only commands that "
+            f"write to a ledger create one)."
+        )
     return loc

@@ -24,8 +24,13 @@ def audits_of_target(target: dict, entries) -> list[tuple[int, str]]:
     """(seq, audit id) of every audit of ``target`` among ``entries`` ((seq, kind, payload), ledger order):
     ``audit`` entries (a release's audits by its id; a fresh run's by mechanism and dataset) and the runs
     of plans registered with the same target."""
-    planned = {p.get("plan_id") for _, kind, p in entries
-               if kind == "plan" and p.get("stage") == "registered" and same_target(target, p.get("target"))}
+    planned = {
+        p.get("plan_id")
+        for _, kind, p in entries
+        if kind == "plan"
+        and p.get("stage") == "registered"
+        and same_target(target, p.get("target"))
+    }
     out = []
     for seq, kind, p in entries:
         if kind == "plan" and p.get("stage") == "run" and p.get("plan_id") in planned:
@@ -40,8 +45,11 @@ def _audits(target: dict, audit: dict) -> bool:
     if "release" in target:
         return audit.get("release_id") == target["release"]
     named = (audit.get("mechanism"), audit.get("dataset_name"))
-    return audit.get("release_id") is None and target.get("dataset") is not None and \
-        named == (target.get("mechanism"), target.get("dataset"))
+    return (
+        audit.get("release_id") is None
+        and target.get("dataset") is not None
+        and named == (target.get("mechanism"), target.get("dataset"))
+    )
 
 
 def recorded_plan_entry(payload: dict, entries, path) -> str | None:
@@ -52,14 +60,18 @@ def recorded_plan_entry(payload: dict, entries, path) -> str | None:
     key = _key(payload)
     named_run = (key[1] != "registered") == isinstance(key[2], str)
     if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or not named_run:
-        raise UsageError(f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a "
-                         f"run, its audit_id; got {payload!r}.")
+        raise UsageError(
+            f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a "
+            f"run, its audit_id; got {payload!r}."
+        )
     plans = [(eid, p) for _, eid, kind, p in entries if kind == "plan"]
     registered = any(_key(p)[:2] == (key[0], "registered") for _, p in plans)
     if registered == (key[1] == "registered"):
         why = "is already registered" if registered else "is not registered in it"
-        raise UsageError(f"plan must be registered once in ledger {path} before it runs, got plan {key[0]} "
-                         f"that {why}.")
+        raise UsageError(
+            f"plan must be registered once in ledger {path} before it runs, got plan {key[0]} "
+            f"that {why}."
+        )
     if key[1] == "registered":
         _refuse_late_registration(payload, entries, path)
     if key[1] == "result":
@@ -75,27 +87,35 @@ def target_label(target: dict) -> str:
     """A plan target in words (``release ID``, or ``MECHANISM on DATASET``)."""
     if "release" in target:
         return f"release {str(target['release'])[:12]}"
-    return str(target.get("mechanism")) + (f" on {target['dataset']}" if target.get("dataset") else "")
+    return str(target.get("mechanism")) + (
+        f" on {target['dataset']}" if target.get("dataset") else ""
+    )
 
 
 def _refuse_late_registration(payload: dict, entries, path) -> None:
     target = payload.get("target")
     seen = audits_of_target(target, [(s, kind, p) for s, _, kind, p in entries]) if target else []
     if seen:
-        raise UsageError(f"registration of an audit plan must come before any audit of its target "
-                         f"({target_label(target)}), got {len(seen)} audit(s) of it already in ledger {path} "
-                         f"(first: {seen[0][1]}).")
+        raise UsageError(
+            f"registration of an audit plan must come before any audit of its target "
+            f"({target_label(target)}), got {len(seen)} audit(s) of it already in ledger {path} "
+            f"(first: {seen[0][1]})."
+        )
 
 
 def _recorded_result(payload: dict, plans, path) -> str | None:
     """A run's one result: the entry recording the same digest (a resumed run), else None (append it)."""
     pid, aid = payload["plan_id"], payload["audit_id"]
     if not any(_key(p) == (pid, "run", aid) for _, p in plans):
-        raise UsageError(f"result must follow its run's entry in ledger {path}, got a result of run {aid} "
-                         f"that plan {pid} never started.")
+        raise UsageError(
+            f"result must follow its run's entry in ledger {path}, got a result of run {aid} "
+            f"that plan {pid} never started."
+        )
     first = next(((eid, p) for eid, p in plans if _key(p) == (pid, "result", aid)), None)
     if first is not None and first[1].get("sha256") != payload.get("sha256"):
-        raise UsageError(f"result of run {aid} under plan {pid} must be recorded once (the first counts), "
-                         f"got a second with another digest ({str(payload.get('sha256'))[:12]}, recorded "
-                         f"{str(first[1].get('sha256'))[:12]}).")
+        raise UsageError(
+            f"result of run {aid} under plan {pid} must be recorded once (the first counts), "
+            f"got a second with another digest ({str(payload.get('sha256'))[:12]}, recorded "
+            f"{str(first[1].get('sha256'))[:12]})."
+        )
     return None if first is None else first[0]

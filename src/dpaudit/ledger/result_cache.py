@@ -93,7 +93,9 @@ def _code_fingerprint() -> str:
         h = hashlib.sha256(f"dpaudit {__version__}\n".encode())
         for path in sorted((Path(__file__).parents[1] / "accounting").glob("*.py")):
             h.update(path.name.encode() + b"\0" + path.read_bytes())
-        spec = importlib.util.find_spec("prv_accountant")  # locates the package without importing it
+        spec = importlib.util.find_spec(
+            "prv_accountant"
+        )  # locates the package without importing it
         roots = list(spec.submodule_search_locations or []) if spec is not None else []
         for root in roots:
             for path in sorted(Path(root).rglob("*.py")):
@@ -105,7 +107,14 @@ def _code_fingerprint() -> str:
 
 
 def _key(event, delta: float, accountant: str, adjacency: str) -> str:
-    fields = [_FORMAT, _code_fingerprint(), accountant, adjacency, repr(float(delta)), event.to_dict()]
+    fields = [
+        _FORMAT,
+        _code_fingerprint(),
+        accountant,
+        adjacency,
+        repr(float(delta)),
+        event.to_dict(),
+    ]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -119,7 +128,13 @@ def _load() -> dict:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) and data.get("format") == _FORMAT and isinstance(data.get("entries"), dict) else {}
+    return (
+        data
+        if isinstance(data, dict)
+        and data.get("format") == _FORMAT
+        and isinstance(data.get("entries"), dict)
+        else {}
+    )
 
 
 def lookup(event, delta: float, accountant: str, adjacency: str):
@@ -132,7 +147,11 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
     except (OSError, TypeError, ValueError, AttributeError):
         return None
     entry = _load().get("entries", {}).get(key)
-    if not isinstance(entry, dict) or not isinstance(entry.get("value"), dict) or entry.get("check") != _check(key, entry["value"]):
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("value"), dict)
+        or entry.get("check") != _check(key, entry["value"])
+    ):
         return None
     value = entry["value"]
     if "refusal" in value:
@@ -143,7 +162,14 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
         return None
     if not all(isinstance(x, float) for x in nums) or not nums[0] >= 0.0:
         return None
-    return AccountantResult(accountant, nums[0], float(delta), adjacency, epsilon_lower=nums[1], epsilon_estimate=nums[2])
+    return AccountantResult(
+        accountant,
+        nums[0],
+        float(delta),
+        adjacency,
+        epsilon_lower=nums[1],
+        epsilon_estimate=nums[2],
+    )
 
 
 def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
@@ -155,7 +181,11 @@ def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
     elif isinstance(result, BaseException):
         return
     else:
-        value = {"epsilon": float(result.epsilon), "epsilon_lower": result.epsilon_lower, "epsilon_estimate": result.epsilon_estimate}
+        value = {
+            "epsilon": float(result.epsilon),
+            "epsilon_lower": result.epsilon_lower,
+            "epsilon_estimate": result.epsilon_estimate,
+        }
         if not all(isinstance(v, float) for v in value.values()):
             return
     try:

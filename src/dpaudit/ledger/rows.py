@@ -71,7 +71,8 @@ def hash_rows(key: bytes, row_sets) -> dict:
     for source, side in out["public"].items():
         if side.meets(out["private"].get(source, Side()), declared=True):
             raise RowRoleCollisionError(
-                f"rows of a release must be private or public, got rows of {source} read as both.")
+                f"rows of a release must be private or public, got rows of {source} read as both."
+            )
     return out
 
 
@@ -94,7 +95,12 @@ def declare(ledger, footprint: dict) -> dict:
             blob = b"".join(sorted(side.hashes))
             sid = _set_id(source, blob)
             if sid not in known:
-                payload = {"source": source, "set": sid, "count": len(side.hashes), "hashes": base64.b64encode(blob).decode("ascii")}
+                payload = {
+                    "source": source,
+                    "set": sid,
+                    "count": len(side.hashes),
+                    "hashes": base64.b64encode(blob).decode("ascii"),
+                }
                 ledger._append(ROWS_KIND, "", payload)
                 known.add(sid)
             out[role][source] = sid
@@ -107,7 +113,7 @@ def _stored_sets(raw_rows) -> dict:
         if r[2] == ROWS_KIND:
             p = json.loads(r[5])
             blob = base64.b64decode(p["hashes"])
-            sets[p["set"]] = {blob[i:i + _HASH_BYTES] for i in range(0, len(blob), _HASH_BYTES)}
+            sets[p["set"]] = {blob[i : i + _HASH_BYTES] for i in range(0, len(blob), _HASH_BYTES)}
     return sets
 
 
@@ -116,7 +122,11 @@ def entry_spec(dataset: str, payload: dict) -> list[tuple[str, str, str]]:
     spec = payload.get("rows")
     if not isinstance(spec, dict):
         return assumed_spec(dataset)
-    return [(role, source, sid) for role in ("private", "public") for source, sid in sorted((spec.get(role) or {}).items())]
+    return [
+        (role, source, sid)
+        for role in ("private", "public")
+        for source, sid in sorted((spec.get(role) or {}).items())
+    ]
 
 
 def footprint_of(spec, sets: dict) -> dict:
@@ -157,8 +167,11 @@ def _meet(a: dict, b: dict, role_a: str, role_b: str, *, declared: bool = False)
     """Sources on which ``a``'s ``role_a`` rows and ``b``'s ``role_b`` rows share a row
     (``declared``: see Side.meets)."""
     theirs = b[role_b]
-    return sorted(s for s, side in a[role_a].items()
-                  if s in theirs and side.meets(theirs[s], declared=declared))
+    return sorted(
+        s
+        for s, side in a[role_a].items()
+        if s in theirs and side.meets(theirs[s], declared=declared)
+    )
 
 
 def _specs(entries, live: set) -> tuple[dict, dict]:
@@ -192,8 +205,11 @@ class PeopleIndex:
         # audits train on the private rows of what they audit: they link names as releases do
         live = {r.id for st in states.values() for r in st.releases + st.audits}
         specs, assumed = _specs(entries, live)
-        return cls({name: footprint_of(spec, sets) for name, spec in specs.items()}, sets,
-                   {name: footprint_of(spec, sets) for name, spec in assumed.items() if spec})
+        return cls(
+            {name: footprint_of(spec, sets) for name, spec in specs.items()},
+            sets,
+            {name: footprint_of(spec, sets) for name, spec in assumed.items() if spec},
+        )
 
     def footprint(self, dataset: str, payload: dict) -> dict:
         """The rows a recorded (or planned) entry's payload says it reads."""
@@ -221,10 +237,13 @@ class PeopleIndex:
                     raise RowRoleCollisionError(
                         f"rows of {', '.join(shared)} must not be read as {mine} by dataset {dataset!r}: dataset {name!r} "
                         f"already reads them as {theirs}; refused before training. Use rows the other dataset does not "
-                        f"read as {theirs} (see dpaudit.data.rows).")
+                        f"read as {theirs} (see dpaudit.data.rows)."
+                    )
 
     def with_planned(self, dataset: str, planned: dict) -> "PeopleIndex":
-        names = {n: {r: dict(by_source) for r, by_source in fp.items()} for n, fp in self.names.items()}
+        names = {
+            n: {r: dict(by_source) for r, by_source in fp.items()} for n, fp in self.names.items()
+        }
         _merge(names.setdefault(dataset, _empty()), planned)
         return PeopleIndex(names, self.sets, self.capped)
 
@@ -233,20 +252,34 @@ class PeopleIndex:
         mine = self.covered(name)
         if mine is None:
             return []
-        return sorted(n for n, fp in self.names.items() if n != name and _meet(mine, fp, "private", "private"))
+        return sorted(
+            n for n, fp in self.names.items() if n != name and _meet(mine, fp, "private", "private")
+        )
 
 
 def people_total(states: dict, names, audits: bool = False) -> lc.NodeTotal:
     """The names' dataset totals (with their audits when ``audits``) composed sequentially (they may
     share people); one adjacency."""
-    adjacencies = {n: states[n].adjacency() for n in names if n in states and states[n].adjacency() is not None}
+    adjacencies = {
+        n: states[n].adjacency() for n in names if n in states and states[n].adjacency() is not None
+    }
     if len(set(adjacencies.values())) > 1:
         shown = ", ".join(f"{n} ({a})" for n, a in sorted(adjacencies.items()))
-        raise AdjacencyMismatchError(f"releases on datasets that share people must use one adjacency to be composed, got {shown}.")
-    return lc._sequential_totals([lc.dataset_total(states[n].with_audits() if audits else states[n]) for n in names if n in states])
+        raise AdjacencyMismatchError(
+            f"releases on datasets that share people must use one adjacency to be composed, got {shown}."
+        )
+    return lc._sequential_totals(
+        [
+            lc.dataset_total(states[n].with_audits() if audits else states[n])
+            for n in names
+            if n in states
+        ]
+    )
 
 
-def caps_to_check(index: PeopleIndex, states: dict, dataset: str, planned: dict) -> list[tuple[str, list[str]]]:
+def caps_to_check(
+    index: PeopleIndex, states: dict, dataset: str, planned: dict
+) -> list[tuple[str, list[str]]]:
     """``(capped name X, names composed with X)`` for every cap the planned release on ``dataset``
     can raise through shared people: X is ``dataset``, X's rows meet the planned rows, or
     ``dataset`` shares people with X. Caps without sharing are left to the per-name check."""
@@ -262,7 +295,9 @@ def caps_to_check(index: PeopleIndex, states: dict, dataset: str, planned: dict)
 
 
 def adjacency_of(states: dict, names) -> str | None:
-    return next((states[n].adjacency() for n in names if n in states and states[n].adjacency()), None)
+    return next(
+        (states[n].adjacency() for n in names if n in states and states[n].adjacency()), None
+    )
 
 
 def _epsilon(states: dict, names, delta: float, audits: bool = False) -> float:
@@ -270,8 +305,16 @@ def _epsilon(states: dict, names, delta: float, audits: bool = False) -> float:
     return lc.total_bounds(total, delta=delta, adjacency=adjacency_of(states, names))["epsilon"]
 
 
-def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, partition: str, planned: dict, *,
-               what: str = "release") -> tuple[list, str | None]:
+def check_caps(
+    index: PeopleIndex,
+    before: dict,
+    after: dict,
+    dataset: str,
+    partition: str,
+    planned: dict,
+    *,
+    what: str = "release",
+) -> tuple[list, str | None]:
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
     the planned release or audit (``what``; ``after``: states with it): the checked caps, and the
     refusal of the first cap exceeded (None if none is). A cap that includes audits composes every
@@ -286,9 +329,11 @@ def check_caps(index: PeopleIndex, before: dict, after: dict, dataset: str, part
         checked.append({"dataset": name, "composed_with": group, "total": total, "cap": cap_eps})
         if total > cap_eps and refusal is None:
             spent = "releases and audits" if audits else "releases"
-            refusal = (f"budget of dataset {name!r} exceeded through shared people: the {spent} of {', '.join(group)} read rows "
-                       f"{name} holds private and compose to epsilon={lc.fmt_epsilon(_epsilon(before, group, cap_delta, audits))}; with this "
-                       f"{what} on {dataset}:{partition} the composed total would be epsilon={lc.fmt_epsilon(total)} > cap "
-                       f"epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g}; refused before "
-                       f"{'any trial ran' if what == 'audit' else 'training'}.")
+            refusal = (
+                f"budget of dataset {name!r} exceeded through shared people: the {spent} of {', '.join(group)} read rows "
+                f"{name} holds private and compose to epsilon={lc.fmt_epsilon(_epsilon(before, group, cap_delta, audits))}; with this "
+                f"{what} on {dataset}:{partition} the composed total would be epsilon={lc.fmt_epsilon(total)} > cap "
+                f"epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g}; refused before "
+                f"{'any trial ran' if what == 'audit' else 'training'}."
+            )
     return checked, refusal

@@ -43,7 +43,10 @@ from typing import Iterable, NamedTuple
 from ..errors import LedgerError, UsageError
 from ..lazy import lazy_import
 from .fingerprint import write_secret
-crypto_exceptions = lazy_import("cryptography.exceptions")  # ~25 ms: bound when a key is read or a signature checked
+
+crypto_exceptions = lazy_import(
+    "cryptography.exceptions"
+)  # ~25 ms: bound when a key is read or a signature checked
 serialization = lazy_import("cryptography.hazmat.primitives.serialization")
 ed25519 = lazy_import("cryptography.hazmat.primitives.asymmetric.ed25519")
 
@@ -68,8 +71,13 @@ OWNER_KINDS = ("cap", "void", KEY_KIND, POLICY_KIND, SEAL_KIND)
 #: Entries that close a reservation: only its own signer or the owner may write one.
 CLOSE_KINDS = ("settle", "cancel")
 #: What each owner-only entry would let another key do (the wording of the findings and refusals).
-OWNER_POWERS = {"cap": "set or raise a cap", "void": "lower a spent budget", KEY_KIND: "register keys",
-                POLICY_KIND: "set the signature policy", SEAL_KIND: "seal the ledger"}
+OWNER_POWERS = {
+    "cap": "set or raise a cap",
+    "void": "lower a spent budget",
+    KEY_KIND: "register keys",
+    POLICY_KIND: "set the signature policy",
+    SEAL_KIND: "seal the ledger",
+}
 #: The ``dataset`` column of ledger-wide entries (no dataset name can be empty).
 LEDGER_SCOPE = ""
 _KEY_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -95,7 +103,9 @@ def parse_public_key(text: str) -> bytes:
     """The 32 raw bytes of an Ed25519 public key given as ``ed25519:BASE64`` (what keygen prints)
     or as a PEM ``PUBLIC KEY`` block, or the path of a ``.pub`` file holding either."""
     if not isinstance(text, str) or not text.strip():
-        raise UsageError(f"public key must be 'ed25519:BASE64' (as printed by `dpaudit ledger keygen`) or a .pub file, got {text!r}.")
+        raise UsageError(
+            f"public key must be 'ed25519:BASE64' (as printed by `dpaudit ledger keygen`) or a .pub file, got {text!r}."
+        )
     s = text.strip()
     if not s.startswith(PUBLIC_PREFIX) and "BEGIN" not in s:
         with contextlib.suppress(OSError, ValueError):
@@ -103,7 +113,7 @@ def parse_public_key(text: str) -> bytes:
                 s = Path(s).expanduser().read_text().strip()
     try:
         if s.startswith(PUBLIC_PREFIX):
-            raw = base64.b64decode(s[len(PUBLIC_PREFIX):], validate=True)
+            raw = base64.b64decode(s[len(PUBLIC_PREFIX) :], validate=True)
             ed25519.Ed25519PublicKey.from_public_bytes(raw)
             return raw
         if "BEGIN PUBLIC KEY" in s:
@@ -112,7 +122,9 @@ def parse_public_key(text: str) -> bytes:
                 return pk.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     except (ValueError, binascii.Error, TypeError):
         pass
-    raise UsageError(f"public key must be an Ed25519 key as 'ed25519:BASE64' (as printed by `dpaudit ledger keygen`) or a .pub file, got {text[:80]!r}.")
+    raise UsageError(
+        f"public key must be an Ed25519 key as 'ed25519:BASE64' (as printed by `dpaudit ledger keygen`) or a .pub file, got {text[:80]!r}."
+    )
 
 
 def owner_key_id(text: str | None) -> str | None:
@@ -125,7 +137,9 @@ def owner_key_id(text: str | None) -> str | None:
     try:
         return key_id(parse_public_key(str(text)))
     except UsageError:
-        raise UsageError(f"owner must be a key id (32 hex, as printed by `dpaudit ledger keygen`) or a public key, got {str(text)[:80]!r}.") from None
+        raise UsageError(
+            f"owner must be a key id (32 hex, as printed by `dpaudit ledger keygen`) or a public key, got {str(text)[:80]!r}."
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -138,7 +152,9 @@ class SigningKey:
 
     @property
     def public_raw(self) -> bytes:
-        return self.private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return self.private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
 
     @property
     def key_id(self) -> str:
@@ -158,7 +174,9 @@ def _check_key_name(name: str) -> str:
     return name
 
 
-def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None = None) -> SigningKey:
+def keygen(
+    name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None = None
+) -> SigningKey:
     """Create a new key pair ``NAME.key`` (0600) / ``NAME.pub`` in ``directory`` (default :func:`key_dir`).
 
     Never overwrites: an existing key may already be registered in a ledger, and replacing it
@@ -166,8 +184,10 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
     _check_key_name(name)
     d = Path(directory).expanduser() if directory is not None else key_dir()
     path = d / f"{name}.key"
-    taken = UsageError(f"key name must be new, got {name!r}: {path} exists (never overwritten; "
-                       "choose another --name).")
+    taken = UsageError(
+        f"key name must be new, got {name!r}: {path} exists (never overwritten; "
+        "choose another --name)."
+    )
     if path.exists():
         raise taken
     try:
@@ -175,7 +195,11 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
         with contextlib.suppress(OSError):
             d.chmod(0o700)
         private = ed25519.Ed25519PrivateKey.generate()
-        pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        pem = private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
         write_secret(path, pem)
         key = SigningKey(name, path, private)
         (d / f"{name}.pub").write_text(key.public_text + "\n")
@@ -186,7 +210,9 @@ def keygen(name: str = DEFAULT_KEY_NAME, *, directory: str | os.PathLike | None 
     return key
 
 
-def load_signing_key(which: str | os.PathLike | None = None, *, required: bool = False) -> SigningKey | None:
+def load_signing_key(
+    which: str | os.PathLike | None = None, *, required: bool = False
+) -> SigningKey | None:
     """The private key named or located by ``which``, else ``$DPAUDIT_SIGNING_KEY``, else the
     ``default`` key in :func:`key_dir` if it exists (None otherwise, unless ``required``).
 
@@ -202,32 +228,53 @@ def load_signing_key(which: str | os.PathLike | None = None, *, required: bool =
         path = key_dir() / f"{name}.key"
     if not path.exists():
         if explicit or required:
-            raise UsageError(f"signing key must be an existing key file or name, got {text!r} ({path} does not exist; "
-                             "create one with `dpaudit ledger keygen`).")
+            raise UsageError(
+                f"signing key must be an existing key file or name, got {text!r} ({path} does not exist; "
+                "create one with `dpaudit ledger keygen`)."
+            )
         return None
     try:
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
-            raise LedgerError(f"signing key {path} is readable by other users (mode {mode:o}); run `chmod 600 {path}`.")
+            raise LedgerError(
+                f"signing key {path} is readable by other users (mode {mode:o}); run `chmod 600 {path}`."
+            )
         private = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except OSError as e:
         raise LedgerError(f"cannot read signing key {path}: {e.strerror or e}.") from None
     except (ValueError, TypeError) as e:
-        raise LedgerError(f"signing key {path} is not an unencrypted PEM private key ({e}).") from None
+        raise LedgerError(
+            f"signing key {path} is not an unencrypted PEM private key ({e})."
+        ) from None
     if not isinstance(private, ed25519.Ed25519PrivateKey):
-        raise LedgerError(f"signing key {path} must be an Ed25519 key, got {type(private).__name__}.")
+        raise LedgerError(
+            f"signing key {path} must be an Ed25519 key, got {type(private).__name__}."
+        )
     return SigningKey(name, path, private)
 
 
-def signing_material(prev_hash: str, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str, signer: str) -> bytes:
+def signing_material(
+    prev_hash: str,
+    entry_id: str,
+    kind: str,
+    created_at: str,
+    dataset: str,
+    payload_text: str,
+    signer: str,
+) -> bytes:
     """The bytes an entry's signature covers: its canonical content, the previous hash and the signer."""
-    return json.dumps([SIG_DOMAIN, prev_hash, entry_id, kind, created_at, dataset, payload_text, signer],
-                      separators=(",", ":"), ensure_ascii=True).encode("utf-8")
+    return json.dumps(
+        [SIG_DOMAIN, prev_hash, entry_id, kind, created_at, dataset, payload_text, signer],
+        separators=(",", ":"),
+        ensure_ascii=True,
+    ).encode("utf-8")
 
 
 def _signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> bool:
     try:
-        ed25519.Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(bytes.fromhex(signature_hex), material)
+        ed25519.Ed25519PublicKey.from_public_bytes(bytes(public_raw)).verify(
+            bytes.fromhex(signature_hex), material
+        )
         return True
     except (crypto_exceptions.InvalidSignature, ValueError, TypeError):
         return False
@@ -244,7 +291,12 @@ def signature_ok(public_key: str, signature_hex: str, material: bytes) -> bool:
 
 def key_payload(public_raw: bytes, name: str, role: str) -> dict:
     """The payload of a ``key`` (registration) entry."""
-    return {"key_id": key_id(public_raw), "public_key": public_text(public_raw), "name": str(name), "role": role}
+    return {
+        "key_id": key_id(public_raw),
+        "public_key": public_text(public_raw),
+        "name": str(name),
+        "role": role,
+    }
 
 
 class SignedRow(NamedTuple):
@@ -309,10 +361,24 @@ class KeyRing:
 
     def to_dict(self) -> dict:
         return {
-            "owner": self.owner, "required_since": self.required_since, "signed": self.signed, "unsigned": self.unsigned,
-            "sealed_through": self.sealed_through, "last_seal": self.last_seal, "unsealed": self.unsealed,
-            "keys": [{"key_id": k.key_id, "name": k.name, "role": k.role, "entry": k.entry_id, "seq": k.seq,
-                      "registered_by": k.registered_by} for k in self.keys.values()],
+            "owner": self.owner,
+            "required_since": self.required_since,
+            "signed": self.signed,
+            "unsigned": self.unsigned,
+            "sealed_through": self.sealed_through,
+            "last_seal": self.last_seal,
+            "unsealed": self.unsealed,
+            "keys": [
+                {
+                    "key_id": k.key_id,
+                    "name": k.name,
+                    "role": k.role,
+                    "entry": k.entry_id,
+                    "seq": k.seq,
+                    "registered_by": k.registered_by,
+                }
+                for k in self.keys.values()
+            ],
         }
 
     def note(self, r: "SignedRow") -> None:
@@ -349,8 +415,10 @@ def _unsigned_problem(ring: KeyRing, r: SignedRow) -> str | None:
     if r.signature:
         return "has a signature but no signer."
     if ring.required_since is not None:
-        return (f"is unsigned, but the ledger requires signatures since entry #{ring.required_since} (its owner's key "
-                "registration): every later entry must be signed by a registered key.")
+        return (
+            f"is unsigned, but the ledger requires signatures since entry #{ring.required_since} (its owner's key "
+            "registration): every later entry must be signed by a registered key."
+        )
     if r.kind in LEDGER_KINDS:
         return f"is unsigned: a {r.kind} entry must be signed by a registered key."
     return None
@@ -379,12 +447,16 @@ def _owner_problem(ring: KeyRing, r: SignedRow, payload: dict, owner: str | None
         return f"has an invalid signature by key {r.signer}: its content or the previous hash changed since it was signed."
     if owner is not None and r.signer != owner:
         return f"registers owner key {r.signer}, not the expected owner {owner}: the ledger was re-created or rewritten."
-    ring.keys[r.signer] = RegisteredKey(r.signer, raw, str(payload.get("name", "")), "owner", r.id, r.seq, r.signer)
+    ring.keys[r.signer] = RegisteredKey(
+        r.signer, raw, str(payload.get("name", "")), "owner", r.id, r.seq, r.signer
+    )
     ring.owner, ring.required_since = r.signer, r.seq
     return None
 
 
-def authority_problem(ring: KeyRing, kind: str, payload: dict | None, signer: str | None) -> str | None:
+def authority_problem(
+    ring: KeyRing, kind: str, payload: dict | None, signer: str | None
+) -> str | None:
     """Why ``signer`` may not write a ``kind`` entry with ``payload`` on a ledger whose keys are
     ``ring`` (None: it may). The one rule for writing (:meth:`~dpaudit.ledger.book.Ledger._append`
     refuses) and reading (:func:`check_signatures` names the entry): the owner's kinds are the
@@ -394,14 +466,18 @@ def authority_problem(ring: KeyRing, kind: str, payload: dict | None, signer: st
         return None
     who = f"key {signer} ({ring.keys[signer].name})" if signer in ring.keys else f"key {signer}"
     if kind in OWNER_KINDS:
-        return (f"is a {kind} entry signed by {who}, not by the ledger's owner {ring.owner}: "
-                f"only the owner may {OWNER_POWERS[kind]}.")
+        return (
+            f"is a {kind} entry signed by {who}, not by the ledger's owner {ring.owner}: "
+            f"only the owner may {OWNER_POWERS[kind]}."
+        )
     if kind in CLOSE_KINDS:
         target = (payload or {}).get("target")
         opener = ring.reserved_by.get(target)
         if opener is None or opener != signer:
-            return (f"is a {kind} of reservation {target} signed by {who}, which did not open it: only the key that "
-                    f"reserved a budget (or the owner) may release it.")
+            return (
+                f"is a {kind} of reservation {target} signed by {who}, which did not open it: only the key that "
+                f"reserved a budget (or the owner) may release it."
+            )
     return None
 
 
@@ -412,7 +488,9 @@ def _void_problem(payload: dict | None) -> str | None:
     return None
 
 
-def _signed_problem(ring: KeyRing, r: SignedRow, payload: dict | None, owner: str | None, ok) -> str | None:
+def _signed_problem(
+    ring: KeyRing, r: SignedRow, payload: dict | None, owner: str | None, ok
+) -> str | None:
     signer = ring.keys.get(r.signer)
     if signer is None:
         if r.kind == KEY_KIND and not ring.keys:
@@ -433,7 +511,9 @@ def _signed_problem(ring: KeyRing, r: SignedRow, payload: dict | None, owner: st
             return why
         kid = key_id(raw)
         if kid not in ring.keys:
-            ring.keys[kid] = RegisteredKey(kid, raw, str(payload.get("name", "")), "member", r.id, r.seq, r.signer)
+            ring.keys[kid] = RegisteredKey(
+                kid, raw, str(payload.get("name", "")), "member", r.id, r.seq, r.signer
+            )
     return None
 
 
@@ -452,7 +532,9 @@ def remember_seal(ledger_identity: str, seq: int, seal_hash: str) -> None:
         tmp.write_text(json.dumps({"seq": int(seq), "hash": str(seal_hash)}))
         os.replace(tmp, path)
     except OSError as e:
-        raise LedgerError(f"cannot remember the seal in {path}: {e.strerror or e}; publish its hash {seal_hash} instead.") from None
+        raise LedgerError(
+            f"cannot remember the seal in {path}: {e.strerror or e}; publish its hash {seal_hash} instead."
+        ) from None
 
 
 def remembered_seal(ledger_identity: str) -> dict | None:
@@ -481,9 +563,13 @@ def _seal_problem(r: SignedRow, payload: dict | None) -> str | None:
 _READ_PAYLOAD = set(LEDGER_KINDS) | {VOID_KIND, *CLOSE_KINDS}
 
 
-def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, verify: bool = True,
-                     verified: "set[str] | frozenset[str]" = frozenset()
-                     ) -> tuple[KeyRing, list[Problem]]:
+def check_signatures(
+    rows: Iterable[SignedRow],
+    *,
+    owner: str | None = None,
+    verify: bool = True,
+    verified: "set[str] | frozenset[str]" = frozenset(),
+) -> tuple[KeyRing, list[Problem]]:
     """Replay ``rows`` (append order): register keys, apply the policy and the authority rules
     (:func:`authority_problem`), check every signature; returns the key ring and the findings.
     ``owner``: the pinned owner's key id (another first key, or none, is a finding). ``verify=False``
@@ -495,7 +581,9 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
     def ok(raw: bytes, sig: str, r: SignedRow) -> bool:
         if not verify or r.id in verified:
             return True
-        material = signing_material(r.prev_hash, r.id, r.kind, r.created_at, r.dataset, r.payload_text, r.signer)
+        material = signing_material(
+            r.prev_hash, r.id, r.kind, r.created_at, r.dataset, r.payload_text, r.signer
+        )
         return _signature_ok(raw, sig, material)
 
     for r in rows:
@@ -512,7 +600,9 @@ def check_signatures(rows: Iterable[SignedRow], *, owner: str | None = None, ver
         if why:
             out.append(Problem("signature", f"{label(r)} {why}", r.seq, r.id))
     if owner is not None and ring.owner is None:
-        missing = (f"the ledger registers no owner key, but owner {owner} was expected: its "
-                   "registration and the entries after it may have been removed.")
+        missing = (
+            f"the ledger registers no owner key, but owner {owner} was expected: its "
+            "registration and the entries after it may have been removed."
+        )
         out.append(Problem("signature", missing))
     return ring, out

@@ -14,8 +14,18 @@ from ..errors import LedgerError
 from .paths import GENESIS_HASH, utc_now
 
 #: Every column of an entry, in the order the ledger's rows use (both stores, the export).
-ENTRY_COLUMNS = ("seq", "id", "kind", "created_at", "dataset", "payload", "prev_hash", "hash",
-                 "signer", "signature")
+ENTRY_COLUMNS = (
+    "seq",
+    "id",
+    "kind",
+    "created_at",
+    "dataset",
+    "payload",
+    "prev_hash",
+    "hash",
+    "signer",
+    "signature",
+)
 
 
 def core_tables(prefix: str, seq: str) -> list[str]:
@@ -23,19 +33,26 @@ def core_tables(prefix: str, seq: str) -> list[str]:
     number)."""
     texts = ", ".join(f"{c} text NOT NULL" + " UNIQUE" * (c == "id") for c in ENTRY_COLUMNS[1:8])
     head = f"{prefix}chain_head"
-    return [f"CREATE TABLE {prefix}entries (seq {seq}, {texts})",
-            f"CREATE INDEX entries_dataset ON {prefix}entries (dataset)",
-            f"CREATE TABLE {head} (one integer PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL, "
-            "count bigint NOT NULL, hash text NOT NULL)",
-            f"INSERT INTO {head} (one, seq, count, hash) VALUES (1, 0, 0, '{GENESIS_HASH}')"]
+    return [
+        f"CREATE TABLE {prefix}entries (seq {seq}, {texts})",
+        f"CREATE INDEX entries_dataset ON {prefix}entries (dataset)",
+        f"CREATE TABLE {head} (one integer PRIMARY KEY CHECK (one = 1), seq bigint NOT NULL, "
+        "count bigint NOT NULL, hash text NOT NULL)",
+        f"INSERT INTO {head} (one, seq, count, hash) VALUES (1, 0, 0, '{GENESIS_HASH}')",
+    ]
 
 
 def trigger_problems(triggers, state: str) -> list[tuple[str, str]]:
     """The health finding for append-only ``triggers`` that are ``state`` (missing, disabled)."""
     if not triggers:
         return []
-    return [("schema", f"append-only triggers {', '.join(triggers)} are {state}: the ledger was "
-                       "altered outside dpaudit.")]
+    return [
+        (
+            "schema",
+            f"append-only triggers {', '.join(triggers)} are {state}: the ledger was "
+            "altered outside dpaudit.",
+        )
+    ]
 
 
 def refuse_newer_schema(ledger: str, version: int, latest: int) -> None:
@@ -44,7 +61,8 @@ def refuse_newer_schema(ledger: str, version: int, latest: int) -> None:
     if version > latest:
         raise LedgerError(
             f"ledger {ledger} has schema version {version}, newer than this dpaudit "
-            f"({__version__}) supports ({latest}); upgrade dpaudit. The ledger was left untouched.")
+            f"({__version__}) supports ({latest}); upgrade dpaudit. The ledger was left untouched."
+        )
 
 
 class StoreBase:
@@ -91,21 +109,45 @@ class StoreBase:
     def count_keyed(self) -> int:
         """Entries that carry a keyed fingerprint (or declare a version, or hold keyed row
         hashes)."""
-        sql = (f"SELECT count(*) FROM {self._prefix}entries WHERE kind IN ('version', 'rows') "
-               f"OR payload LIKE {self._mark}")
+        sql = (
+            f"SELECT count(*) FROM {self._prefix}entries WHERE kind IN ('version', 'rows') "
+            f"OR payload LIKE {self._mark}"
+        )
         return int(self.execute(sql, ('%"dataset_fingerprint":"%',)).fetchone()[0])
 
-    def insert(self, entry_id: str, kind: str, created_at: str, dataset: str, payload_text: str,
-               prev_hash: str, hash_: str, signer: str | None = None,
-               signature: str | None = None) -> int:
+    def insert(
+        self,
+        entry_id: str,
+        kind: str,
+        created_at: str,
+        dataset: str,
+        payload_text: str,
+        prev_hash: str,
+        hash_: str,
+        signer: str | None = None,
+        signature: str | None = None,
+    ) -> int:
         """Append one row inside :meth:`write` and advance the chain head; returns its seq."""
         if not self._in_transaction():
-            raise LedgerError(f"ledger {self.display}: insert outside a write transaction "
-                              "(a dpaudit bug).")
+            raise LedgerError(
+                f"ledger {self.display}: insert outside a write transaction (a dpaudit bug)."
+            )
         marks = ", ".join([self._mark] * (len(ENTRY_COLUMNS) - 1))
         sql = f"INSERT INTO {self._prefix}entries ({', '.join(ENTRY_COLUMNS[1:])}) VALUES ({marks})"
-        return self._inserted(sql, (entry_id, kind, created_at, dataset, payload_text, prev_hash,
-                                    hash_, signer, signature))
+        return self._inserted(
+            sql,
+            (
+                entry_id,
+                kind,
+                created_at,
+                dataset,
+                payload_text,
+                prev_hash,
+                hash_,
+                signer,
+                signature,
+            ),
+        )
 
     def _upgrade(self, before=None) -> None:
         """Refuse a newer schema, then (after ``before``, if given) apply the missing steps in one

@@ -31,12 +31,19 @@ from typing import Iterator
 
 from ..errors import LedgerError, UsageError
 from .paths import LedgerLocation
+
 # ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
 from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
 
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
-REQUIRED_TRIGGERS = ("entries_no_update", "entries_no_delete", "entries_no_truncate", "entries_chain",
-                     "chain_head_guard", "chain_head_no_truncate")
+REQUIRED_TRIGGERS = (
+    "entries_no_update",
+    "entries_no_delete",
+    "entries_no_truncate",
+    "entries_chain",
+    "chain_head_guard",
+    "chain_head_no_truncate",
+)
 CONNECT_TIMEOUT_S = 10
 
 
@@ -105,7 +112,9 @@ def grant_writer_sql(schema: str, role: str) -> list[str]:
     """What the ledger's owner runs to let ``role`` (an analyst, or a group role) write: read
     everything, append entries, nothing else (no UPDATE, DELETE, TRUNCATE or DDL)."""
     if not re.match(r"^[a-z_][a-z0-9_]{0,62}$", role or ""):
-        raise UsageError(f"role must be a lower-case SQL name (letters, digits, '_'), got {role!r}.")
+        raise UsageError(
+            f"role must be a lower-case SQL name (letters, digits, '_'), got {role!r}."
+        )
     s, r = _q(schema), '"' + role + '"'
     return [
         f"GRANT USAGE ON SCHEMA {s} TO {r}",
@@ -125,11 +134,19 @@ def describe_pg_error(where: str, e: BaseException) -> str:
 
     msg = _first_line(e)
     low = msg.lower()
-    if isinstance(e, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown)) or "terminating connection" in low \
-            or "server closed the connection" in low or "connection is lost" in low or "consuming input failed" in low \
-            or "the connection is closed" in low or "connection already closed" in low:
-        return (f"ledger {where}: the connection to the PostgreSQL server was lost ({msg}); the transaction in flight "
-                "was rolled back by the server, so no entry is half-written. Run again; `dpaudit ledger verify` checks the ledger.")
+    if (
+        isinstance(e, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown))
+        or "terminating connection" in low
+        or "server closed the connection" in low
+        or "connection is lost" in low
+        or "consuming input failed" in low
+        or "the connection is closed" in low
+        or "connection already closed" in low
+    ):
+        return (
+            f"ledger {where}: the connection to the PostgreSQL server was lost ({msg}); the transaction in flight "
+            "was rolled back by the server, so no entry is half-written. Run again; `dpaudit ledger verify` checks the ledger."
+        )
     if isinstance(e, psycopg.errors.InsufficientPrivilege):
         return f"ledger {where}: permission denied ({msg}); writers hold INSERT and SELECT only (the owner grants them: store_pg.grant_writer_sql)."
     if isinstance(e, psycopg.errors.LockNotAvailable) or "lock timeout" in low:
@@ -145,7 +162,9 @@ class PostgresStore(StoreBase):
     backend = "postgresql"
     _mark = "%s"
 
-    def __init__(self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True) -> None:
+    def __init__(
+        self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True
+    ) -> None:
         if location.backend != "postgresql":
             raise UsageError(f"location must be a postgresql:// ledger, got {location.display!r}.")
         self.location = location
@@ -155,7 +174,11 @@ class PostgresStore(StoreBase):
         self._prefix = self.s + "."
         self._busy_timeout = float(busy_timeout)
         # The advisory lock of this ledger: one 64-bit key from its schema name.
-        self._lock_key = int.from_bytes(hashlib.sha256(f"dpaudit-ledger:{self.schema}".encode()).digest()[:8], "big", signed=True)
+        self._lock_key = int.from_bytes(
+            hashlib.sha256(f"dpaudit-ledger:{self.schema}".encode()).digest()[:8],
+            "big",
+            signed=True,
+        )
         self._conn = None
         self._connect()
         try:
@@ -169,8 +192,12 @@ class PostgresStore(StoreBase):
         import psycopg
 
         with self.errors():
-            self._conn = psycopg.connect(self.location.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-                                         application_name="dpaudit")
+            self._conn = psycopg.connect(
+                self.location.url,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="dpaudit",
+            )
 
     def _ensure_connection(self) -> None:
         """Re-open a connection the server dropped (restart, network) -- only between transactions."""
@@ -193,8 +220,11 @@ class PostgresStore(StoreBase):
     def _in_transaction(self) -> bool:
         import psycopg
 
-        return self._conn is not None and not self._conn.closed and \
-            self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        return (
+            self._conn is not None
+            and not self._conn.closed
+            and self._conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+        )
 
     def execute(self, sql: str, params: tuple | list | None = None):
         with self.errors():
@@ -255,19 +285,26 @@ class PostgresStore(StoreBase):
 
     # -- schema
     def _tables(self) -> set[str]:
-        rows = self.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (self.schema,)).fetchall()
+        rows = self.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (self.schema,),
+        ).fetchall()
         return {r[0] for r in rows}
 
     def _open_schema(self, initialise: bool) -> None:
         tables = self._tables()
         if not tables:
             if not initialise:
-                raise LedgerError(f"ledger {self.display} does not exist (no tables in schema {self.schema}).")
+                raise LedgerError(
+                    f"ledger {self.display} does not exist (no tables in schema {self.schema})."
+                )
             self._initialise()
             return
         if "schema_version" not in tables or "entries" not in tables:
-            raise LedgerError(f"schema {self.schema} of {self.display} holds tables but is not a "
-                              "dpaudit ledger; it was left untouched.")
+            raise LedgerError(
+                f"schema {self.schema} of {self.display} holds tables but is not a "
+                "dpaudit ledger; it was left untouched."
+            )
         self._upgrade()
 
     def _initialise(self) -> None:
@@ -278,13 +315,20 @@ class PostgresStore(StoreBase):
                 if tables:
                     if "schema_version" in tables:
                         return
-                    raise LedgerError(f"schema {self.schema} holds tables but is not a dpaudit ledger; it was left untouched.")
+                    raise LedgerError(
+                        f"schema {self.schema} holds tables but is not a dpaudit ledger; it was left untouched."
+                    )
                 self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.s}")
                 self.conn.execute(f"REVOKE ALL ON SCHEMA {self.s} FROM PUBLIC")
-                self.conn.execute(f"CREATE TABLE {self.s}.schema_version (version integer NOT NULL, applied_at text NOT NULL, "
-                                  "dpaudit_version text NOT NULL)")
+                self.conn.execute(
+                    f"CREATE TABLE {self.s}.schema_version (version integer NOT NULL, applied_at text NOT NULL, "
+                    "dpaudit_version text NOT NULL)"
+                )
                 self._apply_migrations(0)
-                self.conn.execute(f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (os.urandom(32),))
+                self.conn.execute(
+                    f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)",
+                    (os.urandom(32),),
+                )
         except LedgerError as e:
             if "permission denied" in str(e):
                 raise LedgerError(
@@ -301,8 +345,10 @@ class PostgresStore(StoreBase):
             self.conn.execute(stmt)
 
     def _columns(self) -> set[str]:
-        rows = self.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'entries'",
-                            (self.schema,)).fetchall()
+        rows = self.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'entries'",
+            (self.schema,),
+        ).fetchall()
         return {r[0] for r in rows}
 
     # -- rows
@@ -314,7 +360,9 @@ class PostgresStore(StoreBase):
         """The 32-byte key of the dataset fingerprints, kept in the database (shared by the team)."""
         row = self.execute(f"SELECT fingerprint_key FROM {self.s}.secret WHERE one = 1").fetchone()
         if row is None:
-            raise LedgerError(f"ledger {self.display} has lost its fingerprint key (table secret is empty); restore it from a backup.")
+            raise LedgerError(
+                f"ledger {self.display} has lost its fingerprint key (table secret is empty); restore it from a backup."
+            )
         return bytes(row[0])
 
     def set_fingerprint_key(self, key: bytes) -> None:
@@ -323,7 +371,9 @@ class PostgresStore(StoreBase):
             raise UsageError(f"fingerprint key must be 32 bytes, got {len(key)}.")
         with self.errors():
             self.conn.execute(f"DELETE FROM {self.s}.secret WHERE one = 1")
-            self.conn.execute(f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (bytes(key),))
+            self.conn.execute(
+                f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (bytes(key),)
+            )
 
     # -- integrity
     def health(self) -> list[tuple[str, str]]:

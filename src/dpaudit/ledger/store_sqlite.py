@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 from ..errors import LedgerError
 from .fingerprint import key_path, ledger_key, write_secret
+
 # ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
 from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
 
@@ -26,8 +27,10 @@ def _migrate_to_1(conn: sqlite3.Connection) -> None:
     for stmt in core_tables("", "INTEGER PRIMARY KEY AUTOINCREMENT"):
         conn.execute(stmt)
     for trigger, event in zip(REQUIRED_TRIGGERS, ("UPDATE", "DELETE")):
-        conn.execute(f"CREATE TRIGGER {trigger} BEFORE {event} ON entries BEGIN "
-                     "SELECT RAISE(ABORT, 'ledger entries are append-only'); END")
+        conn.execute(
+            f"CREATE TRIGGER {trigger} BEFORE {event} ON entries BEGIN "
+            "SELECT RAISE(ABORT, 'ledger entries are append-only'); END"
+        )
 
 
 def _migrate_to_2(conn: sqlite3.Connection) -> None:
@@ -54,9 +57,13 @@ def describe_sqlite_error(path: Path, e: BaseException) -> str:
     if "locked" in low or "busy" in low:
         return f"ledger {path} is busy: another process held its lock for too long ({text})."
     if "not a database" in low or "malformed" in low or "corrupt" in low:
-        return f"ledger {path} is corrupt or not an SQLite database ({text}); it was left untouched."
+        return (
+            f"ledger {path} is corrupt or not an SQLite database ({text}); it was left untouched."
+        )
     if "unable to open" in low:
-        return f"cannot open ledger {path} ({text}); check that its directory exists and is writable."
+        return (
+            f"cannot open ledger {path} ({text}); check that its directory exists and is writable."
+        )
     return f"ledger {path}: {text}."
 
 
@@ -74,7 +81,9 @@ class SqliteStore(StoreBase):
         conn = None
         try:
             with self.errors():
-                conn = sqlite3.connect(str(self.path), timeout=self._busy_timeout, isolation_level=None)
+                conn = sqlite3.connect(
+                    str(self.path), timeout=self._busy_timeout, isolation_level=None
+                )
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
                 self._conn = conn
                 self._open_schema()
@@ -107,14 +116,20 @@ class SqliteStore(StoreBase):
             except OSError as e:
                 raise LedgerError(f"cannot read ledger {p}: {e.strerror}.") from None
             if head and head != _SQLITE_MAGIC:
-                raise LedgerError(f"ledger {p} is not an SQLite database (corrupt or another kind of file); it was left untouched.")
+                raise LedgerError(
+                    f"ledger {p} is not an SQLite database (corrupt or another kind of file); it was left untouched."
+                )
             if not os.access(p, os.R_OK | os.W_OK) or not os.access(p.parent, os.W_OK):
-                raise LedgerError(f"ledger {p} is read-only; dpaudit needs write access to the file and its directory (WAL mode).")
+                raise LedgerError(
+                    f"ledger {p} is read-only; dpaudit needs write access to the file and its directory (WAL mode)."
+                )
             return
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise LedgerError(f"cannot create the ledger directory {p.parent}: {e.strerror or e}.") from None
+            raise LedgerError(
+                f"cannot create the ledger directory {p.parent}: {e.strerror or e}."
+            ) from None
         if not os.access(p.parent, os.W_OK):
             raise LedgerError(f"cannot create ledger {p}: directory {p.parent} is read-only.")
 
@@ -123,8 +138,9 @@ class SqliteStore(StoreBase):
         return {r[0] for r in rows}
 
     def _not_a_ledger(self) -> LedgerError:
-        return LedgerError(f"{self.path} is an SQLite database but not a dpaudit ledger; "
-                           "it was left untouched.")
+        return LedgerError(
+            f"{self.path} is an SQLite database but not a dpaudit ledger; it was left untouched."
+        )
 
     def _open_schema(self) -> None:
         app_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
@@ -139,7 +155,9 @@ class SqliteStore(StoreBase):
     def _set_pragmas(self) -> None:
         mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
-            raise LedgerError(f"ledger {self.path} cannot use write-ahead logging (journal mode {mode}); use a local file system.")
+            raise LedgerError(
+                f"ledger {self.path} cannot use write-ahead logging (journal mode {mode}); use a local file system."
+            )
         # FULL: a committed entry survives power loss too, not only a killed process.
         self.conn.execute("PRAGMA synchronous = FULL")
 
@@ -152,8 +170,10 @@ class SqliteStore(StoreBase):
             if tables:
                 raise self._not_a_ledger()
             self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self.conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL, "
-                              "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)")
+            self.conn.execute(
+                "CREATE TABLE schema_version (version INTEGER NOT NULL, "
+                "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)"
+            )
             self._apply_migrations(0)
 
     def _latest(self) -> int:
@@ -218,7 +238,9 @@ class SqliteStore(StoreBase):
             write_secret(p, key)
         except FileExistsError:
             if p.read_bytes() != bytes(key):
-                raise LedgerError(f"ledger key {p} exists with another key; import into a new ledger.") from None
+                raise LedgerError(
+                    f"ledger key {p} exists with another key; import into a new ledger."
+                ) from None
 
     # -- integrity
     def health(self) -> list[tuple[str, str]]:
@@ -227,6 +249,8 @@ class SqliteStore(StoreBase):
         integrity = [r[0] for r in self.execute("PRAGMA integrity_check").fetchall()]
         if integrity != ["ok"]:
             out.append(("integrity", f"SQLite integrity check failed: {'; '.join(integrity[:3])}."))
-        triggers = {r[0] for r in self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        triggers = {
+            r[0] for r in self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        }
         missing = [t for t in REQUIRED_TRIGGERS if t not in triggers]
         return out + trigger_problems(missing, "missing")

@@ -25,49 +25,84 @@ def _voided(e) -> str:
 
 
 def _release(e, p) -> str:
-    what = "non-private (unbounded)" if p.get("non_private") else f"eps={num(p.get('epsilon'))} delta={p.get('delta'):g} {_kind_of(p)}"
+    what = (
+        "non-private (unbounded)"
+        if p.get("non_private")
+        else f"eps={num(p.get('epsilon'))} delta={p.get('delta'):g} {_kind_of(p)}"
+    )
     if p.get("uncertified"):
         what += f"  {p['uncertified']} (counts as unbounded)"
     tag = (p.get("sweep") or {}).get("name")
-    return f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}" + (f"  sweep {tag}" if tag else "") + _voided(e)
+    return (
+        f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}"
+        + (f"  sweep {tag}" if tag else "")
+        + _voided(e)
+    )
 
 
 def _reservation(e, p) -> str:
     what = _kind_of(p) + (f" {p['uncertified']}" if p.get("uncertified") else "")
-    state = {"open": "OPEN: budget held (void it if the run was killed)", None: ""}.get(e.status, f"{e.status} by {e.closed_by}")
+    state = {"open": "OPEN: budget held (void it if the run was killed)", None: ""}.get(
+        e.status, f"{e.status} by {e.closed_by}"
+    )
     return f"{p.get('mechanism') or 'run'} (pid {p.get('pid')}) reserves {e.dataset}:{p.get('partition')} {what}  {state}"
 
 
 def _audit(e, p) -> str:
     what = _kind_of(p, f"non-private (unbounded: {p.get('unbounded_reason')})")
     rel = f"  of release {str(p.get('release_id'))[:12]}" if p.get("release_id") else ""
-    return f"audit of {p.get('mechanism')}: {p.get('trials')} trials on {e.dataset}:{p.get('partition')}  {what}{rel}" + _voided(e)
+    return (
+        f"audit of {p.get('mechanism')}: {p.get('trials')} trials on {e.dataset}:{p.get('partition')}  {what}{rel}"
+        + _voided(e)
+    )
 
 
 def _void(e, p) -> str:
-    said = {True: "artefacts were published, budget stays spent", False: "artefacts never published"}.get(p.get("artefacts_published"))
+    said = {
+        True: "artefacts were published, budget stays spent",
+        False: "artefacts never published",
+    }.get(p.get("artefacts_published"))
     return f"voids {p.get('target')}: {p.get('reason')}" + (f" ({said})" if said else "")
 
 
 _BRIEF = {
-    "release": _release, "reservation": _reservation, "audit": _audit, "void": _void,
-    "settle": lambda e, p: f"settles reservation {p.get('target')}: releases " + ", ".join(p.get("releases") or []),
+    "release": _release,
+    "reservation": _reservation,
+    "audit": _audit,
+    "void": _void,
+    "settle": lambda e, p: (
+        f"settles reservation {p.get('target')}: releases " + ", ".join(p.get("releases") or [])
+    ),
     "cancel": lambda e, p: f"cancels reservation {p.get('target')}: {p.get('reason')}",
-    "version": lambda e, p: (f"new version of {e.dataset}: data fingerprint {str(p.get('fingerprint'))[:12]} ({p.get('reason')}); "
-                             "versions compose sequentially"),
-    "cap": lambda e, p: (f"cap {e.dataset}: eps={num(p.get('epsilon'))} at delta={p.get('delta'):g}"
-                         + (", audits included" if p.get("include_audits") else "")),
-    "key": lambda e, p: (f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}"
-                         + (f", signed by {e.signer}" if e.signer else "")),
-    "plan": lambda e, p: {"registered": f"audit plan {p.get('plan_id')} registered (seeds committed)",
-                          "run": f"run {p.get('audit_id')} of audit plan {p.get('plan_id')}",
-                          "result": f"result of run {p.get('audit_id')} of audit plan {p.get('plan_id')}: sha256 {str(p.get('sha256'))[:12]}"}.get(
-                              p.get("stage"), "plan"),
-    "policy": lambda e, p: "signatures required from here on" if p.get("require_signatures") else "policy",
-    "rows": lambda e, p: (f"row set {str(p.get('set'))[:12]} of source {p.get('source')}: {p.get('count')} rows "
-                          "(keyed hashes, for overlap tests)"),
-    "partition": lambda e, p: (f"{e.dataset}:{p.get('parent')} = " + " + ".join(f"{e.dataset}:{c}" for c in p.get("children", []))
-                               + f"  (declared by {p.get('declared_by')})"),
+    "version": lambda e, p: (
+        f"new version of {e.dataset}: data fingerprint {str(p.get('fingerprint'))[:12]} ({p.get('reason')}); "
+        "versions compose sequentially"
+    ),
+    "cap": lambda e, p: (
+        f"cap {e.dataset}: eps={num(p.get('epsilon'))} at delta={p.get('delta'):g}"
+        + (", audits included" if p.get("include_audits") else "")
+    ),
+    "key": lambda e, p: (
+        f"key {p.get('key_id')} ({p.get('name')}) registered as {p.get('role')}"
+        + (f", signed by {e.signer}" if e.signer else "")
+    ),
+    "plan": lambda e, p: {
+        "registered": f"audit plan {p.get('plan_id')} registered (seeds committed)",
+        "run": f"run {p.get('audit_id')} of audit plan {p.get('plan_id')}",
+        "result": f"result of run {p.get('audit_id')} of audit plan {p.get('plan_id')}: sha256 {str(p.get('sha256'))[:12]}",
+    }.get(p.get("stage"), "plan"),
+    "policy": lambda e, p: (
+        "signatures required from here on" if p.get("require_signatures") else "policy"
+    ),
+    "rows": lambda e, p: (
+        f"row set {str(p.get('set'))[:12]} of source {p.get('source')}: {p.get('count')} rows "
+        "(keyed hashes, for overlap tests)"
+    ),
+    "partition": lambda e, p: (
+        f"{e.dataset}:{p.get('parent')} = "
+        + " + ".join(f"{e.dataset}:{c}" for c in p.get("children", []))
+        + f"  (declared by {p.get('declared_by')})"
+    ),
 }
 
 
@@ -82,7 +117,8 @@ SUMMARY_LEGEND = (
     "rel.: releases direct/in subtree. epsilon: smallest valid bound (rdp, prv upper, pure sum) at delta; "
     "naive: sum of the releases' own claims; cap and left (cap minus the dataset total) in epsilon at delta; "
     "audits: what the audits' trials on the private data compose to (a cap marked +a counts them). "
-    "Partitions never declared disjoint compose sequentially in the total.")
+    "Partitions never declared disjoint compose sequentially in the total."
+)
 
 
 def summary_table(rows: list[dict]) -> list[tuple]:
@@ -93,17 +129,54 @@ def summary_table(rows: list[dict]) -> list[tuple]:
         whole, (parent, _, last) = r["partition"] == "*", r["partition"].rpartition("/")
         # a child shows its last segment under its parent's row (the tree): long names leave room for the numbers
         name = last if (r["dataset"], parent) in shown else r["partition"]
-        label = ("  " * (0 if whole else 1 + r["partition"].count("/"))) + (r["dataset"] + " (total)" if whole else name)
+        label = ("  " * (0 if whole else 1 + r["partition"].count("/"))) + (
+            r["dataset"] + " (total)" if whole else name
+        )
         cap = r["cap"]
-        out.append((label, f"{r['releases_subtree']}" if whole else f"{r['releases']}/{r['releases_subtree']}",
-                    num(r["epsilon"], 3), num(r["epsilon_rdp"], 3), num(r["epsilon_prv"], 3), num(r["naive_epsilon"], 3), f"{r['delta']:g}",
-                    "" if cap is None else f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else ""),
-                    num(r["remaining"], 3) if whole else ""))
+        out.append(
+            (
+                label,
+                f"{r['releases_subtree']}" if whole else f"{r['releases']}/{r['releases_subtree']}",
+                num(r["epsilon"], 3),
+                num(r["epsilon_rdp"], 3),
+                num(r["epsilon_prv"], 3),
+                num(r["naive_epsilon"], 3),
+                f"{r['delta']:g}",
+                ""
+                if cap is None
+                else f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else ""),
+                num(r["remaining"], 3) if whole else "",
+            )
+        )
         total = next(x for x in rows if x["dataset"] == r["dataset"] and x["partition"] == "*")
-        if total.get("audits") and (i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]):  # after the dataset's partitions
+        if total.get("audits") and (
+            i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]
+        ):  # after the dataset's partitions
             d = f"{total['delta']:g}"
-            out += [(f"  audits ({total['audits']})", "", num(total["audit_epsilon"], 3), "", "", "", d, "", ""),
-                    ("  releases + audits", "", num(total["epsilon_with_audits"], 3), "", "", "", d, "", "")]
+            out += [
+                (
+                    f"  audits ({total['audits']})",
+                    "",
+                    num(total["audit_epsilon"], 3),
+                    "",
+                    "",
+                    "",
+                    d,
+                    "",
+                    "",
+                ),
+                (
+                    "  releases + audits",
+                    "",
+                    num(total["epsilon_with_audits"], 3),
+                    "",
+                    "",
+                    "",
+                    d,
+                    "",
+                    "",
+                ),
+            ]
     return out
 
 
@@ -115,20 +188,30 @@ def summary_notes(rows: list[dict]) -> list[str]:
 
 def _dataset_notes(r: dict) -> list[str]:
     name = r["dataset"]
-    out = [f"{name} is unbounded: {why} (void it to exclude it)." for why in r.get("unbounded_reasons") or []]
+    out = [
+        f"{name} is unbounded: {why} (void it to exclude it)."
+        for why in r.get("unbounded_reasons") or []
+    ]
     if r.get("open_reservation_ids"):
-        out.append(f"{name}: {len(r['open_reservation_ids'])} open reservation(s) count as spent: "
-                   + ", ".join(i[:12] for i in r["open_reservation_ids"]))
+        out.append(
+            f"{name}: {len(r['open_reservation_ids'])} open reservation(s) count as spent: "
+            + ", ".join(i[:12] for i in r["open_reservation_ids"])
+        )
     if r.get("shares_people_with"):
         left = " (left is the cap minus this)" if r.get("cap") else ""
-        out.append(f"{name} shares people with {', '.join(r['shares_people_with'])}: all composed, epsilon {num(r['epsilon_people'], 3)}{left}.")
+        out.append(
+            f"{name} shares people with {', '.join(r['shares_people_with'])}: all composed, epsilon {num(r['epsilon_people'], 3)}{left}."
+        )
     return out + _audit_and_void_notes(name, r)
 
 
 def unbounded_audits(entries) -> list[str]:
     """Why each audit entry still counted (not voided) is unbounded (an empty list: none is)."""
-    return [f"audit {e.id[:12]} is unbounded ({e.payload.get('unbounded_reason') or 'trials without DP noise'})"
-            for e in entries if e.payload.get("non_private") and not e.voided_by]
+    return [
+        f"audit {e.id[:12]} is unbounded ({e.payload.get('unbounded_reason') or 'trials without DP noise'})"
+        for e in entries
+        if e.payload.get("non_private") and not e.voided_by
+    ]
 
 
 def seal_notes(sealed: dict) -> list[str]:
@@ -136,23 +219,37 @@ def seal_notes(sealed: dict) -> list[str]:
     if not sealed or sealed.get("owner") is None or not sealed.get("unsealed"):
         return []
     n = sealed["unsealed"]
-    return [f"ledger: {n} entr{'y' if n == 1 else 'ies'} after entry #{sealed['sealed_through']} UNSEALED (not yet covered by an "
-            "owner's signature; a registered member key could rewrite them): the owner runs `dpaudit ledger seal`."]
+    return [
+        f"ledger: {n} entr{'y' if n == 1 else 'ies'} after entry #{sealed['sealed_through']} UNSEALED (not yet covered by an "
+        "owner's signature; a registered member key could rewrite them): the owner runs `dpaudit ledger seal`."
+    ]
 
 
 def _audit_and_void_notes(name: str, r: dict) -> list[str]:
     counted = (r.get("cap") or {}).get("include_audits")
     left = ", so nothing is left under its cap, which counts audits" if counted else ""
-    out = [f"{name}: releases + audits is INFINITE because an audit ran without DP noise or a known event: {why}{left} "
-           "(void that audit to exclude it; a default audit's no-noise control does this, --no-controls avoids it)."
-           for why in r.get("audit_unbounded_reasons") or []]
+    out = [
+        f"{name}: releases + audits is INFINITE because an audit ran without DP noise or a known event: {why}{left} "
+        "(void that audit to exclude it; a default audit's no-noise control does this, --no-controls avoids it)."
+        for why in r.get("audit_unbounded_reasons") or []
+    ]
     if r.get("audits"):
-        rule = "includes them." if counted else ("counts releases only (--exclude-audits, or a cap "
-                                                 "written before caps counted audits).")
+        rule = (
+            "includes them."
+            if counted
+            else (
+                "counts releases only (--exclude-audits, or a cap "
+                "written before caps counted audits)."
+            )
+        )
         out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap {rule}")
     if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
-        out.append(f"{name}: voided, not counted: epsilon {num(r.get('voided_epsilon'), 3) or '0'} (never-published artefacts); "
-                   f"voided but published, still counted: {r.get('voided_published_releases') or 0} release(s).")
+        out.append(
+            f"{name}: voided, not counted: epsilon {num(r.get('voided_epsilon'), 3) or '0'} (never-published artefacts); "
+            f"voided but published, still counted: {r.get('voided_published_releases') or 0} release(s)."
+        )
     if len(r.get("dataset_fingerprints") or []) > 1:
-        out.append(f"{name}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially.")
+        out.append(
+            f"{name}: {len(r['dataset_fingerprints'])} declared data versions, composed sequentially."
+        )
     return out

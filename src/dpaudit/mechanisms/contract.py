@@ -67,19 +67,37 @@ class DataInfo:
             import numpy as np
 
             n_users = int(np.unique(np.asarray(data.user_ids["train"])).size)
-        return cls(name=data.name, kind=data.kind, n_train=int(data.y_train.shape[0]), n_features=int(data.n_features),
-                   n_classes=int(data.n_classes), profile=data.profile, split_seed=data.split_seed, n_users=n_users,
-                   identity=data.identity(), reference_size=getattr(data, "reference_size", None),
-                   image_shape=getattr(data, "image_shape", None))
+        return cls(
+            name=data.name,
+            kind=data.kind,
+            n_train=int(data.y_train.shape[0]),
+            n_features=int(data.n_features),
+            n_classes=int(data.n_classes),
+            profile=data.profile,
+            split_seed=data.split_seed,
+            n_users=n_users,
+            identity=data.identity(),
+            reference_size=getattr(data, "reference_size", None),
+            image_shape=getattr(data, "image_shape", None),
+        )
 
     @classmethod
     def from_registry(cls, name: str, profile: str | None = None) -> "DataInfo":
         """Public facts of a registered dataset *before* loading it (from the registry's sizes
         under ``profile``): what a sweep coordinator knows when it reserves budgets."""
         info = registry.dataset_info(name)
-        n0 = int(registry.profile_split_sizes(info.name, profile)["train"])  # the definition's declared size
-        return cls(name=info.name, kind=info.kind, n_train=n0, n_features=int(info.n_features), n_classes=int(info.n_classes),
-                   profile=profile, reference_size=n0)
+        n0 = int(
+            registry.profile_split_sizes(info.name, profile)["train"]
+        )  # the definition's declared size
+        return cls(
+            name=info.name,
+            kind=info.kind,
+            n_train=n0,
+            n_features=int(info.n_features),
+            n_classes=int(info.n_classes),
+            profile=profile,
+            reference_size=n0,
+        )
 
 
 @dataclass(frozen=True)
@@ -160,7 +178,9 @@ class RunOutput:
     release_fields: dict = field(default_factory=dict)
     artefacts: dict = field(default_factory=dict)
     noise_values: int | None = None
-    noise_what: str | None = None  # names the run in a refused tail's message (default plan.noise_what)
+    noise_what: str | None = (
+        None  # names the run in a refused tail's message (default plan.noise_what)
+    )
     #: Artefacts written by ``save``, as paths relative to the part's folder: the release records
     #: them resolved (absolute), e.g. ``{"head": "head.npy"}``.
     artefact_paths: dict = field(default_factory=dict)
@@ -229,7 +249,9 @@ class Mechanism(Protocol):
         """The plan ``release`` was made with, rebuilt from its ``request``; refused (DataError)
         unless it is the release's (:func:`check_plan_matches_release`)."""
 
-    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+    def audit_target(
+        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
+    ):
         """The prepared audit target of ``plan`` (``release``: the Release being audited, whose
         recorded values the target reads; ``no_noise``: the noiseless control as the target)."""
 
@@ -246,7 +268,12 @@ class MechanismBase:
     def load(self, request, prepared=None):
         """The request's registered dataset (``prepared``: already loaded); an empty training partition is refused."""
         if prepared is None:
-            prepared = registry.load_dataset(request.dataset, data_dir=request.data_dir, split_seed=request.split_seed, profile=request.profile)
+            prepared = registry.load_dataset(
+                request.dataset,
+                data_dir=request.data_dir,
+                split_seed=request.split_seed,
+                profile=request.profile,
+            )
         if prepared.y_train.size == 0:
             raise DataError(f"dataset {prepared.name} has an empty training partition.")
         return prepared
@@ -286,7 +313,9 @@ class MechanismBase:
         check_plan_matches_release(plan, release)
         return plan
 
-    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+    def audit_target(
+        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
+    ):
         raise UsageError(f"mechanism must be auditable (an audit_target), got {plan.mechanism!r}.")
 
 
@@ -305,24 +334,52 @@ def check_plan_matches_release(plan, rel) -> None:
     A release whose request says one thing and whose record another is refused, never guessed."""
     rebuilt = {"type": "non-private"} if plan.event is None else plan.event.to_dict()
     if rebuilt != rel.guarantee:
-        raise DataError(f"rebuilt guarantee must equal the release's {rel.guarantee}, got {rebuilt}.")
+        raise DataError(
+            f"rebuilt guarantee must equal the release's {rel.guarantee}, got {rebuilt}."
+        )
     cfg = rel.config or {}
-    requested = dict(adjacency=(plan.adjacency, rel.adjacency), seed=(plan.seed, rel.seed), privacy_unit=(plan.privacy_unit, rel.privacy_unit),
-                     **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
-                     **{"split rule": ((plan.config.get("split") or {}).get("rule"), (cfg.get("split") or {}).get("rule"))})
+    requested = dict(
+        adjacency=(plan.adjacency, rel.adjacency),
+        seed=(plan.seed, rel.seed),
+        privacy_unit=(plan.privacy_unit, rel.privacy_unit),
+        **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
+        **{
+            "split rule": (
+                (plan.config.get("split") or {}).get("rule"),
+                (cfg.get("split") or {}).get("rule"),
+            )
+        },
+    )
     bad = _first_mismatch(requested, lambda got, want: got == want)
     if bad:
-        raise DataError("release request {0} must match the release's {2!r}, got {1!r}.".format(*bad))
-    numbers = {"steps": (plan.steps, rel.steps), **{k: (plan.release_fields.get(k), getattr(rel, k, None)) for k in _SCHEDULE_KEYS}}
-    bad = _first_mismatch(numbers, lambda got, want: math.isclose(float(got), float(want), rel_tol=1e-12, abs_tol=1e-12))
+        raise DataError(
+            "release request {0} must match the release's {2!r}, got {1!r}.".format(*bad)
+        )
+    numbers = {
+        "steps": (plan.steps, rel.steps),
+        **{k: (plan.release_fields.get(k), getattr(rel, k, None)) for k in _SCHEDULE_KEYS},
+    }
+    bad = _first_mismatch(
+        numbers,
+        lambda got, want: math.isclose(float(got), float(want), rel_tol=1e-12, abs_tol=1e-12),
+    )
     if bad:
         raise DataError("rebuilt {0} must equal the release's {2}, got {1}.".format(*bad))
     rebuilt, recorded = plan.dataset or {}, rel.dataset or {}
     for key in ("name", "split_seed", "profile", "user_ids_sha256"):
         if recorded.get(key) is not None and rebuilt.get(key) != recorded[key]:
-            raise DataError(f"rebuilt dataset {key} must equal the release's {recorded[key]!r}, got {rebuilt.get(key)!r}.")
+            raise DataError(
+                f"rebuilt dataset {key} must equal the release's {recorded[key]!r}, got {rebuilt.get(key)!r}."
+            )
 
 
 def _first_mismatch(pairs: dict, same):
     """The first (name, got, wanted) of ``pairs`` (name -> (got, wanted)) both known and not ``same``."""
-    return next(((n, got, want) for n, (got, want) in pairs.items() if want is not None and got is not None and not same(got, want)), None)
+    return next(
+        (
+            (n, got, want)
+            for n, (got, want) in pairs.items()
+            if want is not None and got is not None and not same(got, want)
+        ),
+        None,
+    )

@@ -14,7 +14,10 @@ from .mixmin import mechanism as mixmin_pipeline
 from .contract import Mechanism
 
 #: Every mechanism object by its ``name``; a new mechanism adds its module here.
-IMPLEMENTATIONS: dict[str, Mechanism] = {m.MECHANISM.name: m.MECHANISM for m in (dpsgd_release, dp_elm, mixmin_pipeline, noisy_sum, gaussian)}
+IMPLEMENTATIONS: dict[str, Mechanism] = {
+    m.MECHANISM.name: m.MECHANISM
+    for m in (dpsgd_release, dp_elm, mixmin_pipeline, noisy_sum, gaussian)
+}
 
 
 def mechanism(name: str) -> Mechanism:

@@ -12,5 +12,17 @@ from .model import SCHEMA, SECTIONS, build_report, read_report
 from .verify import failed, make_bundle, verify_bundle
 from .write import FORMATS, report_json, write_report
 
-__all__ = ["FORMATS", "SCHEMA", "SECTIONS", "build_report", "failed", "make_bundle", "read_report", "render_html", "render_markdown", "report_json",
-           "verify_bundle", "write_report"]
+__all__ = [
+    "FORMATS",
+    "SCHEMA",
+    "SECTIONS",
+    "build_report",
+    "failed",
+    "make_bundle",
+    "read_report",
+    "render_html",
+    "render_markdown",
+    "report_json",
+    "verify_bundle",
+    "write_report",
+]

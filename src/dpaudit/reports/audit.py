@@ -13,9 +13,24 @@ from ..audits.verdicts import box_uppers, decision_at, upgrade, violated
 from ..errors import DataError, DPAuditError
 from ..records import Release
 from . import stats
-from .audit_view import (STATISTICS, comparison_view, curve_view, one_run_view, statistic_of,
-                         white_box_view)
-from .inputs import Inputs, LoadedAudit, LoadedOneRun, LoadedRelease, Note, canonical_mechanism, command_str, num
+from .audit_view import (
+    STATISTICS,
+    comparison_view,
+    curve_view,
+    one_run_view,
+    statistic_of,
+    white_box_view,
+)
+from .inputs import (
+    Inputs,
+    LoadedAudit,
+    LoadedOneRun,
+    LoadedRelease,
+    Note,
+    canonical_mechanism,
+    command_str,
+    num,
+)
 
 
 def _linked(la: LoadedAudit, by_id: dict, by_dir: dict) -> LoadedRelease | None:
@@ -23,8 +38,14 @@ def _linked(la: LoadedAudit, by_id: dict, by_dir: dict) -> LoadedRelease | None:
     v = la.view
     if v.release_id and str(v.release_id) in by_id:
         return by_id[str(v.release_id)]
-    p = la.path / v.release_path if v.release_path else None  # an absolute release_path stays itself
-    lr = by_dir.get((p.parent if p.name.endswith(".json") else p).resolve()) if p is not None else None
+    p = (
+        la.path / v.release_path if v.release_path else None
+    )  # an absolute release_path stays itself
+    lr = (
+        by_dir.get((p.parent if p.name.endswith(".json") else p).resolve())
+        if p is not None
+        else None
+    )
     return lr if lr is not None else by_dir.get(la.path.resolve())
 
 
@@ -36,22 +57,59 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
     for i, la in enumerate(inputs.audits):
         lr = links[i] = _linked(la, by_id, by_dir)
         mech = la.view.mechanism
-        if lr is not None and mech is not None and canonical_mechanism(mech) != canonical_mechanism(lr.release.mechanism):
-            notes.append(Note("error", "audit", f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
-                                                f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict."))
+        if (
+            lr is not None
+            and mech is not None
+            and canonical_mechanism(mech) != canonical_mechanism(lr.release.mechanism)
+        ):
+            notes.append(
+                Note(
+                    "error",
+                    "audit",
+                    f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
+                    f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict.",
+                )
+            )
     return links
 
 
 #: The fields of an audit's view its entry repeats as they are.
-ENTRY_FIELDS = ("id", "mechanism", "canary", "task", "dataset", "adjacency", "trials", "eval_trials", "claimed_epsilon", "delta",
-                "epsilon_lower_bound", "confidence", "method", "counts", "ceiling", "ceiling_source",
-                "gdp_estimate", "no_noise", "null", "auc", "seeds", "missing", "power", "sequential")
+ENTRY_FIELDS = (
+    "id",
+    "mechanism",
+    "canary",
+    "task",
+    "dataset",
+    "adjacency",
+    "trials",
+    "eval_trials",
+    "claimed_epsilon",
+    "delta",
+    "epsilon_lower_bound",
+    "confidence",
+    "method",
+    "counts",
+    "ceiling",
+    "ceiling_source",
+    "gdp_estimate",
+    "no_noise",
+    "null",
+    "auc",
+    "seeds",
+    "missing",
+    "power",
+    "sequential",
+)
 
 
 def plan_id(record: dict) -> str | None:
     """The id of the pre-registered plan an audit ran under: its revealed ``plan`` (dpaudit.audit_plans), or a
     bare ``plan_id``; None without a plan."""
-    pid = (record.get("plan") or {}).get("id") if isinstance(record.get("plan"), dict) else record.get("plan_id")
+    pid = (
+        (record.get("plan") or {}).get("id")
+        if isinstance(record.get("plan"), dict)
+        else record.get("plan_id")
+    )
     return pid if isinstance(pid, str) else None
 
 
@@ -60,9 +118,15 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     v = la.view
     label = f"audit {la.path}"
     entry = {k: getattr(v, k) for k in ENTRY_FIELDS}
-    entry.update(index=i, path=str(la.path), label=la.path.name or str(la.path), command=command_str(v.command),
-                 plan_id=plan_id(la.record),
-                 covers_releases=[r.id for r in covered], compared_claim=_compared_claim(v.claimed_epsilon, covered))
+    entry.update(
+        index=i,
+        path=str(la.path),
+        label=la.path.name or str(la.path),
+        command=command_str(v.command),
+        plan_id=plan_id(la.record),
+        covers_releases=[r.id for r in covered],
+        compared_claim=_compared_claim(v.claimed_epsilon, covered),
+    )
     _record_notes(v, label, notes)
     _evidence(entry, la, label, notes)
     decision = _recount(entry, la, label, notes)
@@ -71,7 +135,9 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
     entry["underpowered"] = _underpowered(entry["ceiling"], entry["compared_claim"], v.power)
     _no_noise_note(v.no_noise, label, notes)
     # plot data: the audit's own ROC on its EVAL trials (rates only; raw scores are never read)
-    entry.update(direction=v.direction, roc=v.roc, roc_source="audit record (EVAL trials)" if v.roc else None)
+    entry.update(
+        direction=v.direction, roc=v.roc, roc_source="audit record (EVAL trials)" if v.roc else None
+    )
     return entry
 
 
@@ -79,12 +145,23 @@ def _underpowered(ceiling: float | None, claim: float | None, power: dict | None
     """True when the audit cannot detect a violation of its claim at all: its ceiling (the bound of
     perfectly separated scores) is below the claim, or its power block says nothing is detectable."""
     below = ceiling is not None and claim is not None and ceiling < claim
-    return bool(below or (power is not None and power.get("claimed_epsilon") is not None and power.get("detectable") is False))
+    return bool(
+        below
+        or (
+            power is not None
+            and power.get("claimed_epsilon") is not None
+            and power.get("detectable") is False
+        )
+    )
 
 
 def _compared_claim(own: float | None, covered: list[Release]) -> float | None:
     """The claim the audit itself tested (its recorded claim); a release's only when it records none."""
-    return own if own is not None else next((num(r.epsilon) for r in covered if num(r.epsilon) is not None), None)
+    return (
+        own
+        if own is not None
+        else next((num(r.epsilon) for r in covered if num(r.epsilon) is not None), None)
+    )
 
 
 def _record_notes(v, label: str, notes: list[Note]) -> None:
@@ -106,28 +183,50 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
     entry["recomputed_epsilon_lower_bound"] = entry["recomputed"] = None
     if c is None or delta is None or conf is None or not 0 < conf < 1:
         if entry["ceiling"] is None:
-            notes.append(Note("warning", "audit", f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown."))
+            notes.append(
+                Note(
+                    "warning",
+                    "audit",
+                    f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown.",
+                )
+            )
         return None
     cp_rec = stats.epsilon_lower_bound(**c, delta=delta, confidence=conf)
     if entry["ceiling"] is None:
-        entry["ceiling"] = stats.ceiling(n_in=c["tp"] + c["fn"], n_out=c["fp"] + c["tn"], delta=delta, confidence=conf)
+        entry["ceiling"] = stats.ceiling(
+            n_in=c["tp"] + c["fn"], n_out=c["fp"] + c["tn"], delta=delta, confidence=conf
+        )
         entry["ceiling_source"] = "computed by the report from the EVAL counts"
     # the counts are the Clopper-Pearson test's: compare with the stored CP bound
     stored = entry["clopper_pearson_epsilon"]
     if stored is not None and _far(stored, cp_rec):
-        notes.append(Note("warning", "audit", f"{label}: stored Clopper-Pearson eps_LB {stored:.4f} differs from the bound "
-                                              f"{cp_rec:.4f} recomputed from its counts (two-sided split of significance)."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"{label}: stored Clopper-Pearson eps_LB {stored:.4f} differs from the bound "
+                f"{cp_rec:.4f} recomputed from its counts (two-sided split of significance).",
+            )
+        )
     try:  # the published eps_LB and the decision, recomputed from the stored counts
         decision = decision_at(la.record, conf)
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
-        notes.append(Note("warning", "audit", f"{label}: its decision could not be recomputed from its counts ({e})."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"{label}: its decision could not be recomputed from its counts ({e}).",
+            )
+        )
         return None
     entry["recomputed_epsilon_lower_bound"] = decision["epsilon_lower_bound"]
     entry["recomputed"] = _deciding(la.record, conf, decision, entry["statistic"], label, notes)
     return decision
 
 
-def _deciding(rec: dict, conf: float, decision: dict, statistic: str, label: str, notes: list[Note]) -> dict | None:
+def _deciding(
+    rec: dict, conf: float, decision: dict, statistic: str, label: str, notes: list[Note]
+) -> dict | None:
     """The statistic that decides the audit, recomputed from its stored counts: the claimed-curve
     family search on the Clopper-Pearson box corners, or the published eps_LB (None: not recomputable)."""
     cc = rec.get("claimed_curve")
@@ -137,31 +236,65 @@ def _deciding(rec: dict, conf: float, decision: dict, statistic: str, label: str
         hi = box_uppers(upgrade(rec), conf)
         if hi is None:
             raise DataError("no box counts")
-        fam = family_ruled_out(event_from_dict(cc["event"]), cc.get("adjacency") or rec.get("adjacency") or "add-remove-record", *hi)
+        fam = family_ruled_out(
+            event_from_dict(cc["event"]),
+            cc.get("adjacency") or rec.get("adjacency") or "add-remove-record",
+            *hi,
+        )
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
-        notes.append(Note("warning", "audit", f"{label}: its claimed-curve test could not be recomputed from its counts ({e})."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"{label}: its claimed-curve test could not be recomputed from its counts ({e}).",
+            )
+        )
         return None
     stored = (cc.get("family") or {}).get("lower_bound")
-    if (stored is None) != (fam["lower_bound"] is None) or stored is not None and _far(float(stored), fam["lower_bound"]):
-        notes.append(Note("warning", "audit", f"{label}: stored claimed-curve result ({family_statement(cc.get('family') or {})}) differs "
-                                              f"from the one recomputed from its counts ({family_statement(fam)})."))
+    if (
+        (stored is None) != (fam["lower_bound"] is None)
+        or stored is not None
+        and _far(float(stored), fam["lower_bound"])
+    ):
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"{label}: stored claimed-curve result ({family_statement(cc.get('family') or {})}) differs "
+                f"from the one recomputed from its counts ({family_statement(fam)}).",
+            )
+        )
     return {"statistic": statistic, "statement": family_statement(fam), "violated": fam["violated"]}
 
 
 def _is_control(v, label: str, notes: list[Note]) -> bool:
     if v.role == "main" and v.noise and v.canary_inserted:
         return False
-    notes.append(Note("info", "verdict", f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
-                                         f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it."))
+    notes.append(
+        Note(
+            "info",
+            "verdict",
+            f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
+            f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it.",
+        )
+    )
     return True
 
 
 def _unjudgeable(lb: float | None, claim: float | None) -> str | None:
     """Why a record supports no verdict at all (None: it does)."""
-    return "no eps_LB" if lb is None or math.isnan(lb) else "no claimed epsilon" if claim is None else None
+    return (
+        "no eps_LB"
+        if lb is None or math.isnan(lb)
+        else "no claimed epsilon"
+        if claim is None
+        else None
+    )
 
 
-def _status(entry: dict, la: LoadedAudit, decision: dict | None, label: str, notes: list[Note]) -> str:
+def _status(
+    entry: dict, la: LoadedAudit, decision: dict | None, label: str, notes: list[Note]
+) -> str:
     """The verdict of this one audit (the one rule: :func:`dpaudit.audits.verdicts.violated`), fail closed."""
     v = la.view
     if _is_control(v, label, notes):
@@ -169,7 +302,13 @@ def _status(entry: dict, la: LoadedAudit, decision: dict | None, label: str, not
     lb, claim = v.epsilon_lower_bound, entry["compared_claim"]
     why = _unjudgeable(lb, claim)
     if why is not None:
-        notes.append(Note("error", "verdict", f"{label}: {why}; the verdict for {v.mechanism} is INCONCLUSIVE."))
+        notes.append(
+            Note(
+                "error",
+                "verdict",
+                f"{label}: {why}; the verdict for {v.mechanism} is INCONCLUSIVE.",
+            )
+        )
         return "incomplete"
     if violated({**upgrade(la.record), "claimed_epsilon": claim}):
         return "violation"
@@ -177,7 +316,9 @@ def _status(entry: dict, la: LoadedAudit, decision: dict | None, label: str, not
     if problem is not None:
         notes.append(Note("error", "verdict", f"{label}: {problem}"))
         return "incomplete"
-    return "incomplete" if v.mechanism is None else "no-evidence"  # no mechanism: no claim it could support
+    return (
+        "incomplete" if v.mechanism is None else "no-evidence"
+    )  # no mechanism: no claim it could support
 
 
 def _inconsistency(entry: dict, lb: float, claim: float, decision: dict | None) -> str | None:
@@ -185,8 +326,12 @@ def _inconsistency(entry: dict, lb: float, claim: float, decision: dict | None) 
     rec = entry["recomputed_epsilon_lower_bound"]
     if decision is not None and decision["violated"] is not False:
         # a record at odds with its own counts must not read as "no evidence" (fail closed)
-        return ("stored verdict 'no violation' but its own counts " + ("cannot be re-judged" if decision["violated"] is None else "give a violation")
-                + (f" (eps_LB {rec:.4f}, claim {claim:.4f})" if rec is not None else "") + "; INCONCLUSIVE.")
+        return (
+            "stored verdict 'no violation' but its own counts "
+            + ("cannot be re-judged" if decision["violated"] is None else "give a violation")
+            + (f" (eps_LB {rec:.4f}, claim {claim:.4f})" if rec is not None else "")
+            + "; INCONCLUSIVE."
+        )
     if rec is not None and _far(lb, rec):
         return f"stored eps_LB {lb:.4f} differs from {rec:.4f} recomputed from its counts; INCONCLUSIVE."
     if entry["statistic"] not in STATISTICS:
@@ -198,14 +343,24 @@ def _no_noise_note(nn: dict | None, label: str, notes: list[Note]) -> None:
     if nn is None:
         notes.append(Note("info", "audit", f"{label}: no no-noise control recorded."))
     elif nn.get("epsilon_lower_bound") is not None and nn["epsilon_lower_bound"] < 0.1:
-        notes.append(Note("warning", "audit", f"{label}: the no-noise control found almost no leakage (eps_LB {nn['epsilon_lower_bound']:.3f}); "
-                                              "the attack may be too weak to detect a violation."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"{label}: the no-noise control found almost no leakage (eps_LB {nn['epsilon_lower_bound']:.3f}); "
+                "the attack may be too weak to detect a violation.",
+            )
+        )
 
 
 def _family_bound(cv: dict | None) -> dict | None:
     """The claimed-curve verdict as a statement about the claim's family (None without a family)."""
     fam = (cv or {}).get("family") or {}
-    return {"statement": family_statement(fam), "violated": cv["violated"]} if fam.get("parameter") and fam.get("claimed") is not None else None
+    return (
+        {"statement": family_statement(fam), "violated": cv["violated"]}
+        if fam.get("parameter") and fam.get("claimed") is not None
+        else None
+    )
 
 
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
@@ -216,17 +371,33 @@ def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> No
     rec = la.record
     stat = entry["statistic"] = statistic_of(rec)
     cp = num(rec.get("clopper_pearson_epsilon"))
-    entry["clopper_pearson_epsilon"] = cp if cp is not None or stat != "clopper-pearson" else la.view.epsilon_lower_bound
-    entry["threat_model"] = rec.get("threat_model") if isinstance(rec.get("threat_model"), str) else "final-model"
+    entry["clopper_pearson_epsilon"] = (
+        cp if cp is not None or stat != "clopper-pearson" else la.view.epsilon_lower_bound
+    )
+    entry["threat_model"] = (
+        rec.get("threat_model") if isinstance(rec.get("threat_model"), str) else "final-model"
+    )
     entry["comparison"] = comparison_view(rec.get("comparison"))
     cv = entry["claimed_curve"] = curve_view(rec.get("claimed_curve"))
     entry["claim_family_bound"] = _family_bound(cv)
     if cv is None and rec.get("claimed_curve") is not None:
-        notes.append(Note("warning", "audit", f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
-                                              "in [0, 1], and violated); no trade-off figure."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
+                "in [0, 1], and violated); no trade-off figure.",
+            )
+        )
     if cv is None and stat == "claimed-curve":
-        notes.append(Note("warning", "audit", f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
-                                              "no readable claimed_curve block to check it against."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
+                "no readable claimed_curve block to check it against.",
+            )
+        )
 
 
 #: The analyses of a one-run record (its ``statistic`` field) and their names in the report.
@@ -234,16 +405,31 @@ ONE_RUN_STATISTICS = {"f-dp": "one-run f-DP", "steinke": "one-run (eps, delta)"}
 
 
 def _one_run_control(rec: dict) -> bool:
-    return rec.get("noise") is False or rec.get("role") not in (None, "main") or rec.get("canary_inserted") is False
+    return (
+        rec.get("noise") is False
+        or rec.get("role") not in (None, "main")
+        or rec.get("canary_inserted") is False
+    )
 
 
 def _other_analysis_note(e: dict, stat: str, lbs: dict, label: str, notes: list[Note]) -> None:
     """Warn when the analysis that does not decide would have found a violation."""
     other = "steinke" if stat == "f-dp" else "f-dp"
     claim, other_lb = e["claimed_epsilon"], lbs[other]
-    if claim is not None and other_lb is not None and other_lb > claim and e["status"] != "violation":
-        notes.append(Note("warning", "verdict", f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
-                                                f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}."))
+    if (
+        claim is not None
+        and other_lb is not None
+        and other_lb > claim
+        and e["status"] != "violation"
+    ):
+        notes.append(
+            Note(
+                "warning",
+                "verdict",
+                f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
+                f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}.",
+            )
+        )
 
 
 def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
@@ -253,28 +439,49 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     label = f"one-run record {lo.path}"
     view = one_run_view(lo.record)
     if view is None:
-        notes.append(Note("error", "audit", f"{label} skipped: it has neither a steinke nor an fdp block."))
+        notes.append(
+            Note("error", "audit", f"{label} skipped: it has neither a steinke nor an fdp block.")
+        )
         return None
     rec = lo.record
     e = dict(view, index=i, path=str(lo.path), label=lo.path.parent.name or str(lo.path))
-    lbs = {"steinke": (view["steinke"] or {}).get("epsilon_lower_bound"), "f-dp": (view["fdp"] or {}).get("epsilon_lower_bound")}
+    lbs = {
+        "steinke": (view["steinke"] or {}).get("epsilon_lower_bound"),
+        "f-dp": (view["fdp"] or {}).get("epsilon_lower_bound"),
+    }
     # One analysis decides, fixed before looking (the record's rule: f-DP when a claimed event
     # was tested, else Steinke et al.); taking the larger of the two would test twice at the
     # stated confidence. The other is shown beside it, never used for the verdict.
-    stat = rec.get("statistic") if rec.get("statistic") in ONE_RUN_STATISTICS else ("f-dp" if lbs["f-dp"] is not None else "steinke")
+    stat = (
+        rec.get("statistic")
+        if rec.get("statistic") in ONE_RUN_STATISTICS
+        else ("f-dp" if lbs["f-dp"] is not None else "steinke")
+    )
     lb = lbs[stat]
     e["statistic"] = ONE_RUN_STATISTICS[stat]
     e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
     if _one_run_control(rec):
         e["status"] = "control"
-        notes.append(Note("info", "verdict", f"{label} is a control run (no noise or no canary); no privacy claim applies to it."))
+        notes.append(
+            Note(
+                "info",
+                "verdict",
+                f"{label} is a control run (no noise or no canary); no privacy claim applies to it.",
+            )
+        )
         return e
     e["status"] = _one_run_status(e, view, stat, label, notes)
     e["not_certified"] = _not_certified(rec)
-    if e["not_certified"]:  # the claim itself is not certified: never read as "no evidence" (fail closed)
+    if e[
+        "not_certified"
+    ]:  # the claim itself is not certified: never read as "no evidence" (fail closed)
         notes.append(Note("error", "verdict", f"{label}: {e['not_certified']}."))
         e["status"] = "violation" if e["status"] == "violation" else "incomplete"
-    ceilings = [c for c in ((view["steinke"] or {}).get("ceiling"), (view["fdp"] or {}).get("ceiling")) if c is not None]
+    ceilings = [
+        c
+        for c in ((view["steinke"] or {}).get("ceiling"), (view["fdp"] or {}).get("ceiling"))
+        if c is not None
+    ]
     # the power block speaks for the deciding analysis (its limit, whether anything is detectable);
     # a record without one: neither analysis can report more than its ceiling, both below the claim
     # and no violation is detectable
@@ -287,8 +494,10 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
 
 
 #: The statistic of each white-box threat model (dpaudit.audits.white_box), as the report names it.
-WHITE_BOX_STATISTICS = {"white-box": "white-box step bound",
-                        "crafted-final": "crafted-final sum bound"}
+WHITE_BOX_STATISTICS = {
+    "white-box": "white-box step bound",
+    "crafted-final": "crafted-final sum bound",
+}
 
 
 def white_box_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
@@ -305,9 +514,16 @@ def white_box_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     lb = view["epsilon_lb"]
     lb = math.inf if lb is None and view["violation"] else lb  # an infinite bound is stored as null
     kind = view["threat_model"] if view["threat_model"] in WHITE_BOX_STATISTICS else "white-box"
-    e = dict(view, index=i, path=str(lo.path), label=lo.path.parent.name or str(lo.path),
-             audit_kind=kind, statistic=WHITE_BOX_STATISTICS[kind], epsilon_lower_bound=lb,
-             not_certified=None)
+    e = dict(
+        view,
+        index=i,
+        path=str(lo.path),
+        label=lo.path.parent.name or str(lo.path),
+        audit_kind=kind,
+        statistic=WHITE_BOX_STATISTICS[kind],
+        epsilon_lower_bound=lb,
+        not_certified=None,
+    )
     e["status"] = _white_box_status(e, label, notes)
     e["ceiling"] = num((view["power"] or {}).get("ceiling"))
     e["underpowered"] = _underpowered(e["ceiling"], view["claimed_epsilon"], view["power"])
@@ -316,9 +532,15 @@ def white_box_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
 
 def _white_box_status(e: dict, label: str, notes: list[Note]) -> str:
     claim, lb, controls = e["claimed_epsilon"], e["epsilon_lower_bound"], e["controls_ok"]
-    why = ("no claimed epsilon" if claim is None else "no eps_LB" if lb is None
-           else "its null control (canaries adding nothing) flags a violation"
-           if controls.get("null") is False else None)
+    why = (
+        "no claimed epsilon"
+        if claim is None
+        else "no eps_LB"
+        if lb is None
+        else "its null control (canaries adding nothing) flags a violation"
+        if controls.get("null") is False
+        else None
+    )
     if why is None and lb <= claim and controls.get("no-noise") is False:
         why = "its no-noise control does not see the canaries"
     if why is not None:
@@ -340,13 +562,25 @@ def _not_certified(rec: dict) -> str | None:
 def _one_run_status(e: dict, view: dict, stat: str, label: str, notes: list[Note]) -> str:
     claim, lb = view["claimed_epsilon"], e["epsilon_lower_bound"]
     if claim is None or lb is None:
-        notes.append(Note("error", "verdict", f"{label}: {'no claimed epsilon' if claim is None else 'no eps_LB'}; INCONCLUSIVE."))
+        notes.append(
+            Note(
+                "error",
+                "verdict",
+                f"{label}: {'no claimed epsilon' if claim is None else 'no eps_LB'}; INCONCLUSIVE.",
+            )
+        )
         return "incomplete"
     if lb > claim:
         return "violation"
     if stat == "f-dp" and (view["fdp"] or {}).get("violated"):
-        notes.append(Note("error", "verdict", f"{label}: its f-DP analysis says the claimed event is violated but its eps_LB "
-                                              f"{lb:.4f} <= claim {claim:.4f}; INCONCLUSIVE."))
+        notes.append(
+            Note(
+                "error",
+                "verdict",
+                f"{label}: its f-DP analysis says the claimed event is violated but its eps_LB "
+                f"{lb:.4f} <= claim {claim:.4f}; INCONCLUSIVE.",
+            )
+        )
         return "incomplete"
     return "no-evidence"
 
@@ -362,7 +596,10 @@ def _row_key(rows: dict, e: dict, can: str) -> tuple:
 
 
 def _max_cell(cells: list[dict]) -> dict:
-    largest = {k: max((c[k] for c in cells if c[k] is not None), default=None) for k in ("private", "no_noise", "ceiling")}
+    largest = {
+        k: max((c[k] for c in cells if c[k] is not None), default=None)
+        for k in ("private", "no_noise", "ceiling")
+    }
     return {**largest, "confidence": None, "trials": None, "status": None}
 
 
@@ -372,11 +609,31 @@ def table16(entries: list[dict]) -> dict:
     for e in entries:
         can = e["canary"] or "unnamed canary"
         key = _row_key(rows, e, can)
-        row = rows.setdefault(key, {"mechanism": key[0], "task": key[1], "claimed_epsilon": e["compared_claim"], "cells": {}})
-        row["cells"][can] = {"private": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-                             "ceiling": e["ceiling"], "confidence": e["confidence"], "trials": e["trials"], "status": e["status"]}
+        row = rows.setdefault(
+            key,
+            {
+                "mechanism": key[0],
+                "task": key[1],
+                "claimed_epsilon": e["compared_claim"],
+                "cells": {},
+            },
+        )
+        row["cells"][can] = {
+            "private": e["epsilon_lower_bound"],
+            "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
+            "ceiling": e["ceiling"],
+            "confidence": e["confidence"],
+            "trials": e["trials"],
+            "status": e["status"],
+        }
     canaries = list(dict.fromkeys(e["canary"] or "unnamed canary" for e in entries))
     out = list(rows.values())
-    max_row = {"mechanism": "max over tasks", "task": "", "claimed_epsilon": None,
-               "cells": {can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries}}
+    max_row = {
+        "mechanism": "max over tasks",
+        "task": "",
+        "claimed_epsilon": None,
+        "cells": {
+            can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries
+        },
+    }
     return {"canaries": canaries, "rows": out, "max": max_row if len(out) > 1 else None}

@@ -16,12 +16,28 @@ from ..audits.verdicts import upgrade
 from ..claims import integer, number as num
 
 #: Keys a complete audit record should carry (missing ones are listed in an info note).
-EXPECTED_AUDIT_KEYS = ("mechanism", "canary", "runs", "claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "method", "counts",
-                       "ceiling", "controls")
+EXPECTED_AUDIT_KEYS = (
+    "mechanism",
+    "canary",
+    "runs",
+    "claimed_epsilon",
+    "delta",
+    "epsilon_lower_bound",
+    "confidence",
+    "method",
+    "counts",
+    "ceiling",
+    "controls",
+)
 #: Today's key -> the names older or foreign writers used for it (first non-null wins).
 KEY_ALIASES = {
-    "runs": ("trials", "n_runs", "n_trials"), "task": ("target",), "claimed_epsilon": ("epsilon",),
-    "epsilon_lower_bound": ("eps_lb", "epsilon_lb"), "auc": ("roc_auc",), "seeds": ("seed",), "release_path": ("release",),
+    "runs": ("trials", "n_runs", "n_trials"),
+    "task": ("target",),
+    "claimed_epsilon": ("epsilon",),
+    "epsilon_lower_bound": ("eps_lb", "epsilon_lb"),
+    "auc": ("roc_auc",),
+    "seeds": ("seed",),
+    "release_path": ("release",),
 }
 #: Names a control may go by (dict key, or a list item's name / kind) -> today's control.
 CONTROL_NAMES = {"no_noise": ("no-noise", "nonoise", "no-dp", "non-private"), "null": ("null",)}
@@ -58,7 +74,12 @@ def counts_of(value: Any) -> dict | None:
 
 def name_of(value: Any) -> str | None:
     if isinstance(value, dict):
-        return str(next((value[k] for k in ("name", "kind", "type", "id") if value.get(k) is not None), None) or "unnamed")
+        return str(
+            next(
+                (value[k] for k in ("name", "kind", "type", "id") if value.get(k) is not None), None
+            )
+            or "unnamed"
+        )
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value) or None
     return None if value is None else str(value)
@@ -73,7 +94,11 @@ def _float_lists(*xs: Any) -> list[list[float]] | None:
 
 def _pairs_as_dict(roc: Any) -> Any:
     """A list of [fpr, tpr] pairs as {fpr: [...], tpr: [...]}; anything else unchanged."""
-    if isinstance(roc, list) and roc and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc):
+    if (
+        isinstance(roc, list)
+        and roc
+        and all(isinstance(p, (list, tuple)) and len(p) >= 2 for p in roc)
+    ):
         return {"fpr": [p[0] for p in roc], "tpr": [p[1] for p in roc]}
     return roc
 
@@ -83,7 +108,9 @@ def _rates(roc: dict) -> dict | None:
     if not (isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr):
         return None
     floats = _float_lists(fpr, tpr)
-    return {} if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
+    return (
+        {} if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
+    )
 
 
 def roc_of(roc: Any) -> dict | None:
@@ -95,14 +122,22 @@ def roc_of(roc: Any) -> dict | None:
     if rates is not None:
         return rates or None  # {}: lists that are not numbers
     inner = roc_of(roc["points"]) if isinstance(roc.get("points"), list) else None
-    return inner if inner is None or inner["auc"] is not None else {**inner, "auc": num(roc.get("auc"))}
+    return (
+        inner
+        if inner is None or inner["auc"] is not None
+        else {**inner, "auc": num(roc.get("auc"))}
+    )
 
 
 def _control_items(controls: Any) -> list[tuple[str, Any]]:
     if isinstance(controls, dict):
         return list(controls.items())
     if isinstance(controls, list):
-        return [(str(c.get("name") or c.get("kind") or i), c) for i, c in enumerate(controls) if isinstance(c, dict)]
+        return [
+            (str(c.get("name") or c.get("kind") or i), c)
+            for i, c in enumerate(controls)
+            if isinstance(c, dict)
+        ]
     return []
 
 
@@ -118,9 +153,14 @@ def control_of(controls: Any, names: tuple[str, ...]) -> dict | None:
 
 def _control_view(c: dict) -> dict:
     auc = num(c.get("auc"))
-    return {"epsilon_lower_bound": num(c.get("epsilon_lower_bound")),
-            "auc": auc if auc is not None or not isinstance(c.get("roc"), dict) else num(c["roc"].get("auc")),
-            "counts": counts_of(c.get("counts")), "ceiling": num(c.get("ceiling"))}
+    return {
+        "epsilon_lower_bound": num(c.get("epsilon_lower_bound")),
+        "auc": auc
+        if auc is not None or not isinstance(c.get("roc"), dict)
+        else num(c["roc"].get("auc")),
+        "counts": counts_of(c.get("counts")),
+        "ceiling": num(c.get("ceiling")),
+    }
 
 
 def _trials(runs: Any, counts: dict | None, eval_size: Any) -> tuple[int | None, int | None]:
@@ -147,7 +187,11 @@ def _release_ref(rec: dict) -> tuple[str | None, str | None]:
 
 def _gdp(gdp: Any) -> float | None:
     """The GDP estimate's epsilon: a number, or an {epsilon} (older: {value}) block."""
-    return num(_aliases(gdp, {"epsilon": ("value",)}).get("epsilon")) if isinstance(gdp, dict) else num(gdp)
+    return (
+        num(_aliases(gdp, {"epsilon": ("value",)}).get("epsilon"))
+        if isinstance(gdp, dict)
+        else num(gdp)
+    )
 
 
 def _auc(auc: Any, roc: dict | None) -> float | None:
@@ -208,7 +252,9 @@ class AuditView:
     missing: list[str]  # expected keys the record (before migration) lacks
     epsilon_lower_bound_note: str | None
     power: dict | None = None  # audit.json "power" (dpaudit.audits.power; None in older files)
-    sequential: dict | None = None  # audit.json "sequential" (a sequential audit's stop; None: fixed N)
+    sequential: dict | None = (
+        None  # audit.json "sequential" (a sequential audit's stop; None: fixed N)
+    )
 
     @classmethod
     def from_dict(cls, record: dict) -> "AuditView":
@@ -219,22 +265,38 @@ class AuditView:
         release_id, release_path = _release_ref(rec)
         return cls(
             id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
-            mechanism=name_of(rec.get("mechanism")), canary=name_of(rec.get("canary")), task=name_of(rec.get("task")),
-            dataset=name_of(rec.get("dataset")), trials=trials, eval_trials=eval_trials,
-            claimed_epsilon=num(rec.get("claimed_epsilon")), delta=num(rec.get("delta")),
-            epsilon_lower_bound=num(rec.get("epsilon_lower_bound")), confidence=num(rec.get("confidence")),
-            method=name_of(rec.get("method")), counts=counts, ceiling=num(rec.get("ceiling")),
+            mechanism=name_of(rec.get("mechanism")),
+            canary=name_of(rec.get("canary")),
+            task=name_of(rec.get("task")),
+            dataset=name_of(rec.get("dataset")),
+            trials=trials,
+            eval_trials=eval_trials,
+            claimed_epsilon=num(rec.get("claimed_epsilon")),
+            delta=num(rec.get("delta")),
+            epsilon_lower_bound=num(rec.get("epsilon_lower_bound")),
+            confidence=num(rec.get("confidence")),
+            method=name_of(rec.get("method")),
+            counts=counts,
+            ceiling=num(rec.get("ceiling")),
             ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
-            gdp_estimate=_gdp(rec.get("gdp_estimate")), role=_role(rec.get("role")),
-            noise=rec.get("noise", True) is True, canary_inserted=rec.get("canary_inserted", True) is True,
-            direction="less" if rec.get("direction") == "less" else "greater", adjacency=_str(rec.get("adjacency")),
-            no_noise=control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]), null=control_of(rec.get("controls"), CONTROL_NAMES["null"]),
-            roc=roc, auc=_auc(rec.get("auc"), roc), seeds=rec.get("seeds"),
+            gdp_estimate=_gdp(rec.get("gdp_estimate")),
+            role=_role(rec.get("role")),
+            noise=rec.get("noise", True) is True,
+            canary_inserted=rec.get("canary_inserted", True) is True,
+            direction="less" if rec.get("direction") == "less" else "greater",
+            adjacency=_str(rec.get("adjacency")),
+            no_noise=control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]),
+            null=control_of(rec.get("controls"), CONTROL_NAMES["null"]),
+            roc=roc,
+            auc=_auc(rec.get("auc"), roc),
+            seeds=rec.get("seeds"),
             command=rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
-            release_id=release_id, release_path=release_path,
+            release_id=release_id,
+            release_path=release_path,
             missing=[k for k in EXPECTED_AUDIT_KEYS if k not in record],
             epsilon_lower_bound_note=rec.get("epsilon_lower_bound_note"),
-            power=power_of(rec.get("power")), sequential=_dict(rec.get("sequential")),
+            power=power_of(rec.get("power")),
+            sequential=_dict(rec.get("sequential")),
         )
 
 
@@ -254,7 +316,13 @@ def _pairs(d: Any) -> dict | None:
     if not isinstance(d, dict):
         return None
     fpr, fnr = _floats(d.get("fpr")), _floats(d.get("fnr"))
-    if fpr is None or fnr is None or len(fpr) != len(fnr) or not fpr or any(not 0.0 <= v <= 1.0 for v in fpr + fnr):
+    if (
+        fpr is None
+        or fnr is None
+        or len(fpr) != len(fnr)
+        or not fpr
+        or any(not 0.0 <= v <= 1.0 for v in fpr + fnr)
+    ):
         return None
     return {"fpr": fpr, "fnr": fnr}
 
@@ -290,16 +358,38 @@ def curve_view(block: Any) -> dict | None:
     if curve is None or not isinstance(block.get("violated"), bool) or point is None:
         return None
     fam = _dict(block.get("family")) or {}
-    return {"statistic": str(block.get("statistic") or "claimed-curve"), "method": _str(block.get("method")), "violated": block["violated"],
-            # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
-            "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
-            "scale_lower_bound": num(block.get("scale_lower_bound")),
-            "family": {"parameter": _str(fam.get("parameter")), "claimed": num(fam.get("claimed")), "lower_bound": num(fam.get("lower_bound"))},
-            **_read(block, {"accountant": _str, "adjacency": _str, "delta": num, "confidence": num, "event": _dict}),
-            "direction": block.get("direction") if block.get("direction") in ("greater", "less") else None,
-            "point": point, "points": _pairs(block.get("points")), "curve": curve,
-            "curve_at_lower_bound": _pairs(block.get("curve_at_lower_bound")),
-            "select_size": integer(block.get("select_size")), "eval_size": integer(block.get("eval_size"))}
+    return {
+        "statistic": str(block.get("statistic") or "claimed-curve"),
+        "method": _str(block.get("method")),
+        "violated": block["violated"],
+        # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
+        "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
+        "scale_lower_bound": num(block.get("scale_lower_bound")),
+        "family": {
+            "parameter": _str(fam.get("parameter")),
+            "claimed": num(fam.get("claimed")),
+            "lower_bound": num(fam.get("lower_bound")),
+        },
+        **_read(
+            block,
+            {
+                "accountant": _str,
+                "adjacency": _str,
+                "delta": num,
+                "confidence": num,
+                "event": _dict,
+            },
+        ),
+        "direction": block.get("direction")
+        if block.get("direction") in ("greater", "less")
+        else None,
+        "point": point,
+        "points": _pairs(block.get("points")),
+        "curve": curve,
+        "curve_at_lower_bound": _pairs(block.get("curve_at_lower_bound")),
+        "select_size": integer(block.get("select_size")),
+        "eval_size": integer(block.get("eval_size")),
+    }
 
 
 def _read(block: dict, fields: dict) -> dict:
@@ -312,10 +402,23 @@ def _maybe(fields: dict, block: Any) -> dict | None:
 
 
 #: The readers of the blocks of a one_run.json (``steinke``, ``fdp``) and of audit.json's ``comparison``.
-STEINKE = {"epsilon_lower_bound": num, "ceiling": num, "guesses": integer, "correct": integer, "k_pos": integer, "k_neg": integer,
-           "method": _str}
-FDP = {"epsilon_lower_bound": num, "violated": lambda v: v if isinstance(v, bool) else None, "guesses": integer, "correct": integer,
-       "ceiling": num, "method": _str}
+STEINKE = {
+    "epsilon_lower_bound": num,
+    "ceiling": num,
+    "guesses": integer,
+    "correct": integer,
+    "k_pos": integer,
+    "k_neg": integer,
+    "method": _str,
+}
+FDP = {
+    "epsilon_lower_bound": num,
+    "violated": lambda v: v if isinstance(v, bool) else None,
+    "guesses": integer,
+    "correct": integer,
+    "ceiling": num,
+    "method": _str,
+}
 
 
 def one_run_view(record: Any) -> dict | None:
@@ -326,9 +429,23 @@ def one_run_view(record: Any) -> dict | None:
     if st is None and fd is None:
         return None
     info = _dict(record.get("info")) or {}
-    return {"mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
-            **_read(record, {"kind": name_of, "canaries": integer, "included": integer, "claimed_epsilon": num, "delta": num, "confidence": num}),
-            "steinke": st, "fdp": fd, "power": power_of(record.get("power"))}
+    return {
+        "mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
+        **_read(
+            record,
+            {
+                "kind": name_of,
+                "canaries": integer,
+                "included": integer,
+                "claimed_epsilon": num,
+                "delta": num,
+                "confidence": num,
+            },
+        ),
+        "steinke": st,
+        "fdp": fd,
+        "power": power_of(record.get("power")),
+    }
 
 
 def statistic_of(record: dict) -> str:
@@ -343,13 +460,27 @@ def _interval(iv: Any) -> list | None:
 
 
 def _tpr_at_fpr(ts: Any) -> list[dict]:
-    return [{"fpr": num(t["fpr"]), "tpr": num(t.get("tpr")), "tpr_interval": _interval(t.get("tpr_interval"))}
-            for t in ts or [] if isinstance(t, dict) and num(t.get("fpr")) is not None]
+    return [
+        {
+            "fpr": num(t["fpr"]),
+            "tpr": num(t.get("tpr")),
+            "tpr_interval": _interval(t.get("tpr_interval")),
+        }
+        for t in ts or []
+        if isinstance(t, dict) and num(t.get("fpr")) is not None
+    ]
 
 
-COMPARISON = {"cp_bonferroni": {"epsilon_lower_bound": num, "thresholds_tested": integer, "method": _str},
-              "auroc": {"auc": num, "interval": _interval, "bootstrap": integer, "confidence": num},
-              "gdp_estimate": {"kind": lambda _: "estimate (not a bound)", "epsilon": num, "mu": num, "epsilon_interval": _interval}}
+COMPARISON = {
+    "cp_bonferroni": {"epsilon_lower_bound": num, "thresholds_tested": integer, "method": _str},
+    "auroc": {"auc": num, "interval": _interval, "bootstrap": integer, "confidence": num},
+    "gdp_estimate": {
+        "kind": lambda _: "estimate (not a bound)",
+        "epsilon": num,
+        "mu": num,
+        "epsilon_interval": _interval,
+    },
+}
 
 
 def comparison_view(block: Any) -> dict | None:
@@ -357,16 +488,29 @@ def comparison_view(block: Any) -> dict | None:
     if not isinstance(block, dict):
         return None
     parts = {k: _maybe(fields, block.get(k)) for k, fields in COMPARISON.items()}
-    return {"cp_bonferroni": parts["cp_bonferroni"], "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")), "auroc": parts["auroc"],
-            "gdp_estimate": parts["gdp_estimate"]}
+    return {
+        "cp_bonferroni": parts["cp_bonferroni"],
+        "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")),
+        "auroc": parts["auroc"],
+        "gdp_estimate": parts["gdp_estimate"],
+    }
 
 
 #: The readers of a white_box.json's main bound (:meth:`dpaudit.audits.white_box.StepBound.to_dict`;
 #: an infinite eps_LB is stored as null).
-WHITE_BOX = {"epsilon_lb": num, "claimed_epsilon": num, "delta": num, "confidence": num,
-             "accountant": _str, "violation": lambda v: v if isinstance(v, bool) else None,
-             "noise_multiplier_upper": num, "sensitivity_lower": num, "sample_rate_lower": num,
-             "steps": integer, "observations": integer}
+WHITE_BOX = {
+    "epsilon_lb": num,
+    "claimed_epsilon": num,
+    "delta": num,
+    "confidence": num,
+    "accountant": _str,
+    "violation": lambda v: v if isinstance(v, bool) else None,
+    "noise_multiplier_upper": num,
+    "sensitivity_lower": num,
+    "sample_rate_lower": num,
+    "steps": integer,
+    "observations": integer,
+}
 
 
 def white_box_view(record: Any) -> dict | None:
@@ -377,8 +521,12 @@ def white_box_view(record: Any) -> dict | None:
         return None
     run = _dict((_dict(record.get("runs")) or {}).get("main")) or {}
     controls = _dict(record.get("controls_ok")) or {}
-    return {"mechanism": name_of(run.get("model")), "dataset": name_of(run.get("dataset")),
-            "threat_model": _str(record.get("threat_model") or bounds["main"].get("threat_model")),
-            "canaries": integer(run.get("canaries")), **main,
-            "controls_ok": {k: v for k, v in controls.items() if isinstance(v, bool)},
-            "power": power_of(record.get("power"))}
+    return {
+        "mechanism": name_of(run.get("model")),
+        "dataset": name_of(run.get("dataset")),
+        "threat_model": _str(record.get("threat_model") or bounds["main"].get("threat_model")),
+        "canaries": integer(run.get("canaries")),
+        **main,
+        "controls_ok": {k: v for k, v in controls.items() if isinstance(v, bool)},
+        "power": power_of(record.get("power")),
+    }

@@ -18,32 +18,81 @@ from .sweep_blocks import sweep_blocks
 
 
 #: A row's verdict as the first table words it.
-VERDICT_WORDS = {"violation": "VIOLATION", "accounting-mismatch": "ACCOUNTING MISMATCH", "inconclusive": "INCONCLUSIVE",
-                 "not-audited": "NOT AUDITED", "no-evidence": "no evidence of a violation", "no-claim": "no claim (non-private)"}
-FIRST_HEADERS = ["release", "claim (eps, delta, adjacency, accountant)", "audited by (plan, statistic)", "eps_LB (ceiling)", "verdict"]
+VERDICT_WORDS = {
+    "violation": "VIOLATION",
+    "accounting-mismatch": "ACCOUNTING MISMATCH",
+    "inconclusive": "INCONCLUSIVE",
+    "not-audited": "NOT AUDITED",
+    "no-evidence": "no evidence of a violation",
+    "no-claim": "no claim (non-private)",
+}
+FIRST_HEADERS = [
+    "release",
+    "claim (eps, delta, adjacency, accountant)",
+    "audited by (plan, statistic)",
+    "eps_LB (ceiling)",
+    "verdict",
+]
 
 
 def _first_row(r: dict) -> list[str]:
-    claim = "no claim" if r["epsilon"] is None else ", ".join(
-        [f"eps {f(r['epsilon'])}", f"delta {g(r['delta'])}"] + [str(x) for x in (r["adjacency"], r["accountant"]) if x])
+    claim = (
+        "no claim"
+        if r["epsilon"] is None
+        else ", ".join(
+            [f"eps {f(r['epsilon'])}", f"delta {g(r['delta'])}"]
+            + [str(x) for x in (r["adjacency"], r["accountant"]) if x]
+        )
+    )
     runs = r.get("plan_runs") or {}
-    plans = ", ".join((f"{runs[x]} runs of plan {str(x)[:12]}" if runs.get(x, 1) > 1 else f"plan {str(x)[:12]}") if x else "plan —"
-                      for x in r["plans"]) or "plan —"
-    audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (f"{plans}; {', '.join(r['statistics'])}" if r["statistics"] else "—")
-    lb = DASH if r["epsilon_lower_bound"] is None else f(r["epsilon_lower_bound"]) + (f" ({f(r['ceiling'], 2)})" if r["ceiling"] is not None else "")
-    return [f"{r['mechanism']} {str(r['release'])[:8]}" if r["release"] else f"{r['mechanism']} (no release)", claim, audited, lb,
-            VERDICT_WORDS.get(r["status"], r["status"]) + (f": {r['reason']}" if r["reason"] else "")]
+    plans = (
+        ", ".join(
+            (
+                f"{runs[x]} runs of plan {str(x)[:12]}"
+                if runs.get(x, 1) > 1
+                else f"plan {str(x)[:12]}"
+            )
+            if x
+            else "plan —"
+            for x in r["plans"]
+        )
+        or "plan —"
+    )
+    audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (
+        f"{plans}; {', '.join(r['statistics'])}" if r["statistics"] else "—"
+    )
+    lb = (
+        DASH
+        if r["epsilon_lower_bound"] is None
+        else f(r["epsilon_lower_bound"])
+        + (f" ({f(r['ceiling'], 2)})" if r["ceiling"] is not None else "")
+    )
+    return [
+        f"{r['mechanism']} {str(r['release'])[:8]}"
+        if r["release"]
+        else f"{r['mechanism']} (no release)",
+        claim,
+        audited,
+        lb,
+        VERDICT_WORDS.get(r["status"], r["status"]) + (f": {r['reason']}" if r["reason"] else ""),
+    ]
 
 
 def verdict_blocks(report: dict) -> list[Block]:
     vs = report["sections"]["verdict"]
     if not vs:
         return [p("No mechanism found among the inputs.")]
-    return [table("Verdict per release", FIRST_HEADERS, [_first_row(r) for r in summary_rows(vs)])] + [
-        Block("verdict", text=v["line"], status=v["status"]) for v in vs] + [p(
-            "VIOLATION: an audit certified (at its confidence) that the claim is false. “No evidence” is no proof of privacy: it is "
-            "bounded by the audit's ceiling and attack. claimed-curve: the audit's confidence box tested against the claim's whole "
-            "trade-off curve; clopper-pearson: one (eps, delta) point.")]
+    return (
+        [table("Verdict per release", FIRST_HEADERS, [_first_row(r) for r in summary_rows(vs)])]
+        + [Block("verdict", text=v["line"], status=v["status"]) for v in vs]
+        + [
+            p(
+                "VIOLATION: an audit certified (at its confidence) that the claim is false. “No evidence” is no proof of privacy: it is "
+                "bounded by the audit's ceiling and attack. claimed-curve: the audit's confidence box tested against the claim's whole "
+                "trade-off curve; clopper-pearson: one (eps, delta) point."
+            )
+        ]
+    )
 
 
 def _commit(c: dict) -> str:
@@ -52,30 +101,66 @@ def _commit(c: dict) -> str:
 
 def _claim_pairs(c: dict) -> list[tuple[str, str]]:
     chk = c["accounting_check"]
-    return [("privacy unit / adjacency", f"{c['privacy_unit']} / {c['adjacency']}"), ("accountant (claim)", str(c["accountant"])),
-            ("target (epsilon, delta)", f"({f(c['target_epsilon'], 4)}, {g(c['delta'])})"),
-            ("achieved (epsilon, delta)", f"({f(c['epsilon'], 4)}, {g(c['delta'])})"),
-            ("accounting check", chk["status"].upper() + (f": {chk['message']}" if chk["message"] else "")),
-            ("noise multiplier (std / clipping norm)", f(c["noise_multiplier"], 4)), ("sample rate (Poisson q)", g(c["sample_rate"])),
-            ("steps executed / accounted", f"{val(c['steps_executed'])} / {val(c['steps_accounted'])}"),
-            ("clipping norm (L2)", g(c["clipping_norm"])), ("normaliser", val(c["normalizer"])), ("noise source", c["noise_source_label"]),
-            ("sampler", val(c["sampler"])), ("dataset / partition", f"{c['dataset']} / {c['partition']}"), ("public seed", val(c["seed"])),
-            ("dpaudit version / commit", _commit(c)), ("created", str(c["created_at"]))]
+    return [
+        ("privacy unit / adjacency", f"{c['privacy_unit']} / {c['adjacency']}"),
+        ("accountant (claim)", str(c["accountant"])),
+        ("target (epsilon, delta)", f"({f(c['target_epsilon'], 4)}, {g(c['delta'])})"),
+        ("achieved (epsilon, delta)", f"({f(c['epsilon'], 4)}, {g(c['delta'])})"),
+        (
+            "accounting check",
+            chk["status"].upper() + (f": {chk['message']}" if chk["message"] else ""),
+        ),
+        ("noise multiplier (std / clipping norm)", f(c["noise_multiplier"], 4)),
+        ("sample rate (Poisson q)", g(c["sample_rate"])),
+        ("steps executed / accounted", f"{val(c['steps_executed'])} / {val(c['steps_accounted'])}"),
+        ("clipping norm (L2)", g(c["clipping_norm"])),
+        ("normaliser", val(c["normalizer"])),
+        ("noise source", c["noise_source_label"]),
+        ("sampler", val(c["sampler"])),
+        ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
+        ("public seed", val(c["seed"])),
+        ("dpaudit version / commit", _commit(c)),
+        ("created", str(c["created_at"])),
+    ]
 
 
 def _epsilon_row(e: dict) -> list[str]:
-    return ([e["accountant"] + (" (claim)" if e.get("claimed_with") else "")]
-            + [f(e.get(k), 4) for k in ("epsilon", "lower", "estimate", "stored")] + [e.get("error") or ""])
+    return (
+        [e["accountant"] + (" (claim)" if e.get("claimed_with") else "")]
+        + [f(e.get(k), 4) for k in ("epsilon", "lower", "estimate", "stored")]
+        + [e.get("error") or ""]
+    )
 
 
 def _card(c: dict) -> list[Block]:
     head = f"{c['mechanism']} — release {str(c['release_id'])[:12]}"
     if c["non_private"]:
-        return [Block("kv", caption=head + " (non-private: no privacy claim)", pairs=[
-            ("dataset / partition", f"{c['dataset']} / {c['partition']}"), ("seed", val(c["seed"])), ("dpaudit version / commit", _commit(c))])]
-    return [Block("kv", caption=head, pairs=_claim_pairs(c)),
-            table(f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
-                  ["accountant", "epsilon (recomputed)", "lower", "estimate", "stored in release", "note"], [_epsilon_row(e) for e in c["epsilons"]])]
+        return [
+            Block(
+                "kv",
+                caption=head + " (non-private: no privacy claim)",
+                pairs=[
+                    ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
+                    ("seed", val(c["seed"])),
+                    ("dpaudit version / commit", _commit(c)),
+                ],
+            )
+        ]
+    return [
+        Block("kv", caption=head, pairs=_claim_pairs(c)),
+        table(
+            f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
+            [
+                "accountant",
+                "epsilon (recomputed)",
+                "lower",
+                "estimate",
+                "stored in release",
+                "note",
+            ],
+            [_epsilon_row(e) for e in c["epsilons"]],
+        ),
+    ]
 
 
 def claim_blocks(report: dict) -> list[Block]:
@@ -83,7 +168,11 @@ def claim_blocks(report: dict) -> list[Block]:
     if out:
         return out
     if report["sections"].get("sweep"):
-        return [p("The releases of the sweep(s) are summarised in the Sweep section (every one accounting-checked), not carded one by one.")]
+        return [
+            p(
+                "The releases of the sweep(s) are summarised in the Sweep section (every one accounting-checked), not carded one by one."
+            )
+        ]
     return [p("No release among the inputs: the verdict rests on the audits' own claimed epsilon.")]
 
 
@@ -93,76 +182,184 @@ def _listed(xs: Any) -> str:
 
 def _dataset_blocks(d: dict) -> list[Block]:
     sizes = d.get("split_sizes")
-    sizes_s = ", ".join(f"{k} {v}" for k, v in sizes.items()) if isinstance(sizes, dict) else val(sizes)
+    sizes_s = (
+        ", ".join(f"{k} {v}" for k, v in sizes.items()) if isinstance(sizes, dict) else val(sizes)
+    )
     files = d.get("source_files") or []
-    return [Block("kv", caption=f"Dataset {d['name']}", pairs=[
-        ("data version(s) in the ledger", _listed(d.get("data_versions"))),
-        ("kind / features / classes", " / ".join(val(d.get(k)) for k in ("kind", "n_features", "n_classes"))),
-        ("preprocessing profile", val(d.get("profile"))), ("split sizes", sizes_s or DASH), ("split seed(s)", _listed(d.get("split_seeds"))),
-        ("partitions used", _listed(d.get("partitions"))), ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
-    ]), p(f"Source files of {d['name']}: {', '.join(map(str, files))}." if files else f"{d['name']}: no source files recorded (embedded or synthetic data).")]
+    return [
+        Block(
+            "kv",
+            caption=f"Dataset {d['name']}",
+            pairs=[
+                ("data version(s) in the ledger", _listed(d.get("data_versions"))),
+                (
+                    "kind / features / classes",
+                    " / ".join(val(d.get(k)) for k in ("kind", "n_features", "n_classes")),
+                ),
+                ("preprocessing profile", val(d.get("profile"))),
+                ("split sizes", sizes_s or DASH),
+                ("split seed(s)", _listed(d.get("split_seeds"))),
+                ("partitions used", _listed(d.get("partitions"))),
+                (
+                    "releases / audits",
+                    f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}",
+                ),
+            ],
+        ),
+        p(
+            f"Source files of {d['name']}: {', '.join(map(str, files))}."
+            if files
+            else f"{d['name']}: no source files recorded (embedded or synthetic data)."
+        ),
+    ]
 
 
 def provenance_blocks(report: dict) -> list[Block]:
     out = [b for d in report["sections"]["provenance"] for b in _dataset_blocks(d)]
     if not out:
         return [p("No dataset identity recorded in the inputs.")]
-    return out + [p("Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
-                    "nor a fingerprint of it: the data version above is a label the ledger gives each distinct "
-                    "data identity under a name. Sizes are shown because the guarantee treats them as public "
-                    "(the sampling rate q = batch / N is published).")]
+    return out + [
+        p(
+            "Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
+            "nor a fingerprint of it: the data version above is a label the ledger gives each distinct "
+            "data identity under a name. Sizes are shown because the guarantee treats them as public "
+            "(the sampling rate q = batch / N is published)."
+        )
+    ]
 
 
 #: The ledger summary on screen: what a reviewer signs (spent, cap, remaining); the rest of a row is
 #: in a second table below, keyed by the same dataset and partition, so neither needs to break words.
-SUMMARY_COLUMNS = ["dataset", "partition", "adjacency", "releases_subtree", "epsilon", "bound_by", "delta", "cap", "remaining",
-                   "audits", "epsilon_with_audits"]
-SUMMARY_DETAIL_COLUMNS = ["dataset", "partition", "non_private_releases", "epsilon_rdp", "epsilon_prv", "epsilon_pure",
-                          "naive_epsilon", "voided_releases", "audit_epsilon", "voided_epsilon", "voided_published_releases"]
-SUMMARY_LABELS = {"audits": "audits", "audit_epsilon": "audits' eps", "epsilon_with_audits": "eps with audits", "releases_subtree": "releases",
-                  "non_private_releases": "non-private", "epsilon": "composed eps", "bound_by": "bound by",
-                  "epsilon_rdp": "eps (rdp)", "epsilon_prv": "eps (prv)", "epsilon_pure": "eps (pure)", "naive_epsilon": "naive sum of eps",
-                  "voided_releases": "voided", "voided_epsilon": "voided eps (not counted)",
-                  "voided_published_releases": "voided but published (counted)"}
-ENTRY_COLUMNS = ["seq", "kind", "release_id", "mechanism", "partition", "epsilon", "delta", "accountant", "non_private", "voided_by", "created_at"]
+SUMMARY_COLUMNS = [
+    "dataset",
+    "partition",
+    "adjacency",
+    "releases_subtree",
+    "epsilon",
+    "bound_by",
+    "delta",
+    "cap",
+    "remaining",
+    "audits",
+    "epsilon_with_audits",
+]
+SUMMARY_DETAIL_COLUMNS = [
+    "dataset",
+    "partition",
+    "non_private_releases",
+    "epsilon_rdp",
+    "epsilon_prv",
+    "epsilon_pure",
+    "naive_epsilon",
+    "voided_releases",
+    "audit_epsilon",
+    "voided_epsilon",
+    "voided_published_releases",
+]
+SUMMARY_LABELS = {
+    "audits": "audits",
+    "audit_epsilon": "audits' eps",
+    "epsilon_with_audits": "eps with audits",
+    "releases_subtree": "releases",
+    "non_private_releases": "non-private",
+    "epsilon": "composed eps",
+    "bound_by": "bound by",
+    "epsilon_rdp": "eps (rdp)",
+    "epsilon_prv": "eps (prv)",
+    "epsilon_pure": "eps (pure)",
+    "naive_epsilon": "naive sum of eps",
+    "voided_releases": "voided",
+    "voided_epsilon": "voided eps (not counted)",
+    "voided_published_releases": "voided but published (counted)",
+}
+ENTRY_COLUMNS = [
+    "seq",
+    "kind",
+    "release_id",
+    "mechanism",
+    "partition",
+    "epsilon",
+    "delta",
+    "accountant",
+    "non_private",
+    "voided_by",
+    "created_at",
+]
 
 
 def _cap(cap: Any) -> str:
     if isinstance(cap, dict):
-        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}" + (", audits included" if cap.get("include_audits") else "")
+        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}" + (
+            ", audits included" if cap.get("include_audits") else ""
+        )
     return val(cap) if cap is not None else "none"
 
 
 def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[list[str]]]:
     """Columns: the preferred ones present (in order); every column when none is (an unknown row shape is shown whole)."""
-    cols = [c for c in preferred if any(c in r for r in rows)] or list(dict.fromkeys(k for r in rows for k in r))
+    cols = [c for c in preferred if any(c in r for r in rows)] or list(
+        dict.fromkeys(k for r in rows for k in r)
+    )
     return cols, [[val(r.get(c)) for c in cols] for r in rows]
 
 
 def _integrity(ver: Any) -> str:
-    return "" if not isinstance(ver, dict) else " — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)"
+    return (
+        ""
+        if not isinstance(ver, dict)
+        else " — hash chain intact"
+        if ver.get("ok")
+        else " — INTEGRITY CHECK FAILED (see notes)"
+    )
 
 
 def _ledger_blocks(report: dict, b: dict) -> list[Block]:
     out = [p(f"Ledger: {b['ledger']}{_integrity(b.get('verify'))}")]
     if b["summary"]:
-        cols, rows = _table_of([dict(r, cap=_cap(r.get("cap"))) for r in b["summary"]], SUMMARY_COLUMNS)
-        out.append(table("Ledger summary for the datasets in this report: partition * is the whole dataset "
-                         "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
-                         [SUMMARY_LABELS.get(c, c) for c in cols], rows))
+        cols, rows = _table_of(
+            [dict(r, cap=_cap(r.get("cap"))) for r in b["summary"]], SUMMARY_COLUMNS
+        )
+        out.append(
+            table(
+                "Ledger summary for the datasets in this report: partition * is the whole dataset "
+                "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
+                [SUMMARY_LABELS.get(c, c) for c in cols],
+                rows,
+            )
+        )
         known = set(SUMMARY_COLUMNS) | set(SUMMARY_DETAIL_COLUMNS) | {"cap"}
-        if set(cols) <= known and any(c in r for r in b["summary"] for c in SUMMARY_DETAIL_COLUMNS[2:]):
+        if set(cols) <= known and any(
+            c in r for r in b["summary"] for c in SUMMARY_DETAIL_COLUMNS[2:]
+        ):
             dcols, drows = _table_of(b["summary"], SUMMARY_DETAIL_COLUMNS)
-            out.append(table("Ledger summary, details: each accountant's epsilon, voided releases and the audits' own epsilon",
-                             [SUMMARY_LABELS.get(c, c) for c in dcols], drows))
+            out.append(
+                table(
+                    "Ledger summary, details: each accountant's epsilon, voided releases and the audits' own epsilon",
+                    [SUMMARY_LABELS.get(c, c) for c in dcols],
+                    drows,
+                )
+            )
     if any(r.get("audits") for r in b["summary"]):
-        out.append(p("audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
-                     "what their trials compose to; eps with audits: releases and audits composed together. A cap "
-                     "counts releases only unless it says audits included. " + NOT_COVERED))
+        out.append(
+            p(
+                "audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
+                "what their trials compose to; eps with audits: releases and audits composed together. A cap "
+                "counts releases only unless it says audits included. " + NOT_COVERED
+            )
+        )
     entries, folded = _fold_sweep_entries(report, b["entries"])
     if entries:
-        out.append(table("Ledger entries of these datasets (append-only)", *_table_of(entries, ENTRY_COLUMNS)))
-    return out + [p(f"{k} ledger entries of sweep {name} are summarised in the Sweep section (all are in the JSON report).") for name, k in folded.items()]
+        out.append(
+            table(
+                "Ledger entries of these datasets (append-only)", *_table_of(entries, ENTRY_COLUMNS)
+            )
+        )
+    return out + [
+        p(
+            f"{k} ledger entries of sweep {name} are summarised in the Sweep section (all are in the JSON report)."
+        )
+        for name, k in folded.items()
+    ]
 
 
 def budget_blocks(report: dict) -> list[Block]:
@@ -170,10 +367,34 @@ def budget_blocks(report: dict) -> list[Block]:
     out = _ledger_blocks(report, b) if b.get("available") else []
     comp = b.get("composition") or []
     if comp:
-        out.append(table("Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
-                         ["dataset", "partition", "adjacency", "releases", "naive sum of eps", "composed eps (rdp)", "composed eps (prv)", "at delta"],
-                         [[r["dataset"], r["partition"], r["adjacency"], val(r["releases"]), f(r["naive_sum"]), f(r["rdp"]), f(r["prv"]), g(r["delta"])]
-                          for r in comp]))
+        out.append(
+            table(
+                "Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
+                [
+                    "dataset",
+                    "partition",
+                    "adjacency",
+                    "releases",
+                    "naive sum of eps",
+                    "composed eps (rdp)",
+                    "composed eps (prv)",
+                    "at delta",
+                ],
+                [
+                    [
+                        r["dataset"],
+                        r["partition"],
+                        r["adjacency"],
+                        val(r["releases"]),
+                        f(r["naive_sum"]),
+                        f(r["rdp"]),
+                        f(r["prv"]),
+                        g(r["delta"]),
+                    ]
+                    for r in comp
+                ],
+            )
+        )
     return out or [p("No private release and no ledger: nothing to account.")]
 
 
@@ -206,22 +427,52 @@ def utility_blocks(report: dict) -> list[Block]:
     u = report["sections"]["utility"]
     rows = u["rows"]
     if not rows:
-        return [p("The utility of the sweep(s) is in their tables (Sweep section)." if report["sections"].get("sweep")
-                  else "No release among the inputs: no utility to report.")]
+        return [
+            p(
+                "The utility of the sweep(s) is in their tables (Sweep section)."
+                if report["sections"].get("sweep")
+                else "No release among the inputs: no utility to report."
+            )
+        ]
     names = ordered_metrics(m for r in rows for m in r["metrics"])
-    cells = [[r["mechanism"], r["dataset"], "non-private" if r["non_private"] else f(r["epsilon"]), val(r["n"])]
-             + [ms(r["metrics"].get(m)) for m in names] for r in rows]
-    return [table("Test metrics, mean ± SD over seeds (sample SD; n = number of releases)", ["mechanism", "dataset", "epsilon", "n"] + names, cells),
-            Block("figures", figures=["utility"]) if u["curves"] else p("No privacy-utility curve: no group of releases differing only in epsilon.")]
+    cells = [
+        [
+            r["mechanism"],
+            r["dataset"],
+            "non-private" if r["non_private"] else f(r["epsilon"]),
+            val(r["n"]),
+        ]
+        + [ms(r["metrics"].get(m)) for m in names]
+        for r in rows
+    ]
+    return [
+        table(
+            "Test metrics, mean ± SD over seeds (sample SD; n = number of releases)",
+            ["mechanism", "dataset", "epsilon", "n"] + names,
+            cells,
+        ),
+        Block("figures", figures=["utility"])
+        if u["curves"]
+        else p("No privacy-utility curve: no group of releases differing only in epsilon."),
+    ]
 
 
-REPRODUCE_KINDS = {"release": "Release", "audit": "Audit", "sweep": "Sweep", "report": "This report"}
+REPRODUCE_KINDS = {
+    "release": "Release",
+    "audit": "Audit",
+    "sweep": "Sweep",
+    "report": "This report",
+}
 
 
 def _reproduce_head(r: dict) -> str:
     what = REPRODUCE_KINDS.get(r["kind"], r["kind"])
     head = f"{what}: {r['mechanism']}" if r.get("mechanism") else what
-    return head + ((f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})") if r.get("id") else "")
+    return head + (
+        (f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})")
+        if r.get("id")
+        else ""
+    )
 
 
 def _reproduce_meta(r: dict) -> list[str]:
@@ -238,21 +489,46 @@ def _reproduce_code(r: dict) -> str:
         return "# command not recorded"
     params = dict(r["parameters"])
     cfg = params.pop("config", None)
-    lines = ["# command not recorded; the audit's recorded parameters:"] + [f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())]
-    return "\n".join(lines + (["#   config = " + json.dumps(cfg, sort_keys=True, default=str)] if cfg is not None else []))
+    lines = ["# command not recorded; the audit's recorded parameters:"] + [
+        f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())
+    ]
+    return "\n".join(
+        lines
+        + (
+            ["#   config = " + json.dumps(cfg, sort_keys=True, default=str)]
+            if cfg is not None
+            else []
+        )
+    )
 
 
 def reproduce_blocks(report: dict) -> list[Block]:
     out = []
     for r in report["sections"]["reproduce"]:
         meta = _reproduce_meta(r)
-        out += [Block("h3", text=_reproduce_head(r))] + ([p("; ".join(meta))] if meta else []) + [Block("code", text=_reproduce_code(r))]
-    return out + [p("With secret (default) noise a re-run reproduces the configuration, data and public randomness, "
-                    "not the exact noise draw; metrics agree up to that noise.")]
+        out += (
+            [Block("h3", text=_reproduce_head(r))]
+            + ([p("; ".join(meta))] if meta else [])
+            + [Block("code", text=_reproduce_code(r))]
+        )
+    return out + [
+        p(
+            "With secret (default) noise a re-run reproduces the configuration, data and public randomness, "
+            "not the exact noise draw; metrics agree up to that noise."
+        )
+    ]
 
 
-BUILDERS = {"verdict": verdict_blocks, "claim": claim_blocks, "provenance": provenance_blocks, "budget": budget_blocks,
-            "sweep": sweep_blocks, "utility": utility_blocks, "audit": audit_blocks, "reproduce": reproduce_blocks}
+BUILDERS = {
+    "verdict": verdict_blocks,
+    "claim": claim_blocks,
+    "provenance": provenance_blocks,
+    "budget": budget_blocks,
+    "sweep": sweep_blocks,
+    "utility": utility_blocks,
+    "audit": audit_blocks,
+    "reproduce": reproduce_blocks,
+}
 
 
 def sections_of(report: dict) -> list[tuple[str, str]]:
@@ -268,6 +544,7 @@ def sections_of(report: dict) -> list[tuple[str, str]]:
 
 def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
     """(section key, heading, blocks) for every section, its notes first (in the verdict section: after the first table)."""
+
     def notes(*sections: str) -> list[Block]:
         ns = [n for n in report.get("notes", []) if n.get("section") in sections]
         return [Block("notes", notes=ns)] if ns else []
@@ -276,5 +553,13 @@ def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
     for key, heading in sections_of(report):
         blocks = BUILDERS[key](report)
         at = 1 if key == "verdict" and blocks and blocks[0].kind == "table" else 0
-        out.append((key, heading, blocks[:at] + notes(*(("inputs", key) if key == "verdict" else (key,))) + blocks[at:]))
+        out.append(
+            (
+                key,
+                heading,
+                blocks[:at]
+                + notes(*(("inputs", key) if key == "verdict" else (key,)))
+                + blocks[at:],
+            )
+        )
     return out

@@ -23,8 +23,20 @@ def _rows_of(rows: Any) -> list[dict]:
 # Keyed fingerprints are dropped too: with the ledger's key (which `ledger export --include-key`
 # hands out) a reader could test a candidate dataset against them. Reports show version labels. A row set's keyed row hashes
 # and their count are dropped too: the count is the private training count.
-LEDGER_ENTRY_DROP = ("prev_hash", "hash", "guarantee", "payload", "artefact_path", "dataset_sha256", "release_created_at",
-                     "dataset_fingerprint", "fingerprint", "previous", "count", "hashes")
+LEDGER_ENTRY_DROP = (
+    "prev_hash",
+    "hash",
+    "guarantee",
+    "payload",
+    "artefact_path",
+    "dataset_sha256",
+    "release_created_at",
+    "dataset_fingerprint",
+    "fingerprint",
+    "previous",
+    "count",
+    "hashes",
+)
 
 
 def _data_versions(entries: list[dict]) -> dict[str, str]:
@@ -32,19 +44,29 @@ def _data_versions(entries: list[dict]) -> dict[str, str]:
     labels: dict[str, str] = {}
     counts: dict[str, int] = defaultdict(int)
     for e in entries:
-        fp = e.get("dataset_fingerprint") or (e.get("fingerprint") if e.get("kind") == "version" else None)
+        fp = e.get("dataset_fingerprint") or (
+            e.get("fingerprint") if e.get("kind") == "version" else None
+        )
         if fp and fp not in labels:
             counts[str(e.get("dataset"))] += 1
             labels[fp] = f"version {counts[str(e.get('dataset'))]}"
     return labels
 
 
-def _no_ledger(out: dict, path, ledger_path, explicit: bool, datasets: list[str], notes: list[Note]) -> dict:
+def _no_ledger(
+    out: dict, path, ledger_path, explicit: bool, datasets: list[str], notes: list[Note]
+) -> dict:
     if explicit:
         raise UsageError(f"ledger must be an existing ledger database, got {str(ledger_path)!r}.")
     if datasets:
-        notes.append(Note("warning", "budget", f"no ledger at {path}: pass --ledger PATH to show the spent and remaining budget; "
-                                             "only the composition of the releases in this report is shown."))
+        notes.append(
+            Note(
+                "warning",
+                "budget",
+                f"no ledger at {path}: pass --ledger PATH to show the spent and remaining budget; "
+                "only the composition of the releases in this report is shown.",
+            )
+        )
     out["ledger"] = None
     return out
 
@@ -56,7 +78,9 @@ def _verify(ledger) -> dict:
         return {"ok": False, "problems": [{"message": str(e)}]}
 
 
-def _read_ledger(path, datasets: list[str], notes: list[Note]) -> tuple[list[dict], list[dict], dict]:
+def _read_ledger(
+    path, datasets: list[str], notes: list[Note]
+) -> tuple[list[dict], list[dict], dict]:
     """(summary rows, entries, verify report) of ``datasets`` (every dataset when none)."""
     summary: list[dict] = []
     entries: list[dict] = []
@@ -67,8 +91,14 @@ def _read_ledger(path, datasets: list[str], notes: list[Note]) -> tuple[list[dic
                 summary.extend(_rows_of(ledger.summary(dataset=name)))
                 entries.extend(_rows_of(ds_entries))
             except UsageError:
-                notes.append(Note("warning", "budget", f"dataset {name!r} is not recorded in ledger {path}: its releases were not "
-                                                       "accounted there."))
+                notes.append(
+                    Note(
+                        "warning",
+                        "budget",
+                        f"dataset {name!r} is not recorded in ledger {path}: its releases were not "
+                        "accounted there.",
+                    )
+                )
         return summary, entries, _verify(ledger)
 
 
@@ -80,25 +110,45 @@ def _integrity_note(ver: dict, path, notes: list[Note]) -> None:
 
 def _release_id(e: dict) -> str | None:
     """The release id of a ledger release entry (None for other kinds)."""
-    return str(e.get("release_id") or e.get("id")) if e.get("kind", "release") == "release" else None
+    return (
+        str(e.get("release_id") or e.get("id")) if e.get("kind", "release") == "release" else None
+    )
 
 
-def _budget_notes(release_ids: list[str], entries: list[dict], summary: list[dict], path, notes: list[Note]) -> None:
+def _budget_notes(
+    release_ids: list[str], entries: list[dict], summary: list[dict], path, notes: list[Note]
+) -> None:
     recorded = {_release_id(e) for e in entries} - {None}
     for rid in release_ids:
         if rid not in recorded and (entries or summary):
-            notes.append(Note("warning", "budget", f"release {rid[:12]} is not in ledger {path}: its budget use is not accounted there."))
+            notes.append(
+                Note(
+                    "warning",
+                    "budget",
+                    f"release {rid[:12]} is not in ledger {path}: its budget use is not accounted there.",
+                )
+            )
     for row in summary:
         rem = num(row.get("remaining"))
         if rem is not None and rem < 0:
-            notes.append(Note("error", "budget", f"dataset {row.get('dataset')} partition {row.get('partition')}: budget exceeded "
-                                                 f"(remaining {rem:.4f})."))
+            notes.append(
+                Note(
+                    "error",
+                    "budget",
+                    f"dataset {row.get('dataset')} partition {row.get('partition')}: budget exceeded "
+                    f"(remaining {rem:.4f}).",
+                )
+            )
 
 
 def _release_versions(entries: list[dict]) -> dict[str, str]:
     """Release id -> the data version label of the keyed fingerprint it was recorded under."""
     labels = _data_versions(entries)
-    return {_release_id(e): labels[e["dataset_fingerprint"]] for e in entries if _release_id(e) and e.get("dataset_fingerprint")}
+    return {
+        _release_id(e): labels[e["dataset_fingerprint"]]
+        for e in entries
+        if _release_id(e) and e.get("dataset_fingerprint")
+    }
 
 
 def _drop_fingerprints(entries: list[dict], summary: list[dict]) -> None:
@@ -109,12 +159,24 @@ def _drop_fingerprints(entries: list[dict], summary: list[dict]) -> None:
         row["data_versions"] = len(row.pop("dataset_fingerprints", None) or [])
 
 
-def ledger_budget(ledger_path: str | os.PathLike | None, explicit: bool, datasets: list[str], release_ids: list[str], notes: list[Note]) -> dict:
+def ledger_budget(
+    ledger_path: str | os.PathLike | None,
+    explicit: bool,
+    datasets: list[str],
+    release_ids: list[str],
+    notes: list[Note],
+) -> dict:
     """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
     loc = resolve_ledger(ledger_path)
     # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
     path = loc.path if loc.backend == "sqlite" else loc
-    out: dict = {"ledger": loc.display, "summary": [], "entries": [], "available": False, "verify": None}
+    out: dict = {
+        "ledger": loc.display,
+        "summary": [],
+        "entries": [],
+        "available": False,
+        "verify": None,
+    }
     if loc.backend == "sqlite" and not path.exists():
         return _no_ledger(out, path, ledger_path, explicit, datasets, notes)
     try:
@@ -138,20 +200,37 @@ def _max_of(rows: list[dict], key: str) -> float | None:
 
 def _parallel_row(ds: str, rs: list[dict]) -> dict:
     """The parallel composition (max) over the partitions of one dataset."""
-    return {"dataset": ds, "partition": "all (parallel, max over partitions)", "adjacency": ",".join(sorted({r["adjacency"] for r in rs})),
-            "releases": sum(r["releases"] for r in rs), "naive_sum": max(r["naive_sum"] for r in rs),
-            "delta": _max_of(rs, "delta"), "rdp": _max_of(rs, "rdp"), "prv": _max_of(rs, "prv")}
+    return {
+        "dataset": ds,
+        "partition": "all (parallel, max over partitions)",
+        "adjacency": ",".join(sorted({r["adjacency"] for r in rs})),
+        "releases": sum(r["releases"] for r in rs),
+        "naive_sum": max(r["naive_sum"] for r in rs),
+        "delta": _max_of(rs, "delta"),
+        "rdp": _max_of(rs, "rdp"),
+        "prv": _max_of(rs, "prv"),
+    }
 
 
 def _composition_row(key: tuple, rels: list[Release], notes: list[Note]) -> dict:
     ds, part, adj = key
     deltas = [num(r.delta) for r in rels if num(r.delta) is not None]
-    row = {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(rels),
-           "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels), "delta": max(deltas) if deltas else None, "rdp": None, "prv": None}
+    row = {
+        "dataset": ds,
+        "partition": part,
+        "adjacency": adj,
+        "releases": len(rels),
+        "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels),
+        "delta": max(deltas) if deltas else None,
+        "rdp": None,
+        "prv": None,
+    }
     for acc, res in composed((r.guarantee for r in rels), row["delta"], adj).items():
         row[acc] = res["epsilon"]
         if res["error"]:
-            notes.append(Note("warning", "budget", f"composition of {ds}/{part} with {acc}: {res['error']}"))
+            notes.append(
+                Note("warning", "budget", f"composition of {ds}/{part} with {acc}: {res['error']}")
+            )
     return row
 
 
@@ -159,9 +238,13 @@ def release_composition(releases: list[LoadedRelease], notes: list[Note]) -> lis
     """Sequential composition per (dataset, partition); parallel (max) over partitions."""
     groups: dict[tuple, list[Release]] = {}
     for r in (lr.release for lr in releases if not lr.release.non_private):
-        groups.setdefault((dataset_name(r.dataset), str(r.partition), str(r.adjacency)), []).append(r)
+        groups.setdefault((dataset_name(r.dataset), str(r.partition), str(r.adjacency)), []).append(
+            r
+        )
     rows = [_composition_row(key, rels, notes) for key, rels in groups.items()]
     by_ds: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by_ds[row["dataset"]].append(row)
-    return rows + [_parallel_row(ds, rs) for ds, rs in by_ds.items() if len({r["partition"] for r in rs}) > 1]
+    return rows + [
+        _parallel_row(ds, rs) for ds, rs in by_ds.items() if len({r["partition"] for r in rs}) > 1
+    ]

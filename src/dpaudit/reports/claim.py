@@ -34,20 +34,39 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
         return "not recorded", None
     source = str(ns.get("source") or "unknown")
     if public_noise_reason(ns) is not None:
-        return f"NOT PRIVATE: REPRODUCIBLE ({source}, noise derived from the published seed {ns.get('seed')})", False
+        return (
+            f"NOT PRIVATE: REPRODUCIBLE ({source}, noise derived from the published seed {ns.get('seed')})",
+            False,
+        )
     if ns.get("reproducible") == "secret-seed":
-        return f"secure ({source}, reproducible from a secret noise seed kept out of the release)", True
+        return (
+            f"secure ({source}, reproducible from a secret noise seed kept out of the release)",
+            True,
+        )
     return f"secure ({source}, secret)", True
 
 
 def _epsilon_row(r, acc: str, delta: float | None, stored: dict) -> dict:
     if delta is None or not (0 < delta < 1) and acc != "pure":
-        return {"accountant": acc, "epsilon": None, "stored": num(stored.get(acc)), "lower": None, "estimate": None,
-                "error": f"delta must be in (0, 1), got {r.delta!r}"}
+        return {
+            "accountant": acc,
+            "epsilon": None,
+            "stored": num(stored.get(acc)),
+            "lower": None,
+            "estimate": None,
+            "error": f"delta must be in (0, 1), got {r.delta!r}",
+        }
     res = recomputed(r.guarantee, delta, acc, r.adjacency)
     st = stored.get(acc)
-    return {"accountant": acc, "epsilon": res["epsilon"], "stored": num(st.get("epsilon")) if isinstance(st, dict) else num(st),
-            "lower": res["lower"], "estimate": res["estimate"], "error": res["error"], "claimed_with": acc == r.accountant}
+    return {
+        "accountant": acc,
+        "epsilon": res["epsilon"],
+        "stored": num(st.get("epsilon")) if isinstance(st, dict) else num(st),
+        "lower": res["lower"],
+        "estimate": res["estimate"],
+        "error": res["error"],
+        "claimed_with": acc == r.accountant,
+    }
 
 
 def _epsilon_rows(r, delta: float | None) -> list[dict]:
@@ -67,12 +86,20 @@ def _claim_notes(r, check, secure: bool | None, notes: list[Note]) -> None:
     if check.epsilon_status == "mismatch":
         notes.append(Note("error", "claim", f"{who}: ACCOUNTING MISMATCH: {check.epsilon_reason}."))
     elif check.epsilon_status == "unverified":
-        notes.append(Note("warning", "claim", f"{who}: claim not verified: {check.epsilon_reason}."))
+        notes.append(
+            Note("warning", "claim", f"{who}: claim not verified: {check.epsilon_reason}.")
+        )
     if check.steps_reason is not None:
         notes.append(Note("error", "claim", f"{who}: {check.steps_reason}."))
     if secure is False and not r.non_private:
-        notes.append(Note("error", "claim", f"{who}: noise derived from a published seed: not private (anyone can "
-                                            "recompute the noise and test membership exactly); the ledger counts it as unbounded."))
+        notes.append(
+            Note(
+                "error",
+                "claim",
+                f"{who}: noise derived from a published seed: not private (anyone can "
+                "recompute the noise and test membership exactly); the ledger counts it as unbounded.",
+            )
+        )
 
 
 def _sampler(r) -> str:
@@ -80,7 +107,11 @@ def _sampler(r) -> str:
     q = num(r.sample_rate)
     if sampler is not None or q is None:
         return "not recorded" if sampler is None else sampler
-    return "full batch (q = 1)" if q >= 1.0 else f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
+    return (
+        "full batch (q = 1)"
+        if q >= 1.0
+        else f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
+    )
 
 
 def claim_card(lr: LoadedRelease, notes: list[Note]) -> dict:
@@ -93,12 +124,33 @@ def claim_card(lr: LoadedRelease, notes: list[Note]) -> dict:
     check = verify_claim(r)
     rows = _epsilon_rows(r, delta)
     _claim_notes(r, check, secure, notes)
-    return {"release_id": r.id, "path": str(lr.path), "mechanism": r.mechanism, "non_private": bool(r.non_private),
-            "privacy_unit": r.privacy_unit, "adjacency": r.adjacency, "accountant": r.accountant, "target_epsilon": check.target_epsilon,
-            "epsilon": check.recorded_epsilon, "delta": delta, "epsilons": rows, "noise_multiplier": num(r.noise_multiplier),
-            "sample_rate": num(r.sample_rate), "steps_accounted": check.steps_accounted, "steps_executed": check.steps_executed,
-            "clipping_norm": num(r.clipping_norm), "normalizer": r.normalizer,
-            "noise_source": r.noise_source if isinstance(r.noise_source, dict) else None, "noise_source_label": label, "noise_secure": secure,
-            "sampler": _sampler(r), "dataset": dataset_name(r.dataset), "partition": r.partition, "seed": r.seed,
-            "dpaudit_version": r.dpaudit_version, "git_commit": r.git_commit, "created_at": r.created_at,
-            "accounting_check": {"status": check.status, "message": check.reason}}
+    return {
+        "release_id": r.id,
+        "path": str(lr.path),
+        "mechanism": r.mechanism,
+        "non_private": bool(r.non_private),
+        "privacy_unit": r.privacy_unit,
+        "adjacency": r.adjacency,
+        "accountant": r.accountant,
+        "target_epsilon": check.target_epsilon,
+        "epsilon": check.recorded_epsilon,
+        "delta": delta,
+        "epsilons": rows,
+        "noise_multiplier": num(r.noise_multiplier),
+        "sample_rate": num(r.sample_rate),
+        "steps_accounted": check.steps_accounted,
+        "steps_executed": check.steps_executed,
+        "clipping_norm": num(r.clipping_norm),
+        "normalizer": r.normalizer,
+        "noise_source": r.noise_source if isinstance(r.noise_source, dict) else None,
+        "noise_source_label": label,
+        "noise_secure": secure,
+        "sampler": _sampler(r),
+        "dataset": dataset_name(r.dataset),
+        "partition": r.partition,
+        "seed": r.seed,
+        "dpaudit_version": r.dpaudit_version,
+        "git_commit": r.git_commit,
+        "created_at": r.created_at,
+        "accounting_check": {"status": check.status, "message": check.reason},
+    }

@@ -14,7 +14,9 @@ DASH = "n/a"
 
 @dataclass
 class Block:
-    kind: str  # p | verdict | table | kv | code | figures | notes | h3 | more (text, folded caption)
+    kind: (
+        str  # p | verdict | table | kv | code | figures | notes | h3 | more (text, folded caption)
+    )
     text: str = ""
     status: str = ""
     caption: str = ""
@@ -40,7 +42,7 @@ def finite(x: Any) -> bool:
 
 
 def _fixed(v: float, x: Any, digits: int) -> str:
-    if v != 0 and (abs(v) < 10 ** -digits or abs(v) >= 1e6):
+    if v != 0 and (abs(v) < 10**-digits or abs(v) >= 1e6):
         return f"{v:.{digits}g}"
     if float(v).is_integer() and not isinstance(x, float):
         return str(int(v))

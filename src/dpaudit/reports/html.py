@@ -79,50 +79,76 @@ _STATUS = {w: k for k, w in VERDICT_WORDS.items()}
 
 
 def _td(c: object) -> str:
-    cls = ("num" if _is_num(str(c)) else _STATUS.get(str(c).split(":")[0], "")) + " long" * any(len(w) > 24 for w in str(c).split())
-    return f"<td class=\"{cls}\">{_e(c)}</td>" if cls else f"<td>{_e(c)}</td>"
+    cls = ("num" if _is_num(str(c)) else _STATUS.get(str(c).split(":")[0], "")) + " long" * any(
+        len(w) > 24 for w in str(c).split()
+    )
+    return f'<td class="{cls}">{_e(c)}</td>' if cls else f"<td>{_e(c)}</td>"
 
 
 def _table(b: Block) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in b.headers)
     body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in b.rows)
     cap = f"<caption>{_e(b.caption)}</caption>" if b.caption else ""
-    many = " class=\"many\"" * (len(b.headers) > 14)  # so many columns that only breaking inside words fits them in the page
+    many = ' class="many"' * (
+        len(b.headers) > 14
+    )  # so many columns that only breaking inside words fits them in the page
     return f"<table{many}>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _figure(fig: Figure) -> str:
     data = base64.b64encode(fig.png).decode("ascii")
-    return (f"<figure id=\"fig-{_e(fig.name)}\"><img alt=\"{_e(fig.title)}\" src=\"data:image/png;base64,{data}\">"
-            f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption></figure>")
+    return (
+        f'<figure id="fig-{_e(fig.name)}"><img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption><b>{_e(fig.title)}.</b> {_e(fig.caption)}</figcaption></figure>"
+    )
 
 
 def _kv(b: Block) -> str:
     rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in b.pairs)
-    return f"<table class=\"kv\"><caption>{_e(b.caption)}</caption><tbody>{rows}</tbody></table>"
+    return f'<table class="kv"><caption>{_e(b.caption)}</caption><tbody>{rows}</tbody></table>'
 
 
 def notes_summary(notes: list[dict]) -> str:
-    """"2 errors, 3 warnings, 4 notes": the one line a section's notes fold into."""
+    """ "2 errors, 3 warnings, 4 notes": the one line a section's notes fold into."""
     n = {lv: sum(1 for x in notes if x["level"] == lv) for lv in ("error", "warning", "info")}
-    return ", ".join(f"{k} {w}{'s' * (k > 1)}" for w, k in (("error", n["error"]), ("warning", n["warning"]), ("note", n["info"])) if k)
+    return ", ".join(
+        f"{k} {w}{'s' * (k > 1)}"
+        for w, k in (("error", n["error"]), ("warning", n["warning"]), ("note", n["info"]))
+        if k
+    )
 
 
 def _notes(b: Block) -> str:
-    items = "".join(f"<li class=\"{_e(n['level'])}\"><b>{_e(n['level'])}</b> {_e(n['message'])}</li>" for n in b.notes)
-    return f"<details class=\"notes\"><summary>{_e(notes_summary(b.notes))} (expand)</summary><ul class=\"notes\">{items}</ul></details>"
+    items = "".join(
+        f'<li class="{_e(n["level"])}"><b>{_e(n["level"])}</b> {_e(n["message"])}</li>'
+        for n in b.notes
+    )
+    return f'<details class="notes"><summary>{_e(notes_summary(b.notes))} (expand)</summary><ul class="notes">{items}</ul></details>'
 
 
 #: Block kind -> its HTML (figures are drawn by :func:`_block`).
-RENDER = {"p": lambda b: f"<p>{_e(b.text)}</p>", "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
-          "verdict": lambda b: f"<div class=\"verdict {_e(b.status)}\" data-status=\"{_e(b.status)}\">{_e(b.text)}</div>",
-          "more": lambda b: f"<details class=\"notes\"><summary>{_e(b.text)} (expand)</summary><p>{_e(b.caption)}</p></details>",
-          "table": _table, "kv": _kv, "code": lambda b: f"<pre><code>{_e(b.text)}</code></pre>", "notes": _notes}
+RENDER = {
+    "p": lambda b: f"<p>{_e(b.text)}</p>",
+    "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
+    "verdict": lambda b: (
+        f'<div class="verdict {_e(b.status)}" data-status="{_e(b.status)}">{_e(b.text)}</div>'
+    ),
+    "more": lambda b: (
+        f'<details class="notes"><summary>{_e(b.text)} (expand)</summary><p>{_e(b.caption)}</p></details>'
+    ),
+    "table": _table,
+    "kv": _kv,
+    "code": lambda b: f"<pre><code>{_e(b.text)}</code></pre>",
+    "notes": _notes,
+}
 
 
 def _block(b: Block, figures: list[Figure]) -> str:
     if b.kind == "figures":
-        return "".join(_figure(fig) for fig in chosen(b, figures)) or "<p>No figure: the inputs hold no data to plot.</p>"
+        return (
+            "".join(_figure(fig) for fig in chosen(b, figures))
+            or "<p>No figure: the inputs hold no data to plot.</p>"
+        )
     if b.kind not in RENDER:
         raise ValueError(f"unknown block kind {b.kind!r}")
     return RENDER[b.kind](b)
@@ -130,26 +156,39 @@ def _block(b: Block, figures: list[Figure]) -> str:
 
 def _sweeps_meta(report: dict) -> str:
     sw = report["inputs"].get("sweeps") or []
-    return f" and {len(sw)} sweep(s) of {sum(int(x.get('releases') or 0) for x in sw)} releases" if sw else ""
+    return (
+        f" and {len(sw)} sweep(s) of {sum(int(x.get('releases') or 0) for x in sw)} releases"
+        if sw
+        else ""
+    )
 
 
 def render_html(report: dict, figures: list[Figure] | None = None) -> str:
     """One self-contained HTML document (string) for the report model (``figures``: pre-drawn)."""
     figures = all_figures(report) if figures is None else figures
     secs = layout(report)
-    toc = "".join(f"<a href=\"#{k}\">{_e(h)}</a>" for k, h, _ in secs)
+    toc = "".join(f'<a href="#{k}">{_e(h)}</a>' for k, h, _ in secs)
     body = []
     for key, heading, blocks in secs:
         fold = key != "verdict"
-        body.append(f"<section id=\"{key}\" data-section=\"{key}\">" + ("<details class=\"section\"><summary>" * fold) + f"<h2>{_e(heading)}</h2>"
-                    + "</summary>" * fold)
+        body.append(
+            f'<section id="{key}" data-section="{key}">'
+            + ('<details class="section"><summary>' * fold)
+            + f"<h2>{_e(heading)}</h2>"
+            + "</summary>" * fold
+        )
         body.extend(_block(b, figures) for b in blocks)
         body.append("</details>" * fold + "</section>")
-    meta = (f"generated {_e(report['generated_at'])} by dpaudit {_e(report['dpaudit_version'])}"
-            + (f" (commit {_e(str(report['git_commit'])[:12])})" if report.get("git_commit") else "")
-            + f" from {len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)"
-            + _sweeps_meta(report))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_e(report['title'])}</title><style>{CSS}</style></head><body>"
-            f"<header><h1>{_e(report['title'])}</h1><div class=\"meta\">{meta}</div><nav class=\"toc\">{toc}</nav></header>"
-            + "".join(body) + "</body></html>\n")
+    meta = (
+        f"generated {_e(report['generated_at'])} by dpaudit {_e(report['dpaudit_version'])}"
+        + (f" (commit {_e(str(report['git_commit'])[:12])})" if report.get("git_commit") else "")
+        + f" from {len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)"
+        + _sweeps_meta(report)
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(report['title'])}</title><style>{CSS}</style></head><body>"
+        f'<header><h1>{_e(report["title"])}</h1><div class="meta">{meta}</div><nav class="toc">{toc}</nav></header>'
+        + "".join(body)
+        + "</body></html>\n"
+    )

@@ -90,7 +90,13 @@ def dataset_name(ds: Any) -> str:
 
 def command_str(cmd: Any) -> str | None:
     """A recorded command as one shell line (a list is quoted and joined)."""
-    return None if cmd is None else shlex.join(str(c) for c in cmd) if isinstance(cmd, (list, tuple)) else str(cmd)
+    return (
+        None
+        if cmd is None
+        else shlex.join(str(c) for c in cmd)
+        if isinstance(cmd, (list, tuple))
+        else str(cmd)
+    )
 
 
 def fixed(x: float | None, digits: int = 3) -> str:
@@ -119,13 +125,19 @@ def _given(paths: Iterable[str | os.PathLike]) -> list[Path]:
     given = [Path(raw).expanduser() for raw in paths]
     for raw, p in zip(paths, given):
         if not p.exists():
-            raise UsageError(f"report input must be an existing release/audit/sweep directory or file, got {str(raw)!r}.")
+            raise UsageError(
+                f"report input must be an existing release/audit/sweep directory or file, got {str(raw)!r}."
+            )
     return given
 
 
 def _kind(f: Path) -> str:
     """What a JSON input is by its name: audit.json, or any other name holding "audit", is an audit."""
-    return "audit" if f.name == AUDIT_FILE or (f.name != RELEASE_FILE and "audit" in f.name) else "release"
+    return (
+        "audit"
+        if f.name == AUDIT_FILE or (f.name != RELEASE_FILE and "audit" in f.name)
+        else "release"
+    )
 
 
 def _candidates(p: Path) -> list[Path]:
@@ -133,7 +145,9 @@ def _candidates(p: Path) -> list[Path]:
     if p.is_file():
         records = (STORE_FILE, ONE_RUN_FILE, WHITE_BOX_FILE)  # the last two: find_records
         return [p] if p.name not in records else []
-    return sorted(f for f in p.rglob("*.json") if f.name in (RELEASE_FILE, AUDIT_FILE) and _visible(f, p))
+    return sorted(
+        f for f in p.rglob("*.json") if f.name in (RELEASE_FILE, AUDIT_FILE) and _visible(f, p)
+    )
 
 
 def _innermost(sweeps: dict[Path, "LoadedSweep"]):
@@ -151,7 +165,9 @@ def _rest_of_sweeps(sweeps: dict[Path, "LoadedSweep"], sweep_of, seen: set[Path]
                 sw.release_files.append(f)
 
 
-def discover_inputs(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path], list[Path], list]:
+def discover_inputs(
+    paths: Iterable[str | os.PathLike],
+) -> tuple[list[Path], list[Path], list[Path], list]:
     """(release files, audit files, given paths, sweeps) found under ``paths``; ``sweeps``: one
     :class:`LoadedSweep` (not yet loaded) per sweep store at or below a given path, holding the release
     files below its folder, which are not returned as ordinary releases (a reviewer reads a sweep's
@@ -184,7 +200,9 @@ class LoadedSweep:
     records: list[dict] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     failures: list[dict] = field(default_factory=list)
-    results: list[dict] = field(default_factory=list)  # done rows' results (release ids, parameters)
+    results: list[dict] = field(
+        default_factory=list
+    )  # done rows' results (release ids, parameters)
     spec: dict | None = None
     releases: list[LoadedRelease] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
@@ -195,8 +213,14 @@ class LoadedSweep:
 def _failure(r) -> dict:
     """A failed task of the store, with the last line of its error (at most 300 characters)."""
     last = ((r.error or "").strip().splitlines()[-1:] or [""])[0][:300]
-    return {"key": r.key, "model": r.config.get("model"), "dataset": r.config.get("dataset"),
-            "epsilon": r.config.get("epsilon"), "seed": r.config.get("seed"), "error": last}
+    return {
+        "key": r.key,
+        "model": r.config.get("model"),
+        "dataset": r.config.get("dataset"),
+        "epsilon": r.config.get("epsilon"),
+        "seed": r.config.get("seed"),
+        "error": last,
+    }
 
 
 def _spec_of(meta: dict) -> dict | None:
@@ -212,7 +236,9 @@ def _read_store(sweep: LoadedSweep) -> None:
         sweep.counts = st.counts()
         meta = st.meta()
         sweep.failures = [_failure(r) for r in st.rows(status="failed")]
-        sweep.results = [dict(r.result, _key=r.key) for r in st.rows(status="done") if isinstance(r.result, dict)]
+        sweep.results = [
+            dict(r.result, _key=r.key) for r in st.rows(status="done") if isinstance(r.result, dict)
+        ]
     sweep.spec = _spec_of(meta)
     _mark_stale_failures(sweep)
 
@@ -224,11 +250,23 @@ def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
         _read_store(sweep)
     except DPAuditError as e:
         sweep.error = str(e)
-        sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: {e} Its releases are still checked and composed."))
+        sweep.notes.append(
+            Note(
+                "error",
+                "sweep",
+                f"sweep {where}: no tables: {e} Its releases are still checked and composed.",
+            )
+        )
     except Exception as e:  # sqlite / json errors of a damaged store: a note, never a traceback
         sweep.error = f"{type(e).__name__}: {e}"
-        sweep.notes.append(Note("error", "sweep", f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
-                                                  "its releases are still checked and composed."))
+        sweep.notes.append(
+            Note(
+                "error",
+                "sweep",
+                f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
+                "its releases are still checked and composed.",
+            )
+        )
     # the releases are read even when the store is not: a release that exists spent budget
     for f in sweep.release_files:
         lr = _read_release(f, "sweep", f"sweep {sweep.name or where}: ", sweep.notes)
@@ -244,7 +282,12 @@ def _mark_stale_failures(sweep: LoadedSweep) -> None:
     keys = None
     if isinstance(sweep.spec, dict):
         try:
-            keys = {t.key for t in spec_from_dict({k: v for k, v in sweep.spec.items() if k != "source"}).tasks()}
+            keys = {
+                t.key
+                for t in spec_from_dict(
+                    {k: v for k, v in sweep.spec.items() if k != "source"}
+                ).tasks()
+            }
         except Exception:  # noqa: BLE001 - an old or foreign spec: say nothing rather than guess
             keys = None
     for fl in sweep.failures:
@@ -266,17 +309,37 @@ def _optional(ok):
 #: (fields, what a writer produces, the check) in the order a release is checked; "dataset.name"
 #: is the name inside a dataset object.
 RELEASE_TYPES = (
-    (("mechanism", "id", "adjacency", "accountant", "partition", "privacy_unit"), "a non-empty string", _non_empty_str),
+    (
+        ("mechanism", "id", "adjacency", "accountant", "partition", "privacy_unit"),
+        "a non-empty string",
+        _non_empty_str,
+    ),
     (("dataset",), "an object", lambda v: isinstance(v, (dict, str))),
     (("dataset.name",), "a string", lambda v: isinstance(v, str)),
     (("epsilon", "delta"), "a number", _number),
-    (("target_epsilon", "noise_multiplier", "sample_rate", "clipping_norm"), "a number or null", _optional(_number)),
-    (("steps", "steps_executed", "normalizer"), "an integer or null", _optional(lambda v: integer(v) is not None)),
-    (("guarantee", "noise_source", "epsilons", "config", "metrics", "timings", "artefacts"), "an object", lambda v: isinstance(v, dict)),
+    (
+        ("target_epsilon", "noise_multiplier", "sample_rate", "clipping_norm"),
+        "a number or null",
+        _optional(_number),
+    ),
+    (
+        ("steps", "steps_executed", "normalizer"),
+        "an integer or null",
+        _optional(lambda v: integer(v) is not None),
+    ),
+    (
+        ("guarantee", "noise_source", "epsilons", "config", "metrics", "timings", "artefacts"),
+        "an object",
+        lambda v: isinstance(v, dict),
+    ),
     (("non_private",), "true or false", lambda v: isinstance(v, bool)),
     (("seed",), "an integer", lambda v: not isinstance(v, (dict, list))),
     (("command",), "a string or a list", _optional(lambda v: isinstance(v, (str, list)))),
-    (("created_at", "dpaudit_version", "git_commit"), "a string or null", _optional(lambda v: isinstance(v, str))),
+    (
+        ("created_at", "dpaudit_version", "git_commit"),
+        "a string or null",
+        _optional(lambda v: isinstance(v, str)),
+    ),
 )
 
 
@@ -304,7 +367,9 @@ def _read_release(f: Path, section: str, prefix: str, notes: list[Note]) -> Load
         notes.append(Note("error", section, f"{prefix}release skipped: {e}"))
         return None
     except (TypeError, ValueError) as e:
-        notes.append(Note("error", section, f"{prefix}release {f} skipped: malformed fields ({e})."))
+        notes.append(
+            Note("error", section, f"{prefix}release {f} skipped: malformed fields ({e}).")
+        )
         return None
     return LoadedRelease(f.parent, rel)
 
@@ -323,8 +388,15 @@ def shareable_white_box(record: dict) -> dict:
     runs = record.get("runs")
     if not isinstance(runs, dict):
         return record
-    return {**record, "runs": {role: {k: v for k, v in run.items() if k not in WHITE_BOX_LOCAL_KEYS}
-                               if isinstance(run, dict) else run for role, run in runs.items()}}
+    return {
+        **record,
+        "runs": {
+            role: {k: v for k, v in run.items() if k not in WHITE_BOX_LOCAL_KEYS}
+            if isinstance(run, dict)
+            else run
+            for role, run in runs.items()
+        },
+    }
 
 
 def _records(files: list[Path], what: str, shareable, loaded, notes: list[Note]) -> list:
@@ -345,24 +417,39 @@ def _loaded(files: list[Path], read) -> list:
 
 def _nothing_readable(files_found: bool, notes: list[Note], given: list[Path]) -> DataError:
     if files_found:
-        return DataError(f"no readable release or audit under the given paths ({'; '.join(n.message for n in notes[:3])}).")
-    return DataError(f"no {RELEASE_FILE} or {AUDIT_FILE} found under {', '.join(str(p) for p in given)}.")
+        return DataError(
+            f"no readable release or audit under the given paths ({'; '.join(n.message for n in notes[:3])})."
+        )
+    return DataError(
+        f"no {RELEASE_FILE} or {AUDIT_FILE} found under {', '.join(str(p) for p in given)}."
+    )
 
 
 def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     """Read every release, audit and sweep under ``paths``; unreadable files become error notes."""
     paths = list(paths)
     if not paths:
-        raise UsageError("report inputs must be at least one release, audit or sweep path, got none.")
+        raise UsageError(
+            "report inputs must be at least one release, audit or sweep path, got none."
+        )
     release_files, audit_files, given, sweeps = discover_inputs(paths)
     out = Inputs(paths=[str(p) for p in given])
     out.sweeps = [load_sweep(sw) for sw in sweeps]
     out.releases = _loaded(release_files, lambda f: _read_release(f, "inputs", "", out.notes))
     one_run_files, white_box_files = find_records(given), find_records(given, WHITE_BOX_FILE)
-    out.audits = _records(audit_files, "audit", shareable_audit, lambda f, r: LoadedAudit(f.parent, r, AuditView.from_dict(r)), out.notes)
-    out.one_runs = _records(one_run_files, "one-run record", shareable_one_run, LoadedOneRun, out.notes)
-    out.white_boxes = _records(white_box_files, "white-box record", shareable_white_box,
-                               LoadedOneRun, out.notes)
+    out.audits = _records(
+        audit_files,
+        "audit",
+        shareable_audit,
+        lambda f, r: LoadedAudit(f.parent, r, AuditView.from_dict(r)),
+        out.notes,
+    )
+    out.one_runs = _records(
+        one_run_files, "one-run record", shareable_one_run, LoadedOneRun, out.notes
+    )
+    out.white_boxes = _records(
+        white_box_files, "white-box record", shareable_white_box, LoadedOneRun, out.notes
+    )
     if not (out.releases or out.audits or out.sweeps or out.one_runs or out.white_boxes):
         found = release_files or audit_files or one_run_files or white_box_files
         raise _nothing_readable(bool(found), out.notes, given)

@@ -10,7 +10,14 @@ from .format import chosen
 from .html import _sweeps_meta, notes_summary
 from .plots import Figure, all_figures
 
-_BADGE = {"violation": "🛑", "accounting-mismatch": "🛑", "inconclusive": "⚠️", "not-audited": "⚠️", "no-evidence": "✅", "no-claim": "ℹ️"}
+_BADGE = {
+    "violation": "🛑",
+    "accounting-mismatch": "🛑",
+    "inconclusive": "⚠️",
+    "not-audited": "⚠️",
+    "no-evidence": "✅",
+    "no-claim": "ℹ️",
+}
 
 
 def _cell(s: object) -> str:
@@ -18,29 +25,47 @@ def _cell(s: object) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]], caption: str = "") -> str:
-    out = ([f"**{caption}**", ""] if caption else []) + ["| " + " | ".join(_cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out = ([f"**{caption}**", ""] if caption else []) + [
+        "| " + " | ".join(_cell(h) for h in headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
     return "\n".join(out + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows])
 
 
 #: Block kind -> its Markdown (figures are written by :func:`_block`).
-RENDER = {"p": lambda b: b.text, "h3": lambda b: f"### {b.text}", "verdict": lambda b: f"> {_BADGE.get(b.status, '')} **{b.text}**",
-          "more": lambda b: f"<details><summary>{b.text} (expand)</summary>\n\n{b.caption}\n\n</details>",
-          "table": lambda b: _table(b.headers, b.rows, b.caption),
-          "kv": lambda b: _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption), "code": lambda b: f"```sh\n{b.text}\n```",
-          "notes": lambda b: f"<details><summary>{notes_summary(b.notes)} (expand)</summary>\n\n"
-                             + "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes) + "\n\n</details>"}
+RENDER = {
+    "p": lambda b: b.text,
+    "h3": lambda b: f"### {b.text}",
+    "verdict": lambda b: f"> {_BADGE.get(b.status, '')} **{b.text}**",
+    "more": lambda b: f"<details><summary>{b.text} (expand)</summary>\n\n{b.caption}\n\n</details>",
+    "table": lambda b: _table(b.headers, b.rows, b.caption),
+    "kv": lambda b: _table(["", ""], [[f"**{k}**", v] for k, v in b.pairs], b.caption),
+    "code": lambda b: f"```sh\n{b.text}\n```",
+    "notes": lambda b: (
+        f"<details><summary>{notes_summary(b.notes)} (expand)</summary>\n\n"
+        + "\n".join(f"- **{n['level'].upper()}** {n['message']}" for n in b.notes)
+        + "\n\n</details>"
+    ),
+}
 
 
 def _block(b: Block, figures: list[Figure], asset_rel: str) -> str:
     if b.kind == "figures":
-        return "\n\n".join(f"![{fig.title}]({asset_rel}/{fig.name}.png)\n\n*{fig.title}.* {fig.caption}"
-                            for fig in chosen(b, figures)) or "_No figure: the inputs hold no data to plot._"
+        return (
+            "\n\n".join(
+                f"![{fig.title}]({asset_rel}/{fig.name}.png)\n\n*{fig.title}.* {fig.caption}"
+                for fig in chosen(b, figures)
+            )
+            or "_No figure: the inputs hold no data to plot._"
+        )
     if b.kind not in RENDER:
         raise ValueError(f"unknown block kind {b.kind!r}")
     return RENDER[b.kind](b)
 
 
-def render_markdown(report: dict, out_file: str | os.PathLike, figures: list[Figure] | None = None) -> Path:
+def render_markdown(
+    report: dict, out_file: str | os.PathLike, figures: list[Figure] | None = None
+) -> Path:
     """Write ``out_file`` (Markdown) and its PNG figures in ``<stem>_files/`` beside it."""
     out_file = Path(out_file)
     assets = out_file.parent / f"{out_file.stem}_files"
@@ -49,9 +74,13 @@ def render_markdown(report: dict, out_file: str | os.PathLike, figures: list[Fig
         assets.mkdir(parents=True, exist_ok=True)
         for fig in figures:
             (assets / f"{fig.name}.png").write_bytes(fig.png)
-    parts = [f"# {report['title']}", "",
-             f"_generated {report['generated_at']} by dpaudit {report['dpaudit_version']} from "
-             f"{len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s){_sweeps_meta(report)}_", ""]
+    parts = [
+        f"# {report['title']}",
+        "",
+        f"_generated {report['generated_at']} by dpaudit {report['dpaudit_version']} from "
+        f"{len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s){_sweeps_meta(report)}_",
+        "",
+    ]
     for _key, heading, blocks in layout(report):
         parts += [f"## {heading}", ""]
         for b in blocks:

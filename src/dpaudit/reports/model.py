@@ -22,22 +22,46 @@ from .inputs import dataset_name, load_inputs
 from .sweep import sweep_reproduce, sweep_section, sweep_verdict
 
 SCHEMA = "dpaudit-report/1"
-SECTIONS = (("verdict", "1. Verdict"), ("claim", "2. Claim card"), ("provenance", "3. Data provenance"), ("budget", "4. Budget"),
-            ("utility", "5. Utility"), ("audit", "6. Audit"), ("reproduce", "7. Reproduce"))
+SECTIONS = (
+    ("verdict", "1. Verdict"),
+    ("claim", "2. Claim card"),
+    ("provenance", "3. Data provenance"),
+    ("budget", "4. Budget"),
+    ("utility", "5. Utility"),
+    ("audit", "6. Audit"),
+    ("reproduce", "7. Reproduce"),
+)
 
 
 def _eps_point(e: dict) -> dict:
-    return {"mechanism": e["mechanism"], "canary": e["canary"], "task": e["task"], "claimed_epsilon": e["compared_claim"],
-            "epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-            "ceiling": e["ceiling"], "status": e["status"]}
+    return {
+        "mechanism": e["mechanism"],
+        "canary": e["canary"],
+        "task": e["task"],
+        "claimed_epsilon": e["compared_claim"],
+        "epsilon_lower_bound": e["epsilon_lower_bound"],
+        "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
+        "ceiling": e["ceiling"],
+        "status": e["status"],
+    }
 
 
 def _budget_section(inputs, covered: list, ledger_path, notes: list) -> tuple[dict, dict[str, str]]:
     """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
     datasets = list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in covered))
-    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, [lr.release.id for lr in inputs.releases], notes)
+    ledger = budget.ledger_budget(
+        ledger_path,
+        ledger_path is not None,
+        datasets,
+        [lr.release.id for lr in inputs.releases],
+        notes,
+    )
     fingerprints = ledger.pop("data_versions", {})
-    return {**ledger, "composition": budget.release_composition(covered, notes), "datasets": datasets}, fingerprints
+    return {
+        **ledger,
+        "composition": budget.release_composition(covered, notes),
+        "datasets": datasets,
+    }, fingerprints
 
 
 def _sweeps(inputs, budget_section: dict, notes: list) -> list[dict]:
@@ -46,13 +70,22 @@ def _sweeps(inputs, budget_section: dict, notes: list) -> list[dict]:
 
 
 def _audit_section(entries: list[dict], one_runs: list[dict], white_boxes: list[dict]) -> dict:
-    return {"table16": audit.table16(entries), "audits": entries,
-            "eps_points": [_eps_point(e) for e in entries], "one_run": one_runs,
-            "white_box": white_boxes, "not_covered": NOT_COVERED}
+    return {
+        "table16": audit.table16(entries),
+        "audits": entries,
+        "eps_points": [_eps_point(e) for e in entries],
+        "one_run": one_runs,
+        "white_box": white_boxes,
+        "not_covered": NOT_COVERED,
+    }
 
 
 def _one_runs(inputs, notes: list) -> list[dict]:
-    return [e for i, lo in enumerate(inputs.one_runs) if (e := audit.one_run_entry(i, lo, notes)) is not None]
+    return [
+        e
+        for i, lo in enumerate(inputs.one_runs)
+        if (e := audit.one_run_entry(i, lo, notes)) is not None
+    ]
 
 
 def _white_boxes(inputs, notes: list) -> list[dict]:
@@ -61,16 +94,34 @@ def _white_boxes(inputs, notes: list) -> list[dict]:
 
 
 def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
-    return {"paths": inputs.paths,
-            "releases": [{"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)} for lr in inputs.releases],
-            "audits": [{"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)} for la in inputs.audits],
-            "one_runs": [str(lo.path) for lo in inputs.one_runs],
-            "white_boxes": [str(lo.path) for lo in inputs.white_boxes],
-            "sweeps": [{"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]} for e in sweeps], "ledger": ledger}
+    return {
+        "paths": inputs.paths,
+        "releases": [
+            {"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)}
+            for lr in inputs.releases
+        ],
+        "audits": [
+            {"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)}
+            for la in inputs.audits
+        ],
+        "one_runs": [str(lo.path) for lo in inputs.one_runs],
+        "white_boxes": [str(lo.path) for lo in inputs.white_boxes],
+        "sweeps": [
+            {"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]}
+            for e in sweeps
+        ],
+        "ledger": ledger,
+    }
 
 
-def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.PathLike | None = None, title: str | None = None,
-                 command: str | None = None, progress: bool = False) -> dict:
+def build_report(
+    paths: Iterable[str | os.PathLike],
+    *,
+    ledger_path: str | os.PathLike | None = None,
+    title: str | None = None,
+    command: str | None = None,
+    progress: bool = False,
+) -> dict:
     """Build the JSON report model from release/audit/sweep paths (files or folders, searched recursively).
 
     ``ledger_path``: the ledger to summarise; None uses ``$DPAUDIT_LEDGER`` or the default path when it
@@ -98,14 +149,30 @@ def build_report(paths: Iterable[str | os.PathLike], *, ledger_path: str | os.Pa
     one_runs, white_boxes = _one_runs(inputs, notes), _white_boxes(inputs, notes)
     runs = verdict.one_run_verdicts(one_runs + white_boxes)
     audit_section = _audit_section(audit_entries, one_runs, white_boxes)
-    sections = {"verdict": verdicts + runs + [sweep_verdict(e) for e in sweeps], "claim": claims,
-                "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints), "budget": budget_section,
-                "utility": utility.utility(inputs.releases, notes), "audit": audit_section,
-                "reproduce": reproduce.reproduce(inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]),
-                **({"sweep": sweeps} if sweeps else {})}
-    return _json_safe({"schema": SCHEMA, "title": title or "dpaudit reviewer report", "generated_at": now_utc(), "dpaudit_version": __version__,
-                       "git_commit": git_commit(), "inputs": _inputs_of(inputs, sweeps, budget_section["ledger"]), "sections": sections,
-                       "notes": [n.to_dict() for n in notes]})
+    sections = {
+        "verdict": verdicts + runs + [sweep_verdict(e) for e in sweeps],
+        "claim": claims,
+        "provenance": provenance.provenance(covered, inputs.audits, notes, fingerprints),
+        "budget": budget_section,
+        "utility": utility.utility(inputs.releases, notes),
+        "audit": audit_section,
+        "reproduce": reproduce.reproduce(
+            inputs, command, notes, extra=[sweep_reproduce(e) for e in sweeps]
+        ),
+        **({"sweep": sweeps} if sweeps else {}),
+    }
+    return _json_safe(
+        {
+            "schema": SCHEMA,
+            "title": title or "dpaudit reviewer report",
+            "generated_at": now_utc(),
+            "dpaudit_version": __version__,
+            "git_commit": git_commit(),
+            "inputs": _inputs_of(inputs, sweeps, budget_section["ledger"]),
+            "sections": sections,
+            "notes": [n.to_dict() for n in notes],
+        }
+    )
 
 
 def read_report(path: str | os.PathLike) -> dict:

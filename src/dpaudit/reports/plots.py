@@ -51,16 +51,44 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
         floor = min(floor, min(p[0] for p in pts), min(p[1] for p in pts))
         auc = num(e.get("auc"))
         lab = _label(e) + (f" (AUC {auc:.3f})" if auc is not None else "")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=PALETTE[j % len(PALETTE)], linewidth=1.6, drawstyle="steps-post", label=lab)
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            color=PALETTE[j % len(PALETTE)],
+            linewidth=1.6,
+            drawstyle="steps-post",
+            label=lab,
+        )
     floor = max(min(floor, 1e-2) / 2, 1e-6)
-    ax.plot([floor, 1], [floor, 1], color="#888888", linestyle="--", linewidth=1, label="chance (TPR = FPR)")
+    ax.plot(
+        [floor, 1],
+        [floor, 1],
+        color="#888888",
+        linestyle="--",
+        linewidth=1,
+        label="chance (TPR = FPR)",
+    )
     ax.set(xscale="log", yscale="log", xlim=(floor, 1.05), ylim=(floor, 1.05))
-    style_axes(ax, f"Attack ROC: {mech}", "false positive rate (log scale)", "true positive rate (log scale)")
+    style_axes(
+        ax,
+        f"Attack ROC: {mech}",
+        "false positive rate (log scale)",
+        "true positive rate (log scale)",
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn." if len(es) > MAX_ROC_CURVES else ""
-    return Figure(f"roc_{k}", "audit", f"ROC ({mech})",
-                  "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)." + more,
-                  png_bytes(fig))
+    more = (
+        f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn."
+        if len(es) > MAX_ROC_CURVES
+        else ""
+    )
+    return Figure(
+        f"roc_{k}",
+        "audit",
+        f"ROC ({mech})",
+        "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)."
+        + more,
+        png_bytes(fig),
+    )
 
 
 def roc_figures(report: dict) -> list[Figure]:
@@ -73,22 +101,47 @@ def roc_figures(report: dict) -> list[Figure]:
 
 
 def _top(pts: list[dict]) -> float:
-    vals = [num(p.get(k)) for p in pts for k in ("epsilon_lower_bound", "no_noise", "ceiling")] + [num(p["claimed_epsilon"]) for p in pts]
+    vals = [num(p.get(k)) for p in pts for k in ("epsilon_lower_bound", "no_noise", "ceiling")] + [
+        num(p["claimed_epsilon"]) for p in pts
+    ]
     finite = [v for v in vals if v is not None and math.isfinite(v)]
     return max(max(finite) * 1.15 if finite else 1.0, 0.1)
 
 
 def _scatter_point(ax, p: dict, x: float, color: str, top: float, seen: set) -> None:
     """One audit's private eps_LB, no-noise control and ceiling at claimed epsilon ``x`` (each legend entry once)."""
+
     def clip(v):
         return None if v is None else (top if not math.isfinite(v) else v)
 
     lab = str(p.get("mechanism"))
     lb, nn, ce = (clip(num(p.get(k))) for k in ("epsilon_lower_bound", "no_noise", "ceiling"))
     viol = p.get("status") == "violation"
-    marks = [(lb, (lab, "lb"), f"{lab}: private eps_LB", dict(s=46 if viol else 34, marker="X" if viol else "o", color=IN_COLOR if viol else color, zorder=3)),
-             (nn, (lab, "nn"), f"{lab}: no-noise control", dict(s=30, marker="^", facecolors="none", edgecolors=color, zorder=3)),
-             (ce, "ceiling", "ceiling (max certifiable)", dict(s=40, marker="_", color="#444444", zorder=2))]
+    marks = [
+        (
+            lb,
+            (lab, "lb"),
+            f"{lab}: private eps_LB",
+            dict(
+                s=46 if viol else 34,
+                marker="X" if viol else "o",
+                color=IN_COLOR if viol else color,
+                zorder=3,
+            ),
+        ),
+        (
+            nn,
+            (lab, "nn"),
+            f"{lab}: no-noise control",
+            dict(s=30, marker="^", facecolors="none", edgecolors=color, zorder=3),
+        ),
+        (
+            ce,
+            "ceiling",
+            "ceiling (max certifiable)",
+            dict(s=40, marker="_", color="#444444", zorder=2),
+        ),
+    ]
     for v, key, label, style in marks:
         if v is not None:
             ax.scatter([x], [v], label=None if key in seen else label, **style)
@@ -97,13 +150,24 @@ def _scatter_point(ax, p: dict, x: float, color: str, top: float, seen: set) -> 
 
 def eps_figure(report: dict) -> list[Figure]:
     """eps_LB against the claimed epsilon, with the y = x line a violation must cross."""
-    pts = [p for p in report["sections"]["audit"]["eps_points"] if num(p.get("claimed_epsilon")) is not None and math.isfinite(num(p["claimed_epsilon"]))]
+    pts = [
+        p
+        for p in report["sections"]["audit"]["eps_points"]
+        if num(p.get("claimed_epsilon")) is not None and math.isfinite(num(p["claimed_epsilon"]))
+    ]
     if not pts:
         return []
     fig = new_figure((8.0, 4.2))
     ax = fig.add_subplot()
     top = _top(pts)
-    ax.plot([0, top], [0, top], color="#888888", linestyle="--", linewidth=1, label="eps_LB = claimed (above: violation)")
+    ax.plot(
+        [0, top],
+        [0, top],
+        color="#888888",
+        linestyle="--",
+        linewidth=1,
+        label="eps_LB = claimed (above: violation)",
+    )
     ax.fill_between([0, top], [0, top], [top, top], color=IN_COLOR, alpha=0.06)
     mechs = sorted({str(p.get("mechanism")) for p in pts})
     # a small horizontal offset per canary keeps coinciding points apart
@@ -111,24 +175,53 @@ def eps_figure(report: dict) -> list[Figure]:
     off = {c: (i - (len(canaries) - 1) / 2) * 0.012 * top for i, c in enumerate(canaries)}
     seen: set = set()
     for p in pts:
-        _scatter_point(ax, p, num(p["claimed_epsilon"]) + off[str(p.get("canary"))], PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)], top, seen)
+        _scatter_point(
+            ax,
+            p,
+            num(p["claimed_epsilon"]) + off[str(p.get("canary"))],
+            PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)],
+            top,
+            seen,
+        )
     ax.set(xlim=(0, top), ylim=(0, top))
-    style_axes(ax, "Empirical lower bound vs claimed epsilon", "claimed epsilon (nats)", "epsilon lower bound (nats)")
+    style_axes(
+        ax,
+        "Empirical lower bound vs claimed epsilon",
+        "claimed epsilon (nats)",
+        "epsilon lower bound (nats)",
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    return [Figure("eps_lb_vs_claimed", "audit", "eps_LB vs claimed epsilon",
-                   "Each audit's certified lower bound (circles; red X = violation) and no-noise control (triangles) against the claim; "
-                   "points above the dashed line contradict the claim.", png_bytes(fig))]
+    return [
+        Figure(
+            "eps_lb_vs_claimed",
+            "audit",
+            "eps_LB vs claimed epsilon",
+            "Each audit's certified lower bound (circles; red X = violation) and no-noise control (triangles) against the claim; "
+            "points above the dashed line contradict the claim.",
+            png_bytes(fig),
+        )
+    ]
 
 
 def _series(eps: list, pts: list[dict], m: str) -> tuple[list, list, list]:
     """(epsilons, means, SDs) of metric ``m`` along a curve (points without it left out)."""
-    keep = [(x, p["metrics"][m]) for x, p in zip(eps, pts) if p["metrics"].get(m) and num(p["metrics"][m].get("mean")) is not None]
-    return [x for x, _ in keep], [num(s["mean"]) for _, s in keep], [num(s.get("sd")) or 0.0 for _, s in keep]
+    keep = [
+        (x, p["metrics"][m])
+        for x, p in zip(eps, pts)
+        if p["metrics"].get(m) and num(p["metrics"][m].get("mean")) is not None
+    ]
+    return (
+        [x for x, _ in keep],
+        [num(s["mean"]) for _, s in keep],
+        [num(s.get("sd")) or 0.0 for _, s in keep],
+    )
 
 
 def _draw_metric(ax, m: str, color: str, series: tuple, ref: dict | None) -> None:
     xs, ys, es = series
-    ax.errorbar(xs, ys, yerr=es, color=color, marker="o", markersize=4, capsize=3, linewidth=1.5, label=m)
+    ax.errorbar(
+        xs, ys, yerr=es, color=color, marker="o", markersize=4, capsize=3, linewidth=1.5, label=m
+    )
     if ref and num(ref.get("mean")) is not None:
         ax.axhline(num(ref["mean"]), color=color, linestyle="--", linewidth=1, alpha=0.8)
 
@@ -140,15 +233,31 @@ def _utility_figure(k: int, c: dict) -> Figure:
     ax = fig.add_subplot()
     eps = [num(p["epsilon"]) for p in pts]
     for j, m in enumerate(names):
-        _draw_metric(ax, m, PALETTE[j % len(PALETTE)], _series(eps, pts, m), (c.get("reference") or {}).get(m))
+        _draw_metric(
+            ax,
+            m,
+            PALETTE[j % len(PALETTE)],
+            _series(eps, pts, m),
+            (c.get("reference") or {}).get(m),
+        )
     if c.get("reference"):
         ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
     if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
         ax.set_xscale("log")
-    style_axes(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", "epsilon (nats, at the recorded delta)", "metric value (fraction)")
+    style_axes(
+        ax,
+        f"Privacy-utility: {c['mechanism']} on {c['dataset']}",
+        "epsilon (nats, at the recorded delta)",
+        "metric value (fraction)",
+    )
     ax.legend(fontsize=7, loc="lower right")
-    return Figure(f"utility_{k}", "utility", f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
-                  "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.", png_bytes(fig))
+    return Figure(
+        f"utility_{k}",
+        "utility",
+        f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
+        "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.",
+        png_bytes(fig),
+    )
 
 
 def tradeoff_figures(report: dict) -> list[Figure]:
@@ -159,14 +268,30 @@ def tradeoff_figures(report: dict) -> list[Figure]:
         cv = e.get("claimed_curve")
         if not cv:
             continue
-        audit = {"mechanism": e.get("mechanism"), "canary": e.get("canary"), "claimed_curve": cv,
-                 "claimed_epsilon": e.get("compared_claim"), "delta": e.get("delta"),
-                 "confidence": e.get("confidence")}
+        audit = {
+            "mechanism": e.get("mechanism"),
+            "canary": e.get("canary"),
+            "claimed_curve": cv,
+            "claimed_epsilon": e.get("compared_claim"),
+            "delta": e.get("delta"),
+            "confidence": e.get("confidence"),
+        }
         fig = tradeoff_figure(audit, fig)
-        verdict = "VIOLATION: the box is below the claimed curve" if cv.get("violated") else "the box reaches the claimed curve"
-        out.append(Figure(f"tradeoff_{e['index']}", "audit", f"Trade-off ({_label(e)})",
-                          f"Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL points (grey) and the "
-                          f"chosen test's confidence box; {verdict}. Left linear, right log-log.", png_bytes(fig)))
+        verdict = (
+            "VIOLATION: the box is below the claimed curve"
+            if cv.get("violated")
+            else "the box reaches the claimed curve"
+        )
+        out.append(
+            Figure(
+                f"tradeoff_{e['index']}",
+                "audit",
+                f"Trade-off ({_label(e)})",
+                f"Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL points (grey) and the "
+                f"chosen test's confidence box; {verdict}. Left linear, right log-log.",
+                png_bytes(fig),
+            )
+        )
     return out
 
 
@@ -174,15 +299,33 @@ def one_run_figures(report: dict) -> list[Figure]:
     """One bar figure per one-run record: both analyses' eps_LB, the ceiling and the claim."""
     out = []
     for e in report["sections"]["audit"].get("one_run") or []:
-        rec = {"mechanism": e.get("mechanism"), "kind": e.get("kind"), "canaries": e.get("canaries"),
-               "claimed_epsilon": e.get("claimed_epsilon"), "steinke": e.get("steinke"), "fdp": e.get("fdp"),
-               "statistic": "f-dp" if e.get("statistic") == "one-run f-DP" else "steinke"}
-        out.append(Figure(f"onerun_{e['index']}", "audit", f"One-run audit ({e.get('mechanism') or 'unknown'}, {e.get('label')})",
-                          "Lower bounds of one training run with m canaries against the claimed epsilon (dashed); red: above the claim.",
-                          png_bytes(one_run_figure(rec))))
+        rec = {
+            "mechanism": e.get("mechanism"),
+            "kind": e.get("kind"),
+            "canaries": e.get("canaries"),
+            "claimed_epsilon": e.get("claimed_epsilon"),
+            "steinke": e.get("steinke"),
+            "fdp": e.get("fdp"),
+            "statistic": "f-dp" if e.get("statistic") == "one-run f-DP" else "steinke",
+        }
+        out.append(
+            Figure(
+                f"onerun_{e['index']}",
+                "audit",
+                f"One-run audit ({e.get('mechanism') or 'unknown'}, {e.get('label')})",
+                "Lower bounds of one training run with m canaries against the claimed epsilon (dashed); red: above the claim.",
+                png_bytes(one_run_figure(rec)),
+            )
+        )
     return out
 
 
 def all_figures(report: dict) -> list[Figure]:
     utility = [_utility_figure(k, c) for k, c in enumerate(report["sections"]["utility"]["curves"])]
-    return utility + eps_figure(report) + roc_figures(report) + tradeoff_figures(report) + one_run_figures(report)
+    return (
+        utility
+        + eps_figure(report)
+        + roc_figures(report)
+        + tradeoff_figures(report)
+        + one_run_figures(report)
+    )

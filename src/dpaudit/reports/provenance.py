@@ -13,14 +13,30 @@ from .inputs import LoadedAudit, LoadedRelease, Note
 def _source_file_names(files: Any) -> list[str]:
     """The names of a dataset's source files: new releases publish a list of names, old ones a
     {name: sha256} dict whose hashes the report does not repeat (they fingerprint the data)."""
-    return sorted(str(k) for k in files) if isinstance(files, dict) else [str(f) for f in files] if isinstance(files, list) else []
+    return (
+        sorted(str(k) for k in files)
+        if isinstance(files, dict)
+        else [str(f) for f in files]
+        if isinstance(files, list)
+        else []
+    )
 
 
 def _new_entry(name: Any, ds: dict) -> dict:
-    return {"name": name, "kind": ds.get("kind"), "profile": ds.get("profile"), "split_sizes": ds.get("split_sizes"),
-            "n_features": ds.get("n_features"), "n_classes": ds.get("n_classes"),
-            "source_files": _source_file_names(ds.get("source_files")),
-            "data_versions": [], "split_seeds": [], "partitions": [], "releases": [], "audits": []}
+    return {
+        "name": name,
+        "kind": ds.get("kind"),
+        "profile": ds.get("profile"),
+        "split_sizes": ds.get("split_sizes"),
+        "n_features": ds.get("n_features"),
+        "n_classes": ds.get("n_classes"),
+        "source_files": _source_file_names(ds.get("source_files")),
+        "data_versions": [],
+        "split_seeds": [],
+        "partitions": [],
+        "releases": [],
+        "audits": [],
+    }
 
 
 def _add(e: dict, key: str, v: Any) -> None:
@@ -28,16 +44,32 @@ def _add(e: dict, key: str, v: Any) -> None:
         e[key].append(v)
 
 
-def _add_release(e: dict, ds: dict, lr: LoadedRelease, fingerprints: dict[str, str], notes: list[Note]) -> None:
-    for k, v in (("split_seeds", ds.get("split_seed")), ("partitions", lr.release.partition), ("data_versions", fingerprints.get(lr.release.id))):
+def _add_release(
+    e: dict, ds: dict, lr: LoadedRelease, fingerprints: dict[str, str], notes: list[Note]
+) -> None:
+    for k, v in (
+        ("split_seeds", ds.get("split_seed")),
+        ("partitions", lr.release.partition),
+        ("data_versions", fingerprints.get(lr.release.id)),
+    ):
         _add(e, k, v)
     for f in _source_file_names(ds.get("source_files")):
         _add(e, "source_files", f)
     e["releases"].append(lr.release.id)
-    if ds.get("sha256") or ds.get("user_ids_sha256") or (isinstance(ds.get("source_files"), dict) and ds["source_files"]):
-        notes.append(Note("warning", "provenance", f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
-                                                   "hashes of its private data in release.json, which tell neighbouring datasets apart; "
-                                                   "this report does not repeat them; do not republish that file."))
+    if (
+        ds.get("sha256")
+        or ds.get("user_ids_sha256")
+        or (isinstance(ds.get("source_files"), dict) and ds["source_files"])
+    ):
+        notes.append(
+            Note(
+                "warning",
+                "provenance",
+                f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
+                "hashes of its private data in release.json, which tell neighbouring datasets apart; "
+                "this report does not repeat them; do not republish that file.",
+            )
+        )
 
 
 def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
@@ -53,20 +85,37 @@ def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
     by[match]["audits"].append(la.view.id or str(la.path))
 
 
-def provenance(releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note], fingerprints: dict[str, str] | None = None) -> list[dict]:
+def provenance(
+    releases: list[LoadedRelease],
+    audits: list[LoadedAudit],
+    notes: list[Note],
+    fingerprints: dict[str, str] | None = None,
+) -> list[dict]:
     """Per dataset: its public identity, and the data version labels of its releases (``fingerprints``:
     release id -> label of the ledger's keyed fingerprint, only when a ledger was read). Never an unkeyed
     digest of the private data: an old release's ``dataset["sha256"]`` (or its source files' hashes) is
     not repeated here, and such a release gets a warning instead."""
     by: dict[str, dict] = {}
     for lr in releases:
-        ds = lr.release.dataset if isinstance(lr.release.dataset, dict) else {"name": str(lr.release.dataset)}
+        ds = (
+            lr.release.dataset
+            if isinstance(lr.release.dataset, dict)
+            else {"name": str(lr.release.dataset)}
+        )
         key = json.dumps([ds.get("name"), ds.get("profile")], default=str)
-        _add_release(by.setdefault(key, _new_entry(ds.get("name"), ds)), ds, lr, fingerprints or {}, notes)
+        _add_release(
+            by.setdefault(key, _new_entry(ds.get("name"), ds)), ds, lr, fingerprints or {}, notes
+        )
     for e in by.values():
         if len(e["data_versions"]) > 1:
-            notes.append(Note("warning", "provenance", f"dataset {e['name']}: its releases used {len(e['data_versions'])} different data "
-                                                       "versions in the ledger (different private data under one name)."))
+            notes.append(
+                Note(
+                    "warning",
+                    "provenance",
+                    f"dataset {e['name']}: its releases used {len(e['data_versions'])} different data "
+                    "versions in the ledger (different private data under one name).",
+                )
+            )
     for la in audits:
         _add_audit(by, la)
     return list(by.values())

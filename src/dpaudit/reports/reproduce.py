@@ -7,32 +7,84 @@ from .claim import noise_label
 from .inputs import Inputs, Note, command_str
 
 
-AUDIT_PARAMETERS = ("canary", "runs", "confidence", "delta", "claimed_epsilon", "select_fraction", "task", "dataset")
+AUDIT_PARAMETERS = (
+    "canary",
+    "runs",
+    "confidence",
+    "delta",
+    "claimed_epsilon",
+    "select_fraction",
+    "task",
+    "dataset",
+)
 
 
 def _release_entry(lr, notes: list[Note]) -> dict:
     cmd = command_str(lr.release.command)
     if cmd is None:
-        notes.append(Note("warning", "reproduce", f"release {lr.release.id[:12]} records no command."))
-    return {"kind": "release", "mechanism": lr.release.mechanism, "id": lr.release.id, "path": str(lr.path), "command": cmd,
-            "seed": lr.release.seed, "noise": noise_label(lr.release.noise_source)[0],
-            "dpaudit_version": lr.release.dpaudit_version, "git_commit": lr.release.git_commit}
+        notes.append(
+            Note("warning", "reproduce", f"release {lr.release.id[:12]} records no command.")
+        )
+    return {
+        "kind": "release",
+        "mechanism": lr.release.mechanism,
+        "id": lr.release.id,
+        "path": str(lr.path),
+        "command": cmd,
+        "seed": lr.release.seed,
+        "noise": noise_label(lr.release.noise_source)[0],
+        "dpaudit_version": lr.release.dpaudit_version,
+        "git_commit": lr.release.git_commit,
+    }
 
 
 def _audit_entry(la, notes: list[Note]) -> dict:
     cmd = command_str(la.view.command)
     if cmd is None:
-        notes.append(Note("warning", "reproduce", f"audit {la.path} records no command; its recorded parameters are listed instead."))
+        notes.append(
+            Note(
+                "warning",
+                "reproduce",
+                f"audit {la.path} records no command; its recorded parameters are listed instead.",
+            )
+        )
     cfg = la.record.get("config") if isinstance(la.record.get("config"), dict) else None
-    return {"kind": "audit", "mechanism": la.view.mechanism, "id": la.view.id, "path": str(la.path), "command": cmd,
-            "seed": la.view.seeds, "noise": None, "dpaudit_version": la.record.get("dpaudit_version"), "git_commit": la.record.get("git_commit"),
-            "parameters": {k: la.record.get(k) for k in AUDIT_PARAMETERS if k in la.record} | ({"config": cfg} if cfg else {})}
+    return {
+        "kind": "audit",
+        "mechanism": la.view.mechanism,
+        "id": la.view.id,
+        "path": str(la.path),
+        "command": cmd,
+        "seed": la.view.seeds,
+        "noise": None,
+        "dpaudit_version": la.record.get("dpaudit_version"),
+        "git_commit": la.record.get("git_commit"),
+        "parameters": {k: la.record.get(k) for k in AUDIT_PARAMETERS if k in la.record}
+        | ({"config": cfg} if cfg else {}),
+    }
 
 
-def reproduce(inputs: Inputs, report_command: str | None, notes: list[Note], extra: list[dict] | None = None) -> list[dict]:
+def reproduce(
+    inputs: Inputs, report_command: str | None, notes: list[Note], extra: list[dict] | None = None
+) -> list[dict]:
     """The recorded command of every release, audit and sweep (``extra``), and of this report."""
-    out = [_release_entry(lr, notes) for lr in inputs.releases] + [_audit_entry(la, notes) for la in inputs.audits] + (extra or [])
+    out = (
+        [_release_entry(lr, notes) for lr in inputs.releases]
+        + [_audit_entry(la, notes) for la in inputs.audits]
+        + (extra or [])
+    )
     if report_command:
-        out.append({"kind": "report", "mechanism": None, "id": None, "path": None, "command": report_command, "seed": None,
-                    "noise": None, "dpaudit_version": __version__, "git_commit": None})
+        out.append(
+            {
+                "kind": "report",
+                "mechanism": None,
+                "id": None,
+                "path": None,
+                "command": report_command,
+                "seed": None,
+                "noise": None,
+                "dpaudit_version": __version__,
+                "git_commit": None,
+            }
+        )
     return out

@@ -13,6 +13,7 @@ import math
 from typing import Sequence
 
 from ..lazy import lazy_import
+
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
 
@@ -31,12 +32,16 @@ def _log_ratio(num: float, den: float) -> float:
     return 0.0 if num <= 0.0 else math.inf if den <= 0.0 else math.log(num) - math.log(den)
 
 
-def epsilon_lower_bound(*, tp: int, fp: int, tn: int, fn: int, delta: float, confidence: float) -> float:
+def epsilon_lower_bound(
+    *, tp: int, fp: int, tn: int, fn: int, delta: float, confidence: float
+) -> float:
     """Clopper–Pearson epsilon lower bound from EVAL counts (significance split over 2 bounds)."""
     alpha = (1.0 - confidence) / 2.0
     fpr_hi = cp_upper(fp, fp + tn, alpha)
     fnr_hi = cp_upper(fn, fn + tp, alpha)
-    return max(0.0, _log_ratio(1.0 - delta - fnr_hi, fpr_hi), _log_ratio(1.0 - delta - fpr_hi, fnr_hi))
+    return max(
+        0.0, _log_ratio(1.0 - delta - fnr_hi, fpr_hi), _log_ratio(1.0 - delta - fpr_hi, fnr_hi)
+    )
 
 
 def ceiling(*, n_in: int, n_out: int, delta: float, confidence: float) -> float:
@@ -51,5 +56,3 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float | None, int]:
         return math.nan, None, 0
     sd = float(arr.std(ddof=1)) if arr.size > 1 else None
     return float(arr.mean()), sd, int(arr.size)
-
-

@@ -30,42 +30,101 @@ MAX_LISTED = 20
 
 def _store_guarantee(result: dict) -> dict | None:
     """A release's event rebuilt from what the store kept (only when its release.json is gone; None: non-private or unknown)."""
-    nm, q, steps = num(result.get("noise_multiplier")), num(result.get("sample_rate")), num(result.get("steps"))
+    nm, q, steps = (
+        num(result.get("noise_multiplier")),
+        num(result.get("sample_rate")),
+        num(result.get("steps")),
+    )
     if result.get("non_private") or nm is None or q is None or steps is None:
         return None
-    return {"type": "subsampled-gaussian", "noise_multiplier": nm, "sample_rate": q, "steps": int(steps)}
+    return {
+        "type": "subsampled-gaussian",
+        "noise_multiplier": nm,
+        "sample_rate": q,
+        "steps": int(steps),
+    }
 
 
 def _ref(lr, **extra) -> dict:
-    return {"release_id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path), **extra}
+    return {
+        "release_id": lr.release.id,
+        "mechanism": lr.release.mechanism,
+        "path": str(lr.path),
+        **extra,
+    }
 
 
-def _accounting_notes(name: str, problems: list[dict], unverified: list[dict], checked: int, reproducible: int, notes: list[Note]) -> None:
+def _accounting_notes(
+    name: str,
+    problems: list[dict],
+    unverified: list[dict],
+    checked: int,
+    reproducible: int,
+    notes: list[Note],
+) -> None:
     for p in problems[:MAX_LISTED]:
-        notes.append(Note("error", "sweep", f"sweep {name}: release {p['release_id'][:12]} ({p['mechanism']}, {p['path']}): "
-                                            f"ACCOUNTING MISMATCH: {p['message']}."))
+        notes.append(
+            Note(
+                "error",
+                "sweep",
+                f"sweep {name}: release {p['release_id'][:12]} ({p['mechanism']}, {p['path']}): "
+                f"ACCOUNTING MISMATCH: {p['message']}.",
+            )
+        )
     if len(problems) > MAX_LISTED:
-        notes.append(Note("error", "sweep", f"sweep {name}: {len(problems) - MAX_LISTED} more releases with an ACCOUNTING MISMATCH "
-                                            "(all listed in the JSON report)."))
+        notes.append(
+            Note(
+                "error",
+                "sweep",
+                f"sweep {name}: {len(problems) - MAX_LISTED} more releases with an ACCOUNTING MISMATCH "
+                "(all listed in the JSON report).",
+            )
+        )
     if unverified:
-        notes.append(Note("warning", "sweep", f"sweep {name}: {len(unverified)} of {checked} release claims could not be recomputed "
-                                              f"(first: {unverified[0]['message']})."))
+        notes.append(
+            Note(
+                "warning",
+                "sweep",
+                f"sweep {name}: {len(unverified)} of {checked} release claims could not be recomputed "
+                f"(first: {unverified[0]['message']}).",
+            )
+        )
     if reproducible:
-        notes.append(Note("warning", "sweep", f"sweep {name}: {reproducible} release(s) used noise derived from a published "
-                                              "seed: not private; the ledger counts them as unbounded."))
+        notes.append(
+            Note(
+                "warning",
+                "sweep",
+                f"sweep {name}: {reproducible} release(s) used noise derived from a published "
+                "seed: not private; the ledger counts them as unbounded.",
+            )
+        )
 
 
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
     no_claim = f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else ""
     if n["mismatch"]:
-        status, line = "mismatch", f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)"
+        status, line = (
+            "mismatch",
+            f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)",
+        )
     elif n["unverified"]:
-        status, line = "unverified", f"{n['ok']} of {checked} releases check out; {n['unverified']} could not be recomputed"
+        status, line = (
+            "unverified",
+            f"{n['ok']} of {checked} releases check out; {n['unverified']} could not be recomputed",
+        )
     elif checked:
         status, line = "ok", f"{n['ok']} of {checked} releases check out"
     else:
-        return "no-claim", "no private release below the sweep's folder (nothing to check)" + no_claim
-    return status, line + " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)" + no_claim
+        return (
+            "no-claim",
+            "no private release below the sweep's folder (nothing to check)" + no_claim,
+        )
+    return (
+        status,
+        line
+        + " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)"
+        + no_claim,
+    )
 
 
 def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
@@ -74,7 +133,9 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
     problems, unverified, reproducible = [], [], 0
     for lr in sweep.releases:
         check = verify_claim(lr.release)
-        reproducible += noise_label(lr.release.noise_source)[1] is False and not lr.release.non_private
+        reproducible += (
+            noise_label(lr.release.noise_source)[1] is False and not lr.release.non_private
+        )
         status = check.status if check.status in ("ok", "mismatch", "no-claim") else "unverified"
         n[status] += 1
         if status == "mismatch":
@@ -82,21 +143,54 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
         elif status == "unverified":
             unverified.append(_ref(lr, message=check.reason))
     checked = n["ok"] + n["mismatch"] + n["unverified"]
-    _accounting_notes(sweep.name or str(sweep.path), problems, unverified, checked, reproducible, notes)
+    _accounting_notes(
+        sweep.name or str(sweep.path), problems, unverified, checked, reproducible, notes
+    )
     status, line = _accounting_line(n, checked)
-    return {"status": status, "line": line, "checked": checked, "ok": n["ok"], "mismatch": n["mismatch"], "unverified": n["unverified"],
-            "non_private": n["no-claim"], "reproducible_noise": reproducible, "mismatches": problems, "unverified_releases": unverified}
+    return {
+        "status": status,
+        "line": line,
+        "checked": checked,
+        "ok": n["ok"],
+        "mismatch": n["mismatch"],
+        "unverified": n["unverified"],
+        "non_private": n["no-claim"],
+        "reproducible_noise": reproducible,
+        "mismatches": problems,
+        "unverified_releases": unverified,
+    }
 
 
 def _group() -> dict:
-    return {"guarantees": [], "claims": [], "deltas": [], "non_private": 0, "unknown": 0, "from_store": 0, "largest": None}
+    return {
+        "guarantees": [],
+        "claims": [],
+        "deltas": [],
+        "non_private": 0,
+        "unknown": 0,
+        "from_store": 0,
+        "largest": None,
+    }
 
 
 def _from_release(r) -> dict:
     """A release of the sweep in the form of one the store kept (:func:`_from_store`), plus its largest-claim record."""
-    return {"dataset": dataset_name(r.dataset), "partition": str(r.partition), "adjacency": str(r.adjacency), "epsilon": num(r.epsilon),
-            "delta": num(r.delta), "guarantee": r.guarantee, "non_private": r.non_private, "from_store": False,
-            "largest": {"epsilon": num(r.epsilon), "release_id": r.id, "mechanism": r.mechanism, "target_epsilon": num(r.target_epsilon)}}
+    return {
+        "dataset": dataset_name(r.dataset),
+        "partition": str(r.partition),
+        "adjacency": str(r.adjacency),
+        "epsilon": num(r.epsilon),
+        "delta": num(r.delta),
+        "guarantee": r.guarantee,
+        "non_private": r.non_private,
+        "from_store": False,
+        "largest": {
+            "epsilon": num(r.epsilon),
+            "release_id": r.id,
+            "mechanism": r.mechanism,
+            "target_epsilon": num(r.target_epsilon),
+        },
+    }
 
 
 def _add(g: dict, x: dict) -> None:
@@ -109,27 +203,53 @@ def _add(g: dict, x: dict) -> None:
     if x["delta"] is not None:
         g["deltas"].append(x["delta"])
     big = x.get("largest")
-    if big and big["epsilon"] is not None and (g["largest"] is None or big["epsilon"] > g["largest"]["epsilon"]):
+    if (
+        big
+        and big["epsilon"] is not None
+        and (g["largest"] is None or big["epsilon"] > g["largest"]["epsilon"])
+    ):
         g["largest"] = big
 
 
-def _compose_into(row: dict, res: dict[str, dict], sweep_name: str | None, notes: list[Note]) -> None:
+def _compose_into(
+    row: dict, res: dict[str, dict], sweep_name: str | None, notes: list[Note]
+) -> None:
     row.update({acc: r["epsilon"] for acc, r in res.items()})
     row["errors"].update({acc: r["error"] for acc, r in res.items() if r["error"]})
     if res and row["rdp"] is None:
-        notes.append(Note("error", "sweep", f"sweep {sweep_name}: composition of {row['dataset']}/{row['partition']} failed with rdp: "
-                                            f"{row['errors'].get('rdp')}"))
+        notes.append(
+            Note(
+                "error",
+                "sweep",
+                f"sweep {sweep_name}: composition of {row['dataset']}/{row['partition']} failed with rdp: "
+                f"{row['errors'].get('rdp')}",
+            )
+        )
 
 
 def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
     ds, part, adj = key
     n_private = len(g["guarantees"])
     delta = max(g["deltas"]) if g["deltas"] else None
-    row = {"dataset": ds, "partition": part, "adjacency": adj, "releases": n_private + g["non_private"] + g["unknown"],
-           "private_releases": n_private, "non_private_releases": g["non_private"], "unknown_releases": g["unknown"],
-           "from_store": g["from_store"], "largest_single": g["largest"], "max_single_epsilon": max(g["claims"]) if g["claims"] else None,
-           "naive_sum": sum(g["claims"]) if g["claims"] else None, "delta": delta,
-           "rdp": None, "prv": None, "errors": {}, "unbounded": g["non_private"] > 0, "lower_bound_only": g["unknown"] > 0}
+    row = {
+        "dataset": ds,
+        "partition": part,
+        "adjacency": adj,
+        "releases": n_private + g["non_private"] + g["unknown"],
+        "private_releases": n_private,
+        "non_private_releases": g["non_private"],
+        "unknown_releases": g["unknown"],
+        "from_store": g["from_store"],
+        "largest_single": g["largest"],
+        "max_single_epsilon": max(g["claims"]) if g["claims"] else None,
+        "naive_sum": sum(g["claims"]) if g["claims"] else None,
+        "delta": delta,
+        "rdp": None,
+        "prv": None,
+        "errors": {},
+        "unbounded": g["non_private"] > 0,
+        "lower_bound_only": g["unknown"] > 0,
+    }
     if g["non_private"]:
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
@@ -149,10 +269,15 @@ def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[di
 
 
 def _composed_clause(row: dict, where: str) -> str:
-    comp, via = (row["rdp"], "rdp") if row["rdp"] is not None or row["prv"] is None else (row["prv"], "prv")
+    comp, via = (
+        (row["rdp"], "rdp") if row["rdp"] is not None or row["prv"] is None else (row["prv"], "prv")
+    )
     at_least = "at least " if row["lower_bound_only"] else ""
     s = f"{row['releases']} releases of this sweep on {where}" + (
-        ": composed epsilon could not be computed" if comp is None else f" compose to eps = {at_least}{fixed(comp)} ({via}) at delta = {row['delta']:g}")
+        ": composed epsilon could not be computed"
+        if comp is None
+        else f" compose to eps = {at_least}{fixed(comp)} ({via}) at delta = {row['delta']:g}"
+    )
     if row["prv"] is not None and via == "rdp":
         return s + f" (prv: {fixed(row['prv'])})"
     if row["prv"] is None and row["errors"].get("prv"):
@@ -163,8 +288,10 @@ def _composed_clause(row: dict, where: str) -> str:
 def _budget_sentence(row: dict) -> str:
     where = f"{row['dataset']}/{row['partition']}"
     if row["unbounded"]:
-        return (f"{row['releases']} releases of this sweep on {where} include {row['non_private_releases']} non-private one(s): "
-                "their composed privacy cost is unbounded (eps = inf).")
+        return (
+            f"{row['releases']} releases of this sweep on {where} include {row['non_private_releases']} non-private one(s): "
+            "their composed privacy cost is unbounded (eps = inf)."
+        )
     if not row["private_releases"]:
         return f"no private release of this sweep on {where}."
     s = _composed_clause(row, where)
@@ -187,8 +314,14 @@ def _ledger_entries(sweep: LoadedSweep, ledger_path: str) -> tuple[list, list[di
             except DPAuditError:
                 continue
         try:  # what the ledger says this sweep spent, when its entries carry the sweep tag
-            return entries, ([dict(r) for r in ledger.summary(sweep=sweep.name)] if sweep.name and sweep.name in ledger.sweeps() else None)
-        except DPAuditError:  # e.g. a ledger failing verification: the entries above still match by id
+            return entries, (
+                [dict(r) for r in ledger.summary(sweep=sweep.name)]
+                if sweep.name and sweep.name in ledger.sweeps()
+                else None
+            )
+        except (
+            DPAuditError
+        ):  # e.g. a ledger failing verification: the entries above still match by id
             return entries, None
 
 
@@ -221,43 +354,87 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
         return math.inf
     if not private or delta is None or not 0 < delta < 1:
         return None
-    return recomputed(compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj)["epsilon"]
+    return recomputed(
+        compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj
+    )["epsilon"]
 
 
 def _ledger_row(key: tuple, es: list) -> dict:
     ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
-    delta = max((d for d in (num(e.payload.get("delta")) for e in private) if d is not None), default=None)
-    return {"dataset": ds, "partition": part, "adjacency": adj, "releases": len(es), "non_private_releases": len(es) - len(private),
-            "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private), "delta": delta,
-            "rdp": _ledger_rdp(private, len(es), delta, adj)}
+    delta = max(
+        (d for d in (num(e.payload.get("delta")) for e in private) if d is not None), default=None
+    )
+    return {
+        "dataset": ds,
+        "partition": part,
+        "adjacency": adj,
+        "releases": len(es),
+        "non_private_releases": len(es) - len(private),
+        "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private),
+        "delta": delta,
+        "rdp": _ledger_rdp(private, len(es), delta, adj),
+    }
 
 
-def _ledger_block(sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], notes: list[Note]) -> dict | None:
+def _ledger_block(
+    sweep: LoadedSweep, ledger_path: str | None, release_ids: set[str], notes: list[Note]
+) -> dict | None:
     """What the ledger recorded for this sweep: by release id and by the entries' ``sweep`` tag."""
     if not ledger_path:
         return None
     name = sweep.name
-    out: dict = {"ledger": ledger_path, "recorded": 0, "tagged": 0, "tagged_elsewhere": 0, "voided": 0, "missing": 0,
-                 "missing_ids": [], "composition": [], "summary": None, "error": None}
+    out: dict = {
+        "ledger": ledger_path,
+        "recorded": 0,
+        "tagged": 0,
+        "tagged_elsewhere": 0,
+        "voided": 0,
+        "missing": 0,
+        "missing_ids": [],
+        "composition": [],
+        "summary": None,
+        "error": None,
+    }
     try:
         entries, out["summary"] = _ledger_entries(sweep, ledger_path)
     except DPAuditError as e:
         out["error"] = str(e)
-        notes.append(Note("error", "sweep", f"sweep {name}: ledger {ledger_path} could not be read: {e}"))
+        notes.append(
+            Note("error", "sweep", f"sweep {name}: ledger {ledger_path} could not be read: {e}")
+        )
         return out
     ours = _match(out, entries, release_ids, name)
     missing = sorted(release_ids - {_rid(e) for e in entries})
     out["missing"], out["missing_ids"] = len(missing), missing
     if missing:
-        notes.append(Note("warning", "sweep", f"sweep {name}: {len(missing)} of {len(release_ids)} releases are not in ledger "
-                                              f"{ledger_path}: their budget use is not accounted there."))
+        notes.append(
+            Note(
+                "warning",
+                "sweep",
+                f"sweep {name}: {len(missing)} of {len(release_ids)} releases are not in ledger "
+                f"{ledger_path}: their budget use is not accounted there.",
+            )
+        )
     if out["tagged_elsewhere"]:
-        notes.append(Note("info", "sweep", f"sweep {name}: the ledger holds {out['tagged_elsewhere']} release(s) tagged with this sweep "
-                                           "that are not in its folder (composed below with the rest)."))
+        notes.append(
+            Note(
+                "info",
+                "sweep",
+                f"sweep {name}: the ledger holds {out['tagged_elsewhere']} release(s) tagged with this sweep "
+                "that are not in its folder (composed below with the rest).",
+            )
+        )
     groups: dict[tuple, list] = {}
     for e in ours:
-        groups.setdefault((str(e.payload.get("dataset_name") or e.dataset), str(e.payload.get("partition")), str(e.payload.get("adjacency"))), []).append(e)
+        groups.setdefault(
+            (
+                str(e.payload.get("dataset_name") or e.dataset),
+                str(e.payload.get("partition")),
+                str(e.payload.get("adjacency")),
+            ),
+            [],
+        ).append(e)
     out["composition"] = [_ledger_row(key, es) for key, es in groups.items()]
     return out
 
@@ -270,16 +447,28 @@ def _tables_note(sweep: LoadedSweep, tables: dict, notes: list[Note]) -> str:
     try:
         saved = read_json(f, "sweep tables")
     except DPAuditError:
-        notes.append(Note("info", "sweep", f"sweep {sweep.name}: {f} is unreadable; the tables here are recomputed from the store."))
+        notes.append(
+            Note(
+                "info",
+                "sweep",
+                f"sweep {sweep.name}: {f} is unreadable; the tables here are recomputed from the store.",
+            )
+        )
         return "unreadable"
     keys = ("tasks_with_results", "cells", "contrasts")
     a = json.dumps({k: _json_safe(saved.get(k)) for k in keys}, sort_keys=True)
     b = json.dumps({k: _json_safe(tables.get(k)) for k in keys}, sort_keys=True)
     if a == b:
         return "matches"
-    notes.append(Note("info", "sweep", f"sweep {sweep.name}: {f} differs from the store (written when "
-                                       f"{saved.get('tasks_with_results')} tasks had finished, now {tables.get('tasks_with_results')}); "
-                                       "the tables here are recomputed from the store."))
+    notes.append(
+        Note(
+            "info",
+            "sweep",
+            f"sweep {sweep.name}: {f} differs from the store (written when "
+            f"{saved.get('tasks_with_results')} tasks had finished, now {tables.get('tasks_with_results')}); "
+            "the tables here are recomputed from the store.",
+        )
+    )
     return "differs"
 
 
@@ -287,37 +476,75 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
     if c["failed"]:
         first = failures[0]
         stale = sum(1 for fl in failures if fl.get("in_current_spec") is False)
-        why = (f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)" if stale else "")
-        notes.append(Note("warning", "sweep", f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
-                                              f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."))
+        why = (
+            f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
+            if stale
+            else ""
+        )
+        notes.append(
+            Note(
+                "warning",
+                "sweep",
+                f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
+                f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}.",
+            )
+        )
     if c["pending"]:
-        notes.append(Note("info", "sweep", f"sweep {name}: {c['pending']} task(s) still pending: the tables cover finished tasks only."))
+        notes.append(
+            Note(
+                "info",
+                "sweep",
+                f"sweep {name}: {c['pending']} task(s) still pending: the tables cover finished tasks only.",
+            )
+        )
 
 
 def _from_store(r: dict) -> dict:
     """A release the store names but whose file is missing, from what the store kept."""
-    return {"dataset": dataset_name(r.get("dataset")), "partition": str(r.get("partition") or "train"),
-            "adjacency": str(r.get("adjacency") or "add-remove-record"), "epsilon": num(r.get("epsilon")),
-            "delta": num(r.get("delta")), "guarantee": _store_guarantee(r),
-            "non_private": bool(r.get("non_private")), "from_store": True}
+    return {
+        "dataset": dataset_name(r.get("dataset")),
+        "partition": str(r.get("partition") or "train"),
+        "adjacency": str(r.get("adjacency") or "add-remove-record"),
+        "epsilon": num(r.get("epsilon")),
+        "delta": num(r.get("delta")),
+        "guarantee": _store_guarantee(r),
+        "non_private": bool(r.get("non_private")),
+        "from_store": True,
+    }
 
 
-def _release_file_notes(sweep: LoadedSweep, name: str, missing: list[dict], orphans: set[str], notes: list[Note]) -> None:
+def _release_file_notes(
+    sweep: LoadedSweep, name: str, missing: list[dict], orphans: set[str], notes: list[Note]
+) -> None:
     if missing:
-        notes.append(Note("error", "sweep", f"sweep {name}: {len(missing)} release(s) recorded by its store have no readable release.json "
-                                            f"under {sweep.path} (first: {missing[0]['release_id'][:12]}); they are composed from the "
-                                            "parameters the store kept and cannot be checked."))
+        notes.append(
+            Note(
+                "error",
+                "sweep",
+                f"sweep {name}: {len(missing)} release(s) recorded by its store have no readable release.json "
+                f"under {sweep.path} (first: {missing[0]['release_id'][:12]}); they are composed from the "
+                "parameters the store kept and cannot be checked.",
+            )
+        )
     if orphans:
-        notes.append(Note("warning", "sweep", f"sweep {name}: {len(orphans)} release(s) under {sweep.path} belong to no finished task "
-                                              "of its store (e.g. a task that failed after training); they spent budget and are "
-                                              "composed and checked with the rest."))
+        notes.append(
+            Note(
+                "warning",
+                "sweep",
+                f"sweep {name}: {len(orphans)} release(s) under {sweep.path} belong to no finished task "
+                "of its store (e.g. a task that failed after training); they spent budget and are "
+                "composed and checked with the rest.",
+            )
+        )
 
 
 def _release_sets(sweep: LoadedSweep) -> tuple[set[str], set[str], list[dict], set[str]]:
     """(release ids on disk, ids the store names, store results whose release file is missing, orphans on disk)."""
     on_disk = {lr.release.id for lr in sweep.releases}
     store_ids = {str(r["release_id"]) for r in sweep.results if r.get("release_id")}
-    missing = [r for r in sweep.results if r.get("release_id") and str(r["release_id"]) not in on_disk]
+    missing = [
+        r for r in sweep.results if r.get("release_id") and str(r["release_id"]) not in on_disk
+    ]
     return on_disk, store_ids, missing, (on_disk - store_ids) if store_ids else set()
 
 
@@ -327,9 +554,23 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
     name = sweep.name or sweep.path.name
     counts = {"done": 0, "failed": 0, "pending": 0, **sweep.counts}
     counts["total"] = sum(counts[k] for k in ("done", "failed", "pending"))
-    entry: dict = {"name": name, "path": str(sweep.path), "store": str(sweep.store), "error": sweep.error, "counts": counts, "failures": sweep.failures,
-                   "spec": sweep.spec, "releases": len(sweep.releases), "unreadable_releases": sweep.unreadable,
-                   "release_ids": [lr.release.id for lr in sweep.releases], "tables": None, "tables_json": None, "accounting": None, "budget": [], "ledger": None}
+    entry: dict = {
+        "name": name,
+        "path": str(sweep.path),
+        "store": str(sweep.store),
+        "error": sweep.error,
+        "counts": counts,
+        "failures": sweep.failures,
+        "spec": sweep.spec,
+        "releases": len(sweep.releases),
+        "unreadable_releases": sweep.unreadable,
+        "release_ids": [lr.release.id for lr in sweep.releases],
+        "tables": None,
+        "tables_json": None,
+        "accounting": None,
+        "budget": [],
+        "ledger": None,
+    }
     _task_notes(name, counts, sweep.failures, notes)
     if not sweep.error:
         entry["tables"] = sweep_tables(sweep.records, name=sweep.name)
@@ -347,13 +588,21 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
 def _verdict_parts(entry: dict, acc: dict) -> tuple[str, list[str]]:
     if acc.get("status") == "mismatch":
         firsts = "; ".join(m["message"] for m in acc["mismatches"][:3])
-        return "accounting-mismatch", [f"ACCOUNTING MISMATCH: {acc['mismatch']} of {acc['checked']} releases ({firsts})"]
+        return "accounting-mismatch", [
+            f"ACCOUNTING MISMATCH: {acc['mismatch']} of {acc['checked']} releases ({firsts})"
+        ]
     accounting = f"accounting: {acc.get('line', 'n/a')}"
     if entry.get("error"):
-        return "inconclusive", [f"INCONCLUSIVE: the sweep store could not be read ({entry['error']})", accounting]
+        return "inconclusive", [
+            f"INCONCLUSIVE: the sweep store could not be read ({entry['error']})",
+            accounting,
+        ]
     if not entry["releases"]:
         return "no-claim", [accounting]
-    return "not-audited", [accounting, "NOT AUDITED as a sweep (audit single releases with `dpaudit audit`)"]
+    return "not-audited", [
+        accounting,
+        "NOT AUDITED as a sweep (audit single releases with `dpaudit audit`)",
+    ]
 
 
 def sweep_verdict(entry: dict) -> dict:
@@ -366,12 +615,37 @@ def sweep_verdict(entry: dict) -> dict:
     worst = [b for b in entry["budget"] if b.get("rdp") is not None]
     if worst:
         b = max(worst, key=lambda r: r["rdp"])
-        parts.append(f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}")
-    flags = ["sweep"] + [f for f, on in (("accounting-mismatch", status == "accounting-mismatch"), ("missing-releases", entry.get("missing_releases")),
-                                          ("unreadable-releases", entry.get("unreadable_releases"))) if on]
-    return {"mechanism": head, "key": f"sweep:{name}", "status": status, "flags": flags, "line": f"{head}: " + "; ".join(parts), "max_epsilon_lower_bound": None,
-            "claimed_epsilons": sorted({b["max_single_epsilon"] for b in entry["budget"] if b.get("max_single_epsilon") is not None}),
-            "releases": [], "non_private_releases": [], "audits": [], "sweep": name}
+        parts.append(
+            f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}"
+        )
+    flags = ["sweep"] + [
+        f
+        for f, on in (
+            ("accounting-mismatch", status == "accounting-mismatch"),
+            ("missing-releases", entry.get("missing_releases")),
+            ("unreadable-releases", entry.get("unreadable_releases")),
+        )
+        if on
+    ]
+    return {
+        "mechanism": head,
+        "key": f"sweep:{name}",
+        "status": status,
+        "flags": flags,
+        "line": f"{head}: " + "; ".join(parts),
+        "max_epsilon_lower_bound": None,
+        "claimed_epsilons": sorted(
+            {
+                b["max_single_epsilon"]
+                for b in entry["budget"]
+                if b.get("max_single_epsilon") is not None
+            }
+        ),
+        "releases": [],
+        "non_private_releases": [],
+        "audits": [],
+        "sweep": name,
+    }
 
 
 def _sweep_command(source: Any, out_parent: str) -> str | None:
@@ -388,5 +662,15 @@ def sweep_reproduce(entry: dict) -> dict:
     spec = entry.get("spec") if isinstance(entry.get("spec"), dict) else None
     cmd = _sweep_command(spec.get("source") if spec else None, str(Path(entry["path"]).parent))
     params = {"parameters": {"spec": spec}} if spec and cmd is None else {}
-    return {"kind": "sweep", "mechanism": None, "id": entry["name"], "path": entry["path"], "command": cmd, "seed": None,
-            "noise": None, "dpaudit_version": None, "git_commit": None, **params}
+    return {
+        "kind": "sweep",
+        "mechanism": None,
+        "id": entry["name"],
+        "path": entry["path"],
+        "command": cmd,
+        "seed": None,
+        "noise": None,
+        "dpaudit_version": None,
+        "git_commit": None,
+        **params,
+    }

@@ -5,13 +5,52 @@ from __future__ import annotations
 
 from typing import Any
 
-from .format import DASH, Block, declined, either, eps_label, f, finite, g, num, p, pct, pval, signed, table, val
+from .format import (
+    DASH,
+    Block,
+    declined,
+    either,
+    eps_label,
+    f,
+    finite,
+    g,
+    num,
+    p,
+    pct,
+    pval,
+    signed,
+    table,
+    val,
+)
 
-TABLES_JSON = {"matches": " (tables.json agrees)", "differs": " (tables.json differs: see notes)", "unreadable": " (tables.json unreadable)"}
+TABLES_JSON = {
+    "matches": " (tables.json agrees)",
+    "differs": " (tables.json differs: see notes)",
+    "unreadable": " (tables.json unreadable)",
+}
 IN_SPEC = {True: "yes", False: "no (earlier spec)"}
-BUDGET_HEADERS = ["dataset", "partition", "adjacency", "releases", "largest single eps", "naive sum of eps",
-                  "composed eps (rdp)", "composed eps (prv)", "at delta"]
-CONTRAST_HEADERS = ["dataset", "eps", "metric", "contrast", "n", "mean diff", "p (sign-flip)", "p (Holm)", "W/T/L seeds"]
+BUDGET_HEADERS = [
+    "dataset",
+    "partition",
+    "adjacency",
+    "releases",
+    "largest single eps",
+    "naive sum of eps",
+    "composed eps (rdp)",
+    "composed eps (prv)",
+    "at delta",
+]
+CONTRAST_HEADERS = [
+    "dataset",
+    "eps",
+    "metric",
+    "contrast",
+    "n",
+    "mean diff",
+    "p (sign-flip)",
+    "p (Holm)",
+    "W/T/L seeds",
+]
 
 
 def _mean_sd(mean: Any, sd: Any, digits: int = 2) -> str:
@@ -21,19 +60,34 @@ def _mean_sd(mean: Any, sd: Any, digits: int = 2) -> str:
 def _table3_row(r: dict) -> list[str]:
     ours = "not run" if r.get("mean") is None else _mean_sd(r["mean"], r.get("sd"))
     ci = either(finite(r.get("ci_low")), f"[{f(r.get('ci_low'), 2)}, {f(r.get('ci_high'), 2)}]")
-    pub = "not in Table 3" if r.get("published_mean") is None else f"{f(r['published_mean'], 2)} ± {f(r['published_sd'], 2)}"
+    pub = (
+        "not in Table 3"
+        if r.get("published_mean") is None
+        else f"{f(r['published_mean'], 2)} ± {f(r['published_sd'], 2)}"
+    )
     if r.get("published_mean") is not None and r.get("published_source") not in (None, "Table 3"):
         pub += f" ({r['published_source']})"  # e.g. attention (Table 9) or DP-ELM widths (Table 5)
-    return [str(r.get("label")), str(r.get("dataset")), ours, ci, val(r.get("n")), pub, signed(r.get("difference"), 2)]
+    return [
+        str(r.get("label")),
+        str(r.get("dataset")),
+        ours,
+        ci,
+        val(r.get("n")),
+        pub,
+        signed(r.get("difference"), 2),
+    ]
 
 
 def _table3_block(t3: dict) -> Block:
     rows = [_table3_row(r) for r in t3.get("rows") or []]
     if not rows:
         return p(f"Table 3 comparison: no finished task at eps = {g(t3.get('epsilon'))}.")
-    return table(f"Table 3 comparison: accuracy (%) at eps = {g(t3.get('epsilon'))}, mean ± SD over seeds, "
-                 f"95 % t-interval, next to the published values. Source: {t3.get('citation')}",
-                 ["model", "dataset", "dpaudit", "95 % t-interval", "seeds", "published", "difference"], rows)
+    return table(
+        f"Table 3 comparison: accuracy (%) at eps = {g(t3.get('epsilon'))}, mean ± SD over seeds, "
+        f"95 % t-interval, next to the published values. Source: {t3.get('citation')}",
+        ["model", "dataset", "dpaudit", "95 % t-interval", "seeds", "published", "difference"],
+        rows,
+    )
 
 
 def _cell_text(c: dict, scale: float) -> str:
@@ -45,38 +99,92 @@ def _cell_text(c: dict, scale: float) -> str:
 
 def _metric_rows(cells: list[dict], eps: list, scale: float) -> list[list[str]]:
     keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in cells}
-    pairs = [(ds, model) for ds in sorted({c["dataset"] for c in cells}) for model in sorted({c["model"] for c in cells if c["dataset"] == ds})]
-    return [[ds, model] + [_cell_text(keyed[(ds, model, e)], scale) if (ds, model, e) in keyed else "" for e in eps] for ds, model in pairs]
+    pairs = [
+        (ds, model)
+        for ds in sorted({c["dataset"] for c in cells})
+        for model in sorted({c["model"] for c in cells if c["dataset"] == ds})
+    ]
+    return [
+        [ds, model]
+        + [_cell_text(keyed[(ds, model, e)], scale) if (ds, model, e) in keyed else "" for e in eps]
+        for ds, model in pairs
+    ]
 
 
 def _metric_block(cells: list[dict], metric: str) -> Block:
     scale = 100.0 if metric == "accuracy" else 1.0
     eps = sorted({c["epsilon"] for c in cells}, key=lambda e: (e is not None, num(e) or 0.0))
-    return table(f"{metric}{' (%)' if scale == 100.0 else ''} per cell: mean ± sample SD [95 % Student-t interval] (n seeds)",
-                 ["dataset", "model"] + [f"eps = {eps_label(e)}" for e in eps], _metric_rows(cells, eps, scale))
+    return table(
+        f"{metric}{' (%)' if scale == 100.0 else ''} per cell: mean ± sample SD [95 % Student-t interval] (n seeds)",
+        ["dataset", "model"] + [f"eps = {eps_label(e)}" for e in eps],
+        _metric_rows(cells, eps, scale),
+    )
 
 
 def _contrast_table(family: list[dict], what: str, size: Any, floor: str) -> Block:
-    rows = [[c["dataset"], eps_label(c["epsilon"]), c["metric"], f"{c['reference']} − {c['comparator']}", val(c.get("n")),
-             signed(c.get("mean_difference")), pval(c.get("p_value")), pval(c.get("p_holm")), f"{c['wins']}/{c['ties']}/{c['losses']}"]
-            for c in family]
-    return table(f"Paired contrasts{what} (reference minus comparator, paired by seed): exact sign-flip p and Holm-adjusted p "
-                 f"over the whole family of {size}; W/T/L = seeds won/tied/lost" + (f" ({floor})" if floor else ""), CONTRAST_HEADERS, rows)
+    rows = [
+        [
+            c["dataset"],
+            eps_label(c["epsilon"]),
+            c["metric"],
+            f"{c['reference']} − {c['comparator']}",
+            val(c.get("n")),
+            signed(c.get("mean_difference")),
+            pval(c.get("p_value")),
+            pval(c.get("p_holm")),
+            f"{c['wins']}/{c['ties']}/{c['losses']}",
+        ]
+        for c in family
+    ]
+    return table(
+        f"Paired contrasts{what} (reference minus comparator, paired by seed): exact sign-flip p and Holm-adjusted p "
+        f"over the whole family of {size}; W/T/L = seeds won/tied/lost"
+        + (f" ({floor})" if floor else ""),
+        CONTRAST_HEADERS,
+        rows,
+    )
 
 
 def _contrast_blocks(t: dict) -> list[Block]:
-    floor = "; ".join(f"n = {n}: smallest attainable p = {pval(v)}" for n, v in (t.get("min_attainable_p") or {}).items())
-    cons, wtl, np_cons = (t.get(k) or [] for k in ("contrasts", "win_tie_loss", "non_private_contrasts"))
+    floor = "; ".join(
+        f"n = {n}: smallest attainable p = {pval(v)}"
+        for n, v in (t.get("min_attainable_p") or {}).items()
+    )
+    cons, wtl, np_cons = (
+        t.get(k) or [] for k in ("contrasts", "win_tie_loss", "non_private_contrasts")
+    )
     if not cons:
-        out = [p("No paired contrast: no comparator shares at least two seeds with the reference in any condition.")]
+        out = [
+            p(
+                "No paired contrast: no comparator shares at least two seeds with the reference in any condition."
+            )
+        ]
     else:
         out = [_contrast_table(cons, "", t.get("contrast_family_size"), floor)]
-        out += [table("Win/tie/loss across conditions by mean (descriptive only)",
-                      ["reference", "comparator", "metric", "higher", "tied", "lower", "conditions"],
-                      [[w["reference"], w["comparator"], w["metric"]] + [val(w[k]) for k in ("wins", "ties", "losses", "conditions")]
-                       for w in wtl])] if wtl else []
+        out += (
+            [
+                table(
+                    "Win/tie/loss across conditions by mean (descriptive only)",
+                    ["reference", "comparator", "metric", "higher", "tied", "lower", "conditions"],
+                    [
+                        [w["reference"], w["comparator"], w["metric"]]
+                        + [val(w[k]) for k in ("wins", "ties", "losses", "conditions")]
+                        for w in wtl
+                    ],
+                )
+            ]
+            if wtl
+            else []
+        )
     if np_cons:
-        out.append(_contrast_table(np_cons, ", non-private conditions (a separate Holm family)", t.get("non_private_family_size"), floor))
+        out.append(
+            _contrast_table(
+                np_cons,
+                ", non-private conditions (a separate Holm family)",
+                t.get("non_private_family_size"),
+                floor,
+            )
+        )
     return out
 
 
@@ -93,38 +201,119 @@ def _sweep_table_blocks(t: dict) -> list[Block]:
 def _sweep_card(sw: dict) -> Block:
     c, acc = sw.get("counts") or {}, sw.get("accounting") or {}
     spec = sw.get("spec") if isinstance(sw.get("spec"), dict) else {}
-    pairs = [("folder / store", f"{sw['path']} / {sw['store']}"),
-             ("tasks done / failed / pending (total)", " / ".join(val(c.get(k)) for k in ("done", "failed", "pending")) + f" ({val(c.get('total'))})"),
-             ("releases found below the folder", val(sw.get("releases"))),
-             ("accounting check", f"{str(acc.get('status', 'n/a')).upper()}: {acc.get('line', '')}"),
-             ("tables", "recomputed from the store" + TABLES_JSON.get(str(sw.get("tables_json")), ""))]
-    pairs += [(label, str(spec[k])) for k, label in (("description", "spec"), ("source", "spec source")) if spec.get(k)]
+    pairs = [
+        ("folder / store", f"{sw['path']} / {sw['store']}"),
+        (
+            "tasks done / failed / pending (total)",
+            " / ".join(val(c.get(k)) for k in ("done", "failed", "pending"))
+            + f" ({val(c.get('total'))})",
+        ),
+        ("releases found below the folder", val(sw.get("releases"))),
+        ("accounting check", f"{str(acc.get('status', 'n/a')).upper()}: {acc.get('line', '')}"),
+        ("tables", "recomputed from the store" + TABLES_JSON.get(str(sw.get("tables_json")), "")),
+    ]
+    pairs += [
+        (label, str(spec[k]))
+        for k, label in (("description", "spec"), ("source", "spec source"))
+        if spec.get(k)
+    ]
     return Block("kv", caption=f"Sweep {sw['name']}", pairs=pairs)
 
 
 def _budget_row(b: dict) -> list[str]:
-    prv = f(b.get("prv")) if b.get("prv") is not None else declined((b.get("errors") or {}).get("prv"))
-    return [b["dataset"], b["partition"], b["adjacency"], val(b["releases"]), f(b.get("max_single_epsilon")),
-            f(b.get("naive_sum")), f(b.get("rdp")), prv, g(b.get("delta"))]
+    prv = (
+        f(b.get("prv"))
+        if b.get("prv") is not None
+        else declined((b.get("errors") or {}).get("prv"))
+    )
+    return [
+        b["dataset"],
+        b["partition"],
+        b["adjacency"],
+        val(b["releases"]),
+        f(b.get("max_single_epsilon")),
+        f(b.get("naive_sum")),
+        f(b.get("rdp")),
+        prv,
+        g(b.get("delta")),
+    ]
 
 
 def _budget_blocks(bud: list[dict]) -> list[Block]:
     if not bud:
-        return [p("No release below this sweep's folder (e.g. a selftest sweep): nothing to account.")]
-    return [table("Budget of this sweep: every task is a separate release on the same partition, so they compose "
-                  "(recomputed from the releases' stored events)", BUDGET_HEADERS, [_budget_row(b) for b in bud])] + [p(b["sentence"]) for b in bud]
+        return [
+            p("No release below this sweep's folder (e.g. a selftest sweep): nothing to account.")
+        ]
+    return [
+        table(
+            "Budget of this sweep: every task is a separate release on the same partition, so they compose "
+            "(recomputed from the releases' stored events)",
+            BUDGET_HEADERS,
+            [_budget_row(b) for b in bud],
+        )
+    ] + [p(b["sentence"]) for b in bud]
 
 
 def _ledger_tables(led: dict) -> list[Block]:
     comp = led.get("composition") or []
     summ = [r for r in led.get("summary") or [] if r.get("partition") != "*"]
-    return ([table("What the ledger recorded for this sweep (its stored events, composed)",
-                   ["dataset", "partition", "releases", "naive sum of eps", "composed eps (rdp)", "at delta"],
-                   [[r["dataset"], r["partition"], val(r["releases"]), f(r["naive_sum"]), f(r["rdp"]), g(r["delta"])] for r in comp])] if comp else []) + (
-        [table("The ledger's own summary of this sweep (ledger summary --sweep)",
-               ["dataset", "partition", "releases", "composed eps", "bound by", "naive sum of eps", "delta"],
-               [[str(r.get("dataset")), str(r.get("partition")), val(r.get("releases_subtree")), f(r.get("epsilon")),
-                 val(r.get("bound_by")), f(r.get("naive_epsilon")), g(r.get("delta"))] for r in summ])] if summ else [])
+    return (
+        [
+            table(
+                "What the ledger recorded for this sweep (its stored events, composed)",
+                [
+                    "dataset",
+                    "partition",
+                    "releases",
+                    "naive sum of eps",
+                    "composed eps (rdp)",
+                    "at delta",
+                ],
+                [
+                    [
+                        r["dataset"],
+                        r["partition"],
+                        val(r["releases"]),
+                        f(r["naive_sum"]),
+                        f(r["rdp"]),
+                        g(r["delta"]),
+                    ]
+                    for r in comp
+                ],
+            )
+        ]
+        if comp
+        else []
+    ) + (
+        [
+            table(
+                "The ledger's own summary of this sweep (ledger summary --sweep)",
+                [
+                    "dataset",
+                    "partition",
+                    "releases",
+                    "composed eps",
+                    "bound by",
+                    "naive sum of eps",
+                    "delta",
+                ],
+                [
+                    [
+                        str(r.get("dataset")),
+                        str(r.get("partition")),
+                        val(r.get("releases_subtree")),
+                        f(r.get("epsilon")),
+                        val(r.get("bound_by")),
+                        f(r.get("naive_epsilon")),
+                        g(r.get("delta")),
+                    ]
+                    for r in summ
+                ],
+            )
+        ]
+        if summ
+        else []
+    )
 
 
 def _ledger_blocks(sw: dict) -> list[Block]:
@@ -132,8 +321,12 @@ def _ledger_blocks(sw: dict) -> list[Block]:
     if not isinstance(led, dict) or led.get("error"):
         return []
     total = (sw.get("releases") or 0) + len(sw.get("missing_releases") or [])
-    return [p(f"Ledger {led['ledger']} has recorded {led['recorded']} of the {total} "
-              f"releases of this sweep; {led['tagged']} ledger entries carry the sweep's tag; {led['voided']} voided.")] + _ledger_tables(led)
+    return [
+        p(
+            f"Ledger {led['ledger']} has recorded {led['recorded']} of the {total} "
+            f"releases of this sweep; {led['tagged']} ledger entries carry the sweep's tag; {led['voided']} voided."
+        )
+    ] + _ledger_tables(led)
 
 
 def _problem_blocks(sw: dict) -> list[Block]:
@@ -141,20 +334,52 @@ def _problem_blocks(sw: dict) -> list[Block]:
     out = []
     mm = (sw.get("accounting") or {}).get("mismatches") or []
     if mm:
-        out.append(table("Releases of this sweep whose accounting does NOT check out", ["release", "mechanism", "claimed eps", "problem", "directory"],
-                         [[str(m["release_id"])[:12], str(m["mechanism"]), f(m.get("epsilon"), 4), str(m["message"]), str(m["path"])] for m in mm]))
+        out.append(
+            table(
+                "Releases of this sweep whose accounting does NOT check out",
+                ["release", "mechanism", "claimed eps", "problem", "directory"],
+                [
+                    [
+                        str(m["release_id"])[:12],
+                        str(m["mechanism"]),
+                        f(m.get("epsilon"), 4),
+                        str(m["message"]),
+                        str(m["path"]),
+                    ]
+                    for m in mm
+                ],
+            )
+        )
     fails = sw.get("failures") or []
     if fails:
-        out.append(table(f"Failed tasks ({len(fails)}; retried only with --retry-failed)", ["model", "dataset", "eps", "seed", "in current spec", "error"],
-                         [[str(x["model"]), str(x["dataset"]), eps_label(x.get("epsilon")), val(x.get("seed")),
-                           IN_SPEC.get(x.get("in_current_spec"), DASH), str(x.get("error"))] for x in fails[:50]]))
+        out.append(
+            table(
+                f"Failed tasks ({len(fails)}; retried only with --retry-failed)",
+                ["model", "dataset", "eps", "seed", "in current spec", "error"],
+                [
+                    [
+                        str(x["model"]),
+                        str(x["dataset"]),
+                        eps_label(x.get("epsilon")),
+                        val(x.get("seed")),
+                        IN_SPEC.get(x.get("in_current_spec"), DASH),
+                        str(x.get("error")),
+                    ]
+                    for x in fails[:50]
+                ],
+            )
+        )
     return out
 
 
 def _one_sweep(sw: dict) -> list[Block]:
     out = [Block("h3", text=f"Sweep {sw['name']}"), _sweep_card(sw)]
     if sw.get("error"):
-        out.append(p(f"The sweep store could not be read ({sw['error']}): no tables; its releases are still checked and composed."))
+        out.append(
+            p(
+                f"The sweep store could not be read ({sw['error']}): no tables; its releases are still checked and composed."
+            )
+        )
     out += _budget_blocks(sw.get("budget") or []) + _ledger_blocks(sw) + _problem_blocks(sw)
     return out + (_sweep_table_blocks(sw["tables"]) if sw.get("tables") else [])
 

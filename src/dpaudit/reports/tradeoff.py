@@ -75,11 +75,16 @@ def _family_label(cv: dict) -> str:
     # larger noise multiplier / noise scale, or a smaller pure epsilon): they are too private
     # to have produced a box this low
     rel = "<=" if par == "epsilon" else ">="
-    return (f"curve at the lower bound: {par} {rel} {_fmt(lb)} ruled out" if lb is not None else "curve at the lower bound") + \
-        f" (family epsilon {_fmt(cv['family_epsilon'])})"
+    return (
+        f"curve at the lower bound: {par} {rel} {_fmt(lb)} ruled out"
+        if lb is not None
+        else "curve at the lower bound"
+    ) + f" (family epsilon {_fmt(cv['family_epsilon'])})"
 
 
-def _clip(xs: list[float], ys: list[float], log: bool, floor: float) -> tuple[list[float], list[float]]:
+def _clip(
+    xs: list[float], ys: list[float], log: bool, floor: float
+) -> tuple[list[float], list[float]]:
     """Log axes cannot show zeros: clip them to the floor (drawn on the axis)."""
     return ([max(x, floor) for x in xs], [max(y, floor) for y in ys]) if log else (xs, ys)
 
@@ -88,16 +93,43 @@ def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
     """The chance line, the claimed curve, the curve at the lower bound and the EVAL points."""
     # no privacy at all: the chance line FNR = 1 - FPR (a box must be below it to rule out anything)
     gx = [floor * (10 ** (k / 50 * -math.log10(floor))) for k in range(51)] if log else [0.0, 1.0]
-    ax.plot(*_clip(gx, [1.0 - x for x in gx], log, floor), color="#aaaaaa", linestyle=":", linewidth=1.0, label="no privacy (FNR = 1 - FPR)", gid="chance")
+    ax.plot(
+        *_clip(gx, [1.0 - x for x in gx], log, floor),
+        color="#aaaaaa",
+        linestyle=":",
+        linewidth=1.0,
+        label="no privacy (FNR = 1 - FPR)",
+        gid="chance",
+    )
     c = cv["curve"]
-    ax.plot(*_clip(c["fpr"], c["fnr"], log, floor), color=CURVE_COLOR, linewidth=1.8, label="claimed curve (the release's event)", gid="claimed-curve")
+    ax.plot(
+        *_clip(c["fpr"], c["fnr"], log, floor),
+        color=CURVE_COLOR,
+        linewidth=1.8,
+        label="claimed curve (the release's event)",
+        gid="claimed-curve",
+    )
     if cv["curve_at_lower_bound"] is not None:
         cl = cv["curve_at_lower_bound"]
-        ax.plot(*_clip(cl["fpr"], cl["fnr"], log, floor), color=LOWER_BOUND_COLOR, linestyle="--", linewidth=1.4, label=_family_label(cv),
-                gid="lower-bound-curve")
+        ax.plot(
+            *_clip(cl["fpr"], cl["fnr"], log, floor),
+            color=LOWER_BOUND_COLOR,
+            linestyle="--",
+            linewidth=1.4,
+            label=_family_label(cv),
+            gid="lower-bound-curve",
+        )
     if cv["points"] is not None:
-        ax.scatter(*_eval_points(cv["points"], log), s=7, color=POINTS_COLOR, alpha=0.7, linewidths=0, label="EVAL empirical (FPR, FNR), all thresholds",
-                   gid="eval-points", zorder=2)
+        ax.scatter(
+            *_eval_points(cv["points"], log),
+            s=7,
+            color=POINTS_COLOR,
+            alpha=0.7,
+            linewidths=0,
+            label="EVAL empirical (FPR, FNR), all thresholds",
+            gid="eval-points",
+            zorder=2,
+        )
 
 
 def _eval_points(pts: dict, log: bool) -> tuple[list[float], list[float]]:
@@ -116,27 +148,84 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     fu, nu = p["fpr_upper"], p["fnr_upper"]
     x0 = floor if log else 0.0
     w, h = max(fu, x0) - x0, max(nu, x0) - x0
-    ax.add_patch(Rectangle((x0, x0), w, h, facecolor=color, edgecolor=color, alpha=0.18 if viol else 0.12, linewidth=1.6, zorder=3,
-                           label=("confidence box BELOW the claimed curve: VIOLATION" if viol else "confidence box of the chosen test"),
-                           gid="confidence-box"))
-    ax.add_patch(Rectangle((x0, x0), w, h, facecolor="none", edgecolor=color, linewidth=1.6, zorder=4, gid="confidence-box-edge"))
+    ax.add_patch(
+        Rectangle(
+            (x0, x0),
+            w,
+            h,
+            facecolor=color,
+            edgecolor=color,
+            alpha=0.18 if viol else 0.12,
+            linewidth=1.6,
+            zorder=3,
+            label=(
+                "confidence box BELOW the claimed curve: VIOLATION"
+                if viol
+                else "confidence box of the chosen test"
+            ),
+            gid="confidence-box",
+        )
+    )
+    ax.add_patch(
+        Rectangle(
+            (x0, x0),
+            w,
+            h,
+            facecolor="none",
+            edgecolor=color,
+            linewidth=1.6,
+            zorder=4,
+            gid="confidence-box-edge",
+        )
+    )
     if p["fpr"] is not None and p["fnr"] is not None:
         _draw_chosen(ax, p, color, log, floor)
     corner = (max(fu, floor), max(nu, floor)) if log else (fu, nu)
-    ax.scatter([corner[0]], [corner[1]], marker="X" if viol else "s", s=60, color=color,
-               edgecolors="white", linewidths=0.6, zorder=6, label=f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})", gid="box-corner")
+    ax.scatter(
+        [corner[0]],
+        [corner[1]],
+        marker="X" if viol else "s",
+        s=60,
+        color=color,
+        edgecolors="white",
+        linewidths=0.6,
+        zorder=6,
+        label=f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})",
+        gid="box-corner",
+    )
     if viol:
-        ax.annotate("VIOLATION", xy=corner, xytext=(8, -14),
-                    textcoords="offset points", color=VIOLATION_COLOR, fontsize=10, fontweight="bold", gid="violation-label", zorder=7)
+        ax.annotate(
+            "VIOLATION",
+            xy=corner,
+            xytext=(8, -14),
+            textcoords="offset points",
+            color=VIOLATION_COLOR,
+            fontsize=10,
+            fontweight="bold",
+            gid="violation-label",
+            zorder=7,
+        )
 
 
 def _draw_chosen(ax, p: dict, color: str, log: bool, floor: float) -> None:
     """The chosen test's EVAL point with its one-sided error bars up to the box corner."""
     fu, nu = p["fpr_upper"], p["fnr_upper"]
     px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
-    ax.errorbar([px], [py], xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]], yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
-                fmt="o", markersize=5, color=color, ecolor=color, elinewidth=1.2, capsize=3, zorder=5,
-                label="chosen test: EVAL point, one-sided CP upper bounds", gid="chosen-point")
+    ax.errorbar(
+        [px],
+        [py],
+        xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]],
+        yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
+        fmt="o",
+        markersize=5,
+        color=color,
+        ecolor=color,
+        elinewidth=1.2,
+        capsize=3,
+        zorder=5,
+        label="chosen test: EVAL point, one-sided CP upper bounds",
+        gid="chosen-point",
+    )
 
 
 def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
@@ -144,10 +233,22 @@ def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
     _draw_box(ax, cv, log, floor)
     if log:
         ax.set(xscale="log", yscale="log", xlim=(floor, 1.3), ylim=(floor, 1.3))
-        style_axes(ax, "log-log (the corners where large epsilons live)", "false positive rate (log scale)", "false negative rate (log scale)", size=10)
+        style_axes(
+            ax,
+            "log-log (the corners where large epsilons live)",
+            "false positive rate (log scale)",
+            "false negative rate (log scale)",
+            size=10,
+        )
     else:
         ax.set(xlim=(0.0, 1.0), ylim=(0.0, 1.0), aspect="equal")
-        style_axes(ax, "linear", "false positive rate (canary out, test says in)", "false negative rate (canary in, test says out)", size=10)
+        style_axes(
+            ax,
+            "linear",
+            "false positive rate (canary out, test says in)",
+            "false negative rate (canary in, test says out)",
+            size=10,
+        )
 
 
 def _log_floor(cv: dict) -> float:
@@ -164,11 +265,19 @@ def title_of(audit: dict, cv: dict) -> str:
     claim = num(audit.get("claimed_epsilon"))
     conf = cv["confidence"] if cv["confidence"] is not None else num(audit.get("confidence"))
     head = f"{mech}" + (f" · canary {can}" if can else "") + f" · statistic {cv['statistic']}"
-    lb = num(upgrade(audit).get("epsilon_lower_bound"))  # the bound for any mechanism (old files: re-read)
-    tail = (f"eps_LB {_fmt(lb)} vs claimed eps {_fmt(claim)}"
-            + (f" (delta {num(audit.get('delta')):g})" if num(audit.get("delta")) is not None else "")
-            + (f", {100 * conf:g} % confidence" if conf is not None else "")
-            + (" — VIOLATION: the claim is falsified" if cv["violated"] else " — no evidence against the claim"))
+    lb = num(
+        upgrade(audit).get("epsilon_lower_bound")
+    )  # the bound for any mechanism (old files: re-read)
+    tail = (
+        f"eps_LB {_fmt(lb)} vs claimed eps {_fmt(claim)}"
+        + (f" (delta {num(audit.get('delta')):g})" if num(audit.get("delta")) is not None else "")
+        + (f", {100 * conf:g} % confidence" if conf is not None else "")
+        + (
+            " — VIOLATION: the claim is falsified"
+            if cv["violated"]
+            else " — no evidence against the claim"
+        )
+    )
     return head + "\n" + tail
 
 
@@ -182,15 +291,21 @@ def tradeoff_figure(audit: dict, figure=None):
         raise UsageError(f"audit must be an audit.json dict, got {type(audit).__name__}.")
     cv = curve_view(audit.get("claimed_curve"))
     if cv is None:
-        raise UsageError("audit must carry a claimed_curve block with curve, point (fpr_upper, fnr_upper) and violated, "
-                         f"got {'none' if audit.get('claimed_curve') is None else 'a malformed one'}.")
+        raise UsageError(
+            "audit must carry a claimed_curve block with curve, point (fpr_upper, fnr_upper) and violated, "
+            f"got {'none' if audit.get('claimed_curve') is None else 'a malformed one'}."
+        )
     if figure is not None and getattr(figure, "get_gid", lambda: None)() != TRADEOFF_GID:
-        raise UsageError(f"figure must be one tradeoff_figure returned, got {type(figure).__name__}.")
+        raise UsageError(
+            f"figure must be one tradeoff_figure returned, got {type(figure).__name__}."
+        )
     fig = _cleared(figure) if figure is not None else _new_tradeoff_figure()
     ax_lin, ax_log = fig.axes
     _draw_panel(ax_lin, cv, log=False, floor=0.0)
     _draw_panel(ax_log, cv, log=True, floor=_log_floor(cv))
-    fig.suptitle(title_of(audit, cv), fontsize=10.5, color=VIOLATION_COLOR if cv["violated"] else CURVE_COLOR)
+    fig.suptitle(
+        title_of(audit, cv), fontsize=10.5, color=VIOLATION_COLOR if cv["violated"] else CURVE_COLOR
+    )
     handles, labels = ax_log.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7.5, frameon=False)
     return fig
@@ -246,7 +361,9 @@ def _bar(label: str, lb: float, bad: bool, gid: str) -> tuple[str, float, str, s
 
 def _fdp_decides(record: dict, fd_lb: float | None) -> bool:
     """The analysis fixed in advance to decide (the record's rule): f-DP when it was computed."""
-    return record.get("statistic") == "f-dp" or (record.get("statistic") is None and fd_lb is not None)
+    return record.get("statistic") == "f-dp" or (
+        record.get("statistic") is None and fd_lb is not None
+    )
 
 
 def _above(lb: float, claim: float | None) -> bool:
@@ -258,17 +375,42 @@ def _one_run_bars(v: dict, record: dict) -> list[tuple[str, float, str, str]]:
     claim, st, fd = v["claimed_epsilon"], v["steinke"] or {}, v["fdp"] or {}
     st_lb, fd_lb = st.get("epsilon_lower_bound"), fd.get("epsilon_lower_bound")
     fdp = _fdp_decides(record, fd_lb)
-    rows = [_bar("eps_LB (eps, delta)" + ("" if fdp else " (decides)"), st_lb, _above(st_lb, claim), "steinke")] if st_lb is not None else []
+    rows = (
+        [
+            _bar(
+                "eps_LB (eps, delta)" + ("" if fdp else " (decides)"),
+                st_lb,
+                _above(st_lb, claim),
+                "steinke",
+            )
+        ]
+        if st_lb is not None
+        else []
+    )
     if fd_lb is not None:
-        rows.append(_bar("eps_LB f-DP" + (" (decides)" if fdp else ""), fd_lb, bool(fd["violated"]) or _above(fd_lb, claim), "fdp"))
-    return rows + ([("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling")] if st.get("ceiling") is not None else [])
+        rows.append(
+            _bar(
+                "eps_LB f-DP" + (" (decides)" if fdp else ""),
+                fd_lb,
+                bool(fd["violated"]) or _above(fd_lb, claim),
+                "fdp",
+            )
+        )
+    return rows + (
+        [("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling")]
+        if st.get("ceiling") is not None
+        else []
+    )
 
 
 def _one_run_subtitle(v: dict) -> str:
     st = v["steinke"] or {}
     guesses, correct = st.get("guesses"), st.get("correct")
-    return (f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})"
-            + (f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct" if guesses is not None and correct is not None else ""))
+    return f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})" + (
+        f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct"
+        if guesses is not None and correct is not None
+        else ""
+    )
 
 
 def one_run_figure(record: dict):
@@ -283,15 +425,31 @@ def one_run_figure(record: dict):
     fig = new_figure((7.6, 1.3 + 0.55 * max(len(rows), 1)))
     ax = fig.add_subplot()
     claim_shown = claim is not None and math.isfinite(claim)
-    top = max([r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim_shown else []) + [0.1]) * 1.15
+    top = (
+        max([r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim_shown else []) + [0.1])
+        * 1.15
+    )
     for i, (lab, val, col, gid) in enumerate(rows):
         ax.barh([i], [min(val, top)], color=col, alpha=0.85, gid=f"bar-{gid}")
         ax.text(min(val, top), i, f"  {_fmt(val)}", va="center", fontsize=8.5)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8.5)
     ax.invert_yaxis()
     if claim_shown:
-        ax.axvline(claim, color=CURVE_COLOR, linestyle="--", linewidth=1.2, label=f"claimed eps {_fmt(claim)}", gid="claim-line")
+        ax.axvline(
+            claim,
+            color=CURVE_COLOR,
+            linestyle="--",
+            linewidth=1.2,
+            label=f"claimed eps {_fmt(claim)}",
+            gid="claim-line",
+        )
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_xlim(0, top)
-    style_axes(ax, f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}", "epsilon (nats)", "", size=10)
+    style_axes(
+        ax,
+        f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}",
+        "epsilon (nats)",
+        "",
+        size=10,
+    )
     return fig

@@ -12,11 +12,34 @@ from . import stats
 from .inputs import LoadedRelease, Note, canonical_mechanism, dataset_name, num
 
 #: Config keys that may differ between releases on one privacy-utility curve.
-EPS_ONLY_KEYS = frozenset({
-    "eps", "epsilon", "target_epsilon", "seed", "seeds", "noise_multiplier", "sigma", "out", "out_dir",
-    "ledger", "json", "json_out", "data_dir", "reproducible_noise", "noise_source", "workers", "threads",
-    "device", "dtype", "batch_size_eval", "progress", "calibrated_epsilon", "model_seed", "timings",
-})
+EPS_ONLY_KEYS = frozenset(
+    {
+        "eps",
+        "epsilon",
+        "target_epsilon",
+        "seed",
+        "seeds",
+        "noise_multiplier",
+        "sigma",
+        "out",
+        "out_dir",
+        "ledger",
+        "json",
+        "json_out",
+        "data_dir",
+        "reproducible_noise",
+        "noise_source",
+        "workers",
+        "threads",
+        "device",
+        "dtype",
+        "batch_size_eval",
+        "progress",
+        "calibrated_epsilon",
+        "model_seed",
+        "timings",
+    }
+)
 
 
 def _strip_eps(obj: Any) -> Any:
@@ -42,22 +65,43 @@ def _curve_key(r: Release) -> str:
     cfg = r.config if isinstance(r.config, dict) else {}
     rest = _strip_eps(cfg)
     ds = r.dataset if isinstance(r.dataset, dict) else {}
-    return json.dumps({"mechanism": canonical_mechanism(r.mechanism), "dataset": dataset_name(r.dataset), "profile": ds.get("profile"),
-                       "partition": r.partition, "delta": num(r.delta), "adjacency": r.adjacency, "sample_rate": num(r.sample_rate),
-                       "steps": steps_accounted(r), "clipping_norm": num(r.clipping_norm), "config": rest}, sort_keys=True, default=str)
+    return json.dumps(
+        {
+            "mechanism": canonical_mechanism(r.mechanism),
+            "dataset": dataset_name(r.dataset),
+            "profile": ds.get("profile"),
+            "partition": r.partition,
+            "delta": num(r.delta),
+            "adjacency": r.adjacency,
+            "sample_rate": num(r.sample_rate),
+            "steps": steps_accounted(r),
+            "clipping_norm": num(r.clipping_norm),
+            "config": rest,
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
 def ordered_metrics(names) -> list[str]:
     """``names`` once each: :data:`METRIC_ORDER` first, the rest alphabetically."""
-    return sorted(dict.fromkeys(names), key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k))
+    return sorted(
+        dict.fromkeys(names),
+        key=lambda k: (METRIC_ORDER.index(k) if k in METRIC_ORDER else len(METRIC_ORDER), k),
+    )
 
 
 def _metric_names(rels: list[Release]) -> list[str]:
-    return ordered_metrics(k for r in rels for k, v in (r.metrics or {}).items() if num(v) is not None)
+    return ordered_metrics(
+        k for r in rels for k, v in (r.metrics or {}).items() if num(v) is not None
+    )
 
 
 def _metric_stats(rels: list[Release]) -> dict:
-    values = {k: [v for v in (num((r.metrics or {}).get(k)) for r in rels) if v is not None] for k in _metric_names(rels)}
+    values = {
+        k: [v for v in (num((r.metrics or {}).get(k)) for r in rels) if v is not None]
+        for k in _metric_names(rels)
+    }
     return {k: dict(zip(("mean", "sd", "n"), stats.mean_sd(vs))) for k, vs in values.items()}
 
 
@@ -65,32 +109,66 @@ def _seeds(rels: list[Release]) -> list:
     return sorted({r.seed for r in rels}, key=str)
 
 
-def _curve(k: dict, by_eps: dict, ref: dict | None, notes: list[Note]) -> tuple[list[dict], dict | None]:
+def _curve(
+    k: dict, by_eps: dict, ref: dict | None, notes: list[Note]
+) -> tuple[list[dict], dict | None]:
     """The rows of one privacy-utility curve (one per epsilon) and the curve itself (None with fewer than two epsilons)."""
     rows, points = [], []
     for eps in sorted(by_eps, key=lambda e: (e is None, e or 0.0)):
         rels = by_eps[eps]
         ms, seeds = _metric_stats(rels), _seeds(rels)
         if len(seeds) < len(rels):
-            notes.append(Note("info", "utility", f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds."))
-        rows.append({"mechanism": rels[0].mechanism, "dataset": k["dataset"], "epsilon": eps, "delta": k["delta"],
-                     "non_private": False, "n": len(rels), "seeds": seeds, "metrics": ms})
+            notes.append(
+                Note(
+                    "info",
+                    "utility",
+                    f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds.",
+                )
+            )
+        rows.append(
+            {
+                "mechanism": rels[0].mechanism,
+                "dataset": k["dataset"],
+                "epsilon": eps,
+                "delta": k["delta"],
+                "non_private": False,
+                "n": len(rels),
+                "seeds": seeds,
+                "metrics": ms,
+            }
+        )
         if eps is not None:
             points.append({"epsilon": eps, "n": len(rels), "metrics": ms})
     if len(points) < 2:
         return rows, None
-    return rows, {"mechanism": by_eps[next(iter(by_eps))][0].mechanism, "dataset": k["dataset"], "delta": k["delta"], "points": points, "reference": ref}
+    return rows, {
+        "mechanism": by_eps[next(iter(by_eps))][0].mechanism,
+        "dataset": k["dataset"],
+        "delta": k["delta"],
+        "points": points,
+        "reference": ref,
+    }
 
 
 def _reference_row(ds: str, rels: list[Release]) -> dict:
-    return {"mechanism": rels[0].mechanism, "dataset": ds, "epsilon": None, "delta": None, "non_private": True,
-            "n": len(rels), "seeds": _seeds(rels), "metrics": _metric_stats(rels)}
+    return {
+        "mechanism": rels[0].mechanism,
+        "dataset": ds,
+        "epsilon": None,
+        "delta": None,
+        "non_private": True,
+        "n": len(rels),
+        "seeds": _seeds(rels),
+        "metrics": _metric_stats(rels),
+    }
 
 
 def _add_release(r: Release, private: dict, reference: dict) -> None:
     """A private release joins its curve (by epsilon); a non-private one the reference of its mechanism and dataset."""
     if r.non_private:
-        reference.setdefault((canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []).append(r)
+        reference.setdefault(
+            (canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []
+        ).append(r)
     else:
         private.setdefault(_curve_key(r), {}).setdefault(_release_eps_key(r), []).append(r)
 
@@ -114,6 +192,12 @@ def utility(releases: list[LoadedRelease], notes: list[Note]) -> dict:
 
 def _utility_notes(private: bool, reference: bool, rows: list[dict], notes: list[Note]) -> None:
     if private and not reference:
-        notes.append(Note("info", "utility", "no non-private reference release among the inputs (train one with --non-private)."))
+        notes.append(
+            Note(
+                "info",
+                "utility",
+                "no non-private reference release among the inputs (train one with --non-private).",
+            )
+        )
     if any(not r["metrics"] for r in rows):
         notes.append(Note("warning", "utility", "some releases record no numeric metrics."))

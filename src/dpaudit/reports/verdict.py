@@ -28,9 +28,13 @@ def _statistics(entries: list[dict]) -> list[str]:
 
 
 def _tally(entries: list[dict]) -> str:
-    """"claimed-curve" or, for a mix, "claimed-curve (2 audits), clopper-pearson (1)"."""
+    """ "claimed-curve" or, for a mix, "claimed-curve (2 audits), clopper-pearson (1)"."""
     names = _statistics(entries)
-    return names[0] if len(names) == 1 else ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
+    return (
+        names[0]
+        if len(names) == 1
+        else ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
+    )
 
 
 def _one_run_reason(e: dict) -> str:
@@ -39,8 +43,11 @@ def _one_run_reason(e: dict) -> str:
         return e["not_certified"]
     if e["status"] == "no-evidence" and e.get("underpowered"):
         ceiling, claim = e.get("ceiling"), fixed(e["claimed_epsilon"])
-        limit = (f"its power line, claimed {claim}" if ceiling is None
-                 else f"ceiling {fixed(ceiling)} < claimed {claim}")
+        limit = (
+            f"its power line, claimed {claim}"
+            if ceiling is None
+            else f"ceiling {fixed(ceiling)} < claimed {claim}"
+        )
         return f"audit underpowered: {limit}, it cannot detect a violation at all"
     return "eps_LB above the claim" if e["status"] == "violation" else ""
 
@@ -51,8 +58,10 @@ def _one_run_line(e: dict) -> str:
     if e["status"] == "violation":
         return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(claim)}, decided by the {e['statistic']} statistic"
     if e["status"] == "no-evidence":
-        return (f"no evidence of a violation (eps_LB {fixed(lb)} <= claimed {fixed(claim)}; statistic: {e['statistic']})"
-                + (f"; {why}" if why else ""))
+        return (
+            f"no evidence of a violation (eps_LB {fixed(lb)} <= claimed {fixed(claim)}; statistic: {e['statistic']})"
+            + (f"; {why}" if why else "")
+        )
     kind = e.get("audit_kind", "one-run")
     return f"INCONCLUSIVE: {why or f'the {kind} record cannot be judged'} (see notes)"
 
@@ -61,16 +70,31 @@ def _one_run_verdict(e: dict) -> dict:
     m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
     kind = e.get("audit_kind", "one-run")  # one-run, white-box or crafted-final
     name = f"{e['mechanism'] or 'unknown'} ({kind} audit, {m if m is not None else 'n/a'} canaries)"
-    flags = ([kind] + ["not-certified"] * bool(e.get("not_certified"))
-             + ["underpowered"] * bool(e.get("underpowered")))
+    flags = (
+        [kind]
+        + ["not-certified"] * bool(e.get("not_certified"))
+        + ["underpowered"] * bool(e.get("underpowered"))
+    )
     status = "inconclusive" if e["status"] == "incomplete" else e["status"]
-    return {"mechanism": name, "key": f"{kind}:{e['path']}", "status": status,
-            "flags": flags, "line": f"{name}: {_one_run_line(e)}",
-            "max_epsilon_lower_bound": e["epsilon_lower_bound"],
-            "ceiling": e.get("ceiling"), "power": power_cell(e.get("power")),
-            "delta": e.get("delta"), "accountant": e.get("accountant"), "reason": _one_run_reason(e),
-            "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [], "statistics": [stat] if stat else [],
-            "claimed_epsilons": [claim] if claim is not None else [], "releases": [], "non_private_releases": [], "audits": [e["path"]]}
+    return {
+        "mechanism": name,
+        "key": f"{kind}:{e['path']}",
+        "status": status,
+        "flags": flags,
+        "line": f"{name}: {_one_run_line(e)}",
+        "max_epsilon_lower_bound": e["epsilon_lower_bound"],
+        "ceiling": e.get("ceiling"),
+        "power": power_cell(e.get("power")),
+        "delta": e.get("delta"),
+        "accountant": e.get("accountant"),
+        "reason": _one_run_reason(e),
+        "decided_by": [stat] if stat and e["status"] in ("violation", "no-evidence") else [],
+        "statistics": [stat] if stat else [],
+        "claimed_epsilons": [claim] if claim is not None else [],
+        "releases": [],
+        "non_private_releases": [],
+        "audits": [e["path"]],
+    }
 
 
 def one_run_verdicts(entries: list[dict]) -> list[dict]:
@@ -114,7 +138,13 @@ def _groups(inputs: Inputs, notes: list[Note]) -> dict[str, _Group]:
     for i, la in enumerate(inputs.audits):
         mech = la.view.mechanism
         if mech is None:
-            notes.append(Note("error", "verdict", f"audit {la.path} names no mechanism; it is matched to no release and cannot support any verdict."))
+            notes.append(
+                Note(
+                    "error",
+                    "verdict",
+                    f"audit {la.path} names no mechanism; it is matched to no release and cannot support any verdict.",
+                )
+            )
         group(mech if mech is not None else "unknown").named(mech).audits.append(i)
     return groups
 
@@ -123,15 +153,29 @@ def _like_for_like(la, r, notes: list[Note]) -> None:
     """Warn when an audit and the release it covers differ in delta or adjacency."""
     ad, rd = la.view.delta, num(r.delta)
     if ad is not None and rd is not None and not _close(ad, rd, 1e-9):
-        notes.append(Note("warning", "audit", f"audit {la.path} bounds epsilon at delta={ad:g} but release {r.id[:12]} claims "
-                                              f"delta={rd:g}; the comparison is only exact at equal delta."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"audit {la.path} bounds epsilon at delta={ad:g} but release {r.id[:12]} claims "
+                f"delta={rd:g}; the comparison is only exact at equal delta.",
+            )
+        )
     aa = la.view.adjacency
     if aa and str(aa) != str(r.adjacency):
-        notes.append(Note("warning", "audit", f"audit {la.path} uses adjacency {aa} but release {r.id[:12]} claims "
-                                              f"{r.adjacency}; the comparison is not like for like."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"audit {la.path} uses adjacency {aa} but release {r.id[:12]} claims "
+                f"{r.adjacency}; the comparison is not like for like.",
+            )
+        )
 
 
-def _entries(g: _Group, inputs: Inputs, links: dict, notes: list[Note]) -> tuple[list[dict], set[str]]:
+def _entries(
+    g: _Group, inputs: Inputs, links: dict, notes: list[Note]
+) -> tuple[list[dict], set[str]]:
     """The audit entries of one group and the ids of the releases they cover."""
     entries, covered_ids = [], set()
     for i in g.audits:
@@ -147,47 +191,93 @@ def _entries(g: _Group, inputs: Inputs, links: dict, notes: list[Note]) -> tuple
 def _uncovered(g: _Group, covered_ids: set[str], any_release: bool, notes: list[Note]) -> list:
     """The group's private releases no audit covers (each a warning)."""
     if g.audits and not g.releases and (g.non_private or any_release) and g.key != "unknown":
-        notes.append(Note("warning", "verdict", f"audit(s) of {g.name} match no private release of {g.name} among the inputs; "
-                                                "the verdict uses the audits' own claimed epsilon."))
+        notes.append(
+            Note(
+                "warning",
+                "verdict",
+                f"audit(s) of {g.name} match no private release of {g.name} among the inputs; "
+                "the verdict uses the audits' own claimed epsilon.",
+            )
+        )
     uncovered = [r for r in g.releases if r.id not in covered_ids]
     for r in uncovered:
-        notes.append(Note("warning", "verdict", f"release {r.id[:12]} ({r.mechanism}, eps={fixed(num(r.epsilon))}) has no audit "
-                                                "among the inputs (none of its mechanism at its epsilon)."))
+        notes.append(
+            Note(
+                "warning",
+                "verdict",
+                f"release {r.id[:12]} ({r.mechanism}, eps={fixed(num(r.epsilon))}) has no audit "
+                "among the inputs (none of its mechanism at its epsilon).",
+            )
+        )
     return uncovered
 
 
-def _by_status(entries: list[dict], family: dict | None) -> tuple[list[dict], list[dict], list[dict]]:
+def _by_status(
+    entries: list[dict], family: dict | None
+) -> tuple[list[dict], list[dict], list[dict]]:
     """(violations, incomplete, no-evidence) entries; with K > 1 audits the decisions at
     confidence 1 - alpha / K replace the single ones."""
-    violations, incomplete, ok = ([e for e in entries if e["status"] == s] for s in ("violation", "incomplete", "no-evidence"))
+    violations, incomplete, ok = (
+        [e for e in entries if e["status"] == s] for s in ("violation", "incomplete", "no-evidence")
+    )
     if family is None:
         return violations, incomplete, ok
     pool = violations + ok
-    decided = {s: [e for e in pool if e["family_decision"]["violated"] is s] for s in (True, None, False)}
+    decided = {
+        s: [e for e in pool if e["family_decision"]["violated"] is s] for s in (True, None, False)
+    }
     return decided[True], incomplete + decided[None], decided[False]
 
 
 def _violation_line(worst: dict, n_violations: int, n_entries: int) -> str:
-    where = ", ".join(x for x in (f"canary {worst['canary']}" if worst["canary"] else "", f"task {worst['task']}" if worst["task"] else "") if x)
-    return (_violation_text(worst) + (f" ({where})" if where else "") + f", decided by the {worst['statistic']} statistic"
-            + (f"; {n_violations} of {n_entries} audits exceed their claim" if n_entries > 1 else ""))
+    where = ", ".join(
+        x
+        for x in (
+            f"canary {worst['canary']}" if worst["canary"] else "",
+            f"task {worst['task']}" if worst["task"] else "",
+        )
+        if x
+    )
+    return (
+        _violation_text(worst)
+        + (f" ({where})" if where else "")
+        + f", decided by the {worst['statistic']} statistic"
+        + (f"; {n_violations} of {n_entries} audits exceed their claim" if n_entries > 1 else "")
+    )
 
 
-def _headline(g: _Group, entries: list[dict], violations: list[dict], incomplete: list[dict], ok: list[dict]) -> tuple[str, str, list[str]]:
+def _headline(
+    g: _Group, entries: list[dict], violations: list[dict], incomplete: list[dict], ok: list[dict]
+) -> tuple[str, str, list[str]]:
     """(status, the line's main part, the statistics that decided it) of one mechanism."""
     if violations:
         worst = max(violations, key=_excess)
-        return "violation", _violation_line(worst, len(violations), len(entries)), [worst["statistic"]]
+        return (
+            "violation",
+            _violation_line(worst, len(violations), len(entries)),
+            [worst["statistic"]],
+        )
     if incomplete:
-        return "inconclusive", f"INCONCLUSIVE: {len(incomplete)} of {len(entries)} audit record(s) cannot be judged (see notes)", []
+        return (
+            "inconclusive",
+            f"INCONCLUSIVE: {len(incomplete)} of {len(entries)} audit record(s) cannot be judged (see notes)",
+            [],
+        )
     if ok:
         best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
         lb, claim = best["epsilon_lower_bound"], best["compared_claim"]
         op = "<=" if lb is None or lb <= claim else ">"
-        return ("no-evidence", f"no evidence of a violation (max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)})",
-                _statistics(ok))
+        return (
+            "no-evidence",
+            f"no evidence of a violation (max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)})",
+            _statistics(ok),
+        )
     if entries and all(e["status"] == "control" for e in entries):
-        return "not-audited", "NOT AUDITED: only control runs of this mechanism among the inputs", []
+        return (
+            "not-audited",
+            "NOT AUDITED: only control runs of this mechanism among the inputs",
+            [],
+        )
     if g.releases:
         return "not-audited", "NOT AUDITED: no audit of this mechanism among the inputs", []
     return "no-claim", "non-private reference only (no privacy claim)", []
@@ -199,33 +289,63 @@ def _ceiling_qualifiers(ok: list[dict]) -> list[tuple[str, str]]:
     weak = [e for e in ok if e["underpowered"]]
     if weak:
         w = min(weak, key=lambda e: e["ceiling"])
-        out.append(("underpowered", f"audit underpowered: ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}"))
+        out.append(
+            (
+                "underpowered",
+                f"audit underpowered: ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}",
+            )
+        )
     unknown = sum(1 for e in ok if e["ceiling"] is None)
-    return out + ([("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)")] if unknown else [])
+    return out + (
+        [("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)")] if unknown else []
+    )
 
 
-def _qualifiers(status: str, ok: list[dict], family: dict | None, uncovered: list, entries: list[dict]) -> list[tuple[str, str]]:
+def _qualifiers(
+    status: str, ok: list[dict], family: dict | None, uncovered: list, entries: list[dict]
+) -> list[tuple[str, str]]:
     """(flag, text) of what qualifies a line: weak or unknown ceilings, Bonferroni, releases not audited."""
     out = _ceiling_qualifiers(ok) if status == "no-evidence" else []
     if family is not None and status in ("violation", "no-evidence", "inconclusive"):
         out.append(("bonferroni", family["method"]))
     if uncovered and entries:
-        out.append(("releases-not-audited", f"{len(uncovered)} release(s) not audited at their epsilon"))
+        out.append(
+            ("releases-not-audited", f"{len(uncovered)} release(s) not audited at their epsilon")
+        )
     return out
 
 
 def _mismatched(g: _Group, claim_by_id: dict) -> list[tuple[str, str]]:
     """The line's ACCOUNTING MISMATCH part (flag, text) when a release of the group fails its claim card."""
-    cards = [claim_by_id[r.id] for r in g.releases if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"]
-    return [("accounting-mismatch", "ACCOUNTING MISMATCH: " + "; ".join(c["accounting_check"]["message"] for c in cards))] if cards else []
+    cards = [
+        claim_by_id[r.id]
+        for r in g.releases
+        if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"
+    ]
+    return (
+        [
+            (
+                "accounting-mismatch",
+                "ACCOUNTING MISMATCH: "
+                + "; ".join(c["accounting_check"]["message"] for c in cards),
+            )
+        ]
+        if cards
+        else []
+    )
 
 
 def _numbers(g: _Group, entries: list[dict]) -> dict:
     """The numbers behind a line: the largest eps_LB, the claims compared, the statistics."""
     lbs = [e["epsilon_lower_bound"] for e in entries if e["epsilon_lower_bound"] is not None]
-    claims = {e["compared_claim"] for e in entries if e["compared_claim"] is not None} | {num(r.epsilon) for r in g.releases if num(r.epsilon) is not None}
-    return {"max_epsilon_lower_bound": max(lbs) if lbs else None, "statistics": _statistics([e for e in entries if e["status"] != "control"]),
-            "claimed_epsilons": sorted(claims)}
+    claims = {e["compared_claim"] for e in entries if e["compared_claim"] is not None} | {
+        num(r.epsilon) for r in g.releases if num(r.epsilon) is not None
+    }
+    return {
+        "max_epsilon_lower_bound": max(lbs) if lbs else None,
+        "statistics": _statistics([e for e in entries if e["status"] != "control"]),
+        "claimed_epsilons": sorted(claims),
+    }
 
 
 def _judged(entries: list[dict]) -> list[dict]:
@@ -233,7 +353,9 @@ def _judged(entries: list[dict]) -> list[dict]:
     return [e for s in ("violation", "no-evidence") for e in entries if e["status"] == s]
 
 
-def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, notes: list[Note]) -> tuple[dict, list[dict]]:
+def _group_verdict(
+    g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, notes: list[Note]
+) -> tuple[dict, list[dict]]:
     entries, covered_ids = _entries(g, inputs, links, notes)
     uncovered = _uncovered(g, covered_ids, bool(inputs.releases), notes)
     mismatch = _mismatched(g, claim_by_id)
@@ -245,65 +367,157 @@ def _group_verdict(g: _Group, inputs: Inputs, claim_by_id: dict, links: dict, no
         status = "accounting-mismatch"
     numbers = _numbers(g, entries)
     rows = _rows(g, entries, (violations, incomplete, ok), claim_by_id)
-    return {"mechanism": g.name, "rows": rows, "key": g.key, "status": status, "flags": [f for f, _ in parts if f],
-            "line": f"{g.name}: " + "; ".join(t for _, t in parts), "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"],
-            "decided_by": decided_by, "statistics": numbers["statistics"], "claimed_epsilons": numbers["claimed_epsilons"],
-            "releases": [r.id for r in g.releases], "non_private_releases": [r.id for r in g.non_private],
-            "audits": [e["path"] for e in entries], "family_wise": family and {"audits": family["audits"], "method": family["method"]}}, entries
+    return {
+        "mechanism": g.name,
+        "rows": rows,
+        "key": g.key,
+        "status": status,
+        "flags": [f for f, _ in parts if f],
+        "line": f"{g.name}: " + "; ".join(t for _, t in parts),
+        "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"],
+        "decided_by": decided_by,
+        "statistics": numbers["statistics"],
+        "claimed_epsilons": numbers["claimed_epsilons"],
+        "releases": [r.id for r in g.releases],
+        "non_private_releases": [r.id for r in g.non_private],
+        "audits": [e["path"] for e in entries],
+        "family_wise": family and {"audits": family["audits"], "method": family["method"]},
+    }, entries
 
 
-def _row(mech: str, claim: tuple, status: str, hits: list[dict], release: str | None = None) -> dict:
+def _row(
+    mech: str, claim: tuple, status: str, hits: list[dict], release: str | None = None
+) -> dict:
     """One row of the first table: a claim (epsilon, delta, adjacency, accountant), the audits that decided its
     verdict (plan id, statistic), the largest eps_LB among them with that audit's ceiling, and the verdict."""
-    top = max(hits, key=lambda e: e["epsilon_lower_bound"] if e["epsilon_lower_bound"] is not None else -math.inf, default={})
-    fam = next(((e.get("claim_family_bound") or {}).get("statement") for e in hits if e["status"] == "violation"
-                and e["statistic"] == "claimed-curve"), None)
+    top = max(
+        hits,
+        key=lambda e: (
+            e["epsilon_lower_bound"] if e["epsilon_lower_bound"] is not None else -math.inf
+        ),
+        default={},
+    )
+    fam = next(
+        (
+            (e.get("claim_family_bound") or {}).get("statement")
+            for e in hits
+            if e["status"] == "violation" and e["statistic"] == "claimed-curve"
+        ),
+        None,
+    )
     weak = status == "no-evidence" and any(e["underpowered"] for e in hits)
-    return {"release": release, "mechanism": mech, "epsilon": claim[0], "delta": claim[1], "adjacency": claim[2], "accountant": claim[3],
-            "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)), "statistics": _statistics(hits), "audits": [e["path"] for e in hits],
-            "plan_runs": {p: n for p, n in Counter(e.get("plan_id") for e in hits).items() if p},
-            "epsilon_lower_bound": top.get("epsilon_lower_bound"), "ceiling": top.get("ceiling"), "status": status,
-            "power": power_cell(top.get("power")) if top else None,
-            "reason": fam or ("eps_LB above the claim" if status == "violation" else
-                              "audit underpowered (ceiling below the claim): it cannot detect a violation at all" if weak else "")}
+    return {
+        "release": release,
+        "mechanism": mech,
+        "epsilon": claim[0],
+        "delta": claim[1],
+        "adjacency": claim[2],
+        "accountant": claim[3],
+        "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)),
+        "statistics": _statistics(hits),
+        "audits": [e["path"] for e in hits],
+        "plan_runs": {p: n for p, n in Counter(e.get("plan_id") for e in hits).items() if p},
+        "epsilon_lower_bound": top.get("epsilon_lower_bound"),
+        "ceiling": top.get("ceiling"),
+        "status": status,
+        "power": power_cell(top.get("power")) if top else None,
+        "reason": fam
+        or (
+            "eps_LB above the claim"
+            if status == "violation"
+            else "audit underpowered (ceiling below the claim): it cannot detect a violation at all"
+            if weak
+            else ""
+        ),
+    }
 
 
 def _worst(es: list[dict], pools: tuple, default: str) -> tuple[str, list[dict]]:
     """The worst verdict among audit entries ``es`` (pools: violations, incomplete, no-evidence after any
     family-wise decision) and the entries behind it; ``default`` when none is in a pool."""
-    return next(((s, h) for s, pool in zip(("violation", "inconclusive", "no-evidence"), pools)
-                 if (h := [e for e in es if any(e is x for x in pool)])), (default, []))
+    return next(
+        (
+            (s, h)
+            for s, pool in zip(("violation", "inconclusive", "no-evidence"), pools)
+            if (h := [e for e in es if any(e is x for x in pool)])
+        ),
+        (default, []),
+    )
 
 
-def _release_status(r, entries: list[dict], pools: tuple, card: dict | None) -> tuple[str, list[dict]]:
+def _release_status(
+    r, entries: list[dict], pools: tuple, card: dict | None
+) -> tuple[str, list[dict]]:
     """A release's verdict from the audits that cover it, fail closed."""
-    status, hits = _worst([e for e in entries if r.id in e["covers_releases"] and e["status"] != "control"], pools, "not-audited")
+    status, hits = _worst(
+        [e for e in entries if r.id in e["covers_releases"] and e["status"] != "control"],
+        pools,
+        "not-audited",
+    )
     mismatch = card is not None and card["accounting_check"]["status"] == "mismatch"
     return ("accounting-mismatch" if mismatch and status != "violation" else status), hits
 
 
 def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> list[dict]:
     """A row per release of the group, then one per audit that covers none of them."""
-    rows = [_row(r.mechanism, (num(r.epsilon), num(r.delta), r.adjacency, r.accountant), *_release_status(r, entries, pools, claim_by_id.get(r.id)),
-                 release=r.id) for r in g.releases]
-    rows += [_row(r.mechanism, (None, None, None, None), "no-claim", [], release=r.id) for r in g.non_private]
+    rows = [
+        _row(
+            r.mechanism,
+            (num(r.epsilon), num(r.delta), r.adjacency, r.accountant),
+            *_release_status(r, entries, pools, claim_by_id.get(r.id)),
+            release=r.id,
+        )
+        for r in g.releases
+    ]
+    rows += [
+        _row(r.mechanism, (None, None, None, None), "no-claim", [], release=r.id)
+        for r in g.non_private
+    ]
     for e in entries:
         if not e["covers_releases"] and e["status"] != "control":
-            claim = (e["compared_claim"], e["delta"], e["adjacency"], (e.get("claimed_curve") or {}).get("accountant"))
-            rows.append(_row(e["mechanism"] or g.name, claim, _worst([e], pools, "inconclusive")[0], [e]))
+            claim = (
+                e["compared_claim"],
+                e["delta"],
+                e["adjacency"],
+                (e.get("claimed_curve") or {}).get("accountant"),
+            )
+            rows.append(
+                _row(e["mechanism"] or g.name, claim, _worst([e], pools, "inconclusive")[0], [e])
+            )
     return rows
 
 
 def summary_rows(verdicts: list[dict]) -> list[dict]:
     """The first table's rows: every mechanism's, and one per one-run audit or sweep (their verdict line's numbers)."""
-    return [row for v in verdicts for row in v.get("rows") or [
-        _row(v["mechanism"], (max(v["claimed_epsilons"], default=None), v.get("delta"), None,
-                              v.get("accountant")), v["status"], []) | {
-            "statistics": v.get("statistics") or [], "epsilon_lower_bound": v["max_epsilon_lower_bound"],
-            "ceiling": v.get("ceiling"), "reason": v.get("reason") or ""}]]
+    return [
+        row
+        for v in verdicts
+        for row in v.get("rows")
+        or [
+            _row(
+                v["mechanism"],
+                (
+                    max(v["claimed_epsilons"], default=None),
+                    v.get("delta"),
+                    None,
+                    v.get("accountant"),
+                ),
+                v["status"],
+                [],
+            )
+            | {
+                "statistics": v.get("statistics") or [],
+                "epsilon_lower_bound": v["max_epsilon_lower_bound"],
+                "ceiling": v.get("ceiling"),
+                "reason": v.get("reason") or "",
+            }
+        ]
+    ]
 
 
-def mechanism_verdicts(inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note]) -> tuple[list[dict], list[dict]]:
+def mechanism_verdicts(
+    inputs: Inputs, claims: list[dict], links: dict[int, LoadedRelease | None], notes: list[Note]
+) -> tuple[list[dict], list[dict]]:
     """One verdict per mechanism, and the audit entries (in group order)."""
     claim_by_id = {c["release_id"]: c for c in claims}
     verdicts, entries = [], []
@@ -319,13 +533,25 @@ def _covered(la, link: LoadedRelease | None, key: str, notes: list[Note]) -> lis
     one guessed from a nearby epsilon; none when it records none among the inputs."""
     if link is None or canonical_mechanism(link.release.mechanism) != key:
         if la.view.mechanism is not None:
-            notes.append(Note("info", "audit", f"audit {la.path} records no release among the inputs; it is judged against the claim it "
-                                               "records itself and covers no release."))
+            notes.append(
+                Note(
+                    "info",
+                    "audit",
+                    f"audit {la.path} records no release among the inputs; it is judged against the claim it "
+                    "records itself and covers no release.",
+                )
+            )
         return []
     own, rel = la.view.claimed_epsilon, num(link.release.epsilon)
     if own is not None and rel is not None and not _close(own, rel, CLAIM_MATCH_RTOL):
-        notes.append(Note("warning", "audit", f"audit {la.path} tested claimed epsilon {fixed(own)} but its release {link.release.id[:12]} "
-                                              f"claims {fixed(rel)}: it does not audit that claim and covers no release."))
+        notes.append(
+            Note(
+                "warning",
+                "audit",
+                f"audit {la.path} tested claimed epsilon {fixed(own)} but its release {link.release.id[:12]} "
+                f"claims {fixed(rel)}: it does not audit that claim and covers no release.",
+            )
+        )
         return []
     return [link.release]
 
@@ -342,7 +568,11 @@ def _excess(e: dict) -> float:
 
 def _violation_text(e: dict) -> str:
     lb = _decided_lb(e)
-    fam = (e.get("claim_family_bound") or {}).get("statement") if e["statistic"] == "claimed-curve" else None
+    fam = (
+        (e.get("claim_family_bound") or {}).get("statement")
+        if e["statistic"] == "claimed-curve"
+        else None
+    )
     if fam:
         return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {fixed(lb)}, claimed {fixed(e['compared_claim'])})"
     return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(e['compared_claim'])}"
@@ -353,7 +583,10 @@ def _bonferroni(inputs: Inputs, judged: list[dict], notes: list[Note], name: str
     (:func:`dpaudit.audits.verdicts.family_verdict`) into ``family_decision``; None when K <= 1."""
     if len(judged) <= 1:
         return None
-    records = [{**upgrade(inputs.audits[e["index"]].record), "claimed_epsilon": e["compared_claim"]} for e in judged]
+    records = [
+        {**upgrade(inputs.audits[e["index"]].record), "claimed_epsilon": e["compared_claim"]}
+        for e in judged
+    ]
     fam = family_verdict(records)
     for e, d in zip(judged, fam["decisions"]):
         e["family_decision"] = d

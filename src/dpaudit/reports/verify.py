@@ -15,8 +15,15 @@ from pathlib import Path
 
 from ..accounting.events import event_from_dict
 from ..audit_outputs import shareable_audit, shareable_one_run
-from ..audit_plans import (PLAN_FILE, commitment, digest, plan_entries, plan_target, signature_ok,
-                           target_problem)
+from ..audit_plans import (
+    PLAN_FILE,
+    commitment,
+    digest,
+    plan_entries,
+    plan_target,
+    signature_ok,
+    target_problem,
+)
 from ..audits.engine import AUDIT_FILE, plan_trials
 from ..audits.one_run import ONE_RUN_FILE, plan_coins, recompute_bounds
 from ..audits.verdicts import decision_at, general_epsilon_at, violated
@@ -31,8 +38,18 @@ from ..records import RELEASE_FILE, Release, now_utc, read_json, write_json_atom
 SCHEMA = "dpaudit.bundle/1"
 BUNDLE_FILE, LEDGER_FILE = "bundle.json", "ledger.json"
 #: Release fields that must equal the release's ledger entry (the ledger's entry is signed).
-RELEASE_FIELDS = ("mechanism", "guarantee", "epsilon", "delta", "accountant", "adjacency", "noise_multiplier", "sample_rate", "steps",
-                  "clipping_norm")
+RELEASE_FIELDS = (
+    "mechanism",
+    "guarantee",
+    "epsilon",
+    "delta",
+    "accountant",
+    "adjacency",
+    "noise_multiplier",
+    "sample_rate",
+    "steps",
+    "clipping_norm",
+)
 _TOL = 1e-9
 
 
@@ -46,16 +63,27 @@ class Check:
 
 # ------------------------------------------------------------------------------ bundle
 
-_KINDS = {RELEASE_FILE: "releases", AUDIT_FILE: "audits", ONE_RUN_FILE: "audits", PLAN_FILE: "plans"}
+_KINDS = {
+    RELEASE_FILE: "releases",
+    AUDIT_FILE: "audits",
+    ONE_RUN_FILE: "audits",
+    PLAN_FILE: "plans",
+}
 
 
 def _inputs(paths) -> dict:
     """kind -> [file] of the inputs (a file, or a folder holding release.json / audit.json / one_run.json / plan.json)."""
     found: dict = {"releases": [], "audits": [], "plans": []}
     for p in map(Path, paths):
-        hits = [f for f in ([p / n for n in _KINDS] if p.is_dir() else [p]) if f.is_file() and f.name in _KINDS]
+        hits = [
+            f
+            for f in ([p / n for n in _KINDS] if p.is_dir() else [p])
+            if f.is_file() and f.name in _KINDS
+        ]
         if not hits:
-            raise UsageError(f"inputs must be release, audit, one-run or plan files (or folders holding one), got {str(p)!r}.")
+            raise UsageError(
+                f"inputs must be release, audit, one-run or plan files (or folders holding one), got {str(p)!r}."
+            )
         for f in hits:
             found[_KINDS[f.name]].append(f)
     return found
@@ -71,11 +99,24 @@ def _put(out: Path, kind: str, name: str, doc: dict) -> str:
 def _copy(found: dict, out: Path) -> dict:
     """Write the shareable part of each input under ``out``; kind -> ids."""
     audits = [(f.name, read_json(f, "audit")) for f in found["audits"]]
-    planned = [Path(p) for p in ((r.get("plan") or {}).get("path") for _, r in audits) if p and Path(p).is_file()]
+    planned = [
+        Path(p)
+        for p in ((r.get("plan") or {}).get("path") for _, r in audits)
+        if p and Path(p).is_file()
+    ]
     shareable = {AUDIT_FILE: shareable_audit, ONE_RUN_FILE: shareable_one_run}
-    return {"releases": [_put(out, "releases", RELEASE_FILE, read_json(f, "release")) for f in found["releases"]],
-            "audits": [_put(out, "audits", n, shareable[n](r)) for n, r in audits],
-            "plans": sorted({_put(out, "plans", PLAN_FILE, read_json(f, "audit plan")) for f in found["plans"] + planned})}  # never plan.local.json
+    return {
+        "releases": [
+            _put(out, "releases", RELEASE_FILE, read_json(f, "release")) for f in found["releases"]
+        ],
+        "audits": [_put(out, "audits", n, shareable[n](r)) for n, r in audits],
+        "plans": sorted(
+            {
+                _put(out, "plans", PLAN_FILE, read_json(f, "audit plan"))
+                for f in found["plans"] + planned
+            }
+        ),
+    }  # never plan.local.json
 
 
 def make_bundle(paths, *, ledger, out) -> dict:
@@ -88,7 +129,12 @@ def make_bundle(paths, *, ledger, out) -> dict:
     found = _inputs(paths)
     with open_ledger(ledger, create=False) as led:
         dump, head = withhold_row_sets(led.export_rows(include_key=False)), led.head()
-    made = {"schema": SCHEMA, "created_at": now_utc(), "head": {k: head[k] for k in ("hash", "seq", "entries")}, **_copy(found, out)}
+    made = {
+        "schema": SCHEMA,
+        "created_at": now_utc(),
+        "head": {k: head[k] for k in ("hash", "seq", "entries")},
+        **_copy(found, out),
+    }
     write_json_atomic(out / LEDGER_FILE, dump)
     write_json_atomic(out / BUNDLE_FILE, made)
     return made
@@ -105,21 +151,41 @@ def _check(name: str, subject: str, problems, ok: str) -> Check:
 
 def _read_all(root: Path) -> tuple[dict, list, dict]:
     """The bundle's releases (by id), audits and plans (by id)."""
+
     def docs(pattern: str, what: str) -> list[dict]:
         return [read_json(p, what) for p in sorted(root.glob(pattern))]
-    return ({r.get("id"): r for r in docs(f"releases/*/{RELEASE_FILE}", "release")},
-            docs(f"audits/*/{AUDIT_FILE}", "audit") + docs(f"audits/*/{ONE_RUN_FILE}", "one-run audit"),
-            {p.get("id"): p for p in docs(f"plans/*/{PLAN_FILE}", "audit plan")})
+
+    return (
+        {r.get("id"): r for r in docs(f"releases/*/{RELEASE_FILE}", "release")},
+        docs(f"audits/*/{AUDIT_FILE}", "audit") + docs(f"audits/*/{ONE_RUN_FILE}", "one-run audit"),
+        {p.get("id"): p for p in docs(f"plans/*/{PLAN_FILE}", "audit plan")},
+    )
 
 
 def _ledger(root: Path, anchor, owner) -> tuple[Check, set, list]:
     """The ledger's check, its registered key ids and its entries (seq, kind, signer, payload)."""
-    meta, dump = read_json(root / BUNDLE_FILE, "bundle"), read_json(root / LEDGER_FILE, "ledger export")
+    meta, dump = (
+        read_json(root / BUNDLE_FILE, "bundle"),
+        read_json(root / LEDGER_FILE, "ledger export"),
+    )
     rows, head = [tuple(r) for r in dump.get("rows") or []], meta.get("head") or {}
-    rep = verify_snapshot(Snapshot(str(root / LEDGER_FILE), "export", int(dump.get("schema_version") or 0),
-                                   (head.get("seq"), head.get("entries"), head.get("hash")), rows), anchor=anchor, owner=owner)
-    check = _check("ledger", LEDGER_FILE, [p.message for p in rep.problems],
-                   f"{rep.entries} entries, chain and signatures intact up to head {str(head.get('hash'))[:12]}")
+    rep = verify_snapshot(
+        Snapshot(
+            str(root / LEDGER_FILE),
+            "export",
+            int(dump.get("schema_version") or 0),
+            (head.get("seq"), head.get("entries"), head.get("hash")),
+            rows,
+        ),
+        anchor=anchor,
+        owner=owner,
+    )
+    check = _check(
+        "ledger",
+        LEDGER_FILE,
+        [p.message for p in rep.problems],
+        f"{rep.entries} entries, chain and signatures intact up to head {str(head.get('hash'))[:12]}",
+    )
     entries = [(r[0], r[2], r[8], p) for r in rows for p in [_payload(r[5])] if p is not None]
     return check, {k["key_id"] for k in rep.signatures.get("keys", [])}, entries
 
@@ -137,14 +203,26 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     published elsewhere, which the chain must contain; ``owner``: the ledger owner's key id)."""
     root = Path(path)
     if not (root / BUNDLE_FILE).is_file():
-        raise UsageError(f"bundle must be a folder written by `dpaudit bundle`, got {str(path)!r} (no {BUNDLE_FILE}).")
+        raise UsageError(
+            f"bundle must be a folder written by `dpaudit bundle`, got {str(path)!r} (no {BUNDLE_FILE})."
+        )
     ledger, keys, entries = _ledger(root, anchor, owner)
     releases, audits, plans = _read_all(root)
     in_ledger = {p.get("release_id"): p for _, kind, _, p in entries if kind == "release"}
-    by_plan = plan_entries((seq, signer, p) for seq, kind, signer, p in entries if kind == sg.PLAN_KIND)
-    checks = [ledger] + [c for rid, rel in releases.items() for c in _release_checks(rid, rel, in_ledger.get(rid))]
-    checks += [c for pid, plan in plans.items() for c in _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)]
-    checks += _whole_record_checks(plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries])
+    by_plan = plan_entries(
+        (seq, signer, p) for seq, kind, signer, p in entries if kind == sg.PLAN_KIND
+    )
+    checks = [ledger] + [
+        c for rid, rel in releases.items() for c in _release_checks(rid, rel, in_ledger.get(rid))
+    ]
+    checks += [
+        c
+        for pid, plan in plans.items()
+        for c in _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)
+    ]
+    checks += _whole_record_checks(
+        plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries]
+    )
     return checks + _all_audit_checks(audits, plans, by_plan, releases)
 
 
@@ -163,8 +241,12 @@ def _pipeline_check(rec: dict) -> Check:
     codes = [str((f or {}).get("code")) for f in rec.get("findings") or []]
     bad = codes or rec.get("certified") is not None
     why = f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}"
-    return Check("pipeline", str(rec.get("id"))[:12], "FAIL" if bad else "pass",
-                 why if bad else "no pipeline findings")
+    return Check(
+        "pipeline",
+        str(rec.get("id"))[:12],
+        "FAIL" if bad else "pass",
+        why if bad else "no pipeline findings",
+    )
 
 
 def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
@@ -173,13 +255,24 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
         out = [Check("claim", rid[:12], "pass" if claim.ok else "FAIL", claim.reason)]
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
         out = [Check("claim", rid[:12], "FAIL", f"release.json cannot be read: {e}")]
-    differ = [k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))]
-    problem = "no release entry with this id in the ledger" if entry is None else \
-        differ and f"differs from its signed ledger entry in {', '.join(differ)}"
-    private = _check("private", rid[:12], _privacy_problems(rel, entry),
-                     "its signed ledger entry counts it as private")
-    return out + [_check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
-                  private]
+    differ = [
+        k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))
+    ]
+    problem = (
+        "no release entry with this id in the ledger"
+        if entry is None
+        else differ and f"differs from its signed ledger entry in {', '.join(differ)}"
+    )
+    private = _check(
+        "private",
+        rid[:12],
+        _privacy_problems(rel, entry),
+        "its signed ledger entry counts it as private",
+    )
+    return out + [
+        _check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
+        private,
+    ]
 
 
 def _privacy_problems(rel: dict, entry: dict | None) -> list[str]:
@@ -190,13 +283,17 @@ def _privacy_problems(rel: dict, entry: dict | None) -> list[str]:
         return []
     signed = "non-private" if entry.get("non_private") else entry.get("uncertified")
     try:
-        copy = "non-private" if rel.get("non_private") else uncertified_reason(Release.from_dict(rel))
+        copy = (
+            "non-private" if rel.get("non_private") else uncertified_reason(Release.from_dict(rel))
+        )
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
         copy = f"release.json cannot be read: {e}"
     out = [f"not private: its signed ledger entry counts it unbounded ({signed})"] if signed else []
     if bool(copy) != bool(signed):
-        out.append(f"release.json's privacy fields differ from its signed ledger entry: the copy says "
-                   f"{copy or 'private'}, the ledger {signed or 'private'}")
+        out.append(
+            f"release.json's privacy fields differ from its signed ledger entry: the copy says "
+            f"{copy or 'private'}, the ledger {signed or 'private'}"
+        )
     return out
 
 
@@ -213,24 +310,41 @@ def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
     out += [why for why in (target_problem(plan), _fixed_noise(plan)) if why]
     if reg is None:
         return out + ["the ledger holds no registration of it"]
-    return out + [why for bad, why in ((reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
-                                       (reg[1] != kid, "its ledger registration is not signed by its key"),
-                                       (reg[2].get("target") != plan.get("target"),
-                                        "its ledger registration names another target")) if bad]
+    return out + [
+        why
+        for bad, why in (
+            (reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
+            (reg[1] != kid, "its ledger registration is not signed by its key"),
+            (
+                reg[2].get("target") != plan.get("target"),
+                "its ledger registration names another target",
+            ),
+        )
+        if bad
+    ]
 
 
 def _fixed_noise(plan: dict) -> str | None:
     """A plan that fixes reproducible DP noise had an outcome that could be previewed."""
     if (plan.get("request") or {}).get("reproducible_noise"):
-        return "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
+        return (
+            "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
+        )
     return None
 
 
 def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> list[Check]:
     signer = str((plan.get("signer") or {}).get("key_id"))[:12]
     present = [a.get("id") for a in audits if (a.get("plan") or {}).get("id") == pid]
-    return [_check("plan", pid[:12], _plan_problems(plan, led.get("registered"), keys), f"signed by {signer}, registered in the ledger"),
-            _runs_check(pid, list(led.get("runs", [])), present)]
+    return [
+        _check(
+            "plan",
+            pid[:12],
+            _plan_problems(plan, led.get("registered"), keys),
+            f"signed by {signer}, registered in the ledger",
+        ),
+        _runs_check(pid, list(led.get("runs", [])), present),
+    ]
 
 
 # ------------------------------------------------------------------------------ the whole record
@@ -240,7 +354,11 @@ def _whole_record_checks(plans: dict, releases: dict, by_plan: dict, entries: li
     """What the ledger records about the bundle's targets, against the bundle: every plan of each
     target (the bundle's plans' targets and its releases) is in the bundle; each plan was registered
     before any audit of its target; each run has one result (the first counts)."""
-    targets = [t for t in [plan_target(p) for p in plans.values()] + [{"release": r} for r in releases] if t]
+    targets = [
+        t
+        for t in [plan_target(p) for p in plans.values()] + [{"release": r} for r in releases]
+        if t
+    ]
     unique = [t for i, t in enumerate(targets) if t not in targets[:i]]
     out = [_target_plans_check(t, plans, by_plan) for t in unique]
     for pid, plan in plans.items():
@@ -252,9 +370,14 @@ def _whole_record_checks(plans: dict, releases: dict, by_plan: dict, entries: li
 
 def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
     """Every plan the ledger registered for ``target`` is in the bundle (one left out: plan shopping)."""
-    ledger = [(pid, rec["registered"][0]) for pid, rec in by_plan.items()
-              if rec.get("registered") and same_target(target, rec["registered"][2].get("target"))]
-    missing = [f"{str(pid)[:12]} (registered at seq {seq})" for pid, seq in ledger if pid not in plans]
+    ledger = [
+        (pid, rec["registered"][0])
+        for pid, rec in by_plan.items()
+        if rec.get("registered") and same_target(target, rec["registered"][2].get("target"))
+    ]
+    missing = [
+        f"{str(pid)[:12]} (registered at seq {seq})" for pid, seq in ledger if pid not in plans
+    ]
     n = f"{len(ledger)} plan{'s' * (len(ledger) != 1)} of {target_label(target)} in the ledger"
     problem = missing and f"{n}, not in the bundle: {', '.join(missing)}"
     return _check("plans of target", target_label(target)[:24], problem, f"{n}, all in the bundle")
@@ -263,125 +386,267 @@ def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
 def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
     """The plan was registered before any audit of its target (else it could be fitted to a result)."""
     if reg is None or not target:
-        why = "it names no target (an older plan)" if reg else "the ledger holds no registration of it"
+        why = (
+            "it names no target (an older plan)"
+            if reg
+            else "the ledger holds no registration of it"
+        )
         return Check("registered first", pid[:12], "note" if reg else "FAIL", why)
-    before = [f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]]
+    before = [
+        f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]
+    ]
     at, of = f"registered at seq {reg[0]}", target_label(target)
-    return _check("registered first", pid[:12], before and f"{at}, after audits of {of}: {', '.join(before)}",
-                  f"{at}, before any audit of {of}")
+    return _check(
+        "registered first",
+        pid[:12],
+        before and f"{at}, after audits of {of}: {', '.join(before)}",
+        f"{at}, before any audit of {of}",
+    )
 
 
 def _results_check(pid: str, led: dict) -> Check:
     """One result per run, after the run: the first counts (another is how an edited result is passed off)."""
     later, orphan = led.get("later_results", []), led.get("orphan_results", [])
-    why = "; ".join(f"{label}: {', '.join(str(a)[:12] for a in ids)}" for label, ids in (
-        ("a second result entry for run", later), ("a result of no recorded run", orphan)) if ids)
-    return _check("one result", pid[:12], f"{why} (only a run's first result counts)" if why else None,
-                  f"{len(led.get('results', {}))} result(s), one per run")
+    why = "; ".join(
+        f"{label}: {', '.join(str(a)[:12] for a in ids)}"
+        for label, ids in (
+            ("a second result entry for run", later),
+            ("a result of no recorded run", orphan),
+        )
+        if ids
+    )
+    return _check(
+        "one result",
+        pid[:12],
+        f"{why} (only a run's first result counts)" if why else None,
+        f"{len(led.get('results', {}))} result(s), one per run",
+    )
 
 
 def _runs_check(pid: str, runs: list, present: list) -> Check:
     """The plan's runs in the ledger against its audits in the bundle: a hidden run fails, a second one is noted."""
     n = f"{len(runs)} run{'s' * (len(runs) != 1)} of plan {pid[:12]}"
-    why = "".join(f"; {label}: {', '.join(str(i)[:12] for i in ids)}" for label, ids in (
-        ("not in the bundle", [r for r in runs if r not in present]), ("not recorded under the plan", [a for a in present if a not in runs])) if ids)
+    why = "".join(
+        f"; {label}: {', '.join(str(i)[:12] for i in ids)}"
+        for label, ids in (
+            ("not in the bundle", [r for r in runs if r not in present]),
+            ("not recorded under the plan", [a for a in present if a not in runs]),
+        )
+        if ids
+    )
     if why:
-        return Check("runs", pid[:12], "FAIL", f"{n} in the ledger, {len(present)} in the bundle{why}")
-    return Check("runs", pid[:12], "note" if len(runs) > 1 else "pass", f"{n} in the ledger, all in the bundle")
+        return Check(
+            "runs", pid[:12], "FAIL", f"{n} in the ledger, {len(present)} in the bundle{why}"
+        )
+    return Check(
+        "runs",
+        pid[:12],
+        "note" if len(runs) > 1 else "pass",
+        f"{n} in the ledger, all in the bundle",
+    )
 
 
 def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list[Check]:
     aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
     plan = plans.get(reveal.get("id"))
     if plan is None:
-        return [Check("audit vs plan", aid, "FAIL", f"not pre-registered: its plan {str(reveal['id'])[:12]} is not in the bundle"
-                      if reveal.get("id") else "not pre-registered: it names no plan")]
+        return [
+            Check(
+                "audit vs plan",
+                aid,
+                "FAIL",
+                f"not pre-registered: its plan {str(reveal['id'])[:12]} is not in the bundle"
+                if reveal.get("id")
+                else "not pre-registered: it names no plan",
+            )
+        ]
     try:
         diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
         diffs, bound = [f"cannot be read ({type(e).__name__}: {e})"], "not recomputable"
     recorded = by_plan.get(plan["id"], {}).get("results", {}).get(rec.get("id"))
-    result = None if recorded == digest(rec) else \
-        "no result recorded under the plan" if recorded is None else "differs from the result the ledger recorded after the run"
-    return [_check("audit vs plan", aid, diffs, "commitment, seeds and settings as planned"),
-            _check("bound", aid, bound, f"recomputed from its counts ({plan['audit']['statistic']})"),
-            _check("result = ledger", aid, result, "the file whose digest the ledger recorded after the run"),
-            _release_match(aid, rec, releases.get(rec.get("release_id"))) if plan.get("release_id") else _claim_match(aid, rec, plan["claim"])]
+    result = (
+        None
+        if recorded == digest(rec)
+        else "no result recorded under the plan"
+        if recorded is None
+        else "differs from the result the ledger recorded after the run"
+    )
+    return [
+        _check("audit vs plan", aid, diffs, "commitment, seeds and settings as planned"),
+        _check("bound", aid, bound, f"recomputed from its counts ({plan['audit']['statistic']})"),
+        _check(
+            "result = ledger",
+            aid,
+            result,
+            "the file whose digest the ledger recorded after the run",
+        ),
+        _release_match(aid, rec, releases.get(rec.get("release_id")))
+        if plan.get("release_id")
+        else _claim_match(aid, rec, plan["claim"]),
+    ]
 
 
 def _settings(rec: dict, plan: dict, seeds: dict) -> tuple[dict, dict]:
     """(what the audit records, what its plan fixed) for each planned setting."""
     a = plan["audit"]
-    got = {"statistic": rec.get("statistic"), "confidence": rec.get("confidence"), "release": rec.get("release_id")}
-    want = {"statistic": a["statistic"], "confidence": a["confidence"], "release": plan.get("release_id")}
+    got = {
+        "statistic": rec.get("statistic"),
+        "confidence": rec.get("confidence"),
+        "release": rec.get("release_id"),
+    }
+    want = {
+        "statistic": a["statistic"],
+        "confidence": a["confidence"],
+        "release": plan.get("release_id"),
+    }
     if a["kind"] == "one-run":
-        return {**got, "canaries": rec.get("canaries"), "canary": rec.get("kind")}, {**want, "canaries": a["canaries"], "canary": a["canary"]}
-    got.update(trials=rec.get("runs"), canary=rec.get("canary"), select_fraction=rec.get("select_fraction"), seed=(rec.get("seeds") or {}).get("public"))
-    return got, {**want, "trials": a["trials"], "canary": a["canary"], "select_fraction": a["select_fraction"], "seed": seeds.get("public")}
+        return {**got, "canaries": rec.get("canaries"), "canary": rec.get("kind")}, {
+            **want,
+            "canaries": a["canaries"],
+            "canary": a["canary"],
+        }
+    got.update(
+        trials=rec.get("runs"),
+        canary=rec.get("canary"),
+        select_fraction=rec.get("select_fraction"),
+        seed=(rec.get("seeds") or {}).get("public"),
+    )
+    return got, {
+        **want,
+        "trials": a["trials"],
+        "canary": a["canary"],
+        "select_fraction": a["select_fraction"],
+        "seed": seeds.get("public"),
+    }
 
 
 def _plan_differences(rec: dict, plan: dict, reveal: dict) -> list[str]:
     seeds = reveal.get("seeds") or {}
     got, want = _settings(rec, plan, seeds)
-    out = [] if commitment(reveal.get("salt"), seeds) == plan["commitment"] else ["revealed salt and seeds do not hash to the commitment"]
-    return out + [f"{k} {got[k]!r}, planned {want[k]!r}" for k in want if got[k] != want[k]] or _seeds_unused(rec, plan["audit"], seeds)
+    out = (
+        []
+        if commitment(reveal.get("salt"), seeds) == plan["commitment"]
+        else ["revealed salt and seeds do not hash to the commitment"]
+    )
+    return out + [
+        f"{k} {got[k]!r}, planned {want[k]!r}" for k in want if got[k] != want[k]
+    ] or _seeds_unused(rec, plan["audit"], seeds)
 
 
 def _seeds_unused(rec: dict, a: dict, seeds: dict) -> list[str]:
     """Whether the run used the revealed seeds: the one-run coins, or the seeded worlds and SELECT split."""
     if a["kind"] == "one-run":
         used = int(plan_coins(seeds["coins"], a["canaries"]).sum()) if "coins" in seeds else None
-        return [] if used == rec.get("included") else [f"{rec.get('included')} canaries included, the committed coins include {used}"]
+        return (
+            []
+            if used == rec.get("included")
+            else [f"{rec.get('included')} canaries included, the committed coins include {used}"]
+        )
     tp = plan_trials(a["trials"], seed=seeds["public"], select_fraction=a["select_fraction"])
     c, ev = rec["counts"], ~tp.select
     sizes = (int((tp.world & ev).sum()), int((~tp.world & ev).sum()))
-    return [] if (c["tp"] + c["fn"], c["tn"] + c["fp"]) == sizes else [f"EVAL counts {c} do not fit the seeded worlds and split {sizes}"]
+    return (
+        []
+        if (c["tp"] + c["fn"], c["tn"] + c["fp"]) == sizes
+        else [f"EVAL counts {c} do not fit the seeded worlds and split {sizes}"]
+    )
 
 
 def _one_run_bound_problem(rec: dict, plan: dict) -> str | None:
     claim, stat = plan["claim"], plan["audit"]["statistic"]
     key = "fdp" if stat == "f-dp" else "steinke"
-    got = recompute_bounds(rec, claim=event_from_dict(claim["event"]) if key == "fdp" else None, accountant=claim["accountant"],
-                           adjacency=claim["adjacency"])[key]
+    got = recompute_bounds(
+        rec,
+        claim=event_from_dict(claim["event"]) if key == "fdp" else None,
+        accountant=claim["accountant"],
+        adjacency=claim["adjacency"],
+    )[key]
     stored = (rec.get(key) or {}).get("epsilon_lower_bound")
-    return None if got is not None and stored is not None and abs(got - float(stored)) <= 1e-6 else \
-        f"{key} eps_LB {stored} stored, {got} recomputed from its counts"
+    return (
+        None
+        if got is not None and stored is not None and abs(got - float(stored)) <= 1e-6
+        else f"{key} eps_LB {stored} stored, {got} recomputed from its counts"
+    )
 
 
 def _bound_problem(rec: dict, plan: dict) -> str | None:
     """Why the stored result differs from the one recomputed from its counts with the planned statistic and claim (None: equal)."""
     if plan["audit"]["kind"] == "one-run":
         return _one_run_bound_problem(rec, plan)
-    claim, stat, conf = plan["claim"], plan["audit"]["statistic"], float(plan["audit"]["confidence"])
+    claim, stat, conf = (
+        plan["claim"],
+        plan["audit"]["statistic"],
+        float(plan["audit"]["confidence"]),
+    )
     lb, stored = general_epsilon_at(rec, conf), float(rec["epsilon_lower_bound"])
     if lb is None or abs(lb - stored) > _TOL * max(1.0, stored):
         return f"eps_LB {stored} stored, {lb} recomputed from its counts"
-    planned = dict(rec, statistic=stat, claimed_curve=dict(rec.get("claimed_curve") or {}, event=claim["event"]) if claim["event"] else None)
+    planned = dict(
+        rec,
+        statistic=stat,
+        claimed_curve=dict(rec.get("claimed_curve") or {}, event=claim["event"])
+        if claim["event"]
+        else None,
+    )
     decided = decision_at(planned, conf)["violated"]
-    return None if decided == violated(rec) else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
+    return (
+        None
+        if decided == violated(rec)
+        else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
+    )
 
 
 def _tests(rec: dict, event, delta) -> bool:
     """The audit tested ``event`` (a stored event) at ``delta``."""
     tested = (rec.get("claimed_curve") or rec.get("fdp") or {}).get("event")
-    return tested is not None and event is not None and event_from_dict(tested).to_dict() == event_from_dict(event).to_dict() and \
-        _same(rec.get("delta"), delta)
+    return (
+        tested is not None
+        and event is not None
+        and event_from_dict(tested).to_dict() == event_from_dict(event).to_dict()
+        and _same(rec.get("delta"), delta)
+    )
 
 
 def _release_match(aid: str, rec: dict, rel: dict | None) -> Check:
     if rel is None:
-        return Check("audit = release", aid, "FAIL", f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle")
+        return Check(
+            "audit = release",
+            aid,
+            "FAIL",
+            f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle",
+        )
     same = _tests(rec, rel.get("guarantee"), rel.get("delta"))
-    return _check("audit = release", aid, None if same else "the event or delta tested is not the release's", "tests the release's event at its delta")
+    return _check(
+        "audit = release",
+        aid,
+        None if same else "the event or delta tested is not the release's",
+        "tests the release's event at its delta",
+    )
 
 
 def _claim_match(aid: str, rec: dict, claim: dict) -> Check:
     """An audit planned without a release (an Opacus run) tests its plan's claim, whose epsilon is recomputed from its event."""
-    eps = recompute_epsilon(claim.get("event"), claim.get("delta"), claim.get("accountant"), claim.get("adjacency")).epsilon
-    problems = [] if _tests(rec, claim.get("event"), claim.get("delta")) else ["the event or delta tested is not the plan's"]
-    if eps is None or not (_same(eps, claim.get("epsilon")) and _same(eps, rec.get("claimed_epsilon"))):
-        problems.append(f"claimed epsilon {claim.get('epsilon')} planned, {rec.get('claimed_epsilon')} audited, {eps} recomputed")
-    return _check("audit = claim", aid, problems, f"tests its plan's claim (eps {eps:.4g} recomputed from its event)" if eps else "")
+    eps = recompute_epsilon(
+        claim.get("event"), claim.get("delta"), claim.get("accountant"), claim.get("adjacency")
+    ).epsilon
+    problems = (
+        []
+        if _tests(rec, claim.get("event"), claim.get("delta"))
+        else ["the event or delta tested is not the plan's"]
+    )
+    if eps is None or not (
+        _same(eps, claim.get("epsilon")) and _same(eps, rec.get("claimed_epsilon"))
+    ):
+        problems.append(
+            f"claimed epsilon {claim.get('epsilon')} planned, {rec.get('claimed_epsilon')} audited, {eps} recomputed"
+        )
+    return _check(
+        "audit = claim",
+        aid,
+        problems,
+        f"tests its plan's claim (eps {eps:.4g} recomputed from its event)" if eps else "",
+    )
 
 
 def failed(checks) -> bool:

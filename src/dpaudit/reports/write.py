@@ -14,7 +14,9 @@ from .markdown import render_markdown
 FORMATS = ("html", "md", "json")
 
 
-def write_report(report: dict, out_file: str | os.PathLike, *, fmt: str = "html", figures=None) -> Path:
+def write_report(
+    report: dict, out_file: str | os.PathLike, *, fmt: str = "html", figures=None
+) -> Path:
     """Render ``report`` to ``out_file`` in ``fmt`` (html | md | json); returns the path written."""
     if fmt not in FORMATS:
         raise UsageError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}.")

@@ -41,6 +41,7 @@ class ChunkFailedError(DPAuditError):
 @dataclass(frozen=True)
 class Outcome:
     """The result of one item: ``value`` when ``ok``, else ``error`` (one line + traceback tail)."""
+
     index: int
     ok: bool
     value: Any = None
@@ -64,7 +65,9 @@ _NO_SHARED = object()
 _WORKER_SHARED: Any = _NO_SHARED  # set by the local pool's initializer when a call has shared data
 
 
-def _guarded(fn: Callable, index: int, item: Any, threads: int, shared: Any = _NO_SHARED) -> Outcome:
+def _guarded(
+    fn: Callable, index: int, item: Any, threads: int, shared: Any = _NO_SHARED
+) -> Outcome:
     """Run ``fn(item)`` (or ``fn(shared, item)``) on a worker; an exception becomes a failed Outcome."""
     _set_threads(threads)
     t0 = time.perf_counter()
@@ -112,18 +115,27 @@ def _guarded_pool_shared(fn: Callable, index: int, item: Any, threads: int) -> O
 
 class Executor:
     """Base class: subclasses implement :meth:`imap_unordered`."""
+
     kind = "base"
     max_worker_deaths = 3
 
-    def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:  # pragma: no cover
+    def imap_unordered(
+        self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED
+    ) -> Iterator[Outcome]:  # pragma: no cover
         """Yield one :class:`Outcome` per item as items finish (``Outcome.index`` = item position).
 
         ``shared``: an object every call needs (e.g. an audit target with its data), sent once per worker instead of once per
         item; then ``fn(shared, item)`` is called."""
         raise NotImplementedError
 
-    def map_chunks(self, fn: Callable, chunks: Sequence, *, shared: Any = _NO_SHARED,
-                   on_done: Callable[[Outcome], None] | None = None) -> list:
+    def map_chunks(
+        self,
+        fn: Callable,
+        chunks: Sequence,
+        *,
+        shared: Any = _NO_SHARED,
+        on_done: Callable[[Outcome], None] | None = None,
+    ) -> list:
         """The values of ``fn`` on every chunk, in chunk order (``shared``: as in :meth:`imap_unordered`); ``on_done`` sees each
         Outcome as it finishes. Raises :class:`ChunkFailedError` naming the first failed chunk once all have finished."""
         chunks = list(chunks)
@@ -158,19 +170,28 @@ class Executor:
 
 class LocalExecutor(Executor):
     """Process pool on this machine. ``workers=None`` uses ``os.cpu_count()``; 1 runs in-process."""
+
     kind = "local"
 
     def __init__(self, workers: int | None = None, *, threads_per_worker: int = 1):
-        self.workers = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
+        self.workers = positive_int(
+            "workers", workers if workers is not None else (os.cpu_count() or 1)
+        )
         self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
         self._pool: cf.ProcessPoolExecutor | None = None
         self._shared: Any = _NO_SHARED  # handed to every worker of the pool by its initializer
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=_mp_context(), initializer=_init_local_worker,
-                                      initargs=(self.threads_per_worker, self._shared))
+        return cf.ProcessPoolExecutor(
+            max_workers=self.workers,
+            mp_context=_mp_context(),
+            initializer=_init_local_worker,
+            initargs=(self.threads_per_worker, self._shared),
+        )
 
-    def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:
+    def imap_unordered(
+        self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED
+    ) -> Iterator[Outcome]:
         items = list(items)
         if self.workers == 1:
             # Embedded path: no pool, no pickling; a crash here is a crash of the caller.
@@ -218,15 +239,28 @@ class LocalExecutor(Executor):
         """The Outcome of item ``i``'s finished future; None when its worker died and it is queued again."""
         exc = fut.exception()
         if not _broke(fut):
-            return fut.result() if exc is None else _error_outcome(i, exc)  # e.g. an unpicklable item or result
+            return (
+                fut.result() if exc is None else _error_outcome(i, exc)
+            )  # e.g. an unpicklable item or result
         deaths[i] += 1
         if deaths[i] < self.max_worker_deaths:
             queue.append(i)  # to the back, so it runs next to other items
             return None
-        return Outcome(i, False, None, f"worker died {deaths[i]} times while running this item (killed, out of memory or crashed).", 0.0, "")
+        return Outcome(
+            i,
+            False,
+            None,
+            f"worker died {deaths[i]} times while running this item (killed, out of memory or crashed).",
+            0.0,
+            "",
+        )
 
     def describe(self) -> dict:
-        return {"executor": "local", "workers": self.workers, "threads_per_worker": self.threads_per_worker}
+        return {
+            "executor": "local",
+            "workers": self.workers,
+            "threads_per_worker": self.threads_per_worker,
+        }
 
     def close(self) -> None:
         if self._pool is not None:
@@ -240,34 +274,55 @@ class DaskExecutor(Executor):
     ``scheduler``: address of a running scheduler (``tcp://HOST:8786``); the cluster's workers must have dpaudit installed and see
     the same data directory (and ``--out``/ledger paths if the task writes there). ``workers``: start a ``LocalCluster`` with that
     many worker processes on 127.0.0.1 (no dashboard), torn down on :meth:`close`."""
+
     kind = "dask"
 
-    def __init__(self, *, scheduler: str | None = None, workers: int | None = None, threads_per_worker: int = 1):
+    def __init__(
+        self,
+        *,
+        scheduler: str | None = None,
+        workers: int | None = None,
+        threads_per_worker: int = 1,
+    ):
         if scheduler is not None and workers is not None:
-            raise UsageError(f"workers must be omitted when a scheduler address is given, got workers={workers} and scheduler={scheduler!r}.")
+            raise UsageError(
+                f"workers must be omitted when a scheduler address is given, got workers={workers} and scheduler={scheduler!r}."
+            )
         self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
         from distributed import Client, LocalCluster
+
         self._cluster = None
         self.scheduler = scheduler
         if scheduler is None:
-            self.workers = positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
+            self.workers = positive_int(
+                "workers", workers if workers is not None else (os.cpu_count() or 1)
+            )
             # Bound to loopback only: a LocalCluster is never reachable from another machine. The scheduler always runs a small
             # HTTP server (health/metrics routes); pin it to loopback on a free port too (the default, 8787, collides with a
             # second cluster).
             self._cluster = LocalCluster(
-                n_workers=self.workers, threads_per_worker=self.threads_per_worker, processes=True,
-                host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                n_workers=self.workers,
+                threads_per_worker=self.threads_per_worker,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.ERROR,
             )
             self.client = Client(self._cluster)
         else:
             try:
                 self.client = Client(scheduler, timeout="20s")
             except (OSError, TimeoutError) as e:
-                raise UsageError(f"scheduler must be a reachable dask scheduler address, got {scheduler!r} ({e}).") from None
+                raise UsageError(
+                    f"scheduler must be a reachable dask scheduler address, got {scheduler!r} ({e})."
+                ) from None
             self.workers = len(self.client.scheduler_info().get("workers", {}))
 
-    def imap_unordered(self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED) -> Iterator[Outcome]:
+    def imap_unordered(
+        self, fn: Callable, items: Sequence, *, shared: Any = _NO_SHARED
+    ) -> Iterator[Outcome]:
         from distributed import as_completed
+
         items = list(items)
         tag = uuid.uuid4().hex[:8]
         extra: tuple = ()
@@ -275,7 +330,16 @@ class DaskExecutor(Executor):
             # Sent to every worker once; the future is replaced by the object on the worker.
             extra = (self.client.scatter(shared, broadcast=True, hash=False),)
         futures = [
-            self.client.submit(_guarded, fn, i, item, self.threads_per_worker, *extra, key=f"dpaudit-{tag}-{i}", pure=False)
+            self.client.submit(
+                _guarded,
+                fn,
+                i,
+                item,
+                self.threads_per_worker,
+                *extra,
+                key=f"dpaudit-{tag}-{i}",
+                pure=False,
+            )
             for i, item in enumerate(items)
         ]
         index = {f.key: i for i, f in enumerate(futures)}
@@ -285,7 +349,9 @@ class DaskExecutor(Executor):
                 if fut.status == "error":
                     # e.g. KilledWorker once the task's workers died too often, or an item that could not be unpickled on the
                     # worker; `value` is (type, exception, traceback).
-                    yield _error_outcome(i, value[1] if isinstance(value, tuple) and len(value) == 3 else value)
+                    yield _error_outcome(
+                        i, value[1] if isinstance(value, tuple) and len(value) == 3 else value
+                    )
                 else:  # _guarded always returns an Outcome
                     yield value
                 fut.release()
@@ -296,8 +362,11 @@ class DaskExecutor(Executor):
 
     def describe(self) -> dict:
         return {
-            "executor": "dask", "scheduler": self.scheduler or self.client.scheduler.address,
-            "local_cluster": self._cluster is not None, "workers": self.workers, "threads_per_worker": self.threads_per_worker,
+            "executor": "dask",
+            "scheduler": self.scheduler or self.client.scheduler.address,
+            "local_cluster": self._cluster is not None,
+            "workers": self.workers,
+            "threads_per_worker": self.threads_per_worker,
         }
 
     def close(self) -> None:
@@ -318,11 +387,18 @@ def check_executor_args(kind: str, scheduler: str | None, workers: int | None) -
     if scheduler is not None and kind != "dask":
         raise UsageError(f"executor must be dask when --scheduler is given, got {kind!r}.")
     if scheduler is not None and workers is not None:
-        raise UsageError(f"workers must be omitted when --scheduler is given (the cluster has its own), got --workers {workers}.")
+        raise UsageError(
+            f"workers must be omitted when --scheduler is given (the cluster has its own), got --workers {workers}."
+        )
 
 
-def make_executor(kind: str = "local", *, scheduler: str | None = None, workers: int | None = None,
-                  threads_per_worker: int = 1) -> Executor:
+def make_executor(
+    kind: str = "local",
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    threads_per_worker: int = 1,
+) -> Executor:
     """Build an executor from CLI-style arguments (see the module docstring)."""
     check_executor_args(kind, scheduler, workers)
     if kind == "local":

@@ -49,7 +49,9 @@ def dataset_available(name: str, data_dir: Path | None, profile: str | None = No
     info = None if name in SYNTHETIC_DATASETS else DATASETS.get(name)
     if info is None or not info.needs_files:
         return True
-    return data_dir is not None and all((data_dir / f).exists() for f in profile_files(name, profile))
+    return data_dir is not None and all(
+        (data_dir / f).exists() for f in profile_files(name, profile)
+    )
 
 
 def sweep_dir(out: str | os.PathLike, name: str) -> Path:
@@ -64,6 +66,7 @@ class SweepOptions:
     ``record``: record the releases in the ledger at ``ledger_path``. ``retry_failed``: also re-run tasks stored as failed.
     ``task_filter``: run only a slice. ``max_tasks``: run at most this many of the unfinished tasks (the rest stay pending).
     ``progress``: a bar on stderr."""
+
     out: str | os.PathLike = DEFAULT_OUT
     data_dir: str | os.PathLike | None = None
     ledger_path: str | os.PathLike | None = None
@@ -99,7 +102,9 @@ class SweepSummary:
         return asdict(self)
 
     def add_failure(self, task: Task, error: str) -> None:
-        self.failures.append({"key": task.key, **task.config(), "error": error.splitlines()[0] if error else ""})
+        self.failures.append(
+            {"key": task.key, **task.config(), "error": error.splitlines()[0] if error else ""}
+        )
 
 
 def _label(t: Task) -> str:
@@ -108,19 +113,39 @@ def _label(t: Task) -> str:
     return t.dataset if prof is None else f"{t.dataset} (profile {prof})"
 
 
-def plan(spec: SweepSpec, *, data_dir=None, task_filter: TaskFilter | None = None) -> tuple[list[Task], dict]:
+def plan(
+    spec: SweepSpec, *, data_dir=None, task_filter: TaskFilter | None = None
+) -> tuple[list[Task], dict]:
     """The tasks to consider (after availability and filters) and the skipped datasets with why."""
     dd = resolve_optional_data_dir(data_dir)
     all_tasks = spec.tasks()
-    labels = {_label(t): t for t in all_tasks}  # grid order; tasks of one label share dataset and profile
-    why = f"files not found under {dd}" if dd else "no data directory (--data-dir or $DPAUDIT_DATA_DIR)"
-    skipped = {lab: why for lab, t in labels.items() if not dataset_available(t.dataset, dd, dict(t.settings).get("profile"))}
-    tasks = [t for t in all_tasks if _label(t) not in skipped and (task_filter is None or task_filter(t))]
+    labels = {
+        _label(t): t for t in all_tasks
+    }  # grid order; tasks of one label share dataset and profile
+    why = (
+        f"files not found under {dd}"
+        if dd
+        else "no data directory (--data-dir or $DPAUDIT_DATA_DIR)"
+    )
+    skipped = {
+        lab: why
+        for lab, t in labels.items()
+        if not dataset_available(t.dataset, dd, dict(t.settings).get("profile"))
+    }
+    tasks = [
+        t for t in all_tasks if _label(t) not in skipped and (task_filter is None or task_filter(t))
+    ]
     return tasks, skipped
 
 
-def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor: Executor | None = None,
-              on_outcome: Callable[[Task, Outcome], None] | None = None, **option_values) -> SweepSummary:
+def run_sweep(
+    spec: SweepSpec,
+    options: SweepOptions | None = None,
+    *,
+    executor: Executor | None = None,
+    on_outcome: Callable[[Task, Outcome], None] | None = None,
+    **option_values,
+) -> SweepSummary:
     """Run every unfinished task of ``spec`` (see the module docstring).
 
     ``options`` (or its fields as keywords, e.g. ``out=``, ``ledger_path=``): :class:`SweepOptions`.
@@ -130,27 +155,57 @@ def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor:
     t0 = time.perf_counter()
     tasks, skipped = plan(spec, data_dir=opts.data_dir, task_filter=opts.task_filter)
     if not tasks:
-        raise DataError(f"sweep {spec.name} has no task to run ({'; '.join(f'{k}: {v}' for k, v in skipped.items()) or 'the filters select none'}).")
+        raise DataError(
+            f"sweep {spec.name} has no task to run ({'; '.join(f'{k}: {v}' for k, v in skipped.items()) or 'the filters select none'})."
+        )
     root = sweep_dir(opts.out, spec.name)
     root.mkdir(parents=True, exist_ok=True)
     context = _context(spec.name, root, opts)
     executor = executor or LocalExecutor(1)
     with _exclusive(root), open_store(root / STORE_FILE, name=spec.name) as store:
-        summary = SweepSummary(name=spec.name, store=str((root / STORE_FILE).resolve()), executor=executor.describe(), tasks=len(tasks),
-                               done=0, failed=0, pending=0, skipped_datasets=skipped)
-        run_tasks = _skip_written(_unfinished(spec, tasks, store, opts, summary), context, store, summary)
-        held = {} if not opts.record else budget_reserve(run_tasks, context.ledger_path, spec.name,
-                                                         data_dir=context.data_dir)
+        summary = SweepSummary(
+            name=spec.name,
+            store=str((root / STORE_FILE).resolve()),
+            executor=executor.describe(),
+            tasks=len(tasks),
+            done=0,
+            failed=0,
+            pending=0,
+            skipped_datasets=skipped,
+        )
+        run_tasks = _skip_written(
+            _unfinished(spec, tasks, store, opts, summary), context, store, summary
+        )
+        held = (
+            {}
+            if not opts.record
+            else budget_reserve(
+                run_tasks, context.ledger_path, spec.name, data_dir=context.data_dir
+            )
+        )
         context = dataclasses.replace(context, reservations=tuple(held.items()))
         closed: set[str] = set()  # tasks whose reservation was settled with their release
         try:
-            _execute(run_tasks, context, executor, store, summary, held=held, closed=closed,
-                     after=_after_each(on_outcome, opts.progress, len(run_tasks), spec.name))
+            _execute(
+                run_tasks,
+                context,
+                executor,
+                store,
+                summary,
+                held=held,
+                closed=closed,
+                after=_after_each(on_outcome, opts.progress, len(run_tasks), spec.name),
+            )
         except KeyboardInterrupt:
             summary.interrupted = True
         finally:
             still = {k: r for k, r in held.items() if k not in closed}
-            summary.unrecorded = _close_reservations(still, context.ledger_path, spec.name, written=_written_folders(context, run_tasks, still))
+            summary.unrecorded = _close_reservations(
+                still,
+                context.ledger_path,
+                spec.name,
+                written=_written_folders(context, run_tasks, still),
+            )
             c = store.counts([t.key for t in tasks])
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
@@ -159,11 +214,18 @@ def run_sweep(spec: SweepSpec, options: SweepOptions | None = None, *, executor:
 
 def _context(name: str, root: Path, opts: SweepOptions) -> RunContext:
     dd = resolve_optional_data_dir(opts.data_dir)
-    return RunContext(sweep=name, out_dir=str(root.resolve()), data_dir=str(dd) if dd else None,
-                      ledger_path=resolve_ledger(opts.ledger_path).target, record=opts.record)  # absolute path or full URL
+    return RunContext(
+        sweep=name,
+        out_dir=str(root.resolve()),
+        data_dir=str(dd) if dd else None,
+        ledger_path=resolve_ledger(opts.ledger_path).target,
+        record=opts.record,
+    )  # absolute path or full URL
 
 
-def _unfinished(spec: SweepSpec, tasks: list[Task], store, opts: SweepOptions, summary: SweepSummary) -> list[Task]:
+def _unfinished(
+    spec: SweepSpec, tasks: list[Task], store, opts: SweepOptions, summary: SweepSummary
+) -> list[Task]:
     """Store the spec and its tasks; the tasks still to run (pending, failed ones too on request, at most ``max_tasks``); the
     others count as finished in ``summary``."""
     store.set_spec(spec.to_dict())
@@ -176,12 +238,23 @@ def _unfinished(spec: SweepSpec, tasks: list[Task], store, opts: SweepOptions, s
     return [by_key[k] for k in todo]
 
 
-def _execute(run_tasks: list[Task], context: RunContext, executor: Executor, store, summary: SweepSummary, *,
-             held: dict[str, str], closed: set[str], after) -> None:
+def _execute(
+    run_tasks: list[Task],
+    context: RunContext,
+    executor: Executor,
+    store,
+    summary: SweepSummary,
+    *,
+    held: dict[str, str],
+    closed: set[str],
+    after,
+) -> None:
     """Run the tasks and store each outcome the moment it arrives (a release is recorded in the ledger first, settling its
     reservation; ``closed`` collects the settled tasks)."""
     with after as each:
-        for out_ in executor.imap_unordered(execute_task, [(t.config(), context.to_dict()) for t in run_tasks]):
+        for out_ in executor.imap_unordered(
+            execute_task, [(t.config(), context.to_dict()) for t in run_tasks]
+        ):
             task = run_tasks[out_.index]
             value = None
             if out_.ok:
@@ -191,24 +264,41 @@ def _execute(run_tasks: list[Task], context: RunContext, executor: Executor, sto
                 store.mark_done(task.key, value, seconds=out_.seconds, worker=out_.worker)
                 summary.ran_ok += 1
             else:
-                store.mark_failed(task.key, out_.error or "unknown error", seconds=out_.seconds, worker=out_.worker)
+                store.mark_failed(
+                    task.key,
+                    out_.error or "unknown error",
+                    seconds=out_.seconds,
+                    worker=out_.worker,
+                )
                 summary.ran_failed += 1
                 summary.add_failure(task, out_.error or "")
             summary.ran += 1
             each(task, out_)
 
 
-def _recorded(out_: Outcome, context: RunContext, reservation: str | None) -> tuple[dict | None, Outcome]:
+def _recorded(
+    out_: Outcome, context: RunContext, reservation: str | None
+) -> tuple[dict | None, Outcome]:
     """(stored value, outcome) of a finished task after recording its release; a failure to record makes the outcome a failure
     (the model exists on disk but is not in the ledger) and leaves its reservation open (spent), as a single run's does
     (:func:`_close_reservations`)."""
     try:
         return _record_release(out_.value, context, reservation), out_
     except Exception as e:  # noqa: BLE001 - any failure to record leaves the budget held
-        kept = (f"; its budget stays held by open reservation {reservation} (record the release, then void the reservation)"
-                if reservation else "")
-        return None, Outcome(out_.index, False, None, f"release written to {out_.value.get('release_dir')} but not recorded in the "
-                             f"ledger: {type(e).__name__}: {e}{kept}", out_.seconds, out_.worker)
+        kept = (
+            f"; its budget stays held by open reservation {reservation} (record the release, then void the reservation)"
+            if reservation
+            else ""
+        )
+        return None, Outcome(
+            out_.index,
+            False,
+            None,
+            f"release written to {out_.value.get('release_dir')} but not recorded in the "
+            f"ledger: {type(e).__name__}: {e}{kept}",
+            out_.seconds,
+            out_.worker,
+        )
 
 
 @contextlib.contextmanager
@@ -219,7 +309,11 @@ def _after_each(on_outcome, progress: bool, total: int, name: str):
         task_id = bar.add(name, total)
 
         def each(task: Task, out_: Outcome) -> None:
-            bar.update(task_id, advance=1, info=f"(last: {task.model} {task.dataset} eps={task.epsilon} seed={task.seed})")
+            bar.update(
+                task_id,
+                advance=1,
+                info=f"(last: {task.model} {task.dataset} eps={task.epsilon} seed={task.seed})",
+            )
             if on_outcome is not None:
                 on_outcome(task, out_)
 
@@ -239,7 +333,9 @@ def _exclusive(root: Path):
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UsageError(f"sweep folder must not be in use by another running sweep, got {root} (locked by {root / 'sweep.lock'}).") from None
+            raise UsageError(
+                f"sweep folder must not be in use by another running sweep, got {root} (locked by {root / 'sweep.lock'})."
+            ) from None
         try:
             yield
         finally:
@@ -264,7 +360,9 @@ def _record_release(value: dict, context: RunContext, reservation: str | None = 
     return value
 
 
-def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepSummary) -> list[Task]:
+def _skip_written(
+    tasks: list[Task], context: RunContext, store, summary: SweepSummary
+) -> list[Task]:
     """Leave out (as failed) the tasks whose folder already holds a release: it was written by an earlier run and not recorded
     (its budget is still held by that run's open reservation); training the task again would spend the budget twice."""
     keep = []
@@ -273,16 +371,23 @@ def _skip_written(tasks: list[Task], context: RunContext, store, summary: SweepS
         if hit is None:
             keep.append(t)
             continue
-        error = (f"release {hit[1]} already written to {hit[0].parent} by an earlier run; not trained again (a release folder is "
-                 f"never overwritten). If it is not in the ledger, that run's open reservation still holds its budget: record it "
-                 f"(`dpaudit ledger record {hit[0].parent}`) and void the reservation, or void it if the release is withdrawn.")
+        error = (
+            f"release {hit[1]} already written to {hit[0].parent} by an earlier run; not trained again (a release folder is "
+            f"never overwritten). If it is not in the ledger, that run's open reservation still holds its budget: record it "
+            f"(`dpaudit ledger record {hit[0].parent}`) and void the reservation, or void it if the release is withdrawn."
+        )
         store.mark_failed(t.key, error)
         summary.add_failure(t, error)
     return keep
 
 
-def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, sweep: str, *,
-                   data_dir: str | None = None) -> dict[str, str]:
+def budget_reserve(
+    tasks: list[Task],
+    ledger_path: str | os.PathLike | None,
+    sweep: str,
+    *,
+    data_dir: str | None = None,
+) -> dict[str, str]:
     """Reserve, before anything runs, one reservation per ``train`` task (``{task key: reservation id}``) of its planned release
     (:func:`~dpaudit.sweeps.tasks.planned_release`; docs/sweeps.md, "Privacy budget") with the rows
     it reads (:func:`~dpaudit.sweeps.tasks.planned_rows`): the whole sweep is checked against every
@@ -297,9 +402,21 @@ def budget_reserve(tasks: list[Task], ledger_path: str | os.PathLike | None, swe
         if t.runner == "train":
             ds, part, adj, event, tail = planned_release(t.config())
             why = public_seed_reason(t.seed, event, dict(t.settings).get("reproducible_noise"))
-            planned.append((t.key, dict(dataset=ds, partition=part, event=event, adjacency=adj, mechanism=f"sweep:{sweep}",
-                                        noise_tail_delta=tail, uncertified=why,
-                                        data_rows=rows(t.config()))))
+            planned.append(
+                (
+                    t.key,
+                    dict(
+                        dataset=ds,
+                        partition=part,
+                        event=event,
+                        adjacency=adj,
+                        mechanism=f"sweep:{sweep}",
+                        noise_tail_delta=tail,
+                        uncertified=why,
+                        data_rows=rows(t.config()),
+                    ),
+                )
+            )
     if not planned:
         return {}
     held: dict[str, str] = {}
@@ -324,7 +441,9 @@ class _RowsOf:
         self.known: dict = {}
 
     def __call__(self, config: dict):
-        key = json.dumps({k: v for k, v in config.items() if k != "epsilon"}, sort_keys=True, default=str)
+        key = json.dumps(
+            {k: v for k, v in config.items() if k != "epsilon"}, sort_keys=True, default=str
+        )
         if key not in self.known:
             self.known[key] = planned_rows(config, self.data_dir, self.ledger_path)
         return self.known[key]
@@ -348,13 +467,21 @@ def _combined(ps: list[dict]) -> dict:
     # A non-private task makes its partition unbounded: checked as such (event None).
     events = [p["event"] for p in ps]
     rows = [r for p in ps for r in (p["data_rows"] or ())]
-    return {"event": None if None in events else Composed(tuple(events)),
-            "uncertified": next(filter(None, (p["uncertified"] for p in ps)), None),
-            "noise_tail_delta": sum(p["noise_tail_delta"] for p in ps), "data_rows": tuple(rows) or None}
+    return {
+        "event": None if None in events else Composed(tuple(events)),
+        "uncertified": next(filter(None, (p["uncertified"] for p in ps)), None),
+        "noise_tail_delta": sum(p["noise_tail_delta"] for p in ps),
+        "data_rows": tuple(rows) or None,
+    }
 
 
-def _close_reservations(held: dict[str, str], ledger_path: str | os.PathLike | None, sweep: str, *,
-                        written: dict[str, str] | None = None) -> list[dict]:
+def _close_reservations(
+    held: dict[str, str],
+    ledger_path: str | os.PathLike | None,
+    sweep: str,
+    *,
+    written: dict[str, str] | None = None,
+) -> list[dict]:
     """Close the sweep's task reservations still open when it ends (``held``: task key -> reservation id): cancel those of tasks
     that released nothing; return, left open (spent, voidable), those whose release folder holds anything (``written``: task key
     -> that folder), since the model may exist although it is not in the ledger (see :attr:`SweepSummary.unrecorded`)."""
@@ -388,9 +515,14 @@ def load_records(store_path: str | os.PathLike) -> tuple[str | None, list[dict]]
 
 # ---------------------------------------------------------------- the `dpaudit sweep` request
 
+
 def stored_tables(request: SweepRequest) -> dict:
     """``--table``: the tables of ``--store`` (default: the spec's sweep folder)."""
-    store = request.store if request.store is not None else sweep_dir(request.out, request.sweep_spec().name)
+    store = (
+        request.store
+        if request.store is not None
+        else sweep_dir(request.out, request.sweep_spec().name)
+    )
     name, records = load_records(store)
     return sweep_tables(records, name=name)
 
@@ -404,24 +536,51 @@ def plan_counts(request: SweepRequest) -> dict:
     if (folder / STORE_FILE).exists():
         with open_store(folder, name=spec.name) as st:
             known = st.statuses([t.key for t in tasks])
-    counts = {k: sum(1 for t in tasks if known.get(t.key, "pending") == k) for k in ("pending", "done", "failed")}
-    return {"name": spec.name, "source": spec.source, "tasks": len(tasks), **counts, "skipped_datasets": skipped,
-            "store": str((folder / STORE_FILE).resolve())}
+    counts = {
+        k: sum(1 for t in tasks if known.get(t.key, "pending") == k)
+        for k in ("pending", "done", "failed")
+    }
+    return {
+        "name": spec.name,
+        "source": spec.source,
+        "tasks": len(tasks),
+        **counts,
+        "skipped_datasets": skipped,
+        "store": str((folder / STORE_FILE).resolve()),
+    }
 
 
-def run_request(request: SweepRequest, spec: SweepSpec | None = None, *, progress: bool = False) -> tuple[SweepSummary, dict]:
+def run_request(
+    request: SweepRequest, spec: SweepSpec | None = None, *, progress: bool = False
+) -> tuple[SweepSummary, dict]:
     """Run the sweep and write its tables; (summary, its dict with ``tables_json``, ``tables_md``, ``table3``)."""
     spec = spec if spec is not None else request.checked()
-    options = SweepOptions(out=request.out, data_dir=request.data_dir, ledger_path=request.ledger, retry_failed=request.retry_failed,
-                           task_filter=request.task_filter(), max_tasks=request.max_tasks, progress=progress)
-    with make_executor(request.executor, scheduler=request.scheduler, workers=request.workers) as ex:
+    options = SweepOptions(
+        out=request.out,
+        data_dir=request.data_dir,
+        ledger_path=request.ledger,
+        retry_failed=request.retry_failed,
+        task_filter=request.task_filter(),
+        max_tasks=request.max_tasks,
+        progress=progress,
+    )
+    with make_executor(
+        request.executor, scheduler=request.scheduler, workers=request.workers
+    ) as ex:
         summary = run_sweep(spec, options, executor=ex)
     name, records = load_records(summary.store)
     tables, jp, mp = write_tables(Path(summary.store).parent, name, records)
-    return summary, {**summary.to_dict(), "tables_json": str(jp), "tables_md": str(mp), "table3": tables["table3"]}
+    return summary, {
+        **summary.to_dict(),
+        "tables_json": str(jp),
+        "tables_md": str(mp),
+        "table3": tables["table3"],
+    }
 
 
-def write_tables(sweep_folder: Path, name: str | None, records: list[dict]) -> tuple[dict, Path, Path]:
+def write_tables(
+    sweep_folder: Path, name: str | None, records: list[dict]
+) -> tuple[dict, Path, Path]:
     """Write tables.json and tables.md into the sweep's folder; return (tables, json path, md path)."""
     tables = sweep_tables(records, name=name)
     jp = write_json_atomic(sweep_folder / "tables.json", tables)

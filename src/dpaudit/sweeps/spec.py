@@ -25,8 +25,11 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
 # Keys of a grid block and their accepted spellings.
 _ALIASES = {
-    "models": ("models", "model", "mechanism", "mechanisms"), "datasets": ("datasets", "dataset"),
-    "epsilons": ("epsilons", "eps", "epsilon"), "seeds": ("seeds", "seed"), "profiles": ("profiles", "profile"),
+    "models": ("models", "model", "mechanism", "mechanisms"),
+    "datasets": ("datasets", "dataset"),
+    "epsilons": ("epsilons", "eps", "epsilon"),
+    "seeds": ("seeds", "seed"),
+    "profiles": ("profiles", "profile"),
 }
 _GRID_KEYS = tuple(a for names in _ALIASES.values() for a in names)
 #: A profiles-axis value meaning "each dataset's own default profile" (no task setting).
@@ -35,9 +38,25 @@ DEFAULT_PROFILE = "default"
 RUNNER_NAMES = ("train", "selftest")
 #: Settings of the ``train`` runner; each reaches a task's Request where the Request has that field (a DP-ELM task of a mixed
 #: block ignores ``delta``, ``epochs`` and ``batch_size``).
-TRAIN_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "epochs", "batch_size")
+TRAIN_SETTINGS = (
+    "delta",
+    "reproducible_noise",
+    "noise_source",
+    "non_private",
+    "epochs",
+    "batch_size",
+)
 SELFTEST_MODELS = ("mean", "median")
-SELFTEST_SETTINGS = ("delta", "reproducible_noise", "noise_source", "non_private", "n", "sleep", "fail_seeds", "exit_once_marker")
+SELFTEST_SETTINGS = (
+    "delta",
+    "reproducible_noise",
+    "noise_source",
+    "non_private",
+    "n",
+    "sleep",
+    "fail_seeds",
+    "exit_once_marker",
+)
 #: Model names of specs written before sweeps named catalogue entries: ``dp-elm-L{w}`` is the catalogue's ``dp-elm`` at width w
 #: (paper 001, sections 3.5 and 4.5). Read only by :func:`catalogue_request`; tasks keep the name, so their keys do not change.
 LEGACY_MODELS = {f"dp-elm-L{w}": ("dp-elm", {"width": w}) for w in (1, 3, 5, 10)}
@@ -49,6 +68,7 @@ _TASK_FIELDS = ("dataset", "epsilon", "seed")
 class Task:
     """One unit of work of a sweep: a single training (or self-test) run. ``epsilon`` is ``None`` only for non-private tasks
     (``settings["non_private"]`` true). ``settings`` is a sorted tuple of ``(name, value)`` pairs so the task is hashable."""
+
     runner: str
     model: str
     dataset: str
@@ -58,8 +78,14 @@ class Task:
 
     def config(self) -> dict:
         """The full public configuration; its canonical JSON is hashed into :attr:`key`."""
-        return {"runner": self.runner, "model": self.model, "dataset": self.dataset, "epsilon": self.epsilon, "seed": self.seed,
-                "settings": dict(self.settings)}
+        return {
+            "runner": self.runner,
+            "model": self.model,
+            "dataset": self.dataset,
+            "epsilon": self.epsilon,
+            "seed": self.seed,
+            "settings": dict(self.settings),
+        }
 
     @property
     def key(self) -> str:
@@ -78,6 +104,7 @@ def config_key(config: dict) -> str:
 
 # ---------------------------------------------------------------- a train task as catalogue name + Request
 
+
 def catalogue_request(model: str) -> tuple[str, dict]:
     """(catalogue name, fixed Request fields) of a sweep model name (the one legacy-name reader)."""
     return LEGACY_MODELS.get(model, (model, {}))
@@ -95,7 +122,9 @@ def request_type(model: str) -> type | None:
 
 def train_models() -> tuple[str, ...]:
     """Every model name the ``train`` runner accepts: sweepable catalogue names, then the legacy ones."""
-    return tuple(n for n in catalogue_names(trainable=True) if request_type(n) is not None) + tuple(LEGACY_MODELS)
+    return tuple(n for n in catalogue_names(trainable=True) if request_type(n) is not None) + tuple(
+        LEGACY_MODELS
+    )
 
 
 def task_request(config: dict, data_dir: str | None = None):
@@ -105,16 +134,25 @@ def task_request(config: dict, data_dir: str | None = None):
     name, fixed = catalogue_request(config["model"])
     rtype = request_type(config["model"])
     if rtype is None:
-        raise UsageError(f"model must be one of {', '.join(train_models())}, got {config['model']!r}.")
+        raise UsageError(
+            f"model must be one of {', '.join(train_models())}, got {config['model']!r}."
+        )
     non_private = bool(config["settings"].get("non_private", False)) or config["epsilon"] is None
-    values = {**config["settings"], **fixed, **{k: config[k] for k in ("dataset", "seed") if k in config}, "data_dir": data_dir,
-              "epsilon": 1.0 if non_private else config["epsilon"], "non_private": non_private}
+    values = {
+        **config["settings"],
+        **fixed,
+        **{k: config[k] for k in ("dataset", "seed") if k in config},
+        "data_dir": data_dir,
+        "epsilon": 1.0 if non_private else config["epsilon"],
+        "non_private": non_private,
+    }
     values.update({f.name: name for f in fields(rtype) if f.metadata.get("positional")})
     takes = {f.name for f in fields(rtype)}
     return name, rtype.from_dict({k: v for k, v in values.items() if k in takes})
 
 
 # ---------------------------------------------------------------- grids
+
 
 @dataclass(frozen=True)
 class GridBlock:
@@ -127,9 +165,16 @@ class GridBlock:
     profiles: tuple[str | None, ...] = (None,)
 
     def to_dict(self) -> dict:
-        d = {"models": list(self.models), "datasets": list(self.datasets), "epsilons": list(self.epsilons), "seeds": list(self.seeds),
-             "settings": dict(self.settings)}
-        if self.profiles != (None,):  # only a grid with a profiles axis says so (older specs read back unchanged)
+        d = {
+            "models": list(self.models),
+            "datasets": list(self.datasets),
+            "epsilons": list(self.epsilons),
+            "seeds": list(self.seeds),
+            "settings": dict(self.settings),
+        }
+        if self.profiles != (
+            None,
+        ):  # only a grid with a profiles axis says so (older specs read back unchanged)
             d["profiles"] = [p or DEFAULT_PROFILE for p in self.profiles]
         return d
 
@@ -137,6 +182,7 @@ class GridBlock:
 @dataclass(frozen=True)
 class SweepSpec:
     """A named grid of tasks. ``blocks`` are expanded in order; duplicates are dropped."""
+
     name: str
     runner: str = "train"
     blocks: tuple[GridBlock, ...] = ()
@@ -149,29 +195,52 @@ class SweepSpec:
             for dataset in b.datasets:
                 for profile in b.profiles:
                     prof = profile_setting(dataset, profile) if self.runner == "train" else None
-                    settings = b.settings if prof is None else _settings_tuple({**dict(b.settings), "profile": prof})
-                    for t in (Task(self.runner, m, dataset, e, s, settings) for m in b.models for e in b.epsilons for s in b.seeds):
+                    settings = (
+                        b.settings
+                        if prof is None
+                        else _settings_tuple({**dict(b.settings), "profile": prof})
+                    )
+                    for t in (
+                        Task(self.runner, m, dataset, e, s, settings)
+                        for m in b.models
+                        for e in b.epsilons
+                        for s in b.seeds
+                    ):
                         out.setdefault(t.key, t)
         return list(out.values())
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "runner": self.runner, "description": self.description, "source": self.source,
-                "grid": [b.to_dict() for b in self.blocks]}
+        return {
+            "name": self.name,
+            "runner": self.runner,
+            "description": self.description,
+            "source": self.source,
+            "grid": [b.to_dict() for b in self.blocks],
+        }
 
 
 @dataclass(frozen=True)
 class TaskFilter:
     """Run only a slice of a spec (e.g. ``--dataset heart --eps 2``); keys stay those of the full grid."""
+
     models: tuple[str, ...] = ()
     datasets: tuple[str, ...] = ()
     epsilons: tuple[float, ...] = ()
     seeds: tuple[int, ...] = ()
 
     def __call__(self, task: Task) -> bool:
-        if self.epsilons and (task.epsilon is None or not any(math.isclose(task.epsilon, e) for e in self.epsilons)):
+        if self.epsilons and (
+            task.epsilon is None or not any(math.isclose(task.epsilon, e) for e in self.epsilons)
+        ):
             return False
-        return all(not wanted or value in wanted for wanted, value in
-                   ((self.models, task.model), (self.datasets, task.dataset), (self.seeds, task.seed)))
+        return all(
+            not wanted or value in wanted
+            for wanted, value in (
+                (self.models, task.model),
+                (self.datasets, task.dataset),
+                (self.seeds, task.seed),
+            )
+        )
 
 
 def validate_name(name: object) -> str:
@@ -188,18 +257,24 @@ def _one_of(what: str, values: list[str], allowed: tuple[str, ...]) -> None:
         raise UsageError(f"{what} must be one of {', '.join(allowed)}, got {bad[0]!r}.")
 
 
-def validate_block(runner: str, models: list[str], datasets: list[str], settings: dict, where: str) -> None:
+def validate_block(
+    runner: str, models: list[str], datasets: list[str], settings: dict, where: str
+) -> None:
     """Runner-specific checks of a grid block, done when the spec is read (before anything runs)."""
     train = runner == "train"
     _one_of(f"{where} model", models, train_models() if train else SELFTEST_MODELS)
     if train:
         _one_of(f"{where} dataset", datasets, registry.DATASET_NAMES)
     elif any(d != "synthetic" for d in datasets):
-        raise UsageError(f"{where} dataset must be synthetic for the selftest runner, got {', '.join(datasets)}.")
+        raise UsageError(
+            f"{where} dataset must be synthetic for the selftest runner, got {', '.join(datasets)}."
+        )
     allowed = TRAIN_SETTINGS if train else SELFTEST_SETTINGS
     unknown = sorted(set(settings) - set(allowed))
     if unknown:
-        raise UsageError(f"{where} settings must be among {', '.join(allowed)}, got {', '.join(unknown)}.")
+        raise UsageError(
+            f"{where} settings must be among {', '.join(allowed)}, got {', '.join(unknown)}."
+        )
     if "delta" in settings:
         open_unit("delta", settings["delta"])
 
@@ -214,7 +289,9 @@ def profile_setting(dataset: str, profile: str | None, where: str = "sweep") -> 
     if profile == info.default_profile:
         return None
     if profile not in info.profiles:
-        raise UsageError(f"{where} profile for dataset {dataset} must be one of default, {', '.join(info.profiles)}, got {profile!r}.")
+        raise UsageError(
+            f"{where} profile for dataset {dataset} must be one of default, {', '.join(info.profiles)}, got {profile!r}."
+        )
     return profile
 
 
@@ -244,14 +321,18 @@ def _settings(raw, where: str) -> dict:
         if isinstance(v, float) and not math.isfinite(v):
             raise UsageError(f"{where} setting {k} must be finite, got {v!r}.")
         if isinstance(v, dict):
-            raise UsageError(f"{where} setting {k} must be a number, string, boolean or list, got a table.")
+            raise UsageError(
+                f"{where} setting {k} must be a number, string, boolean or list, got a table."
+            )
     return dict(raw)
 
 
 def _epsilons(epsilons, non_private: bool, where: str) -> list[float | None]:
     if non_private:
         if epsilons not in (None, [], ()):
-            raise UsageError(f"{where} epsilons must be omitted for non_private = true, got {epsilons!r}.")
+            raise UsageError(
+                f"{where} epsilons must be omitted for non_private = true, got {epsilons!r}."
+            )
         return [None]
     if epsilons is None:
         raise UsageError(f"{where} must list epsilons (or set non_private = true), got none.")
@@ -261,18 +342,31 @@ def _epsilons(epsilons, non_private: bool, where: str) -> list[float | None]:
 def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlock:
     axes = {k: _pick(table, k, where) for k in _ALIASES}
     settings = {**base_settings, **_settings(table.get("settings"), where)}
-    _refuse_extra(table, {*_GRID_KEYS, "settings"}, f"{where} keys", "models, datasets, epsilons, seeds, profiles, settings")
+    _refuse_extra(
+        table,
+        {*_GRID_KEYS, "settings"},
+        f"{where} keys",
+        "models, datasets, epsilons, seeds, profiles, settings",
+    )
     if any(axes[k] is None for k in ("models", "datasets", "seeds")):
-        raise UsageError(f"{where} must list models, datasets and seeds, got keys {', '.join(sorted(table)) or 'none'}.")
-    values = {"models": [str(m) for m in _as_list(axes["models"])], "datasets": [str(d) for d in _as_list(axes["datasets"])],
-              "epsilons": _epsilons(axes["epsilons"], bool(settings.get("non_private", False)), where),
-              "seeds": [non_negative_int("seed", s) for s in _as_list(axes["seeds"])]}
+        raise UsageError(
+            f"{where} must list models, datasets and seeds, got keys {', '.join(sorted(table)) or 'none'}."
+        )
+    values = {
+        "models": [str(m) for m in _as_list(axes["models"])],
+        "datasets": [str(d) for d in _as_list(axes["datasets"])],
+        "epsilons": _epsilons(axes["epsilons"], bool(settings.get("non_private", False)), where),
+        "seeds": [non_negative_int("seed", s) for s in _as_list(axes["seeds"])],
+    }
     for name, vals in values.items():
         if not vals:
             raise UsageError(f"{where} {name} must not be empty, got [].")
     validate_block(runner, values["models"], values["datasets"], settings, where)
     values["profiles"] = _profiles(runner, values["datasets"], axes["profiles"], where)
-    return GridBlock(settings=_settings_tuple(settings), **{k: tuple(dict.fromkeys(v)) for k, v in values.items()})
+    return GridBlock(
+        settings=_settings_tuple(settings),
+        **{k: tuple(dict.fromkeys(v)) for k, v in values.items()},
+    )
 
 
 def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[str | None]:
@@ -281,8 +375,10 @@ def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[st
     out = [None] if profiles is None else _profile_values(profiles, where)
     named = [p for p in out if p is not None]
     if runner != "train" and named:
-        raise UsageError(f"{where} profiles must be [\"default\"] for the {runner} runner (it reads no dataset), "
-                         f"got {[p or DEFAULT_PROFILE for p in out]!r}.")
+        raise UsageError(
+            f'{where} profiles must be ["default"] for the {runner} runner (it reads no dataset), '
+            f"got {[p or DEFAULT_PROFILE for p in out]!r}."
+        )
     for p, d in itertools.product(named, datasets):
         profile_setting(d, p, where)
     return out
@@ -291,7 +387,9 @@ def _profiles(runner: str, datasets: list[str], profiles, where: str) -> list[st
 def _profile_values(profiles, where: str) -> list[str | None]:
     values = _as_list(profiles)
     if not values or any(not isinstance(p, str) for p in values):
-        raise UsageError(f"{where} profiles must be a non-empty list of profile names, got {profiles!r}.")
+        raise UsageError(
+            f"{where} profiles must be a non-empty list of profile names, got {profiles!r}."
+        )
     return [None if p == DEFAULT_PROFILE else p for p in values]
 
 
@@ -304,18 +402,35 @@ def with_profile(spec: SweepSpec, profile: str | None) -> SweepSpec:
     if not isinstance(profile, str) or not _NAME_RE.match(profile):
         raise UsageError(f"profile must be a profile name such as authors, got {profile!r}.")
     blocks = tuple(
-        GridBlock(b.models, b.datasets, b.epsilons, b.seeds, b.settings,
-                  profiles=tuple(_profiles(spec.runner, list(b.datasets), [profile], f"grid block {i + 1}")))
+        GridBlock(
+            b.models,
+            b.datasets,
+            b.epsilons,
+            b.seeds,
+            b.settings,
+            profiles=tuple(
+                _profiles(spec.runner, list(b.datasets), [profile], f"grid block {i + 1}")
+            ),
+        )
         for i, b in enumerate(spec.blocks)
     )
-    return SweepSpec(name=validate_name(f"{spec.name}-{profile}"), runner=spec.runner, blocks=blocks,
-                     description=f"{spec.description} Preprocessing profile: {profile}.".strip(),
-                     source=f"{spec.source} --profile {profile}".strip())
+    return SweepSpec(
+        name=validate_name(f"{spec.name}-{profile}"),
+        runner=spec.runner,
+        blocks=blocks,
+        description=f"{spec.description} Preprocessing profile: {profile}.".strip(),
+        source=f"{spec.source} --profile {profile}".strip(),
+    )
 
 
 def _settings_tuple(settings: dict) -> tuple:
     """Sorted (name, value) pairs with lists turned into tuples, so a Task stays hashable."""
-    return tuple(sorted(((k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()), key=lambda kv: kv[0]))
+    return tuple(
+        sorted(
+            ((k, tuple(v) if isinstance(v, list) else v) for k, v in settings.items()),
+            key=lambda kv: kv[0],
+        )
+    )
 
 
 def _grid_tables(data: dict) -> list[dict]:
@@ -323,9 +438,15 @@ def _grid_tables(data: dict) -> list[dict]:
     grid = data.get("grid")
     top_level = [a for a in _GRID_KEYS if a in data]
     if grid is not None and top_level:
-        raise UsageError(f"sweep spec must use either [[grid]] blocks or top-level grid keys, got both ({', '.join(top_level)}).")
-    _refuse_extra(data, {"name", "runner", "description", "settings", "fixed", "grid", *top_level}, "sweep spec top-level keys",
-                  "name, runner, description, settings, grid")
+        raise UsageError(
+            f"sweep spec must use either [[grid]] blocks or top-level grid keys, got both ({', '.join(top_level)})."
+        )
+    _refuse_extra(
+        data,
+        {"name", "runner", "description", "settings", "fixed", "grid", *top_level},
+        "sweep spec top-level keys",
+        "name, runner, description, settings, grid",
+    )
     if grid is None:
         return [{k: data[k] for k in top_level}]
     if isinstance(grid, list) and grid and all(isinstance(g, dict) for g in grid):
@@ -340,13 +461,25 @@ def spec_from_dict(data: dict, *, source: str = "", default_name: str | None = N
     name = validate_name(data.get("name", default_name))
     runner = data.get("runner", "train")
     if runner not in RUNNER_NAMES:
-        raise UsageError(f"runner must be one of {', '.join(sorted(RUNNER_NAMES))}, got {runner!r}.")
+        raise UsageError(
+            f"runner must be one of {', '.join(sorted(RUNNER_NAMES))}, got {runner!r}."
+        )
     fixed_names = [k for k in ("settings", "fixed") if k in data]
     if len(fixed_names) > 1:
-        raise UsageError("sweep spec must give its fixed settings once, got both [settings] and [fixed].")
+        raise UsageError(
+            "sweep spec must give its fixed settings once, got both [settings] and [fixed]."
+        )
     base = _settings(data.get(fixed_names[0]) if fixed_names else None, "spec")
-    blocks = tuple(_block(t, base, runner, f"grid block {i + 1}") for i, t in enumerate(_grid_tables(data)))
-    return SweepSpec(name=name, runner=runner, blocks=blocks, description=str(data.get("description", "")), source=source)
+    blocks = tuple(
+        _block(t, base, runner, f"grid block {i + 1}") for i, t in enumerate(_grid_tables(data))
+    )
+    return SweepSpec(
+        name=name,
+        runner=runner,
+        blocks=blocks,
+        description=str(data.get("description", "")),
+        source=source,
+    )
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -361,7 +494,9 @@ def load_spec(path: str | Path) -> SweepSpec:
     return parse_spec(text, source=str(p), default_name=p.stem)
 
 
-def parse_spec(text: str, *, source: str = "<string>", default_name: str | None = None) -> SweepSpec:
+def parse_spec(
+    text: str, *, source: str = "<string>", default_name: str | None = None
+) -> SweepSpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -372,7 +507,13 @@ def parse_spec(text: str, *, source: str = "<string>", default_name: str | None 
 # ---- Built-in specs
 
 #: The five frozen-feature and logistic models of the DP-RVFL study (paper 001, section 3).
-FROZEN_AND_LOGISTIC = ("dp-rvfl", "dp-elm-sgd", "frozen-dense-matched", "logistic-raw", "logistic-projected")
+FROZEN_AND_LOGISTIC = (
+    "dp-rvfl",
+    "dp-elm-sgd",
+    "frozen-dense-matched",
+    "logistic-raw",
+    "logistic-projected",
+)
 #: Models with a trainable representation; the primary grid runs them at eps = 2 only.
 TRAINABLE = ("dp-dense", "dp-cnn", "dp-attention")
 #: Private target budgets of the primary design (paper 001, section 4.1).
@@ -388,19 +529,27 @@ DP_ELM_PRIMARY = tuple(LEGACY_MODELS)
 
 
 def _grid(models, datasets, epsilons=None, seeds=PRIMARY_SEEDS, **settings) -> dict:
-    return {"models": list(models), "datasets": list(datasets), "seeds": list(seeds),
-            **({} if epsilons is None else {"epsilons": list(epsilons)}), **({"settings": settings} if settings else {})}
+    return {
+        "models": list(models),
+        "datasets": list(datasets),
+        "seeds": list(seeds),
+        **({} if epsilons is None else {"epsilons": list(epsilons)}),
+        **({"settings": settings} if settings else {}),
+    }
 
 
 # Read by spec_from_dict like a TOML file. The descriptions are stored with every store: keep them verbatim.
 _BUILTINS = {
     "dp-rvfl-primary": {
         "description": "DP-RVFL primary grid (paper 001, sections 4.1-4.3): the five frozen-feature and logistic models at six budgets, "
-                       "Dense and CNN at eps = 2, attention at eps = 2 on the image datasets, seeds 42-46, delta = 1e-5; datasets without "
-                       "local files (CIFAR-10 here) are skipped and reported.",
+        "Dense and CNN at eps = 2, attention at eps = 2 on the image datasets, seeds 42-46, delta = 1e-5; datasets without "
+        "local files (CIFAR-10 here) are skipped and reported.",
         "settings": {"delta": 1e-5},
-        "grid": [_grid(FROZEN_AND_LOGISTIC, PRIMARY_DATASETS, PRIMARY_EPSILONS), _grid(TRAINABLE[:2], PRIMARY_DATASETS, [2.0]),
-                 _grid(["dp-attention"], IMAGE_DATASETS, [2.0])],
+        "grid": [
+            _grid(FROZEN_AND_LOGISTIC, PRIMARY_DATASETS, PRIMARY_EPSILONS),
+            _grid(TRAINABLE[:2], PRIMARY_DATASETS, [2.0]),
+            _grid(["dp-attention"], IMAGE_DATASETS, [2.0]),
+        ],
     },
     # The paper's full primary suite, "1540 primary tasks" (paper 001, sections 4.1-4.3): (7 gradient models + 4 DP-ELM widths) x
     # 4 datasets x (6 budgets + non-private) x 5 seeds. The private gradient tasks carry exactly the settings of dp-rvfl-primary
@@ -408,13 +557,16 @@ _BUILTINS = {
     # epsilon-DP (delta = 0; section 4.1) and its release says so.
     "dp-rvfl-primary-full": {
         "description": "DP-RVFL full primary suite (paper 001, sections 4.1-4.3, the 1540 primary tasks): the seven gradient-trained models "
-                       "(DP-RVFL, DP-ELM-SGD, FrozenDenseMatched, LogisticRaw, LogisticProjected, Dense, CNN; DP-SGD, delta = 1e-5) and the "
-                       "closed-form Laplace DP-ELM at widths L = 1, 3, 5, 10 (pure eps-DP, delta = 0), each at eps in {0.1, 0.5, 1, 2, 4, 8} "
-                       "and non-private, seeds 42-46, on MNIST, CIFAR-10, Cardio and Heart. Meant for a cluster (--executor dask); datasets "
-                       "without local files (CIFAR-10 here) are skipped and reported.",
-        "grid": [_grid(GRADIENT_PRIMARY, PRIMARY_DATASETS, PRIMARY_EPSILONS, delta=1e-5),
-                 _grid(GRADIENT_PRIMARY, PRIMARY_DATASETS, non_private=True),
-                 _grid(DP_ELM_PRIMARY, PRIMARY_DATASETS, PRIMARY_EPSILONS), _grid(DP_ELM_PRIMARY, PRIMARY_DATASETS, non_private=True)],
+        "(DP-RVFL, DP-ELM-SGD, FrozenDenseMatched, LogisticRaw, LogisticProjected, Dense, CNN; DP-SGD, delta = 1e-5) and the "
+        "closed-form Laplace DP-ELM at widths L = 1, 3, 5, 10 (pure eps-DP, delta = 0), each at eps in {0.1, 0.5, 1, 2, 4, 8} "
+        "and non-private, seeds 42-46, on MNIST, CIFAR-10, Cardio and Heart. Meant for a cluster (--executor dask); datasets "
+        "without local files (CIFAR-10 here) are skipped and reported.",
+        "grid": [
+            _grid(GRADIENT_PRIMARY, PRIMARY_DATASETS, PRIMARY_EPSILONS, delta=1e-5),
+            _grid(GRADIENT_PRIMARY, PRIMARY_DATASETS, non_private=True),
+            _grid(DP_ELM_PRIMARY, PRIMARY_DATASETS, PRIMARY_EPSILONS),
+            _grid(DP_ELM_PRIMARY, PRIMARY_DATASETS, non_private=True),
+        ],
     },
     "selftest": {
         "runner": "selftest",
@@ -430,4 +582,6 @@ BUILTIN_SPECS = tuple(_BUILTINS)
 def builtin_spec(name: str) -> SweepSpec:
     if name not in _BUILTINS:
         raise UsageError(f"builtin must be one of {', '.join(BUILTIN_SPECS)}, got {name!r}.")
-    return spec_from_dict({"name": name, "runner": "train", **_BUILTINS[name]}, source=f"builtin:{name}")
+    return spec_from_dict(
+        {"name": name, "runner": "train", **_BUILTINS[name]}, source=f"builtin:{name}"
+    )

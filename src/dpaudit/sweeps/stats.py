@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 from ..errors import UsageError
 from ..lazy import lazy_import
+
 np = lazy_import("numpy")
 
 #: The four primary metrics of the paper's contrast family (section 4.2: accuracy, F1, AUROC, AUPRC).
@@ -36,6 +37,7 @@ class CellSummary:
 def summarize(values: Sequence[float], *, confidence: float = 0.95) -> CellSummary:
     """Mean, sample SD and the two-sided Student-t interval at ``confidence`` over seeds."""
     from scipy import stats
+
     x = np.asarray(list(values), dtype=float)
     if x.size == 0:
         raise UsageError("values must be non-empty, got [].")
@@ -61,7 +63,9 @@ def sign_flip_pvalue(differences: Sequence[float]) -> float:
     if not np.all(np.isfinite(d)):
         raise UsageError(f"differences must be finite, got {d.tolist()!r}.")
     if n > MAX_EXACT_N:
-        raise UsageError(f"number of paired differences must be at most {MAX_EXACT_N} for the exact test, got {n}.")
+        raise UsageError(
+            f"number of paired differences must be at most {MAX_EXACT_N} for the exact test, got {n}."
+        )
     observed = abs(float(d.sum()))
     tol = 1e-12 * max(float(np.abs(d).sum()), 1e-300)
     # Row r of the sign matrix: bit j of r set -> sign -1 for difference j.
@@ -82,6 +86,7 @@ def sign_flip_pvalue(differences: Sequence[float]) -> float:
 def holm_adjust(pvalues: Sequence[float]) -> list[float]:
     """Holm step-down adjusted p-values across one family (statsmodels ``multipletests``)."""
     from statsmodels.stats.multitest import multipletests
+
     p = np.asarray(list(pvalues), dtype=float)
     if p.size == 0:
         return []
@@ -97,6 +102,7 @@ def min_attainable_pvalue(n: int) -> float:
 
 # ---- Records: one dict per finished task {model, dataset, epsilon, seed, metrics}
 
+
 def records_from_rows(rows: Iterable) -> list[dict]:
     """Flatten finished store rows (:class:`~dpaudit.sweeps.store.TaskRow`) into records."""
     out = []
@@ -105,11 +111,18 @@ def records_from_rows(rows: Iterable) -> list[dict]:
             continue
         c = r.config
         rec = {
-            "model": c["model"], "dataset": c["dataset"], "epsilon": c["epsilon"], "seed": int(c["seed"]),
-            "metrics": dict(r.result.get("metrics", {})), "seconds": r.seconds, "epsilon_achieved": r.result.get("epsilon"),
+            "model": c["model"],
+            "dataset": c["dataset"],
+            "epsilon": c["epsilon"],
+            "seed": int(c["seed"]),
+            "metrics": dict(r.result.get("metrics", {})),
+            "seconds": r.seconds,
+            "epsilon_achieved": r.result.get("epsilon"),
         }
         profile = (c.get("settings") or {}).get("profile")
-        if profile is not None:  # a non-default preprocessing profile (the sweep tables keep it apart)
+        if (
+            profile is not None
+        ):  # a non-default preprocessing profile (the sweep tables keep it apart)
             rec["profile"] = profile
         out.append(rec)
     return out
@@ -145,21 +158,31 @@ class Cell:
         return asdict(self)  # the summary too (asdict recurses)
 
 
-def cells(records: Iterable[dict], metric: str = "accuracy", *, confidence: float = 0.95) -> list[Cell]:
+def cells(
+    records: Iterable[dict], metric: str = "accuracy", *, confidence: float = 0.95
+) -> list[Cell]:
     """Per (dataset, epsilon, model) summaries of ``metric`` over seeds, sorted."""
-    groups = {(ds, eps, model): by_seed for (ds, eps, _), models in _by_condition(list(records), [metric]).items()
-              for model, by_seed in models.items()}
+    groups = {
+        (ds, eps, model): by_seed
+        for (ds, eps, _), models in _by_condition(list(records), [metric]).items()
+        for model, by_seed in models.items()
+    }
     out = []
-    for (ds, eps, model), by_seed in sorted(groups.items(), key=lambda kv: (kv[0][0], eps_key(kv[0][1]), kv[0][2])):
+    for (ds, eps, model), by_seed in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], eps_key(kv[0][1]), kv[0][2])
+    ):
         seeds = tuple(sorted(by_seed))
         vals = tuple(by_seed[s] for s in seeds)
-        out.append(Cell(ds, eps, model, metric, seeds, vals, summarize(vals, confidence=confidence)))
+        out.append(
+            Cell(ds, eps, model, metric, seeds, vals, summarize(vals, confidence=confidence))
+        )
     return out
 
 
 @dataclass(frozen=True)
 class Contrast:
     """Reference minus comparator on one metric in one dataset-budget condition, paired by seed."""
+
     dataset: str
     epsilon: float | None
     metric: str
@@ -186,8 +209,13 @@ class Contrast:
 
 
 def paired_contrasts(
-    records: Iterable[dict], *, reference: str = "dp-rvfl", comparators: Sequence[str] | None = None,
-    metrics: Sequence[str] = PRIMARY_METRICS, tie_tolerance: float = 0.0, min_pairs: int = 2,
+    records: Iterable[dict],
+    *,
+    reference: str = "dp-rvfl",
+    comparators: Sequence[str] | None = None,
+    metrics: Sequence[str] = PRIMARY_METRICS,
+    tie_tolerance: float = 0.0,
+    min_pairs: int = 2,
 ) -> list[Contrast]:
     """All reference-vs-comparator contrasts the records support, Holm-adjusted as one family. A contrast exists for every
     (dataset, epsilon, metric, comparator) where the reference and the comparator share at least ``min_pairs`` seeds; the family
@@ -195,9 +223,19 @@ def paired_contrasts(
     Seed-level ties are |difference| <= ``tie_tolerance``."""
     by_cond = _by_condition(list(records), metrics)
     metric_order = {m: i for i, m in enumerate(metrics)}
-    out = [_contrast(cond, reference, comp, seeds, [models[reference][s] - models[comp][s] for s in seeds], tie_tolerance)
-           for cond in sorted(by_cond, key=lambda k: (k[0], eps_key(k[1]), metric_order[k[2]]))
-           for models in (by_cond[cond],) for comp, seeds in _pairs(models, reference, comparators, min_pairs)]
+    out = [
+        _contrast(
+            cond,
+            reference,
+            comp,
+            seeds,
+            [models[reference][s] - models[comp][s] for s in seeds],
+            tie_tolerance,
+        )
+        for cond in sorted(by_cond, key=lambda k: (k[0], eps_key(k[1]), metric_order[k[2]]))
+        for models in (by_cond[cond],)
+        for comp, seeds in _pairs(models, reference, comparators, min_pairs)
+    ]
     adjusted = holm_adjust([c.p_value for c in out])
     return [dataclasses.replace(c, p_holm=a) for c, a in zip(out, adjusted)]
 
@@ -207,13 +245,15 @@ def _pairs(models: dict[str, dict[int, float]], reference: str, comparators, min
     common with the reference (none without the reference)."""
     if reference not in models:
         return
-    for comp in (comparators if comparators is not None else sorted(models)):
+    for comp in comparators if comparators is not None else sorted(models):
         seeds = tuple(sorted(set(models[reference]) & set(models.get(comp, {}))))
         if comp != reference and comp in models and len(seeds) >= min_pairs:
             yield comp, seeds
 
 
-def _by_condition(records: list[dict], metrics: Sequence[str]) -> dict[tuple, dict[str, dict[int, float]]]:
+def _by_condition(
+    records: list[dict], metrics: Sequence[str]
+) -> dict[tuple, dict[str, dict[int, float]]]:
     """{(dataset, epsilon, metric): {model: {seed: value}}} of the finite metric values."""
     by_cond: dict[tuple, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for metric in metrics:
@@ -224,19 +264,37 @@ def _by_condition(records: list[dict], metrics: Sequence[str]) -> dict[tuple, di
     return by_cond
 
 
-def _contrast(cond: tuple, reference: str, comparator: str, seeds: tuple, diffs: list[float], tie_tolerance: float) -> Contrast:
+def _contrast(
+    cond: tuple,
+    reference: str,
+    comparator: str,
+    seeds: tuple,
+    diffs: list[float],
+    tie_tolerance: float,
+) -> Contrast:
     """One contrast of ``cond`` = (dataset, epsilon, metric) from its per-seed differences (not yet Holm-adjusted)."""
     dd = np.asarray(diffs)
-    return Contrast(dataset=cond[0], epsilon=cond[1], metric=cond[2], reference=reference, comparator=comparator, seeds=seeds,
-                    differences=tuple(diffs), mean_difference=float(dd.mean()),
-                    sd_difference=float(dd.std(ddof=1)) if dd.size > 1 else math.nan, p_value=sign_flip_pvalue(diffs),
-                    wins=int(np.sum(dd > tie_tolerance)), ties=int(np.sum(np.abs(dd) <= tie_tolerance)),
-                    losses=int(np.sum(dd < -tie_tolerance)))
+    return Contrast(
+        dataset=cond[0],
+        epsilon=cond[1],
+        metric=cond[2],
+        reference=reference,
+        comparator=comparator,
+        seeds=seeds,
+        differences=tuple(diffs),
+        mean_difference=float(dd.mean()),
+        sd_difference=float(dd.std(ddof=1)) if dd.size > 1 else math.nan,
+        p_value=sign_flip_pvalue(diffs),
+        wins=int(np.sum(dd > tie_tolerance)),
+        ties=int(np.sum(np.abs(dd) <= tie_tolerance)),
+        losses=int(np.sum(dd < -tie_tolerance)),
+    )
 
 
 @dataclass(frozen=True)
 class WinTieLoss:
     """Condition-level counts for one comparator and metric: reference mean above/equal/below."""
+
     reference: str
     comparator: str
     metric: str
@@ -257,5 +315,14 @@ def win_tie_loss(contrasts: Iterable[Contrast], *, tie_tolerance: float = 0.0) -
     for c in contrasts:
         k = (c.comparator, c.metric)
         ref_name[k] = c.reference
-        agg[k][0 if c.mean_difference > tie_tolerance else 2 if c.mean_difference < -tie_tolerance else 1] += 1
-    return [WinTieLoss(ref_name[k], k[0], k[1], w, t, l, w + t + l) for k, (w, t, l) in sorted(agg.items())]
+        agg[k][
+            0
+            if c.mean_difference > tie_tolerance
+            else 2
+            if c.mean_difference < -tie_tolerance
+            else 1
+        ] += 1
+    return [
+        WinTieLoss(ref_name[k], k[0], k[1], w, t, l, w + t + l)
+        for k, (w, t, l) in sorted(agg.items())
+    ]

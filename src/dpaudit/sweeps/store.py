@@ -76,22 +76,31 @@ class SweepStore:
             self._db.executescript(_SCHEMA)
             meta = self.meta()
         except sqlite3.DatabaseError as e:
-            raise DataError(f"sweep store {self.path} is unreadable or not a sweep store: {e}.") from None
+            raise DataError(
+                f"sweep store {self.path} is unreadable or not a sweep store: {e}."
+            ) from None
         version = meta.get("schema_version")
         if version is None:
             self._set_meta("schema_version", str(SCHEMA_VERSION))
         elif version != str(SCHEMA_VERSION):
-            raise DataError(f"sweep store {self.path} schema_version must be {SCHEMA_VERSION}, got {version}.")
+            raise DataError(
+                f"sweep store {self.path} schema_version must be {SCHEMA_VERSION}, got {version}."
+            )
         if name is not None:
             stored = meta.get("name")
             if stored is None:
                 self._set_meta("name", name)
             elif stored != name:
-                raise DataError(f"sweep store {self.path} belongs to sweep {stored!r}, not {name!r}.")
+                raise DataError(
+                    f"sweep store {self.path} belongs to sweep {stored!r}, not {name!r}."
+                )
 
     # -- meta ---------------------------------------------------------------------------------
     def _set_meta(self, key: str, value: str) -> None:
-        self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
 
     def meta(self) -> dict:
         return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
@@ -107,13 +116,26 @@ class SweepStore:
     def add_tasks(self, tasks: Iterable[Task]) -> None:
         """Insert the tasks not yet known (by key), in one transaction."""
         now = now_utc()
-        rows = [(t.key, canonical_json(t.config()), t.runner, t.model, t.dataset, t.epsilon, t.seed, now) for t in tasks]
+        rows = [
+            (
+                t.key,
+                canonical_json(t.config()),
+                t.runner,
+                t.model,
+                t.dataset,
+                t.epsilon,
+                t.seed,
+                now,
+            )
+            for t in tasks
+        ]
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
             cur.executemany(
                 "INSERT OR IGNORE INTO tasks (key, config, runner, model, dataset, epsilon, seed, status, added_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)", rows,
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+                rows,
             )
             cur.execute("COMMIT")
         except BaseException:
@@ -130,26 +152,38 @@ class SweepStore:
         st = self.statuses()
         return [k for k in keys if st.get(k) in wanted]
 
-    def mark_done(self, key: str, result: dict, *, seconds: float | None = None, worker: str | None = None) -> None:
-        self._finish(key, "done", json.dumps(_json_safe(result), sort_keys=True), None, seconds, worker)
+    def mark_done(
+        self, key: str, result: dict, *, seconds: float | None = None, worker: str | None = None
+    ) -> None:
+        self._finish(
+            key, "done", json.dumps(_json_safe(result), sort_keys=True), None, seconds, worker
+        )
 
-    def mark_failed(self, key: str, error: str, *, seconds: float | None = None, worker: str | None = None) -> None:
+    def mark_failed(
+        self, key: str, error: str, *, seconds: float | None = None, worker: str | None = None
+    ) -> None:
         self._finish(key, "failed", None, error, seconds, worker)
 
     def _finish(self, key, status, result, error, seconds, worker) -> None:
         cur = self._db.execute(
             "UPDATE tasks SET status = ?, result = ?, error = ?, attempts = attempts + 1, seconds = ?, worker = ?, "
-            "finished_at = ? WHERE key = ? AND status != 'done'", (status, result, error, seconds, worker, now_utc(), key),
+            "finished_at = ? WHERE key = ? AND status != 'done'",
+            (status, result, error, seconds, worker, now_utc(), key),
         )
-        if cur.rowcount == 0 and not self._db.execute("SELECT 1 FROM tasks WHERE key = ?", (key,)).fetchone():
+        if (
+            cur.rowcount == 0
+            and not self._db.execute("SELECT 1 FROM tasks WHERE key = ?", (key,)).fetchone()
+        ):
             raise DataError(f"task key must be in the sweep store {self.path}, got {key}.")
 
     def rows(self, *, status: str | None = None) -> list[TaskRow]:
         q = "SELECT key, config, status, result, error, attempts, seconds, worker, finished_at FROM tasks"
         args: tuple = () if status is None else (status,)
         q += ("" if status is None else " WHERE status = ?") + " ORDER BY rowid"
-        return [TaskRow(k, json.loads(c), s, json.loads(r) if r else None, e, a, sec, w, f)
-                for k, c, s, r, e, a, sec, w, f in self._db.execute(q, args).fetchall()]
+        return [
+            TaskRow(k, json.loads(c), s, json.loads(r) if r else None, e, a, sec, w, f)
+            for k, c, s, r, e, a, sec, w, f in self._db.execute(q, args).fetchall()
+        ]
 
     def counts(self, keys: Iterable[str] | None = None) -> dict[str, int]:
         st = self.statuses(keys)
@@ -165,7 +199,9 @@ class SweepStore:
         self.close()
 
 
-def open_store(path: str | os.PathLike, *, name: str | None = None, create: bool = True) -> SweepStore:
+def open_store(
+    path: str | os.PathLike, *, name: str | None = None, create: bool = True
+) -> SweepStore:
     """Open (or create) a sweep store; ``path`` may be the file or the sweep's folder."""
     p = Path(path)
     if p.is_dir() or (not p.suffix and not p.exists()):

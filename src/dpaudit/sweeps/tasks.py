@@ -28,11 +28,23 @@ from ..noise import public_rng
 from ..records import write_release
 from ..releasing import held_by_caller, make_noise_source, planned_noise_tail, release
 from .spec import RUNNER_NAMES, config_key, task_request
+
 np = lazy_import("numpy")
 
 #: Release fields a sweep table needs (the full release stays in release.json).
-RESULT_FIELDS = ("epsilon", "target_epsilon", "delta", "accountant", "adjacency", "noise_multiplier", "sample_rate", "steps",
-                 "steps_executed", "non_private", "noise_source")
+RESULT_FIELDS = (
+    "epsilon",
+    "target_epsilon",
+    "delta",
+    "accountant",
+    "adjacency",
+    "noise_multiplier",
+    "sample_rate",
+    "steps",
+    "steps_executed",
+    "non_private",
+    "noise_source",
+)
 #: Config entries of closed-form mechanisms (DP-ELM: width, Laplace scale L(L+2)/epsilon, sampler), copied into the result when
 #: the release's config records them.
 RESULT_CONFIG = ("width", "noise_scale", "sampler")
@@ -41,6 +53,7 @@ RESULT_CONFIG = ("width", "noise_scale", "sampler")
 @dataclass(frozen=True)
 class RunContext:
     """Where a task writes and reads; not part of the task key (speed/location settings only)."""
+
     sweep: str
     out_dir: str  # the sweep's folder; releases go below it
     data_dir: str | None = None
@@ -59,7 +72,14 @@ def task_dir(out_dir: str | os.PathLike, config: dict, key: str) -> Path:
     eps = "nonprivate" if config["epsilon"] is None else f"eps{config['epsilon']:g}"
     profile = (config.get("settings") or {}).get("profile")
     dataset = config["dataset"] if profile is None else f"{config['dataset']}-{profile}"
-    return Path(out_dir) / "releases" / config["model"] / dataset / eps / f"seed{config['seed']}-{key[:12]}"
+    return (
+        Path(out_dir)
+        / "releases"
+        / config["model"]
+        / dataset
+        / eps
+        / f"seed{config['seed']}-{key[:12]}"
+    )
 
 
 def held_for(context: RunContext, key: str) -> tuple[str, ...]:
@@ -73,11 +93,14 @@ def execute_task(payload: tuple[dict, dict]) -> dict:
     """Entry point on a worker: ``payload = (task config, RunContext as dict)``."""
     config, ctx = payload
     if config["runner"] not in RUNNER_NAMES:
-        raise UsageError(f"runner must be one of {', '.join(sorted(RUNNER_NAMES))}, got {config['runner']!r}.")
+        raise UsageError(
+            f"runner must be one of {', '.join(sorted(RUNNER_NAMES))}, got {config['runner']!r}."
+        )
     return RUNNERS[config["runner"]](config, RunContext(**ctx), config_key(config))
 
 
 # ---- train
+
 
 def _run_train(config: dict, context: RunContext, key: str) -> dict:
     """Release the task's Request (its own preflight refuses over-cap work before training) and write release.json tagged with
@@ -85,9 +108,18 @@ def _run_train(config: dict, context: RunContext, key: str) -> dict:
     name, request = task_request(config, context.data_dir)
     out = task_dir(context.out_dir, config, key)
     with held_by_caller(held_for(context, key)):
-        rel = release(name, request, out_dir=str(out), ledger_path=context.ledger_path, record=False, progress=False)
+        rel = release(
+            name,
+            request,
+            out_dir=str(out),
+            ledger_path=context.ledger_path,
+            record=False,
+            progress=False,
+        )
     # The sweep tag: which sweep and task made this release (the ledger shows it per release).
-    tagged = dataclasses.replace(rel, config={**rel.config, "sweep": {"name": context.sweep, "task": key}})
+    tagged = dataclasses.replace(
+        rel, config={**rel.config, "sweep": {"name": context.sweep, "task": key}}
+    )
     write_release(tagged, out)
     result = release_result(tagged, out)
     # Handed to the coordinator (the ledger writer) with its local-only data digest, so the ledger can store the keyed
@@ -104,7 +136,9 @@ def planned_release(config: dict):
     if config["runner"] != "train":
         return None
     name, request = task_request(config)
-    plan = registry.mechanism(name).plan(request, DataInfo.from_registry(request.dataset, config["settings"].get("profile")))
+    plan = registry.mechanism(name).plan(
+        request, DataInfo.from_registry(request.dataset, config["settings"].get("profile"))
+    )
     return plan.data_name, plan.partition, plan.adjacency, plan.event, planned_noise_tail(plan)
 
 
@@ -133,13 +167,21 @@ def release_result(rel, out: Path) -> dict:
     """The part of a release a sweep table needs (the full release stays in release.json)."""
     d = rel.to_dict() if hasattr(rel, "to_dict") else dict(rel)
     cfg = d.get("config") or {}
-    return {"release_id": d.get("id"), "mechanism": d.get("mechanism"), **{k: d.get(k) for k in RESULT_FIELDS},
-            "dataset": {k: (d.get("dataset") or {}).get(k) for k in ("name", "profile")}, "partition": d.get("partition"),
-            "metrics": d.get("metrics", {}), "timings": d.get("timings", {}), "release_dir": str(out.resolve()),
-            **{k: cfg[k] for k in RESULT_CONFIG if k in cfg}}
+    return {
+        "release_id": d.get("id"),
+        "mechanism": d.get("mechanism"),
+        **{k: d.get(k) for k in RESULT_FIELDS},
+        "dataset": {k: (d.get("dataset") or {}).get(k) for k in ("name", "profile")},
+        "partition": d.get("partition"),
+        "metrics": d.get("metrics", {}),
+        "timings": d.get("timings", {}),
+        "release_dir": str(out.resolve()),
+        **{k: cfg[k] for k in RESULT_CONFIG if k in cfg},
+    }
 
 
 # ---- selftest
+
 
 def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
     """Release a statistic of synthetic data in [0, 1] with the Gaussian mechanism.
@@ -165,19 +207,27 @@ def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
     data = np.sort(x)[: n // 2] if config["model"] == "median" else x
     truth = float(data.mean())
     noise = make_noise_source(
-        seed=seed, reproducible_noise=bool(s.get("reproducible_noise", False)),
+        seed=seed,
+        reproducible_noise=bool(s.get("reproducible_noise", False)),
         noise_source=str(s.get("noise_source", "os-entropy")),
     )
     if s.get("non_private") or config["epsilon"] is None:
         sigma = 0.0
     else:
         delta = float(s.get("delta", 1e-5))
-        sigma = math.sqrt(2.0 * math.log(1.25 / delta)) * (1.0 / (len(data) - 1)) / float(config["epsilon"])
+        sigma = (
+            math.sqrt(2.0 * math.log(1.25 / delta))
+            * (1.0 / (len(data) - 1))
+            / float(config["epsilon"])
+        )
     estimate = truth + float(noise.gaussian_numpy((), sigma)) if sigma > 0 else truth
     err = abs(estimate - truth)
     return {
-        "mechanism": f"selftest-{config['model']}", "epsilon": config["epsilon"], "delta": float(s.get("delta", 1e-5)),
-        "noise_scale": sigma, "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
+        "mechanism": f"selftest-{config['model']}",
+        "epsilon": config["epsilon"],
+        "delta": float(s.get("delta", 1e-5)),
+        "noise_scale": sigma,
+        "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
         "timings": {"train_seconds": time.perf_counter() - t0},
     }
 

@@ -23,6 +23,7 @@ from ...lazy import lazy_import
 from ...noise import NoiseSource
 from ...threads import limited_threads
 from ...validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -63,7 +64,9 @@ class DPSGDConfig:
     def __post_init__(self) -> None:
         one_of("optimizer", self.optimizer, tuple(OPTIMIZERS))
         if not (0.0 <= float(self.momentum) < 1.0) or (self.optimizer != "sgd" and self.momentum):
-            raise UsageError(f"momentum must be in [0, 1) with optimizer sgd and 0 otherwise, got {self.momentum!r} with {self.optimizer}.")
+            raise UsageError(
+                f"momentum must be in [0, 1) with optimizer sgd and 0 otherwise, got {self.momentum!r} with {self.optimizer}."
+            )
         half_open_unit("sample_rate", self.sample_rate)
         positive_int("steps", self.steps)
         positive_int("normalizer", self.normalizer)
@@ -123,7 +126,12 @@ class AdamState:
         return cls([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params], 0)
 
 
-def adam_update(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor], state: AdamState, config: DPSGDConfig) -> None:
+def adam_update(
+    params: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    state: AdamState,
+    config: DPSGDConfig,
+) -> None:
     """One in-place Adam step (no weight decay, no amsgrad), bit for bit the CPU step of
     ``torch.optim.Adam`` (its single-tensor path: the same operations in the same order).
 
@@ -184,8 +192,9 @@ class Adam:
             self.state = AdamState.zeros_like(self.params)
             self.m = self.state.m
             self.fused = getattr(torch, "_fused_adam_", None)
-            self.steps = [torch.zeros((), dtype=torch.float32, device=p.device)
-                          for p in self.params]
+            self.steps = [
+                torch.zeros((), dtype=torch.float32, device=p.device) for p in self.params
+            ]
         else:
             self.m = [np.zeros_like(p) for p in self.params]
             self.v = [np.zeros_like(p) for p in self.params]
@@ -202,8 +211,21 @@ class Adam:
             c = self.config
             for s in self.steps:
                 s.fill_(t)
-            self.fused(self.params, list(grads), self.state.m, self.state.v, [], self.steps, amsgrad=False, lr=c.lr,
-                       beta1=c.betas[0], beta2=c.betas[1], weight_decay=0.0, eps=c.adam_eps, maximize=False)
+            self.fused(
+                self.params,
+                list(grads),
+                self.state.m,
+                self.state.v,
+                [],
+                self.steps,
+                amsgrad=False,
+                lr=c.lr,
+                beta1=c.betas[0],
+                beta2=c.betas[1],
+                weight_decay=0.0,
+                eps=c.adam_eps,
+                maximize=False,
+            )
 
     def _numpy_step(self, grads: Sequence[np.ndarray], t: int) -> None:
         c = self.config
@@ -214,8 +236,13 @@ class Adam:
             tmp = self._tmp.setdefault(p.dtype, np.empty(_BLOCK, dtype=p.dtype))
             pf, gf, mf, vf = (a.reshape(-1) for a in (p, g, m, v))
             for s in range(0, pf.size, _BLOCK):
-                pb, gb, mb, vb = pf[s:s + _BLOCK], gf[s:s + _BLOCK], mf[s:s + _BLOCK], vf[s:s + _BLOCK]
-                d = tmp[:pb.size]
+                pb, gb, mb, vb = (
+                    pf[s : s + _BLOCK],
+                    gf[s : s + _BLOCK],
+                    mf[s : s + _BLOCK],
+                    vf[s : s + _BLOCK],
+                )
+                d = tmp[: pb.size]
                 np.subtract(gb, mb, out=d)  # lerp(m, g, 1 - b1)
                 d *= 1.0 - b1
                 mb += d
@@ -241,7 +268,7 @@ class SGD:
         self.tensors = _is_tensor(self.params)
 
     def step(self, grads: Sequence, t: int) -> None:
-        with (torch.no_grad() if self.tensors else contextlib.nullcontext()):
+        with torch.no_grad() if self.tensors else contextlib.nullcontext():
             self._step(grads)
 
     def _step(self, grads: Sequence) -> None:
@@ -283,8 +310,9 @@ class NoisyStep:
         if _is_tensor(params):
             shapes, dtypes = [tuple(p.shape) for p in params], {p.dtype for p in params}
             if len(dtypes) != 1:
-                raise UsageError(f"module parameters must share one dtype, got "
-                                 f"{sorted(map(str, dtypes))}.")
+                raise UsageError(
+                    f"module parameters must share one dtype, got {sorted(map(str, dtypes))}."
+                )
             host = torch.empty(sum(math.prod(s) for s in shapes), dtype=dtypes.pop()).numpy()
             self._arrays = _split(host, shapes)
             # on the CPU: the same memory
@@ -319,7 +347,7 @@ def _split(flat, shapes: list) -> list:
     views, start = [], 0
     for shape in shapes:
         size = math.prod(shape)
-        views.append(flat[start:start + size].reshape(shape))
+        views.append(flat[start : start + size].reshape(shape))
         start += size
     return views
 
@@ -327,7 +355,9 @@ def _split(flat, shapes: list) -> list:
 # ---------------------------------------------------------------- Poisson sampling
 
 
-def poisson_flat(rng: np.random.Generator, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+def poisson_flat(
+    rng: np.random.Generator, runs: int, n: int, q: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Independent Bernoulli(q) draws on range(n) for each of ``runs`` runs, as one flat array of
     kept indices (run r's indices are ``flat[offsets[r]:offsets[r + 1]]``, increasing).
 
@@ -344,7 +374,9 @@ def poisson_flat(rng: np.random.Generator, runs: int, n: int, q: float) -> tuple
     m = int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16)
     pos = rng.geometric(q, size=m)
     np.cumsum(pos, out=pos)
-    pos = _extend_gaps(rng, pos, total, q)  # positions 0 .. total - 1 (more gaps drawn if rarely needed)
+    pos = _extend_gaps(
+        rng, pos, total, q
+    )  # positions 0 .. total - 1 (more gaps drawn if rarely needed)
     if runs == 1:
         return pos, np.array([0, pos.size])
     offsets = np.searchsorted(pos, np.arange(runs + 1) * n)
@@ -356,7 +388,9 @@ def poisson_flat(rng: np.random.Generator, runs: int, n: int, q: float) -> tuple
 def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> list[np.ndarray]:
     """For each of ``runs`` runs, the indices kept by independent Bernoulli(q) draws on range(n)
     (:func:`poisson_flat`, split per run)."""
-    if runs == 1 and q < 1.0:  # the per-step call of the single-run trainer: the same draws, less overhead
+    if (
+        runs == 1 and q < 1.0
+    ):  # the per-step call of the single-run trainer: the same draws, less overhead
         mean = n * q
         pos = rng.geometric(q, size=int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16))
         pos.cumsum(out=pos)
@@ -366,7 +400,7 @@ def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> li
         pos -= 1
         return [pos]
     flat, offsets = poisson_flat(rng, runs, n, q)
-    return [flat[offsets[r]:offsets[r + 1]] for r in range(runs)]
+    return [flat[offsets[r] : offsets[r + 1]] for r in range(runs)]
 
 
 def _extend_gaps(rng: np.random.Generator, pos: np.ndarray, total: int, q: float) -> np.ndarray:
@@ -385,7 +419,9 @@ def _extend_gaps(rng: np.random.Generator, pos: np.ndarray, total: int, q: float
 def _numpy_backed(noise: NoiseSource) -> bool:
     """True when ``noise`` draws its masks with the stock Bernoulli sampler on ``noise.numpy``
     (os-entropy / reproducible sources), so the same generator may be used more efficiently."""
-    return type(noise).poisson_mask is NoiseSource.poisson_mask and not getattr(noise, "cryptographic", False)
+    return type(noise).poisson_mask is NoiseSource.poisson_mask and not getattr(
+        noise, "cryptographic", False
+    )
 
 
 def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
@@ -415,8 +451,12 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
     truncated at 5.77 sigma) written straight into ``out``, the same draws as
     ``noise.gaussian_torch``; a source that overrides ``gaussian_torch``: that method.
     """
-    if type(noise).gaussian_torch is NoiseSource.gaussian_torch and out.dtype in (np.float32, np.float64) \
-            and out.flags.c_contiguous:
+    if (
+        type(noise).gaussian_torch is NoiseSource.gaussian_torch
+        and out.dtype in (np.float32, np.float64)
+        and out.flags.c_contiguous
+    ):
+
         def fill() -> np.ndarray:
             return noise.gaussian_into(out, std)
     else:
@@ -425,6 +465,7 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
         def fill() -> np.ndarray:
             out[...] = noise.gaussian_torch(shape, std, dtype=dtype).numpy()
             return out
+
     return fill
 
 
@@ -494,8 +535,17 @@ class HeadWorkspace:
             self._grow(rows)
 
 
-def _clipped_sum_kernel(ws: HeadWorkspace, w: np.ndarray, b: int, zn: np.ndarray, y: np.ndarray,
-                        clipping_norm: float, binary_logit: bool, clip: bool, out: np.ndarray | None = None) -> np.ndarray:
+def _clipped_sum_kernel(
+    ws: HeadWorkspace,
+    w: np.ndarray,
+    b: int,
+    zn: np.ndarray,
+    y: np.ndarray,
+    clipping_norm: float,
+    binary_logit: bool,
+    clip: bool,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
     """The clipped sum over the first ``b`` rows of ``ws.batch`` at head ``w`` (K, d+1) into
     ``ws.out`` (or ``out``, C-ordered; see :func:`head_clipped_sum`). Residuals are kept as (K, b)
     so that both products are plain GEMMs. ``zn`` and ``y``: norms ||[z_i, 1]|| and labels of
@@ -524,7 +574,9 @@ def _clipped_sum_kernel(ws: HeadWorkspace, w: np.ndarray, b: int, zn: np.ndarray
         np.sqrt(c, out=c)
         c *= zn
         r *= clip_factors(c, clipping_norm)
-    return np.matmul(r, zb, out=ws.out if out is None else out)  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
+    return np.matmul(
+        r, zb, out=ws.out if out is None else out
+    )  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
 
 
 def head_clipped_sum(
@@ -549,11 +601,22 @@ def head_clipped_sum(
     if b == 0:
         return np.zeros((k, d1), dtype=dtype)
     ws.batch[:b] = z1
-    out = _clipped_sum_kernel(ws, np.asarray(w, dtype=dtype), b, z1_norm.astype(dtype, copy=False), y.astype(np.int64, copy=False), clipping_norm, binary_logit, clip)
+    out = _clipped_sum_kernel(
+        ws,
+        np.asarray(w, dtype=dtype),
+        b,
+        z1_norm.astype(dtype, copy=False),
+        y.astype(np.int64, copy=False),
+        clipping_norm,
+        binary_logit,
+        clip,
+    )
     return out.copy()
 
 
-def check_head_inputs(z, y, n_classes: int, binary_logit: bool) -> tuple[np.ndarray, np.ndarray, int]:
+def check_head_inputs(
+    z, y, n_classes: int, binary_logit: bool
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Features (n, d) with one label in [0, n_classes) per row; returns (z, y, K logits)."""
     z = np.asarray(z)
     y = np.asarray(y)
@@ -575,11 +638,13 @@ def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
     weight = np.asarray(weight)
     z = np.asarray(z)
     w, s = weight[:, :-1].T.astype(np.float64), np.empty((z.shape[0], weight.shape[0]))
-    buf = np.empty((min(_EVAL_ROWS, z.shape[0]), z.shape[1]))  # float64 rows, a block at a time (no float64 copy of z)
+    buf = np.empty(
+        (min(_EVAL_ROWS, z.shape[0]), z.shape[1])
+    )  # float64 rows, a block at a time (no float64 copy of z)
     for i in range(0, z.shape[0], _EVAL_ROWS):
-        rows = buf[:min(_EVAL_ROWS, z.shape[0] - i)]
-        rows[...] = z[i:i + rows.shape[0]]
-        np.matmul(rows, w, out=s[i:i + rows.shape[0]])
+        rows = buf[: min(_EVAL_ROWS, z.shape[0] - i)]
+        rows[...] = z[i : i + rows.shape[0]]
+        np.matmul(rows, w, out=s[i : i + rows.shape[0]])
     s += weight[:, -1].astype(np.float64)
     if s.shape[1] == 1:
         p1 = 1.0 / (1.0 + np.exp(-s[:, 0]))
@@ -594,14 +659,24 @@ def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
 
 def _loss_fn(kind: str, reduction: str = "mean"):
     if kind == "cross_entropy":
-        return lambda out, target: torch.nn.functional.cross_entropy(out, target, reduction=reduction)
+        return lambda out, target: torch.nn.functional.cross_entropy(
+            out, target, reduction=reduction
+        )
     if kind == "bce":
-        return lambda out, target: torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), target.to(out.dtype).reshape(-1), reduction=reduction)
+        return lambda out, target: torch.nn.functional.binary_cross_entropy_with_logits(
+            out.reshape(-1), target.to(out.dtype).reshape(-1), reduction=reduction
+        )
     raise UsageError(f"loss must be one of cross_entropy, bce, got {kind!r}.")
 
 
-def per_sample_grads(module: torch.nn.Module, params: dict, x: torch.Tensor, y: torch.Tensor, loss: str,
-                     randomness: str = "different") -> dict[str, torch.Tensor]:
+def per_sample_grads(
+    module: torch.nn.Module,
+    params: dict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss: str,
+    randomness: str = "different",
+) -> dict[str, torch.Tensor]:
     """Unclipped per-sample gradients (n, *shape) of ``module`` at ``params`` over (x, y), by
     ``torch.func.vmap(torch.func.grad(...))``; ``randomness="different"`` gives each example its
     own dropout mask, as a batch would."""

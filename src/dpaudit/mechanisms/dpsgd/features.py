@@ -23,6 +23,7 @@ from ...data.base import empty_small_pages
 from ...lazy import lazy_import
 from ...noise import public_rng
 from ...validation import one_of, positive_int
+
 np = lazy_import("numpy")
 
 PROJECTION_THRESHOLD = 1024  # project when the flattened input dimension exceeds this
@@ -67,14 +68,22 @@ class FrozenFeatures:
 
     def describe(self) -> dict:
         return {
-            "kind": self.kind, "n_inputs": self.n_inputs, "projected": self.projection is not None,
-            "reduced_dim": self.reduced_dim, "hidden_units": self.hidden_units, "activation": "tanh" if self.weight is not None else None,
-            "direct_link": self.direct_link, "output_dim": self.output_dim, "frozen_parameters": self.frozen_parameters,
+            "kind": self.kind,
+            "n_inputs": self.n_inputs,
+            "projected": self.projection is not None,
+            "reduced_dim": self.reduced_dim,
+            "hidden_units": self.hidden_units,
+            "activation": "tanh" if self.weight is not None else None,
+            "direct_link": self.direct_link,
+            "output_dim": self.output_dim,
+            "frozen_parameters": self.frozen_parameters,
             "projection_init": "N(0, 1/1024)" if self.projection is not None else None,
             "hidden_init": "W ~ U(-1, 1), b ~ U(0, 1)" if self.weight is not None else None,
         }
 
-    def transform(self, x: np.ndarray, *, chunk: int = 4096, dtype="float32", bias_column: bool = False) -> np.ndarray:
+    def transform(
+        self, x: np.ndarray, *, chunk: int = 4096, dtype="float32", bias_column: bool = False
+    ) -> np.ndarray:
         """z for every row of ``x``, computed in chunks (float32 by default, or float64).
 
         ``bias_column=True`` appends a column of ones ([z, 1], the head's bias input) without a
@@ -116,7 +125,7 @@ class FrozenFeatures:
                 h = np.matmul(xr, w, out=h_buf[: e - s])
                 h += b  # x' W + b
                 np.tanh(h, out=h)
-                out[s:e, link:link + w.shape[1]] = h
+                out[s:e, link : link + w.shape[1]] = h
 
 
 def _shape(kind: str, n_inputs: int, hidden_units: int) -> tuple[bool, int, int]:
@@ -138,12 +147,20 @@ def feature_dim(kind: str, n_inputs: int, *, hidden_units: int = HIDDEN_UNITS) -
     return (d_red if direct else 0) + units
 
 
-def build_features(kind: str, n_inputs: int, seed: int, *, hidden_units: int = HIDDEN_UNITS) -> FrozenFeatures:
+def build_features(
+    kind: str, n_inputs: int, seed: int, *, hidden_units: int = HIDDEN_UNITS
+) -> FrozenFeatures:
     """The frozen representation of one model family (sections 3.4-3.5), from the public seed:
     P (d, d') ~ N(0, 1/d') (eq. 15); W_r (d', L) ~ U(-1, 1), then b_r (L,) ~ U(0, 1) (eq. 16)."""
     project, d_red, units = _shape(kind, n_inputs, hidden_units)
     n_inputs = int(n_inputs)
-    proj = public_rng(seed, TAG_PROJECTION).normal(0.0, 1.0 / np.sqrt(PROJECTION_DIM), size=(n_inputs, PROJECTION_DIM)) if project else None
+    proj = (
+        public_rng(seed, TAG_PROJECTION).normal(
+            0.0, 1.0 / np.sqrt(PROJECTION_DIM), size=(n_inputs, PROJECTION_DIM)
+        )
+        if project
+        else None
+    )
     if kind in ("logistic-raw", "logistic-projected"):
         return FrozenFeatures(kind, n_inputs, proj, None, None, direct_link=True)
     rng = public_rng(seed, TAG_HIDDEN)

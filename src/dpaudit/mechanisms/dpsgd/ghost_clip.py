@@ -24,22 +24,50 @@ from functools import reduce
 from ...errors import UsageError
 from ...lazy import lazy_import
 from . import core as dpsgd_core, user_level
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
 
+
 def ghost_layers(module: nn.Module) -> dict | None:
     """The layers holding ``module``'s trainable parameters by name, or None when some trainable
     parameter lies outside a layer this kernel covers."""
-    layers = {n: m for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d)) and any(p.requires_grad for p in m.parameters(recurse=False))}
-    if any(not isinstance(m, nn.Linear) and (m.groups != 1 or isinstance(m.padding, str) or m.padding_mode != "zeros") for m in layers.values()):
+    layers = {
+        n: m
+        for n, m in module.named_modules()
+        if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d))
+        and any(p.requires_grad for p in m.parameters(recurse=False))
+    }
+    if any(
+        not isinstance(m, nn.Linear)
+        and (m.groups != 1 or isinstance(m.padding, str) or m.padding_mode != "zeros")
+        for m in layers.values()
+    ):
         return None
-    owned = {f"{ln}.{pn}" if ln else pn for ln, m in layers.items() for pn, p in m.named_parameters(recurse=False) if p.requires_grad}
+    owned = {
+        f"{ln}.{pn}" if ln else pn
+        for ln, m in layers.items()
+        for pn, p in m.named_parameters(recurse=False)
+        if p.requires_grad
+    }
     return layers if owned == {n for n, p in module.named_parameters() if p.requires_grad} else None
 
 
-def module_clipped_sum(module, params: dict, x: torch.Tensor, y: torch.Tensor, rows: np.ndarray, clipping_norm: float, *,
-                       loss: str = "cross_entropy", clip: bool = True, seg=None, k=None, max_chunk: int = 1024) -> dict:
+def module_clipped_sum(
+    module,
+    params: dict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rows: np.ndarray,
+    clipping_norm: float,
+    *,
+    loss: str = "cross_entropy",
+    clip: bool = True,
+    seg=None,
+    k=None,
+    max_chunk: int = 1024,
+) -> dict:
     """THE clipped sum of module models: sum over units u of clip((1/k_u) sum_{i in u} grad l_i)
     (joint L2 norm over all trainable parameters, :func:`~dpaudit.mechanisms.dpsgd.core.clip_factors`).
     ``rows``: record indices into (x, y), grouped by unit; ``seg[i]``: the unit of ``rows[i]``, ``k``:
@@ -49,21 +77,50 @@ def module_clipped_sum(module, params: dict, x: torch.Tensor, y: torch.Tensor, r
     if seg is None:
         seg, k = np.arange(rows.size), np.ones(rows.size, dtype=np.int64)
     if ghost_layers(module) is None:
-        return user_level.user_module_clipped_sum(module, params, x, y, rows, seg, k, clipping_norm, loss=loss, clip=clip, max_chunk=max_chunk)
+        return user_level.user_module_clipped_sum(
+            module,
+            params,
+            x,
+            y,
+            rows,
+            seg,
+            k,
+            clipping_norm,
+            loss=loss,
+            clip=clip,
+            max_chunk=max_chunk,
+        )
     cumk, total = np.concatenate([[0], np.cumsum(k)]), None
     device = next(iter(params.values())).device
     for ua, ub in user_level.unit_chunks(k, max_chunk):
-        j = torch.as_tensor(rows[cumk[ua]:cumk[ub]])
+        j = torch.as_tensor(rows[cumk[ua] : cumk[ub]])
         kc = k[ua:ub]
-        unit_of = None if np.all(kc == 1) else seg[cumk[ua]:cumk[ub]] - ua
-        part = ghost_clipped_sum(module, x[j].to(device), y[j].to(device), clipping_norm, loss=loss,
-                                 clip=clip, seg=unit_of, k=kc)
+        unit_of = None if np.all(kc == 1) else seg[cumk[ua] : cumk[ub]] - ua
+        part = ghost_clipped_sum(
+            module,
+            x[j].to(device),
+            y[j].to(device),
+            clipping_norm,
+            loss=loss,
+            clip=clip,
+            seg=unit_of,
+            k=kc,
+        )
         total = part if total is None else {n: total[n] + part[n] for n in total}
     return total
 
 
-def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipping_norm: float, *,
-                      loss: str = "cross_entropy", clip: bool = True, seg=None, k=None) -> dict | None:
+def ghost_clipped_sum(
+    module: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    clipping_norm: float,
+    *,
+    loss: str = "cross_entropy",
+    clip: bool = True,
+    seg=None,
+    k=None,
+) -> dict | None:
     """Sum over units of clipped unit gradients (see :func:`module_clipped_sum`) for the rows (x, y)
     grouped by unit (``seg``, ``k``; None: record units), by ghost norms or per-layer
     materialised gradients. None when the module's layers are not covered (:func:`ghost_layers`)."""
@@ -81,10 +138,16 @@ def ghost_clipped_sum(module: nn.Module, x: torch.Tensor, y: torch.Tensor, clipp
             terms[prefix + "bias"] = (_sq(b), lambda w, rw, b=b: w @ b)
     sq = sum(t[0] for t in terms.values())
     kt = sq.new_ones(x.shape[0]) if units is None else units[1].to(sq.dtype)
-    w = (dpsgd_core.clip_factors(sq.sqrt() / kt, clipping_norm) if clip else torch.ones_like(kt)) / kt
+    w = (
+        dpsgd_core.clip_factors(sq.sqrt() / kt, clipping_norm) if clip else torch.ones_like(kt)
+    ) / kt
     rw = w if units is None else w[units[0]]
     sums = {name: t[1](w, rw) for name, t in terms.items()}
-    return {n: sums[n] if n in sums else torch.zeros_like(p) for n, p in module.named_parameters() if p.requires_grad}  # unused layer: 0
+    return {
+        n: sums[n] if n in sums else torch.zeros_like(p)
+        for n, p in module.named_parameters()
+        if p.requires_grad
+    }  # unused layer: 0
 
 
 def _use_ghost(rows: int, units: int, t: int, s: int, d: int, p: int) -> bool:
@@ -107,7 +170,9 @@ def _weight_term(m: nn.Module, calls: list, units) -> tuple:
             sq = _sq(au) * _sq(gu)
         else:
             sq = (au @ au.mT).mul_(gu @ gu.mT).sum((1, 2)).clamp_(min=0.0)
-        return sq, lambda w, rw: ((g * rw[:, None, None]).reshape(-1, p).mT @ a.reshape(-1, d)).reshape(m.weight.shape)
+        return sq, lambda w, rw: (
+            (g * rw[:, None, None]).reshape(-1, p).mT @ a.reshape(-1, d)
+        ).reshape(m.weight.shape)
     per = _per_unit(reduce(operator.add, (_per_record(m, a, g) for a, g in calls)), units)
     return _sq(per), lambda w, rw: torch.tensordot(w, per, 1).reshape(m.weight.shape)
 
@@ -124,7 +189,11 @@ def _join(parts: list) -> torch.Tensor:
 
 def _per_unit(per: torch.Tensor, units) -> torch.Tensor:
     """Per-record tensors (n, ...) summed per unit (U, ...)."""
-    return per if units is None else per.new_zeros((units[1].numel(), *per.shape[1:])).index_add_(0, units[0], per)
+    return (
+        per
+        if units is None
+        else per.new_zeros((units[1].numel(), *per.shape[1:])).index_add_(0, units[0], per)
+    )
 
 
 def _by_unit(r: torch.Tensor, seg: torch.Tensor, k: torch.Tensor, kmax: int) -> torch.Tensor:
@@ -136,7 +205,9 @@ def _by_unit(r: torch.Tensor, seg: torch.Tensor, k: torch.Tensor, kmax: int) -> 
     return out.reshape(k.numel(), kmax * r.shape[1], r.shape[2])
 
 
-def _layer_calls(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str) -> dict:
+def _layer_calls(
+    module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str
+) -> dict:
     """Per layer applied: its calls' (input, output gradient) from one forward and one backward
     pass of the summed loss over (x, y), the backward taken w.r.t. the layer outputs only. A layer
     output rewritten in place later (``nn.ReLU(inplace=True)``) would take the gradient of the rewritten
@@ -144,7 +215,9 @@ def _layer_calls(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tens
     output). A layer input rewritten in place after the layer read it is refused (its value is lost)."""
     with torch.enable_grad():
         seen, value = _forward(module, layers, x, y, loss, copied=frozenset())
-        rewritten = frozenset(n for n, calls in seen.items() for _, _, o, v in calls if o._version != v)
+        rewritten = frozenset(
+            n for n, calls in seen.items() for _, _, o, v in calls if o._version != v
+        )
         if rewritten:
             seen, value = _forward(module, layers, x, y, loss, copied=rewritten)
         outs = [o for calls in seen.values() for _, _, o, _ in calls]
@@ -152,8 +225,15 @@ def _layer_calls(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tens
     return {n: [(a, next(grads)) for a, _, _, _ in calls] for n, calls in seen.items() if calls}
 
 
-def _forward(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, loss: str, *,
-             copied: frozenset) -> tuple[dict, object]:
+def _forward(
+    module: nn.Module,
+    layers: dict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss: str,
+    *,
+    copied: frozenset,
+) -> tuple[dict, object]:
     """One forward pass recording each layer call's (input, its version, output, its version); the
     layers named in ``copied`` hand a copy of their output to the rest of the model. Returns (calls
     by layer, summed loss)."""
@@ -163,6 +243,7 @@ def _forward(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, 
         def record(mod, inputs, output):
             seen[name].append((inputs[0].detach(), inputs[0]._version, output, output._version))
             return output.clone() if name in copied else None
+
         return record
 
     handles = [m.register_forward_hook(hook(n)) for n, m in layers.items()]
@@ -173,8 +254,10 @@ def _forward(module: nn.Module, layers: dict, x: torch.Tensor, y: torch.Tensor, 
             h.remove()
     for name, calls in seen.items():
         if any(a._version != v for a, v, _, _ in calls):
-            raise UsageError(f"model must not modify a layer's input in place (ghost clipping), got {name}'s "
-                             f"input modified after {name} read it.")
+            raise UsageError(
+                f"model must not modify a layer's input in place (ghost clipping), got {name}'s "
+                f"input modified after {name} read it."
+            )
     return seen, value
 
 
@@ -189,7 +272,13 @@ def _rows(m: nn.Module, g: torch.Tensor, a: torch.Tensor | None = None) -> torch
         return g.reshape(n, g.shape[1], -1).mT
     lift = (lambda v, pad: tuple(v)) if isinstance(m, nn.Conv2d) else (lambda v, pad: (pad, *v))
     a = a if isinstance(m, nn.Conv2d) else a.unsqueeze(2)
-    return nn.functional.unfold(a, lift(m.kernel_size, 1), dilation=lift(m.dilation, 1), padding=lift(m.padding, 0), stride=lift(m.stride, 1)).mT
+    return nn.functional.unfold(
+        a,
+        lift(m.kernel_size, 1),
+        dilation=lift(m.dilation, 1),
+        padding=lift(m.padding, 0),
+        stride=lift(m.stride, 1),
+    ).mT
 
 
 def _per_record(m: nn.Module, a: torch.Tensor, g: torch.Tensor, block: int = 64) -> torch.Tensor:
@@ -200,13 +289,17 @@ def _per_record(m: nn.Module, a: torch.Tensor, g: torch.Tensor, block: int = 64)
     last ``block`` records (overlapping rows dropped; zero padded only when n < block): no copy."""
     n, p = g.shape[0], m.weight.shape[0]
     if isinstance(m, nn.Linear):
-        return torch.einsum("nsp,nsd->npd", _rows(m, g), _rows(m, g, a))  # measured 2x faster than bmm here
+        return torch.einsum(
+            "nsp,nsd->npd", _rows(m, g), _rows(m, g, a)
+        )  # measured 2x faster than bmm here
     if n < block:  # zero records: zero gradients, dropped below
         a, g = (torch.cat([t, t.new_zeros((block - n, *t.shape[1:]))]) for t in (a, g))
     out = []
     for i in range(0, n, block):
         j = min(i, max(n, block) - block)
-        out.append(_conv_weight_grads(m, a[j:j + block], g[j:j + block])[i - j:min(block, n - j)])
+        out.append(
+            _conv_weight_grads(m, a[j : j + block], g[j : j + block])[i - j : min(block, n - j)]
+        )
     return torch.cat(out)
 
 
@@ -217,8 +310,23 @@ def _conv_weight_grads(m: nn.Module, a: torch.Tensor, g: torch.Tensor) -> torch.
     b, p, k = a.shape[0], m.weight.shape[0], m.kernel_size
     if m.in_channels == 1:
         conv = nn.functional.conv2d if isinstance(m, nn.Conv2d) else nn.functional.conv1d
-        o = conv(a.reshape(1, b, *a.shape[2:]), g.reshape(b * p, 1, *g.shape[2:]), None, m.dilation, m.padding, m.stride, b)
+        o = conv(
+            a.reshape(1, b, *a.shape[2:]),
+            g.reshape(b * p, 1, *g.shape[2:]),
+            None,
+            m.dilation,
+            m.padding,
+            m.stride,
+            b,
+        )
         return o[(..., *(slice(0, s) for s in k))].reshape(b, p, -1)
     wgrad = torch.nn.grad.conv2d_weight if isinstance(m, nn.Conv2d) else torch.nn.grad.conv1d_weight
-    return wgrad(a.reshape(1, -1, *a.shape[2:]), (b * p, *m.weight.shape[1:]), g.reshape(1, -1, *g.shape[2:]),
-                 m.stride, m.padding, m.dilation, groups=b).reshape(b, p, -1)
+    return wgrad(
+        a.reshape(1, -1, *a.shape[2:]),
+        (b * p, *m.weight.shape[1:]),
+        g.reshape(1, -1, *g.shape[2:]),
+        m.stride,
+        m.padding,
+        m.dilation,
+        groups=b,
+    ).reshape(b, p, -1)

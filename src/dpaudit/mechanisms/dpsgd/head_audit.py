@@ -36,6 +36,7 @@ from .loop import CanaryHook, head_layout, train_heads
 from .features import build_features
 from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
 from .schedule import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
+
 np = lazy_import("numpy")
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
@@ -43,7 +44,9 @@ HEAD_MODELS = catalogue_names(family="dp-sgd-head")
 NO_NOISE_MULTIPLIER = 1e-12
 
 
-def trajectory_log_lr(x: np.ndarray, *, sample_rate: float, noise_multiplier: float, clipping_norm: float) -> np.ndarray:
+def trajectory_log_lr(
+    x: np.ndarray, *, sample_rate: float, noise_multiplier: float, clipping_norm: float
+) -> np.ndarray:
     """The log-likelihood ratio "canary in" vs "canary out" of privatised sums ``x`` (R, T) at a
     coordinate whose data gradient is zero: out, x_t ~ N(0, s^2) with s = sigma C; in, the canary
     (+C there) is sampled w.p. q at each step independently, x_t ~ (1 - q) N(0, s^2) + q N(C, s^2).
@@ -79,22 +82,53 @@ def canary_scores(target, w: np.ndarray) -> np.ndarray:
     return sum(label_log_prob(w, z, int(y)) for z, y in zip(ch.z, ch.y)) / len(ch.z)
 
 
-def setup_head(target, data, x: np.ndarray, y: np.ndarray, *, reference_size: int, adjacency: str = "add-remove-record"):
+def setup_head(
+    target,
+    data,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    reference_size: int,
+    adjacency: str = "add-remove-record",
+):
     """The public set-up every head audit target shares (record or user level), over
     ``reference_size`` units (records, or users). Sets the target's ``_event``, ``_rdp_epsilon``,
     ``_claimed``, ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``,
     ``_dataset_name``; returns (epochs, batch size, noise multiplier, features)."""
     # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too).
-    setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=reference_size, epsilon=target.epsilon, delta=target.delta,
-                          epochs=target.epochs or None, batch_size=target.batch_size or None, adjacency=adjacency,
-                          schedule=target.schedule, noise_multiplier=target.noise_multiplier)
-    epochs, batch, sched, sigma, event = setup.epochs, setup.batch_size, setup.schedule, setup.noise_multiplier, setup.event
+    setup = plan_schedule(
+        dataset_name=data.name,
+        kind=data.kind,
+        reference_size=reference_size,
+        epsilon=target.epsilon,
+        delta=target.delta,
+        epochs=target.epochs or None,
+        batch_size=target.batch_size or None,
+        adjacency=adjacency,
+        schedule=target.schedule,
+        noise_multiplier=target.noise_multiplier,
+    )
+    epochs, batch, sched, sigma, event = (
+        setup.epochs,
+        setup.batch_size,
+        setup.schedule,
+        setup.noise_multiplier,
+        setup.event,
+    )
     target._event = event  # the plan's event: the claim the audit's trade-off curve is built from (unless a release gives its own)
-    target._rdp_epsilon = compute_epsilon(event, delta=target.delta, accountant="rdp", adjacency=adjacency).epsilon
+    target._rdp_epsilon = compute_epsilon(
+        event, delta=target.delta, accountant="rdp", adjacency=adjacency
+    ).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
-    target._config = DPSGDConfig.from_dict(target.dp_sgd or {}, sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                                           noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER, non_private=False)
+    target._config = DPSGDConfig.from_dict(
+        target.dp_sgd or {},
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        normalizer=sched.normalizer,
+        noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER,
+        non_private=False,
+    )
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)
     target._n_classes = int(data.n_classes)
     target._binary = target._n_classes == 2
@@ -110,9 +144,10 @@ def lay_out(target) -> None:
     """Lay the training rows out once for every trial of the audit (``_layout``:
     :func:`~dpaudit.mechanisms.dpsgd.loop.head_layout`, the target's canary rows last); ``_z`` becomes
     a view of them, so one copy of the features is held and forked workers share its pages."""
-    lay = target._layout = head_layout(target._z, target._y, target._n_classes,
-                                       canary=target._canary, binary_logit=target._binary)
-    target._z = lay.z1[:lay.n, :lay.d]
+    lay = target._layout = head_layout(
+        target._z, target._y, target._n_classes, canary=target._canary, binary_logit=target._binary
+    )
+    target._z = lay.z1[: lay.n, : lay.d]
 
 
 def dirac_gradient(target, j: int) -> np.ndarray:
@@ -143,15 +178,23 @@ class HeadAuditTarget(AuditTarget):
     noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
     schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
     claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
-    event: object | None = None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q, T))
+    event: object | None = (
+        None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q, T))
+    )
     accountant: str = "rdp"  # the accountant of the claim (the release's; RDP for a computed claim)
-    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
-    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
+    expected_sha256: str | None = (
+        None  # an old release's data checksum; a different dataset is refused
+    )
+    expected_identity: dict | None = (
+        None  # the release's public dataset identity; a different one is refused
+    )
     noise: bool = True
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 64
     prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
-    dp_sgd: dict | None = None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
+    dp_sgd: dict | None = (
+        None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
+    )
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:
@@ -187,7 +230,7 @@ class HeadAuditTarget(AuditTarget):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         if "_layout" in state:
-            self._z = self._layout.z1[:self._layout.n, :self._layout.d]
+            self._z = self._layout.z1[: self._layout.n, : self._layout.d]
 
     def _replace(self, **changes):
         """The same target with ``changes``, reusing the public set-up when prepared."""
@@ -210,8 +253,15 @@ class HeadAuditTarget(AuditTarget):
         cfg = dict(self._info)
         if not self.noise:
             cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
-        cfg["threat_model"] = getattr(self, "threat_model", "final-model")  # user-level head targets: final model only
-        return {"task": None, "dataset": self._dataset_name, "config": cfg, "canary_info": self._canary_info}
+        cfg["threat_model"] = getattr(
+            self, "threat_model", "final-model"
+        )  # user-level head targets: final model only
+        return {
+            "task": None,
+            "dataset": self._dataset_name,
+            "config": cfg,
+            "canary_info": self._canary_info,
+        }
 
 
 @dataclass
@@ -224,9 +274,13 @@ class HeadTarget(HeadAuditTarget):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.threat_model not in THREAT_MODELS:
-            raise UsageError(f"threat model must be one of {', '.join(THREAT_MODELS)}, got {self.threat_model!r}.")
+            raise UsageError(
+                f"threat model must be one of {', '.join(THREAT_MODELS)}, got {self.threat_model!r}."
+            )
         if self.threat_model == "trajectory" and self.canary != "max-clip":
-            raise UsageError(f"canary must be max-clip with the trajectory threat model (its coordinate's per-step likelihood ratio), got {self.canary!r}.")
+            raise UsageError(
+                f"canary must be max-clip with the trajectory threat model (its coordinate's per-step likelihood ratio), got {self.canary!r}."
+            )
 
     # ------------------------------------------------------------------ public set-up (once)
     def prepare(self) -> None:
@@ -236,26 +290,45 @@ class HeadTarget(HeadAuditTarget):
         x, y = np.asarray(data.x_train), np.asarray(data.y_train)
         reference = None
         if self.max_train is not None and self.max_train < len(y):
-            keep = np.sort(public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False))
+            keep = np.sort(
+                public_rng(self.seed, 0x5AB).choice(len(y), size=self.max_train, replace=False)
+            )
             x, y = x[keep], y[keep]
             reference = self.max_train  # a public subsample: its own size
         reference = audit_reference_size(data, len(y)) if reference is None else reference
         epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=reference)
         self._build_canary(data, feats)
         lay_out(self)
-        self._info = {"model": self.model, "features": feats.describe(), "n_train": int(len(y)), "reference_size": int(reference),
-                      "epochs": epochs, "batch_size": batch,
-                      **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon, "rdp_epsilon": self._rdp_epsilon,
-                      "accountant": "rdp", "seed": self.seed, "max_train": self.max_train}
+        self._info = {
+            "model": self.model,
+            "features": feats.describe(),
+            "n_train": int(len(y)),
+            "reference_size": int(reference),
+            "epochs": epochs,
+            "batch_size": batch,
+            **self._config.to_dict(),
+            "noise_multiplier": sigma,
+            "target_epsilon": self.epsilon,
+            "rdp_epsilon": self._rdp_epsilon,
+            "accountant": "rdp",
+            "seed": self.seed,
+            "max_train": self.max_train,
+        }
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
         ch = self._choice = head_canary(self.canary)(self, data, feats, None)
         self._canary_info, self._coord = ch.info, ch.coordinate
         if ch.coordinate is None:  # one record, trained on like any record
-            self._canary = CanaryHook(included=np.zeros(1, bool), z=np.asarray(ch.z[:1], dtype=np.float64), y=np.asarray(ch.y[:1], dtype=np.int64))
+            self._canary = CanaryHook(
+                included=np.zeros(1, bool),
+                z=np.asarray(ch.z[:1], dtype=np.float64),
+                y=np.asarray(ch.y[:1], dtype=np.int64),
+            )
         else:
-            self._canary = CanaryHook(included=np.zeros(1, bool), gradient=dirac_gradient(self, ch.coordinate))
+            self._canary = CanaryHook(
+                included=np.zeros(1, bool), gradient=dirac_gradient(self, ch.coordinate)
+            )
 
     # -------------------------------------------------------------------------------- trials
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
@@ -264,14 +337,27 @@ class HeadTarget(HeadAuditTarget):
         self.prepare()
         c, cfg = np.asarray(canary_in, dtype=bool), self._config
         every = self.threat_model == "trajectory"
-        res = train_heads(None, None, self._n_classes, cfg, noise=noise, runs=c.size,
-                          init=self._init,
-                          canary=dataclasses.replace(self._canary, included=c), chunk_runs=64,
-                          record=[(0, self._coord)] if every else None, layout=self._layout)
+        res = train_heads(
+            None,
+            None,
+            self._n_classes,
+            cfg,
+            noise=noise,
+            runs=c.size,
+            init=self._init,
+            canary=dataclasses.replace(self._canary, included=c),
+            chunk_runs=64,
+            record=[(0, self._coord)] if every else None,
+            layout=self._layout,
+        )
         if not every:
             return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)
-        return trajectory_log_lr(res.recorded[:, :, 0], sample_rate=cfg.sample_rate, noise_multiplier=cfg.noise_multiplier,
-                                 clipping_norm=cfg.clipping_norm)
+        return trajectory_log_lr(
+            res.recorded[:, :, 0],
+            sample_rate=cfg.sample_rate,
+            noise_multiplier=cfg.noise_multiplier,
+            clipping_norm=cfg.clipping_norm,
+        )
 
     def with_threat_model(self, threat_model: str) -> "HeadTarget":
         """The same audit (public set-up reused when prepared) under another threat model."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ...errors import DataError
 from ...lazy import lazy_import
 from ...noise import public_rng
+
 np = lazy_import("numpy")
 
 #: Public tag of the held-out canary record draw (the DP-ELM and DP-MixMin audits use it too).
@@ -35,9 +36,17 @@ def canary_coordinate(z: np.ndarray) -> tuple[int, str, int]:
     moves — an input feature that is zero in every training record, so the data never move it."""
     dead = dead_features(z)
     if dead.size:
-        return int(dead[0]), f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)", int(dead.size)
+        return (
+            int(dead[0]),
+            f"input feature {int(dead[0])} is zero in every training record (data gradients vanish)",
+            int(dead.size),
+        )
     j = int(np.argmin(np.abs(z).mean(axis=0)))
-    return j, f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)", 0
+    return (
+        j,
+        f"no always-zero feature; fallback: feature {j} with the smallest mean |z| (data gradients do not vanish)",
+        0,
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,9 +68,25 @@ def max_clip(target, data, feats, users) -> HeadCanaryChoice:
     """A Dirac gradient of norm C on W[0, j], j an input feature zero in every training record
     (:func:`canary_coordinate`): only noise and the canary move it."""
     j, why, n_dead = canary_coordinate(target._z)
-    joint = {} if users is None else {"user_contribution": "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"}
-    return HeadCanaryChoice({"kind": "max-clip", **_unit(users), "coordinate": [0, j], "why": why, "dead_features": n_dead,
-                             "norm": target._config.clipping_norm, **joint}, coordinate=j)
+    joint = (
+        {}
+        if users is None
+        else {
+            "user_contribution": "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"
+        }
+    )
+    return HeadCanaryChoice(
+        {
+            "kind": "max-clip",
+            **_unit(users),
+            "coordinate": [0, j],
+            "why": why,
+            "dead_features": n_dead,
+            "norm": target._config.clipping_norm,
+            **joint,
+        },
+        coordinate=j,
+    )
 
 
 def _test_records(target, data, feats, users, *, wrong: bool) -> HeadCanaryChoice:
@@ -70,18 +95,30 @@ def _test_records(target, data, feats, users, *, wrong: bool) -> HeadCanaryChoic
     rng = public_rng(target.seed, TAG_CANARY)
     y_test = np.asarray(data.y_test)
     if y_test.size == 0:
-        raise DataError(f"dataset {data.name} has no held-out test records for a {target.canary} canary.")
+        raise DataError(
+            f"dataset {data.name} has no held-out test records for a {target.canary} canary."
+        )
     i = int(rng.integers(len(y_test)))
     y_true = int(y_test[i])
     y_c = (y_true + 1) % target._n_classes if wrong else y_true
     if users is None:
-        picks, info = [i], {"kind": target.canary, "test_index": i, "true_label": y_true, "label": y_c}
+        picks, info = (
+            [i],
+            {"kind": target.canary, "test_index": i, "true_label": y_true, "label": y_c},
+        )
     else:
         same = np.flatnonzero(y_test == y_true)
         picks = [i] + [int(v) for v in rng.permutation(same[same != i])[: users - 1]]
         copies = users - len(picks)
         picks += [picks[m % len(picks)] for m in range(copies)]
-        info = {"kind": target.canary, **_unit(users), "test_indices": picks, "true_label": y_true, "label": y_c, "repeated_records": copies}
+        info = {
+            "kind": target.canary,
+            **_unit(users),
+            "test_indices": picks,
+            "true_label": y_true,
+            "label": y_c,
+            "repeated_records": copies,
+        }
     z = feats.transform(np.asarray(data.x_test)[picks]).astype(np.float64)
     return HeadCanaryChoice(info, z=z, y=np.full(len(picks), y_c, dtype=np.int64))
 
@@ -127,12 +164,22 @@ def ood_record(target, data, feats, users) -> HeadCanaryChoice:
     label = int(rng.integers(target._n_classes))
     n = 1 if users is None else users
     z = np.repeat(feats.transform(x).astype(np.float64), n, axis=0)
-    info = {"kind": "ood-record", **_unit(users), "label": label, "input": f"random signs in {{-1, +1}}^{int(data.n_features)} (public seed {target.seed})"}
+    info = {
+        "kind": "ood-record",
+        **_unit(users),
+        "label": label,
+        "input": f"random signs in {{-1, +1}}^{int(data.n_features)} (public seed {target.seed})",
+    }
     return HeadCanaryChoice(info, z=z, y=np.full(n, label, dtype=np.int64))
 
 
 #: The head canary kinds by name, in :data:`dpaudit.catalogue.HEAD_CANARIES` order.
-CHOOSERS = {"max-clip": max_clip, "mislabeled": mislabeled, "natural": natural, "ood-record": ood_record}
+CHOOSERS = {
+    "max-clip": max_clip,
+    "mislabeled": mislabeled,
+    "natural": natural,
+    "ood-record": ood_record,
+}
 
 
 def head_canary(kind: str):

@@ -73,7 +73,16 @@ from ...lazy import lazy_import
 from ...noise import NoiseSource
 from ...validation import positive_int
 from . import core as dpsgd_core, user_level
-from .core import DPSGDConfig, HeadWorkspace, NoisyStep, Progress, _clipped_sum_kernel, check_head_inputs, head_threads
+from .core import (
+    DPSGDConfig,
+    HeadWorkspace,
+    NoisyStep,
+    Progress,
+    _clipped_sum_kernel,
+    check_head_inputs,
+    head_threads,
+)
+
 np = lazy_import("numpy")
 
 # ---------------------------------------------------------------- the canary hook
@@ -100,9 +109,13 @@ class CanaryHook:
 
     def __post_init__(self) -> None:
         if (self.z is None) == (self.gradient is None) or (self.z is None) != (self.y is None):
-            raise UsageError("a canary hook must have either rows (z and y) or a gradient, got neither or both.")
+            raise UsageError(
+                "a canary hook must have either rows (z and y) or a gradient, got neither or both."
+            )
         if np.ndim(self.included) not in (1, 2):
-            raise UsageError(f"canary included must have shape (runs,) or (runs, canaries), got {np.shape(self.included)}.")
+            raise UsageError(
+                f"canary included must have shape (runs,) or (runs, canaries), got {np.shape(self.included)}."
+            )
 
     @property
     def many(self) -> bool:
@@ -122,7 +135,12 @@ class _HeadCanaries:
 
     def draw(self) -> np.ndarray:
         # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)
-        hit = np.asarray(self.noise.poisson_mask(self.included.size, self.q), dtype=bool).reshape(self.included.shape) & self.included
+        hit = (
+            np.asarray(self.noise.poisson_mask(self.included.size, self.q), dtype=bool).reshape(
+                self.included.shape
+            )
+            & self.included
+        )
         self.counts += hit
         return hit
 
@@ -158,14 +176,31 @@ class RecordUnits(_HeadUnits):
     """Records as units (module docstring): unit i is row i of ``z1``; rows n.. hold canary
     records, never drawn by the ordinary sample (with ``many``, canary j at row n + j)."""
 
-    def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, *, canary_rows: int = 0, many: bool = False):
+    def __init__(
+        self,
+        z1,
+        z1_norm,
+        y,
+        n: int,
+        k: int,
+        config: DPSGDConfig,
+        *,
+        canary_rows: int = 0,
+        many: bool = False,
+    ):
         if canary_rows > 1 and not many:
             raise UsageError(f"a record canary must be one record, got {canary_rows} rows.")
         self.z1, self.z1_norm, self.y, self.n_units = z1, z1_norm, y, n
         self.canary_unit = n if canary_rows else None
-        self.clipping_norm, self.clip, self.binary = config.clipping_norm, not config.non_private, k == 1
+        self.clipping_norm, self.clip, self.binary = (
+            config.clipping_norm,
+            not config.non_private,
+            k == 1,
+        )
         q = config.sample_rate
-        self.ws = HeadWorkspace(k, z1.shape[1], z1.dtype, rows=int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1)
+        self.ws = HeadWorkspace(
+            k, z1.shape[1], z1.dtype, rows=int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1
+        )
 
     def step(self, flat: np.ndarray, offsets: np.ndarray, hit, w_rows, sum_rows) -> None:
         zn_f, y_f = self.z1_norm[flat], self.y[flat]  # one fancy index for all runs
@@ -177,11 +212,30 @@ class RecordUnits(_HeadUnits):
                 if extra.size:  # the sampled canary records: more units, last, in canary order
                     ix, zn, yb = np.concatenate([ix, self.canary_unit + extra]), None, None
             elif hit is not None and hit[r]:
-                ix, zn, yb = np.append(ix, self.canary_unit), None, None  # the canary record: one more unit, last
-            _run_sum(self.ws, self.z1, self.z1_norm, self.y, ix, w_rows[r], sum_rows[r], self.clipping_norm, self.binary, self.clip, zn=zn, yb=yb)
+                ix, zn, yb = (
+                    np.append(ix, self.canary_unit),
+                    None,
+                    None,
+                )  # the canary record: one more unit, last
+            _run_sum(
+                self.ws,
+                self.z1,
+                self.z1_norm,
+                self.y,
+                ix,
+                w_rows[r],
+                sum_rows[r],
+                self.clipping_norm,
+                self.binary,
+                self.clip,
+                zn=zn,
+                yb=yb,
+            )
 
 
-def _run_sum(ws, z1, z1_norm, y, ix, w, out, clipping_norm, binary_logit, clip, zn=None, yb=None) -> None:
+def _run_sum(
+    ws, z1, z1_norm, y, ix, w, out, clipping_norm, binary_logit, clip, zn=None, yb=None
+) -> None:
     """One run's clipped sum over rows ``ix`` of ``z1`` at head ``w`` into ``out`` (zero for an
     empty batch). ``zn``, ``yb``: the rows' norms and labels when already gathered."""
     b = ix.size
@@ -191,44 +245,90 @@ def _run_sum(ws, z1, z1_norm, y, ix, w, out, clipping_norm, binary_logit, clip, 
     ws.ensure(b)
     # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
     np.take(z1, ix, axis=0, out=ws.batch[:b], mode="clip")
-    _clipped_sum_kernel(ws, w, b, z1_norm[ix] if zn is None else zn, y[ix] if yb is None else yb, clipping_norm, binary_logit, clip,
-                        out=out)
+    _clipped_sum_kernel(
+        ws,
+        w,
+        b,
+        z1_norm[ix] if zn is None else zn,
+        y[ix] if yb is None else yb,
+        clipping_norm,
+        binary_logit,
+        clip,
+        out=out,
+    )
 
 
 class UserUnits(_HeadUnits):
     """Users as units (module docstring; kernels of :mod:`~dpaudit.mechanisms.dpsgd.user_level`):
     canary rows form user ``n_users``, one more user of the index."""
 
-    def __init__(self, z1, z1_norm, y, n: int, k: int, config: DPSGDConfig, users: UserSampling, noise: NoiseSource, *, canary_rows: int = 0):
+    def __init__(
+        self,
+        z1,
+        z1_norm,
+        y,
+        n: int,
+        k: int,
+        config: DPSGDConfig,
+        users: UserSampling,
+        noise: NoiseSource,
+        *,
+        canary_rows: int = 0,
+    ):
         index = user_level._check_users(users.index, n)
         self.n_units = index.n_users
         self.canary_unit = None
         if canary_rows:
             index = _with_extra_user(index, n, canary_rows)
             self.canary_unit = self.n_units
-        self.index, self.g, self.noise = index, positive_int("records_per_user", users.records_per_user), noise
-        self.sample, self.user_sum = user_level.sample_user_records, user_level.user_head_clipped_sum
+        self.index, self.g, self.noise = (
+            index,
+            positive_int("records_per_user", users.records_per_user),
+            noise,
+        )
+        self.sample, self.user_sum = (
+            user_level.sample_user_records,
+            user_level.user_head_clipped_sum,
+        )
         self.z1, self.z1_norm, self.y = z1, z1_norm, y
-        self.clipping_norm, self.clip, self.binary = config.clipping_norm, not config.non_private, k == 1
+        self.clipping_norm, self.clip, self.binary = (
+            config.clipping_norm,
+            not config.non_private,
+            k == 1,
+        )
 
     def step(self, flat, offsets, hit, w_rows, sum_rows) -> None:
         for r in range(len(w_rows)):
-            sampled = flat[offsets[r]:offsets[r + 1]]
+            sampled = flat[offsets[r] : offsets[r + 1]]
             if hit is not None and hit[r]:
-                sampled = np.append(sampled, self.canary_unit)  # the canary user, last (users stay ascending)
+                sampled = np.append(
+                    sampled, self.canary_unit
+                )  # the canary user, last (users stay ascending)
             if sampled.size == 0:
                 sum_rows[r].fill(0.0)  # Algorithm 1, step 6
                 continue
             rows, seg, kk = self.sample(self.index, sampled, self.g, self.noise)
-            sum_rows[r][...] = self.user_sum(w_rows[r], self.z1, self.z1_norm, self.y, rows, seg, kk, self.clipping_norm,
-                                                     binary_logit=self.binary, clip=self.clip)
+            sum_rows[r][...] = self.user_sum(
+                w_rows[r],
+                self.z1,
+                self.z1_norm,
+                self.y,
+                rows,
+                seg,
+                kk,
+                self.clipping_norm,
+                binary_logit=self.binary,
+                clip=self.clip,
+            )
 
 
 def _with_extra_user(index, first_row: int, size: int):
     """``index`` with one more user (number ``index.n_users``) owning rows first_row..first_row+size-1."""
-    return UserIndex(ids=np.arange(index.n_users + 1, dtype=np.int64),
-                     order=np.concatenate([index.order, np.arange(first_row, first_row + size, dtype=np.int64)]),
-                     offsets=np.concatenate([index.offsets, [index.offsets[-1] + size]]).astype(np.int64))
+    return UserIndex(
+        ids=np.arange(index.n_users + 1, dtype=np.int64),
+        order=np.concatenate([index.order, np.arange(first_row, first_row + size, dtype=np.int64)]),
+        offsets=np.concatenate([index.offsets, [index.offsets[-1] + size]]).astype(np.int64),
+    )
 
 
 class SumUnits:
@@ -272,7 +372,7 @@ def augmented_features(parts: list, d: int, np_dtype) -> tuple[np.ndarray, np.nd
     z1 = np.empty((sum(len(p) for p in parts), d + 1), dtype=np_dtype)
     start = 0
     for part in parts:
-        z1[start:start + len(part), :d] = part
+        z1[start : start + len(part), :d] = part
         start += len(part)
     z1[:, d] = 1.0
     return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1))
@@ -286,7 +386,9 @@ def initial_heads(init, runs: int, k: int, d: int) -> np.ndarray:
     if init.shape == (k, d + 1):
         init = np.broadcast_to(init, (runs, k, d + 1))
     if init.shape != (runs, k, d + 1):
-        raise UsageError(f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}.")
+        raise UsageError(
+            f"init must have shape {(k, d + 1)} or {(runs, k, d + 1)}, got {init.shape}."
+        )
     return init
 
 
@@ -304,9 +406,16 @@ class HeadLayout:
     k: int
 
 
-def head_layout(z, y, n_classes: int, *, canary: CanaryHook | None = None,
-                binary_logit: bool = False, dtype=None, z_has_bias_column: bool = False,
-                ) -> HeadLayout:
+def head_layout(
+    z,
+    y,
+    n_classes: int,
+    *,
+    canary: CanaryHook | None = None,
+    binary_logit: bool = False,
+    dtype=None,
+    z_has_bias_column: bool = False,
+) -> HeadLayout:
     """The :class:`HeadLayout` of features ``z`` (n, d) and labels ``y`` (n,), with ``canary``'s
     rows (a record canary) after them: the arrays :func:`train_heads` otherwise builds per call."""
     z, y, k = check_head_inputs(z, y, n_classes, binary_logit)
@@ -320,17 +429,29 @@ def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_b
     labels = y.astype(np.int64)
     parts = [z[:, :-1] if z_has_bias_column else z]
     if z_has_bias_column and (z.shape[1] < 1 or not np.all(z[:, -1] == 1)):
-        raise UsageError("z must end with a column of ones when z_has_bias_column is set, got another last column.")
+        raise UsageError(
+            "z must end with a column of ones when z_has_bias_column is set, got another last column."
+        )
     d = parts[0].shape[1]
     if canary is not None and canary.z is not None:
         cz = np.asarray(canary.z, dtype=np.float64)
         cz = cz[None] if cz.ndim == 1 and not canary.many else cz  # one record given as (d,)
         cy = np.asarray(canary.y, dtype=np.int64).reshape(-1)
-        if cz.ndim != 2 or cz.shape[1] != d or cy.shape != (cz.shape[0],) or cy.min() < 0 or cy.max() >= n_classes:
-            raise UsageError(f"canary rows must have {d} features and labels in [0, {n_classes}), got shape {np.shape(canary.z)} and {cy.tolist()}.")
+        if (
+            cz.ndim != 2
+            or cz.shape[1] != d
+            or cy.shape != (cz.shape[0],)
+            or cy.min() < 0
+            or cy.max() >= n_classes
+        ):
+            raise UsageError(
+                f"canary rows must have {d} features and labels in [0, {n_classes}), got shape {np.shape(canary.z)} and {cy.tolist()}."
+            )
         parts.append(cz)
         labels = np.concatenate([labels, cy])
-    elif z_has_bias_column:  # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
+    elif (
+        z_has_bias_column
+    ):  # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
         z1 = np.ascontiguousarray(z, dtype=np_dtype)
         return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1)), labels, d
     return (*augmented_features(parts, d, np_dtype), labels, d)
@@ -371,8 +492,15 @@ def train_heads(
     """
     runs = positive_int("runs", runs)
     step = positive_int("chunk_runs", chunk_runs) if chunk_runs is not None else runs
-    lay = layout or head_layout(z, y, n_classes, canary=canary, binary_logit=binary_logit,
-                                dtype=dtype, z_has_bias_column=z_has_bias_column)
+    lay = layout or head_layout(
+        z,
+        y,
+        n_classes,
+        canary=canary,
+        binary_logit=binary_logit,
+        dtype=dtype,
+        z_has_bias_column=z_has_bias_column,
+    )
     included = _included(canary, runs)
     z1, z1_norm, labels, n, d, k = lay.z1, lay.z1_norm, lay.labels, lay.n, lay.d, lay.k
     np_dtype = z1.dtype
@@ -382,10 +510,14 @@ def train_heads(
         raise UsageError(f"layout must hold the canary's rows ({canary_rows}), got another canary.")
     many = canary is not None and canary.many
     if many and canary.z is not None and canary_rows != included.shape[1]:
-        raise UsageError(f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}.")
+        raise UsageError(
+            f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}."
+        )
     # Many gradient canaries with user units: each canary is one more user whose jointly clipped contribution is its gradient.
     if users is not None and many and canary.z is not None:
-        raise UsageError(f"a user-level canary with records must be one user (included of shape ({runs},)), got {included.shape}.")
+        raise UsageError(
+            f"a user-level canary with records must be one user (included of shape ({runs},)), got {included.shape}."
+        )
     if users is None:
         units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=many)
     else:
@@ -396,25 +528,46 @@ def train_heads(
     with head_threads():
         for start in range(0, runs, step):
             stop = min(runs, start + step)
-            w = np.array(w0[start:stop], dtype=np_dtype, order="C")  # C order: ``init`` may be a broadcast view
-            hook = None if included is None else _HeadCanaries(included[start:stop], grad_canary, noise, config.sample_rate)
+            w = np.array(
+                w0[start:stop], dtype=np_dtype, order="C"
+            )  # C order: ``init`` may be a broadcast view
+            hook = (
+                None
+                if included is None
+                else _HeadCanaries(included[start:stop], grad_canary, noise, config.sample_rate)
+            )
             recorder = None if coords is None else _Recorder(coords, config.steps)
             # the optimizer updates w in place, the clipped sums read it
-            executed.append(run_dp_sgd(units, [w], config, noise=noise, runs=stop - start, canary=hook, recorder=recorder,
-                                       progress=progress))
+            executed.append(
+                run_dp_sgd(
+                    units,
+                    [w],
+                    config,
+                    noise=noise,
+                    runs=stop - start,
+                    canary=hook,
+                    recorder=recorder,
+                    progress=progress,
+                )
+            )
             weights.append(w.astype(np.float64))
             counts.append(None if hook is None else hook.counts)
             recorded.append(None if recorder is None else recorder.values)
-    return BatchedHeadResult(weights=np.concatenate(weights), steps_executed=min(executed),
-                             canary_samples=None if canary is None else np.concatenate(counts),
-                             recorded=None if coords is None else np.concatenate(recorded))
+    return BatchedHeadResult(
+        weights=np.concatenate(weights),
+        steps_executed=min(executed),
+        canary_samples=None if canary is None else np.concatenate(counts),
+        recorded=None if coords is None else np.concatenate(recorded),
+    )
 
 
 def _numpy_dtype(dtype) -> np.dtype:
     """float32 (None), or the NumPy dtype of a NumPy or torch float dtype (``torch.float64`` -> float64)."""
     if dtype is None:
         return np.dtype(np.float32)
-    name = str(dtype).removeprefix("torch.")  # a torch dtype prints as torch.float64, without importing torch here
+    name = str(dtype).removeprefix(
+        "torch."
+    )  # a torch dtype prints as torch.float64, without importing torch here
     return np.dtype(name if name in ("float32", "float64") else dtype)
 
 
@@ -425,7 +578,9 @@ def _included(canary: CanaryHook | None, runs: int) -> np.ndarray | None:
     included = np.asarray(canary.included, dtype=bool)
     if included.shape[0] != runs or (canary.many and included.shape[1] < 1):
         want = f"({runs},)" if not canary.many else f"({runs}, canaries >= 1)"
-        raise UsageError(f"canary_in must be a boolean array of shape {want}, got {included.shape}.")
+        raise UsageError(
+            f"canary_in must be a boolean array of shape {want}, got {included.shape}."
+        )
     return included
 
 
@@ -437,16 +592,28 @@ def _gradient_canary(canary: CanaryHook | None, included, k: int, d: int, np_dty
         return _SparseCanaries(canary.gradient, (included.shape[1], k, d + 1), np_dtype)
     grad = np.asarray(canary.gradient, dtype=np.float64)
     if grad.shape != (k, d + 1) or not np.all(np.isfinite(grad)):
-        raise UsageError(f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad.shape}.")
+        raise UsageError(
+            f"canary gradient must be a finite array of shape {(k, d + 1)}, got {grad.shape}."
+        )
     return grad.astype(np_dtype)
 
 
 def _record_coordinates(record, k: int, d: int) -> np.ndarray:
     """``record`` as flat indices into a (K, d+1) head, checked."""
     rc = np.asarray(record)
-    if rc.ndim != 2 or rc.shape[1] != 2 or rc.shape[0] < 1 or not np.issubdtype(rc.dtype, np.integer) \
-            or rc[:, 0].min() < 0 or rc[:, 0].max() >= k or rc[:, 1].min() < 0 or rc[:, 1].max() > d:
-        raise UsageError(f"record must be integer (row, column) pairs with rows in [0, {k}) and columns in [0, {d}], got {rc.tolist()}.")
+    if (
+        rc.ndim != 2
+        or rc.shape[1] != 2
+        or rc.shape[0] < 1
+        or not np.issubdtype(rc.dtype, np.integer)
+        or rc[:, 0].min() < 0
+        or rc[:, 0].max() >= k
+        or rc[:, 1].min() < 0
+        or rc[:, 1].max() > d
+    ):
+        raise UsageError(
+            f"record must be integer (row, column) pairs with rows in [0, {k}) and columns in [0, {d}], got {rc.tolist()}."
+        )
     return (rc[:, 0] * (d + 1) + rc[:, 1]).astype(np.int64)
 
 
@@ -468,7 +635,9 @@ class _SparseCanaries:
             ok, got = a.shape == shape and bool(np.all(np.isfinite(a))), a.shape
             g = sparse.csr_matrix(a.reshape(m, -1)) if ok else None
         if not ok:
-            raise UsageError(f"canary gradients must be finite, shaped {shape} (or sparse {(m, k * d1)}), got {got}.")
+            raise UsageError(
+                f"canary gradients must be finite, shaped {shape} (or sparse {(m, k * d1)}), got {got}."
+            )
         g.eliminate_zeros()
         self.matrix_t = g.astype(np_dtype).T.tocsr()  # (K(d+1), M)
         self.touched = np.unique(self.matrix_t.nonzero()[0])
@@ -477,7 +646,9 @@ class _SparseCanaries:
     def add_to(self, sums: np.ndarray, hit: np.ndarray) -> None:
         """sums (R, K, d+1) += sum_j hit[:, j] * gradient[j], only at the touched coordinates."""
         flat = sums.reshape(sums.shape[0], -1)
-        flat[:, self.touched] += (self.sub_t @ hit.T.astype(sums.dtype)).T.astype(sums.dtype, copy=False)
+        flat[:, self.touched] += (self.sub_t @ hit.T.astype(sums.dtype)).T.astype(
+            sums.dtype, copy=False
+        )
 
 
 class _Recorder:
@@ -500,7 +671,9 @@ class _Recorder:
 
             def observed_fill() -> np.ndarray:
                 drawn = fill()
-                self.values[:, self.t] = self.flat[:, self.coords] + drawn.reshape(runs, -1)[:, self.coords]
+                self.values[:, self.t] = (
+                    self.flat[:, self.coords] + drawn.reshape(runs, -1)[:, self.coords]
+                )
                 return drawn
 
             sanitise._fills[0] = observed_fill
@@ -514,8 +687,17 @@ class _Recorder:
 # ---------------------------------------------------------------- the loop
 
 
-def run_dp_sgd(units, params: list, config: DPSGDConfig, *, noise: NoiseSource, runs: int = 1, canary=None, recorder=None,
-               progress: Progress | None = None) -> int:
+def run_dp_sgd(
+    units,
+    params: list,
+    config: DPSGDConfig,
+    *,
+    noise: NoiseSource,
+    runs: int = 1,
+    canary=None,
+    recorder=None,
+    progress: Progress | None = None,
+) -> int:
     """Algorithm 1 on ``params`` (arrays for heads, tensors on one device for modules; updated in
     place) for ``runs`` runs: the one DP-SGD loop
     (module docstring: protocol, order of draws, privacy contract). Returns the executed steps.
@@ -534,7 +716,9 @@ def run_dp_sgd(units, params: list, config: DPSGDConfig, *, noise: NoiseSource, 
     report_every = max(1, config.steps // 200)
     steps_done = 0
     for t in range(1, config.steps + 1):
-        flat, offsets = dpsgd_core.poisson_batch(noise, runs, units.n_units, config.sample_rate)  # module lookup: tests may spy on it
+        flat, offsets = dpsgd_core.poisson_batch(
+            noise, runs, units.n_units, config.sample_rate
+        )  # module lookup: tests may spy on it
         hit = None if canary is None else canary.draw()
         step(flat, offsets, hit if rows else None)
         if canary is not None:

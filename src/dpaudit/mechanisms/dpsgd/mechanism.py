@@ -38,9 +38,17 @@ from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
 from ...requests import DPSGDRequest
 from ...validation import one_of
 from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
+
 # The trainers, looked up here at run time (tests substitute them on this module).
 from .module_training import resolve_device, train_module_dp_sgd
-from .core import HEAD_BLAS_THREADS, DPSGDConfig, head_outputs, head_probabilities, init_head, optimizer_settings
+from .core import (
+    HEAD_BLAS_THREADS,
+    DPSGDConfig,
+    head_outputs,
+    head_probabilities,
+    init_head,
+    optimizer_settings,
+)
 from .loop import UserSampling, train_heads
 from .features import build_features, feature_dim
 from .head_audit import HeadTarget
@@ -63,6 +71,7 @@ from .schedule import (
 )
 from .user_head_audit import synthetic_user_ids
 from .user_head_audit import UserHeadTarget
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -82,8 +91,12 @@ class DPSGDMechanism(MechanismBase):
 
     # ------------------------------------------------------------------ contract
     def validate(self, r: DPSGDRequest) -> DPSGDRequest:
-        if r.privacy_unit == "record" and self.user_ids is not None:  # never ignore a request for user-level privacy
-            raise UsageError("privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'.")
+        if (
+            r.privacy_unit == "record" and self.user_ids is not None
+        ):  # never ignore a request for user-level privacy
+            raise UsageError(
+                "privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'."
+            )
         r.check()
         one_of("model", r.model, MODEL_NAMES)
         # cuda without a CUDA device: refused before any data are loaded
@@ -96,7 +109,9 @@ class DPSGDMechanism(MechanismBase):
         elif prepared is not None:
             data = prepared
         else:
-            data = load_dataset(r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
+            data = load_dataset(
+                r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile
+            )
         if data.y_train.size == 0:
             raise DataError(f"dataset {data.name} has an empty training partition.")
         return data
@@ -109,14 +124,26 @@ class DPSGDMechanism(MechanismBase):
     def _load_users(self, r: DPSGDRequest, prepared):
         ids = self._user_ids(r)
         if ids is None and getattr(prepared, "user_ids", None) is None:
-            raise UsageError("user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None.")
+            raise UsageError(
+                "user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None."
+            )
         if prepared is None:
-            data = attach_user_ids(load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile), ids)
+            data = attach_user_ids(
+                load_dataset(
+                    r.dataset or DEFAULT_DATASET,
+                    data_dir=r.data_dir,
+                    split_seed=r.split_seed,
+                    profile=r.profile,
+                ),
+                ids,
+            )
         elif ids is not None:
             data = attach_user_ids(prepared, ids, split_seed=r.split_seed)
         else:
             data = prepared
-        check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
+        check_user_split(
+            data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test")
+        )
         return data
 
     def plan(self, r: DPSGDRequest, info: DataInfo) -> ReleasePlan:
@@ -125,17 +152,48 @@ class DPSGDMechanism(MechanismBase):
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
         if user and info.n_users is None:
-            raise DataError(f"dataset {info.name} must be split by users for privacy_unit 'user', got no user ids.")
-        reference_size = planned_reference_size(r.reference_size, None if user else info.reference_size, unit="user" if user else "record")
+            raise DataError(
+                f"dataset {info.name} must be split by users for privacy_unit 'user', got no user ids."
+            )
+        reference_size = planned_reference_size(
+            r.reference_size,
+            None if user else info.reference_size,
+            unit="user" if user else "record",
+        )
         adjacency = USER_ADJACENCY if user else RECORD_ADJACENCY
-        setup = plan_schedule(dataset_name=info.name, kind=info.kind, reference_size=reference_size, epsilon=r.epsilon, delta=r.delta,
-                              epochs=r.epochs, batch_size=r.batch_size, non_private=r.non_private, adjacency=adjacency)
+        setup = plan_schedule(
+            dataset_name=info.name,
+            kind=info.kind,
+            reference_size=reference_size,
+            epsilon=r.epsilon,
+            delta=r.delta,
+            epochs=r.epochs,
+            batch_size=r.batch_size,
+            non_private=r.non_private,
+            adjacency=adjacency,
+        )
         sched = setup.schedule
-        dp = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer,
-                         noise_multiplier=setup.noise_multiplier, non_private=r.non_private, **optimizer_settings(r))
-        unit_config = {"privacy_unit": "user", "records_per_user": int(r.records_per_user), "user_sampling": USER_SAMPLING} if user else {}
+        dp = DPSGDConfig(
+            sample_rate=sched.sample_rate,
+            steps=sched.steps,
+            normalizer=sched.normalizer,
+            noise_multiplier=setup.noise_multiplier,
+            non_private=r.non_private,
+            **optimizer_settings(r),
+        )
+        unit_config = (
+            {
+                "privacy_unit": "user",
+                "records_per_user": int(r.records_per_user),
+                "user_sampling": USER_SAMPLING,
+            }
+            if user
+            else {}
+        )
         config = {
-            "model": r.model, "family": spec.family, "description": spec.description,
+            "model": r.model,
+            "family": spec.family,
+            "description": spec.description,
             "dp_sgd": dp.to_dict(),
             "schedule": sched.to_dict(),
             **unit_config,
@@ -144,21 +202,44 @@ class DPSGDMechanism(MechanismBase):
             **({"batch_size_unit": "users"} if user else {}),
             # A mechanism input (public): q, T and m0 are functions of it alone.
             "reference_size": reference_size,
-            "reference_size_from": "request" if r.reference_size is not None else "dataset definition",
+            "reference_size_from": "request"
+            if r.reference_size is not None
+            else "dataset definition",
             "calibrated_epsilon": setup.calibrated_epsilon,
             "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
             "profile": info.profile,
             "validation_used": False,
         }
         return ReleasePlan(
-            mechanism=r.model, request=r, dataset=info.identity or {"name": info.name}, partition="train", adjacency=adjacency,
-            accountant=ACCOUNTANT, event=setup.event, target_epsilon=None if r.non_private else float(r.epsilon), delta=float(r.delta),
-            config=config, steps=int(sched.steps), privacy_unit="user" if user else "record", seed=int(r.seed), data_name=info.name,
-            release_fields={"noise_multiplier": setup.noise_multiplier, "sample_rate": sched.sample_rate, "normalizer": sched.normalizer,
-                            "clipping_norm": dp.clipping_norm,
-                            "noise_sampler": "none (non-private)" if r.non_private else GAUSSIAN_SAMPLER_DESCRIPTION},
-            noise_values=None if r.non_private else _noised_parameters(spec, info, r.seed, steps=int(sched.steps)),
-            noise_what=f"{r.model} run", compare_accountants=("prv",))
+            mechanism=r.model,
+            request=r,
+            dataset=info.identity or {"name": info.name},
+            partition="train",
+            adjacency=adjacency,
+            accountant=ACCOUNTANT,
+            event=setup.event,
+            target_epsilon=None if r.non_private else float(r.epsilon),
+            delta=float(r.delta),
+            config=config,
+            steps=int(sched.steps),
+            privacy_unit="user" if user else "record",
+            seed=int(r.seed),
+            data_name=info.name,
+            release_fields={
+                "noise_multiplier": setup.noise_multiplier,
+                "sample_rate": sched.sample_rate,
+                "normalizer": sched.normalizer,
+                "clipping_norm": dp.clipping_norm,
+                "noise_sampler": "none (non-private)"
+                if r.non_private
+                else GAUSSIAN_SAMPLER_DESCRIPTION,
+            },
+            noise_values=None
+            if r.non_private
+            else _noised_parameters(spec, info, r.seed, steps=int(sched.steps)),
+            noise_what=f"{r.model} run",
+            compare_accountants=("prv",),
+        )
 
     def plan_of_audit(self, r: DPSGDRequest) -> ReleasePlan:
         """A fresh audit's plan. At user level the audit's users are the request's (``user_ids``), else the
@@ -169,9 +250,22 @@ class DPSGDMechanism(MechanismBase):
         if r.privacy_unit != "user":
             return super().plan_of_audit(r)
         r = self.validate(r)
-        data = load_dataset(r.dataset or DEFAULT_DATASET, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile)
+        data = load_dataset(
+            r.dataset or DEFAULT_DATASET,
+            data_dir=r.data_dir,
+            split_seed=r.split_seed,
+            profile=r.profile,
+        )
         ids = self._user_ids(r)
-        info = self.data_info(r, attach_user_ids(data, synthetic_user_ids(n_rows(data), r.records_per_user, r.seed) if ids is None else ids))
+        info = self.data_info(
+            r,
+            attach_user_ids(
+                data,
+                synthetic_user_ids(n_rows(data), r.records_per_user, r.seed)
+                if ids is None
+                else ids,
+            ),
+        )
         return self.plan(r, info)
 
     def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
@@ -179,9 +273,15 @@ class DPSGDMechanism(MechanismBase):
         user-level release predating recorded reference sizes is replayed from its recorded ``n_users``;
         one that names its user-ids file only in its command line (never parsed) needs ``r.user_ids``."""
         if r.privacy_unit == "user":
-            if r.user_ids is None and release.request is None and "--user-ids" in (release.command or "").split():
-                raise UsageError("user ids must be given (--user-ids FILE.npy) to audit this release: it predates recorded requests and names "
-                                 "its user-ids file only in its command line, which is never parsed; got none.")
+            if (
+                r.user_ids is None
+                and release.request is None
+                and "--user-ids" in (release.command or "").split()
+            ):
+                raise UsageError(
+                    "user ids must be given (--user-ids FILE.npy) to audit this release: it predates recorded requests and names "
+                    "its user-ids file only in its command line, which is never parsed; got none."
+                )
             n_users = (release.config or {}).get("n_users")
             if r.reference_size is None and n_users is not None:
                 r = dataclasses.replace(r, reference_size=int(n_users))
@@ -207,7 +307,11 @@ class DPSGDMechanism(MechanismBase):
             users = UserSampling(index_users(data.user_ids["train"]), int(r.records_per_user))
 
         # The spent-epsilon curve costs one RDP evaluation: only build it when progress is shown.
-        eps_of = epsilon_curve(config.noise_multiplier, config.sample_rate, plan.delta) if (private and progress not in (None, False)) else None
+        eps_of = (
+            epsilon_curve(config.noise_multiplier, config.sample_rate, plan.delta)
+            if (private and progress not in (None, False))
+            else None
+        )
         n_classes = int(data.n_classes)
         binary = n_classes == 2
 
@@ -215,8 +319,13 @@ class DPSGDMechanism(MechanismBase):
             """``fit(progress)``, timed. Every step adds N(0, (sigma C)^2) to every trainable parameter
             (empty batches included): public dimensions, so truncated-noise runs are refused first."""
             if private:
-                gaussian_run_tail(steps, params, plan.target_epsilon, plan.delta,
-                                  what=f"{r.model} run ({steps} steps x {params} noised parameters)")
+                gaussian_run_tail(
+                    steps,
+                    params,
+                    plan.target_epsilon,
+                    plan.delta,
+                    what=f"{r.model} run ({steps} steps x {params} noised parameters)",
+                )
             cb, close = _progress_callable(progress, steps, eps_of)
             t_train = time.perf_counter()
             try:
@@ -235,14 +344,36 @@ class DPSGDMechanism(MechanismBase):
             k = head_outputs(n_classes, binary_logit=binary)
             init = init_head(feats.output_dim, k, public_rng(plan.seed, TAG_HEAD))
             params = k * (feats.output_dim + 1)
-            model_config = {"features": feats.describe(), "head_outputs": k, "head_init": "U(-1/sqrt(d), 1/sqrt(d)) (torch nn.Linear default)",
-                            "loss": "sigmoid cross-entropy (K=1)" if k == 1 else "softmax cross-entropy", "trainable_parameters": params}
-            head, train_seconds = train(params, lambda cb: train_heads(z_train, data.y_train, n_classes, config, noise=noise, init=init,
-                                                                       users=users, progress=cb, binary_logit=binary, z_has_bias_column=True))
+            model_config = {
+                "features": feats.describe(),
+                "head_outputs": k,
+                "head_init": "U(-1/sqrt(d), 1/sqrt(d)) (torch nn.Linear default)",
+                "loss": "sigmoid cross-entropy (K=1)" if k == 1 else "softmax cross-entropy",
+                "trainable_parameters": params,
+            }
+            head, train_seconds = train(
+                params,
+                lambda cb: train_heads(
+                    z_train,
+                    data.y_train,
+                    n_classes,
+                    config,
+                    noise=noise,
+                    init=init,
+                    users=users,
+                    progress=cb,
+                    binary_logit=binary,
+                    z_has_bias_column=True,
+                ),
+            )
             steps_executed, weight = head.steps_executed, head.weights[0]
             proba = head_probabilities(weight, feats.transform(data.x_test))
             arrays = {"head_weight": weight.astype(np.float32)}
-            for name, a in (("projection", feats.projection), ("hidden_weight", feats.weight), ("hidden_bias", feats.bias)):
+            for name, a in (
+                ("projection", feats.projection),
+                ("hidden_weight", feats.weight),
+                ("hidden_bias", feats.bias),
+            ):
                 if a is not None:
                     arrays[name] = a.astype(np.float32)
             weights_name = "weights.npz"
@@ -252,12 +383,27 @@ class DPSGDMechanism(MechanismBase):
             module, x_train, y_train, _, loss = module_run_parts(spec.module, data, plan.seed)
             feature_seconds = 0.0
             params = sum(p.numel() for p in module.parameters() if p.requires_grad)
-            model_config = {"module": repr(module), "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy", "trainable_parameters": params,
-                            "init": "torch defaults from a generator seeded by the public seed"}
+            model_config = {
+                "module": repr(module),
+                "loss": "BCEWithLogits (K=1)" if binary else "CrossEntropy",
+                "trainable_parameters": params,
+                "init": "torch defaults from a generator seeded by the public seed",
+            }
             device = resolve_device(r.device)
-            steps_executed, train_seconds = train(params, lambda cb: train_module_dp_sgd(
-                module, torch.as_tensor(x_train), torch.as_tensor(y_train), config, noise=noise,
-                users=users, loss=loss, progress=cb, device=device))
+            steps_executed, train_seconds = train(
+                params,
+                lambda cb: train_module_dp_sgd(
+                    module,
+                    torch.as_tensor(x_train),
+                    torch.as_tensor(y_train),
+                    config,
+                    noise=noise,
+                    users=users,
+                    loss=loss,
+                    progress=cb,
+                    device=device,
+                ),
+            )
             module.eval()
             with torch.no_grad():
                 out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()
@@ -274,10 +420,16 @@ class DPSGDMechanism(MechanismBase):
                 torch.save(state, Path(out_dir) / weights_name)
 
         return RunOutput(
-            steps_executed=int(steps_executed), metrics=classification_metrics(data.y_test, proba), arrays=arrays, save=save,
-            weights_name=weights_name, config=model_config,
+            steps_executed=int(steps_executed),
+            metrics=classification_metrics(data.y_test, proba),
+            arrays=arrays,
+            save=save,
+            weights_name=weights_name,
+            config=model_config,
             timings={"train_seconds": train_seconds, "feature_seconds": feature_seconds, **threads},
-            noise_values=int(steps) * int(params), noise_what=f"{r.model} run ({steps} steps x {params} noised parameters)")
+            noise_values=int(steps) * int(params),
+            noise_what=f"{r.model} run ({steps} steps x {params} noised parameters)",
+        )
 
     def default_out_dir(self, plan: ReleasePlan) -> Path:
         tag = "-user" if plan.privacy_unit == "user" else ""
@@ -288,27 +440,69 @@ class DPSGDMechanism(MechanismBase):
         """What ``dpaudit train MODEL`` prints: the published fields (rounded timings, no hash of the data) with the keyed
         dataset fingerprint the ledger stored (``--json``), and lines with the claim, the schedule and the test metrics."""
         d = release.to_dict()
-        keys = ["id", "mechanism", "adjacency", "accountant", "target_epsilon", "epsilon", "delta", "epsilons", "noise_multiplier", "sample_rate",
-                "steps", "steps_executed", "clipping_norm", "normalizer", "seed", "non_private", "noise_source", "metrics", "timings", "artefacts",
-                "command", "privacy_unit"]
+        keys = [
+            "id",
+            "mechanism",
+            "adjacency",
+            "accountant",
+            "target_epsilon",
+            "epsilon",
+            "delta",
+            "epsilons",
+            "noise_multiplier",
+            "sample_rate",
+            "steps",
+            "steps_executed",
+            "clipping_norm",
+            "normalizer",
+            "seed",
+            "non_private",
+            "noise_source",
+            "metrics",
+            "timings",
+            "artefacts",
+            "command",
+            "privacy_unit",
+        ]
         out = {k: d.get(k) for k in keys}
-        out["dataset"] = d["dataset"].get("name") if isinstance(d.get("dataset"), dict) else d.get("dataset")
+        out["dataset"] = (
+            d["dataset"].get("name") if isinstance(d.get("dataset"), dict) else d.get("dataset")
+        )
         out["dataset_fingerprint"] = _ledger_fingerprint(d.get("id"), ledger)
-        claim = "no privacy claim (non-private)" if release.non_private else (
-            f"epsilon={release.epsilon:.4f} (target {release.target_epsilon:g}), delta={release.delta:g}, {release.accountant}, {release.adjacency}")
+        claim = (
+            "no privacy claim (non-private)"
+            if release.non_private
+            else (
+                f"epsilon={release.epsilon:.4f} (target {release.target_epsilon:g}), delta={release.delta:g}, {release.accountant}, {release.adjacency}"
+            )
+        )
         lines = [f"[bold]{out['mechanism']}[/] on {out['dataset']}: {claim}"]
         if not release.non_private:
-            lines.append(f"  noise_multiplier={release.noise_multiplier:.4f} sample_rate={release.sample_rate:.6f} steps={release.steps_executed}/{release.steps} "
-                         f"normalizer={release.normalizer}")
+            lines.append(
+                f"  noise_multiplier={release.noise_multiplier:.4f} sample_rate={release.sample_rate:.6f} steps={release.steps_executed}/{release.steps} "
+                f"normalizer={release.normalizer}"
+            )
         if out["privacy_unit"] == "user":
-            lines.append(f"  privacy unit: user (schedule for {release.config['reference_size']} training users, records_per_user "
-                         f"G={release.config['records_per_user']})")
-        lines.append("  test " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in release.metrics.items()))
-        lines.append(f"  train {release.timings['train_seconds']:g}s, setup {release.timings['setup_seconds']:g}s (rounded as published); "
-                     f"release id {release.id}")
+            lines.append(
+                f"  privacy unit: user (schedule for {release.config['reference_size']} training users, records_per_user "
+                f"G={release.config['records_per_user']})"
+            )
+        lines.append(
+            "  test "
+            + "  ".join(
+                f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in release.metrics.items()
+            )
+        )
+        lines.append(
+            f"  train {release.timings['train_seconds']:g}s, setup {release.timings['setup_seconds']:g}s (rounded as published); "
+            f"release id {release.id}"
+        )
         return out, lines
 
-    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+    def audit_target(
+        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
+    ):
         """The audit target of this plan, prepared: a module model's :class:`ModuleTarget`; a head
         model's: the plan's sigma,
         schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset; a
@@ -320,24 +514,54 @@ class DPSGDMechanism(MechanismBase):
             target = ModuleTarget.of_plan(plan, canary, release=release)
             return prepared(target, no_noise)
         if plan.event is None:
-            raise UsageError(f"release must be private to be audited, got a non-private {r.model} release.")
+            raise UsageError(
+                f"release must be private to be audited, got a non-private {r.model} release."
+            )
         f = plan.release_fields
-        kw = dict(model=r.model, dataset=plan.data_name, data_dir=r.data_dir, epsilon=float(plan.target_epsilon), delta=plan.delta,
-                  canary=canary, seed=plan.seed, noise_multiplier=float(f["noise_multiplier"]),
-                  schedule=(float(f["sample_rate"]), int(plan.steps), int(f["normalizer"])), epochs=plan.config["epochs"],
-                  batch_size=plan.config["batch_size"], profile=plan.dataset.get("profile", r.profile),
-                  split_seed=plan.dataset.get("split_seed", r.split_seed), dp_sgd=plan.config["dp_sgd"])
+        kw = dict(
+            model=r.model,
+            dataset=plan.data_name,
+            data_dir=r.data_dir,
+            epsilon=float(plan.target_epsilon),
+            delta=plan.delta,
+            canary=canary,
+            seed=plan.seed,
+            noise_multiplier=float(f["noise_multiplier"]),
+            schedule=(float(f["sample_rate"]), int(plan.steps), int(f["normalizer"])),
+            epochs=plan.config["epochs"],
+            batch_size=plan.config["batch_size"],
+            profile=plan.dataset.get("profile", r.profile),
+            split_seed=plan.dataset.get("split_seed", r.split_seed),
+            dp_sgd=plan.config["dp_sgd"],
+        )
         ds = {} if release is None else (release.dataset or {})
         if release is not None:
-            kw.update(noise_multiplier=float(release.noise_multiplier), schedule=(float(release.sample_rate), int(release.steps), int(release.normalizer)),
-                      claimed=float(release.epsilon), expected_sha256=ds.get("sha256"), expected_identity=ds,
-                      event=event_from_dict(release.guarantee), accountant=release.accountant)
+            kw.update(
+                noise_multiplier=float(release.noise_multiplier),
+                schedule=(float(release.sample_rate), int(release.steps), int(release.normalizer)),
+                claimed=float(release.epsilon),
+                expected_sha256=ds.get("sha256"),
+                expected_identity=ds,
+                event=event_from_dict(release.guarantee),
+                accountant=release.accountant,
+            )
         if plan.privacy_unit == "user":
-            extra = {} if release is None else {"expected_user_ids_sha256": ds.get("user_ids_sha256"),
-                                                "expected_n_users": (release.config or {}).get("n_users")}
+            extra = (
+                {}
+                if release is None
+                else {
+                    "expected_user_ids_sha256": ds.get("user_ids_sha256"),
+                    "expected_n_users": (release.config or {}).get("n_users"),
+                }
+            )
             users = r.user_ids if user_ids is None else user_ids
-            t = UserHeadTarget(records_per_user=int(r.records_per_user), user_ids=users,
-                               reference_size=int(plan.config["reference_size"]), **kw, **extra)
+            t = UserHeadTarget(
+                records_per_user=int(r.records_per_user),
+                user_ids=users,
+                reference_size=int(plan.config["reference_size"]),
+                **kw,
+                **extra,
+            )
         else:
             t = HeadTarget(**kw)
         return prepared(t, no_noise)
@@ -363,10 +587,20 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     sampler-tail check refuses a request before anything is reserved. None when a dimension is
     unknown before loading (an image CNN planned from the registry); the run checks again."""
     if spec.family == "head":
-        return steps * head_outputs(info.n_classes, binary_logit=info.n_classes == 2) * (feature_dim(spec.features, info.n_features) + 1)
+        return (
+            steps
+            * head_outputs(info.n_classes, binary_logit=info.n_classes == 2)
+            * (feature_dim(spec.features, info.n_features) + 1)
+        )
     try:
-        module = build_module(spec.module, kind=info.kind, n_features=info.n_features, n_classes=info.n_classes,
-                              image_shape=info.image_shape, seed=seed)
+        module = build_module(
+            spec.module,
+            kind=info.kind,
+            n_features=info.n_features,
+            n_classes=info.n_classes,
+            image_shape=info.image_shape,
+            seed=seed,
+        )
     except UsageError:
         return None
     return steps * sum(p.numel() for p in module.parameters() if p.requires_grad)

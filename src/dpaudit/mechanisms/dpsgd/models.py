@@ -32,16 +32,20 @@ import math
 from ...errors import UsageError
 from ...lazy import lazy_import, torch_module_classes
 from ...noise import public_rng
+
 torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
 
 #: The torch modules, built on first use (:func:`dpaudit.lazy.torch_module_classes`): importing this module runs no torch.
-__getattr__, _build_classes = torch_module_classes(globals(), "Dense", "CNN2d", "CNN1d",
-                                                   "CompactAttention", "GRU")
+__getattr__, _build_classes = torch_module_classes(
+    globals(), "Dense", "CNN2d", "CNN1d", "CompactAttention", "GRU"
+)
 
 
 class _Dense:
-    def __init__(self, n_inputs: int, hidden: tuple[int, int], n_outputs: int, dropout: float = 0.2):
+    def __init__(
+        self, n_inputs: int, hidden: tuple[int, int], n_outputs: int, dropout: float = 0.2
+    ):
         super().__init__()
         self.fc1 = nn.Linear(n_inputs, hidden[0])
         self.drop = nn.Dropout(dropout)
@@ -106,7 +110,15 @@ def sinusoidal_positions_2d(rows: int, cols: int, dim: int) -> torch.Tensor:
 
 
 class _CompactAttention:
-    def __init__(self, image_shape: tuple[int, int, int], n_outputs: int = 10, patch: int = 4, dim: int = 32, heads: int = 4, ff: int = 64):
+    def __init__(
+        self,
+        image_shape: tuple[int, int, int],
+        n_outputs: int = 10,
+        patch: int = 4,
+        dim: int = 32,
+        heads: int = 4,
+        ff: int = 64,
+    ):
         super().__init__()
         c, h, w = image_shape
         if h % patch or w % patch:
@@ -126,7 +138,11 @@ class _CompactAttention:
         n = x.shape[0]
         c, h, w = self.image_shape
         p = self.patch
-        x = x.reshape(n, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(n, (h // p) * (w // p), c * p * p)
+        x = (
+            x.reshape(n, c, h // p, p, w // p, p)
+            .permute(0, 2, 4, 1, 3, 5)
+            .reshape(n, (h // p) * (w // p), c * p * p)
+        )
         t = self.embed(x) + self.positions.to(x.dtype)
         hd = self.dim // self.heads
 
@@ -183,14 +199,18 @@ def _gru(kind, n_features, n_out, image_shape):
 
 #: Each trainable model's builder (kind, n_features, n_outputs, image_shape) -> module and the
 #: tensors holding its one-run audit's gradient canaries (names as in ``named_parameters``).
-BUILDERS = {"dense": (_dense, ("fc1.weight",)), "cnn": (_cnn, ("fc1.weight",)),
-            "attention": (_attention, ("ff1.weight", "ff2.weight")),
-            "gru": (_gru, ("cell.weight_hh",))}
+BUILDERS = {
+    "dense": (_dense, ("fc1.weight",)),
+    "cnn": (_cnn, ("fc1.weight",)),
+    "attention": (_attention, ("ff1.weight", "ff2.weight")),
+    "gru": (_gru, ("cell.weight_hh",)),
+}
 TRAINABLE_MODELS = tuple(BUILDERS)
 
 
-def build_module(model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None,
-                 seed: int = 42) -> nn.Module:
+def build_module(
+    model: str, *, kind: str, n_features: int, n_classes: int, image_shape=None, seed: int = 42
+) -> nn.Module:
     """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global
     RNG state untouched)."""
     if model not in BUILDERS:

@@ -27,8 +27,16 @@ from ...lazy import lazy_import
 from .core import DPSGDConfig
 from .head_audit import NO_NOISE_MULTIPLIER
 from .module_training import train_module_dp_sgd
-from .one_run_modules import (CANARY_TENSORS, DiracCanaries, _data_parts, _input_canaries,
-                              _record_losses, choose_coordinates, module_run_parts)
+from .one_run_modules import (
+    CANARY_TENSORS,
+    DiracCanaries,
+    _data_parts,
+    _input_canaries,
+    _record_losses,
+    choose_coordinates,
+    module_run_parts,
+)
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -66,35 +74,57 @@ class ModuleTarget(AuditTarget):
             :data:`MODULE_CANARIES`.
         """
         if plan.privacy_unit != "record" or plan.event is None:
-            raise UsageError(f"release must be private and record level for a trial audit of "
-                             f"{plan.mechanism}, got privacy unit {plan.privacy_unit!r}"
-                             f"{'' if plan.event else ', non-private'}.")
+            raise UsageError(
+                f"release must be private and record level for a trial audit of "
+                f"{plan.mechanism}, got privacy unit {plan.privacy_unit!r}"
+                f"{'' if plan.event else ', non-private'}."
+            )
         if canary not in MODULE_CANARIES:
-            raise UsageError(f"canary must be one of {', '.join(MODULE_CANARIES)} for module "
-                             f"models, got {canary!r}.")
+            raise UsageError(
+                f"canary must be one of {', '.join(MODULE_CANARIES)} for module "
+                f"models, got {canary!r}."
+            )
         r, ds = plan.request, plan.dataset
-        claim = compute_epsilon(plan.event, delta=plan.delta, accountant=plan.accountant,
-                                adjacency=plan.adjacency)
-        target = cls(model=r.model, dataset=plan.data_name, seed=plan.seed, canary=canary,
-                     config=DPSGDConfig.from_dict(plan.config["dp_sgd"]), claimed_event=plan.event,
-                     claimed_epsilon=claim.epsilon, delta=plan.delta, accountant=plan.accountant,
-                     adjacency=plan.adjacency, data_dir=r.data_dir,
-                     split_seed=ds.get("split_seed", r.split_seed),
-                     profile=ds.get("profile", r.profile))
+        claim = compute_epsilon(
+            plan.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency
+        )
+        target = cls(
+            model=r.model,
+            dataset=plan.data_name,
+            seed=plan.seed,
+            canary=canary,
+            config=DPSGDConfig.from_dict(plan.config["dp_sgd"]),
+            claimed_event=plan.event,
+            claimed_epsilon=claim.epsilon,
+            delta=plan.delta,
+            accountant=plan.accountant,
+            adjacency=plan.adjacency,
+            data_dir=r.data_dir,
+            split_seed=ds.get("split_seed", r.split_seed),
+            profile=ds.get("profile", r.profile),
+        )
         return target if release is None else target._of_release(release)
 
     def _of_release(self, release) -> "ModuleTarget":
-        recorded = dict(sample_rate=float(release.sample_rate), steps=int(release.steps),
-                        normalizer=int(release.normalizer),
-                        noise_multiplier=float(release.noise_multiplier),
-                        clipping_norm=float(release.clipping_norm or 1.0))
+        recorded = dict(
+            sample_rate=float(release.sample_rate),
+            steps=int(release.steps),
+            normalizer=int(release.normalizer),
+            noise_multiplier=float(release.noise_multiplier),
+            clipping_norm=float(release.clipping_norm or 1.0),
+        )
         ds = release.dataset or {}
         config = dataclasses.replace(self.config, **recorded)
         event = event_from_dict(release.guarantee)
-        return dataclasses.replace(self, config=config, claimed_event=event,
-                                   claimed_epsilon=float(release.epsilon),
-                                   accountant=release.accountant, expected_identity=ds,
-                                   expected_sha256=ds.get("sha256"))
+        return dataclasses.replace(
+            self,
+            config=config,
+            claimed_event=event,
+            claimed_epsilon=float(release.epsilon),
+            accountant=release.accountant,
+            expected_identity=ds,
+            expected_sha256=ds.get("sha256"),
+        )
 
     @property
     def mechanism(self) -> str:  # type: ignore[override]
@@ -107,8 +137,9 @@ class ModuleTarget(AuditTarget):
         data, x_pool, y_pool = _data_parts(load_target_data(self))
         self.prepared, self._canary_info = data, {"kind": self.canary}
         if self.canary == "mislabeled":
-            self._xc, self._yc = _input_canaries(x_pool, y_pool, 1, self.seed, int(data.n_classes),
-                                                 self._canary_info)
+            self._xc, self._yc = _input_canaries(
+                x_pool, y_pool, 1, self.seed, int(data.n_classes), self._canary_info
+            )
             return
         name = self.model.removeprefix("dp-")
         shapes = module_run_parts(name, data, self.seed)[3]
@@ -134,29 +165,53 @@ class ModuleTarget(AuditTarget):
         return np.array([score(bool(included), noise) for included in worlds], dtype=np.float64)
 
     def _gradient_score(self, included: bool, noise) -> float:
-        module, x, y, shapes, loss = module_run_parts(self.model.removeprefix("dp-"), self.prepared,
-                                                      self.seed)
-        (tensor, index), = self._gradient.coords
+        module, x, y, shapes, loss = module_run_parts(
+            self.model.removeprefix("dp-"), self.prepared, self.seed
+        )
+        ((tensor, index),) = self._gradient.coords
         before = float(module.get_parameter(tensor).detach().reshape(-1)[index])
         rng = np.random.default_rng(noise.aux_seed())  # private: the canary's per-step draws
-        canary = DiracCanaries(self._gradient, list(shapes), np.array([included]),
-                               self.config.sample_rate, self.config.clipping_norm, rng)
-        train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), self.config,
-                            noise=noise, loss=loss, canary=canary)
+        canary = DiracCanaries(
+            self._gradient,
+            list(shapes),
+            np.array([included]),
+            self.config.sample_rate,
+            self.config.clipping_norm,
+            rng,
+        )
+        train_module_dp_sgd(
+            module,
+            torch.as_tensor(x),
+            torch.as_tensor(y),
+            self.config,
+            noise=noise,
+            loss=loss,
+            canary=canary,
+        )
         return before - float(module.get_parameter(tensor).detach().reshape(-1)[index])
 
     def _record_score(self, included: bool, noise) -> float:
-        module, x, y, _, loss = module_run_parts(self.model.removeprefix("dp-"), self.prepared,
-                                                 self.seed)
+        module, x, y, _, loss = module_run_parts(
+            self.model.removeprefix("dp-"), self.prepared, self.seed
+        )
         xs = np.concatenate([x, self._xc]) if included else x
         ys = np.concatenate([y, self._yc]) if included else y
-        train_module_dp_sgd(module, torch.as_tensor(xs), torch.as_tensor(ys), self.config,
-                            noise=noise, loss=loss)
+        train_module_dp_sgd(
+            module, torch.as_tensor(xs), torch.as_tensor(ys), self.config, noise=noise, loss=loss
+        )
         return -float(_record_losses(module, self._xc, self._yc, loss == "bce")[0])
 
     def describe(self) -> dict:
         self.prepare()
-        config = {"model": self.model, "dp_sgd": self.config.to_dict(), "seed": self.seed,
-                  "threat_model": "final-model"}
-        return {"task": None, "dataset": self.prepared.name, "config": config,
-                "canary_info": self._canary_info}
+        config = {
+            "model": self.model,
+            "dp_sgd": self.config.to_dict(),
+            "seed": self.seed,
+            "threat_model": "final-model",
+        }
+        return {
+            "task": None,
+            "dataset": self.prepared.name,
+            "config": config,
+            "canary_info": self._canary_info,
+        }

@@ -18,6 +18,7 @@ from .core import DPSGDConfig, Progress  # DPSGDConfig is also read from here (r
 from .loop import SumUnits, UserSampling, run_dp_sgd
 from .ghost_clip import ghost_layers, module_clipped_sum
 from .user_level import _check_users, sample_user_records
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -36,8 +37,11 @@ def resolve_device(name: str, *, supported: bool = True) -> str:
         return "cpu"
     available = bool(torch.cuda.is_available())
     if name == "cuda" and not (supported and available):
-        where = "on this machine (torch finds no CUDA device)" if supported else \
-            "for this run (it runs on the CPU only)"
+        where = (
+            "on this machine (torch finds no CUDA device)"
+            if supported
+            else "for this run (it runs on the CPU only)"
+        )
         raise UsageError(f"device must be cpu or auto {where}, got 'cuda'.")
     return "cuda" if available else "cpu"
 
@@ -97,23 +101,29 @@ def train_module_dp_sgd(
     xt = torch.as_tensor(x)
     yt = torch.as_tensor(y)
     if xt.shape[0] != yt.shape[0]:
-        raise UsageError(f"x and y must have the same number of rows, got {xt.shape[0]} and {yt.shape[0]}.")
+        raise UsageError(
+            f"x and y must have the same number of rows, got {xt.shape[0]} and {yt.shape[0]}."
+        )
     device = torch.device(device)
     if device.type != "cpu" and ghost_layers(module) is None:
-        raise UsageError(f"device must be cpu for a model with trainable layers ghost clipping "
-                         f"does not cover, got {device}.")
+        raise UsageError(
+            f"device must be cpu for a model with trainable layers ghost clipping "
+            f"does not cover, got {device}."
+        )
     if device.type == "cpu":
         keep_freed_tensor_memory()
     module.to(device)
     try:
-        return _train_on_device(module, xt, yt, config, noise, users, loss, progress, max_chunk,
-                                canary, recorder)
+        return _train_on_device(
+            module, xt, yt, config, noise, users, loss, progress, max_chunk, canary, recorder
+        )
     finally:
         module.to("cpu")
 
 
-def _train_on_device(module, xt, yt, config, noise, users, loss, progress, max_chunk, canary,
-                     recorder) -> int:
+def _train_on_device(
+    module, xt, yt, config, noise, users, loss, progress, max_chunk, canary, recorder
+) -> int:
     """:func:`train_module_dp_sgd` on a module already on its device (data on the CPU)."""
     names = [n for n, p in module.named_parameters() if p.requires_grad]
     # Views of the module's own parameters: the optimizer updates them in place.
@@ -121,8 +131,22 @@ def _train_on_device(module, xt, yt, config, noise, users, loss, progress, max_c
     clip = not config.non_private
     module.train()
 
-    def clipped_sum(ps, idx, seg=None, k=None):  # frozen parameters: the module's own, outside the clipped norm
-        total = module_clipped_sum(module, dict(zip(names, ps)), xt, yt, idx, config.clipping_norm, loss=loss, clip=clip, seg=seg, k=k, max_chunk=max_chunk)
+    def clipped_sum(
+        ps, idx, seg=None, k=None
+    ):  # frozen parameters: the module's own, outside the clipped norm
+        total = module_clipped_sum(
+            module,
+            dict(zip(names, ps)),
+            xt,
+            yt,
+            idx,
+            config.clipping_norm,
+            loss=loss,
+            clip=clip,
+            seg=seg,
+            k=k,
+            max_chunk=max_chunk,
+        )
         return [total[n] for n in names]
 
     units = SumUnits(clipped_sum, int(xt.shape[0]))
@@ -136,5 +160,11 @@ def _train_on_device(module, xt, yt, config, noise, users, loss, progress, max_c
         units = SumUnits(user_sum, index.n_users)
     cuda = [params[0].device] if params and params[0].device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):  # dropout masks: seeded below, global RNG states kept
-        torch.manual_seed(noise.aux_seed() if hasattr(noise, "aux_seed") else int(noise.numpy.integers(0, 2**63 - 1)))
-        return run_dp_sgd(units, params, config, noise=noise, progress=progress, canary=canary, recorder=recorder)
+        torch.manual_seed(
+            noise.aux_seed()
+            if hasattr(noise, "aux_seed")
+            else int(noise.numpy.integers(0, 2**63 - 1))
+        )
+        return run_dp_sgd(
+            units, params, config, noise=noise, progress=progress, canary=canary, recorder=recorder
+        )

@@ -33,6 +33,7 @@ from .features import build_features
 from .head_audit import NO_NOISE_MULTIPLIER, HeadAuditTarget, dead_features
 from .schedule import MODELS
 from .user_head_audit import UserHeadTarget
+
 np = lazy_import("numpy")
 
 HEAD_ONE_RUN_KINDS = ("gradient", "input-mislabeled")
@@ -47,14 +48,18 @@ def free_coordinates(z: np.ndarray, k: int) -> np.ndarray:
     return np.array([(r, j) for j in dead for r in range(k)], dtype=np.int64).reshape(-1, 2)
 
 
-def with_zero_features(z: np.ndarray, init: np.ndarray, extra: int) -> tuple[np.ndarray, np.ndarray]:
+def with_zero_features(
+    z: np.ndarray, init: np.ndarray, extra: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``z`` (n, d) with ``extra`` all-zero feature columns appended, and the head ``init``
     (K, d+1) widened to match (zero initial weights on the new features; bias stays last). The
     new weights multiply a zero input: outputs on the real data are unchanged."""
     if extra == 0:
         return z, init
     z2 = np.concatenate([z, np.zeros((z.shape[0], extra), dtype=z.dtype)], axis=1)
-    return z2, np.concatenate([init[:, :-1], np.zeros((init.shape[0], extra), dtype=init.dtype), init[:, -1:]], axis=1)
+    return z2, np.concatenate(
+        [init[:, :-1], np.zeros((init.shape[0], extra), dtype=init.dtype), init[:, -1:]], axis=1
+    )
 
 
 def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
@@ -68,40 +73,67 @@ def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
     return logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
 
 
-def heads_one_run(target: HeadAuditTarget, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient", noise_on: bool = True,
-                  coins=None, progress=None):
+def heads_one_run(
+    target: HeadAuditTarget,
+    *,
+    canaries: int,
+    noise: NoiseSource,
+    seed: int,
+    kind: str = "gradient",
+    noise_on: bool = True,
+    coins=None,
+    progress=None,
+):
     """Train ``target``'s head once with ``canaries`` independent canaries; returns
     :class:`~dpaudit.audits.one_run.OneRunScores`. ``coins``: a pre-registered audit's inclusion
     coins (:func:`dpaudit.audits.one_run.plan_coins`), else drawn from ``noise``. ``noise_on=False``
     (or a no-noise target): the no-noise control. ``progress(done, total)``: training steps."""
     user_level = isinstance(target, UserHeadTarget)
     if not isinstance(target, HeadAuditTarget):
-        raise UsageError(f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}.")
+        raise UsageError(
+            f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}."
+        )
     m = positive_int("canaries", canaries, 2)
     one_of("kind", kind, HEAD_ONE_RUN_KINDS)
     if user_level and kind != "gradient":
-        raise UsageError(f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "
-                         f"contribution is C e_j), got {kind!r}.")
+        raise UsageError(
+            f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "
+            f"contribution is C e_j), got {kind!r}."
+        )
     target.prepare()
     cfg = target._config
     if not (noise_on and target.noise):
         cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
     # The coins: each canary in w.p. 1/2, independently (private, or committed by a plan and revealed after the run).
     included = np.asarray(noise.poisson_mask(m, 0.5) if coins is None else coins, dtype=bool)
-    info = {"model": target.model, "dataset": getattr(target, "_dataset_name", None), "n_train": int(target._z.shape[0]),
-            "reference_size": (getattr(target, "_info", None) or {}).get("reference_size"), "canaries": m,
-            "unit": "user" if user_level else "record",
-            "sample_rate": cfg.sample_rate, "steps": cfg.steps, "normalizer": cfg.normalizer, "clipping_norm": cfg.clipping_norm,
-            "noise_multiplier": cfg.noise_multiplier, "noise": bool(noise_on and target.noise), "seed": int(seed)}
+    info = {
+        "model": target.model,
+        "dataset": getattr(target, "_dataset_name", None),
+        "n_train": int(target._z.shape[0]),
+        "reference_size": (getattr(target, "_info", None) or {}).get("reference_size"),
+        "canaries": m,
+        "unit": "user" if user_level else "record",
+        "sample_rate": cfg.sample_rate,
+        "steps": cfg.steps,
+        "normalizer": cfg.normalizer,
+        "clipping_norm": cfg.clipping_norm,
+        "noise_multiplier": cfg.noise_multiplier,
+        "noise": bool(noise_on and target.noise),
+        "seed": int(seed),
+    }
     if kind == "gradient":
-        users = UserSampling(target._users, target.records_per_user) if user_level else None  # each canary: one more user, exactly C e_j
+        users = (
+            UserSampling(target._users, target.records_per_user) if user_level else None
+        )  # each canary: one more user, exactly C e_j
         scores = _gradient_canaries(target, cfg, noise, included, seed, info, users, progress)
     else:
         scores = _record_canaries(target, cfg, noise, included, seed, info, progress)
     return OneRunScores(scores=scores, included=included, kind=kind, info=info)
 
 
-def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users, progress) -> np.ndarray:
+def _gradient_canaries(
+    target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users, progress
+) -> np.ndarray:
     """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
     from scipy import sparse
 
@@ -110,40 +142,88 @@ def _gradient_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, se
     extra = max(0, math.ceil((m - len(free)) / k))
     z, init = with_zero_features(target._z, target._init, extra)
     d = target._z.shape[1]
-    added = np.array([(r, d + e) for e in range(extra) for r in range(k)], dtype=np.int64).reshape(-1, 2)
+    added = np.array([(r, d + e) for e in range(extra) for r in range(k)], dtype=np.int64).reshape(
+        -1, 2
+    )
     pool = np.concatenate([free, added])
-    coords = pool[np.sort(public_rng(seed, _TAG_COORDS).permutation(len(pool))[:m])]  # public, distinct
+    coords = pool[
+        np.sort(public_rng(seed, _TAG_COORDS).permutation(len(pool))[:m])
+    ]  # public, distinct
     d1 = z.shape[1] + 1
-    grads = sparse.csr_matrix((np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1))
-    res = train_heads(z, target._y, target._n_classes, cfg, noise=noise, runs=1, init=init, users=users,
-                      canary=CanaryHook(included=included[None, :], gradient=grads), binary_logit=target._binary, progress=progress)
-    moved = res.weights[0][coords[:, 0], coords[:, 1]] - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
-    info.update({"canary": "dirac gradient of norm C at head weights whose data gradient is zero",
-                 "free_coordinates": int(len(free)), "extra_zero_features": int(extra),
-                 "coordinates": coords.tolist(), "score": "-(W_T - W_0)[k, j]"})
+    grads = sparse.csr_matrix(
+        (np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1)
+    )
+    res = train_heads(
+        z,
+        target._y,
+        target._n_classes,
+        cfg,
+        noise=noise,
+        runs=1,
+        init=init,
+        users=users,
+        canary=CanaryHook(included=included[None, :], gradient=grads),
+        binary_logit=target._binary,
+        progress=progress,
+    )
+    moved = (
+        res.weights[0][coords[:, 0], coords[:, 1]]
+        - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
+    )
+    info.update(
+        {
+            "canary": "dirac gradient of norm C at head weights whose data gradient is zero",
+            "free_coordinates": int(len(free)),
+            "extra_zero_features": int(extra),
+            "coordinates": coords.tolist(),
+            "score": "-(W_T - W_0)[k, j]",
+        }
+    )
     return -moved
 
 
-def _record_canaries(target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, progress) -> np.ndarray:
+def _record_canaries(
+    target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, progress
+) -> np.ndarray:
     """Held-out test records with a wrong label, one more record unit each: one run, scores."""
     m = included.size
     data = load_target_data(target)
     n_test = len(data.y_test)
     if m > n_test:
-        raise UsageError(f"canaries must be at most {n_test} (held-out test records) for input-mislabeled, got {m}.")
+        raise UsageError(
+            f"canaries must be at most {n_test} (held-out test records) for input-mislabeled, got {m}."
+        )
     rng = public_rng(seed, _TAG_RECORDS)
     idx = np.sort(rng.choice(n_test, size=m, replace=False))
     y_true = np.asarray(data.y_test)[idx].astype(np.int64)
     n_classes = target._n_classes
     y_wrong = (y_true + 1 + rng.integers(0, n_classes - 1, size=m)) % n_classes
-    feats = build_features(MODELS[target.model].features, data.n_features, target.seed)  # the target's public features
+    feats = build_features(
+        MODELS[target.model].features, data.n_features, target.seed
+    )  # the target's public features
     zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
-    res = train_heads(target._z, target._y, n_classes, cfg, noise=noise, runs=1, init=target._init,
-                      canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong), binary_logit=target._binary, progress=progress)
+    res = train_heads(
+        target._z,
+        target._y,
+        n_classes,
+        cfg,
+        noise=noise,
+        runs=1,
+        init=target._init,
+        canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong),
+        binary_logit=target._binary,
+        progress=progress,
+    )
     rows = np.arange(m)
     after = _log_softmax_rows(res.weights[0], zc)[rows, y_wrong]
     before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]
-    info.update({"canary": "held-out test record with a wrong label, one more record unit",
-                 "test_indices": idx.tolist(), "true_labels": y_true.tolist(), "labels": y_wrong.tolist(),
-                 "score": "log p(wrong label | W_T) - log p(wrong label | W_0)"})
+    info.update(
+        {
+            "canary": "held-out test record with a wrong label, one more record unit",
+            "test_indices": idx.tolist(),
+            "true_labels": y_true.tolist(),
+            "labels": y_wrong.tolist(),
+            "score": "log p(wrong label | W_T) - log p(wrong label | W_0)",
+        }
+    )
     return after - before

@@ -24,9 +24,13 @@ from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...validation import positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
-from .head_audit import NO_NOISE_MULTIPLIER, dead_features  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
+from .head_audit import (
+    NO_NOISE_MULTIPLIER,
+    dead_features,
+)  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 from .models import BUILDERS, build_module
 from .schedule import audit_reference_size, plan_schedule
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -54,8 +58,11 @@ class GradientCanaries:
     coords: tuple[tuple[str, int], ...]
 
     def describe(self) -> dict:
-        return {"tensors": list(self.tensors), "coordinates": [[n, int(i)] for n, i in self.coords],
-                "choice": "uniform without replacement over the tensors' coordinates, public seed"}
+        return {
+            "tensors": list(self.tensors),
+            "coordinates": [[n, int(i)] for n, i in self.coords],
+            "choice": "uniform without replacement over the tensors' coordinates, public seed",
+        }
 
     def by_tensor(self) -> list[tuple[str, np.ndarray, torch.Tensor]]:
         """(tensor name, canary ids, their flat coordinates as an index tensor) for each tensor
@@ -64,24 +71,45 @@ class GradientCanaries:
         for t in self.tensors:
             ids = np.array([k for k, (n, _) in enumerate(self.coords) if n == t], dtype=np.int64)
             if ids.size:
-                out.append((t, ids, torch.as_tensor(np.array([self.coords[k][1] for k in ids], dtype=np.int64))))
+                out.append(
+                    (
+                        t,
+                        ids,
+                        torch.as_tensor(np.array([self.coords[k][1] for k in ids], dtype=np.int64)),
+                    )
+                )
         return out
 
 
-def choose_coordinates(named_shapes: dict[str, tuple[int, ...]], tensors: tuple[str, ...], m: int, seed: int,
-                       quiet: np.ndarray | None = None, *, tag: int = _TAG_COORDS) -> GradientCanaries:
+def choose_coordinates(
+    named_shapes: dict[str, tuple[int, ...]],
+    tensors: tuple[str, ...],
+    m: int,
+    seed: int,
+    quiet: np.ndarray | None = None,
+    *,
+    tag: int = _TAG_COORDS,
+) -> GradientCanaries:
     """m distinct coordinates of ``tensors`` (flat indices into their concatenation, in the listed
     order), uniformly from the public seed (``public_rng(seed, tag)``); taken first from ``quiet``
     (coordinates no training record moves) when given, the rest uniformly from the others."""
     missing = [t for t in tensors if t not in named_shapes]
     if missing:
-        raise UsageError(f"canary tensors must be trainable parameters of the model, got {missing!r}.")
+        raise UsageError(
+            f"canary tensors must be trainable parameters of the model, got {missing!r}."
+        )
     sizes = [int(np.prod(named_shapes[t])) for t in tensors]
     total = sum(sizes)
     if not 2 <= m <= total:
-        raise UsageError(f"canaries must be an integer in [2, {total}] (coordinates of {', '.join(tensors)}), got {m!r}.")
+        raise UsageError(
+            f"canaries must be an integer in [2, {total}] (coordinates of {', '.join(tensors)}), got {m!r}."
+        )
     rng = public_rng(seed, tag)
-    quiet = np.zeros(0, dtype=np.int64) if quiet is None else np.unique(np.asarray(quiet, dtype=np.int64))
+    quiet = (
+        np.zeros(0, dtype=np.int64)
+        if quiet is None
+        else np.unique(np.asarray(quiet, dtype=np.int64))
+    )
     if quiet.size >= m:
         flat = rng.choice(quiet, size=m, replace=False)
     else:
@@ -100,11 +128,25 @@ class DiracCanaries:
 
     rows = False  # fixed gradients, no units of their own
 
-    def __init__(self, canaries: GradientCanaries, names: list[str], included: np.ndarray, sample_rate: float, clipping_norm: float,
-                 rng: np.random.Generator):
+    def __init__(
+        self,
+        canaries: GradientCanaries,
+        names: list[str],
+        included: np.ndarray,
+        sample_rate: float,
+        clipping_norm: float,
+        rng: np.random.Generator,
+    ):
         index = {n: i for i, n in enumerate(names)}
-        self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]  # (parameter index, canary ids, coordinates)
-        self.included, self.q, self.c, self.rng = np.asarray(included, dtype=bool), sample_rate, float(clipping_norm), rng
+        self.groups = [
+            (index[t], ids, flat) for t, ids, flat in canaries.by_tensor()
+        ]  # (parameter index, canary ids, coordinates)
+        self.included, self.q, self.c, self.rng = (
+            np.asarray(included, dtype=bool),
+            sample_rate,
+            float(clipping_norm),
+            rng,
+        )
 
     def draw(self) -> np.ndarray:
         return self.included & (self.rng.random(self.included.size) < self.q)
@@ -118,7 +160,9 @@ class DiracCanaries:
                 view.index_add_(0, at, view.new_full((at.numel(),), self.c))
 
 
-def _quiet_coordinates(name: str, tensors: tuple[str, ...], shapes: dict, x: np.ndarray) -> np.ndarray:
+def _quiet_coordinates(
+    name: str, tensors: tuple[str, ...], shapes: dict, x: np.ndarray
+) -> np.ndarray:
     """Flat coordinates (into the concatenation of ``tensors``) that no training record moves: for
     the dense model, the first layer's weights on input features zero in every training record.
     The choice depends on the data but not on the canary coins: power, not soundness. Empty for
@@ -136,14 +180,34 @@ def _data_parts(data):
     held-out pool (test, then validation rows) for input canaries."""
     if isinstance(data, str):
         data = load_dataset(data)
-    x_pool = np.concatenate([data.x_test, data.x_val]) if getattr(data, "x_val", None) is not None and len(data.x_val) else data.x_test
-    y_pool = np.concatenate([data.y_test, data.y_val]) if getattr(data, "y_val", None) is not None and len(data.y_val) else data.y_test
+    x_pool = (
+        np.concatenate([data.x_test, data.x_val])
+        if getattr(data, "x_val", None) is not None and len(data.x_val)
+        else data.x_test
+    )
+    y_pool = (
+        np.concatenate([data.y_test, data.y_val])
+        if getattr(data, "y_val", None) is not None and len(data.y_val)
+        else data.y_test
+    )
     return data, x_pool, y_pool
 
 
-def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSource, seed: int, kind: str = "gradient",
-                    noise_on: bool = True, tensors: tuple[str, ...] | None = None, progress=None,
-                    coins=None, device: str = "cpu"):
+def modules_one_run(
+    model: str,
+    data,
+    config,
+    *,
+    canaries: int,
+    noise: NoiseSource,
+    seed: int,
+    kind: str = "gradient",
+    noise_on: bool = True,
+    tensors: tuple[str, ...] | None = None,
+    progress=None,
+    coins=None,
+    device: str = "cpu",
+):
     """Train ``model`` ONCE with DP-SGD ``config`` on ``data`` (a prepared dataset or a name) with
     ``canaries`` canaries of ``kind``; return their :class:`~dpaudit.audits.one_run.OneRunScores`.
     ``seed``: public (initialisation, canary coordinates / records); ``noise``: private (DP noise,
@@ -157,7 +221,9 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     if not isinstance(config, DPSGDConfig):
         raise UsageError(f"config must be a DPSGDConfig, got {type(config).__name__}.")
     if config.non_private:
-        raise UsageError("config must be private (clipping bounds each canary's contribution), got non_private=True.")
+        raise UsageError(
+            "config must be private (clipping bounds each canary's contribution), got non_private=True."
+        )
     if not noise_on:
         config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
     data, x_pool, y_pool = _data_parts(data)
@@ -169,30 +235,60 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
     # (drawn before training; the source's later draws are the DP noise and data sampling).
     crng = np.random.default_rng(noise.aux_seed())
     included = crng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool)
-    info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "kind": kind, "seed": int(seed),
-            "noise_on": bool(noise_on), "device": str(device), "dp_sgd": config.to_dict(),
-            "n_train": int(y.size)}
+    info = {
+        "model": f"dp-{name}",
+        "dataset": getattr(data, "name", None),
+        "canaries": m,
+        "kind": kind,
+        "seed": int(seed),
+        "noise_on": bool(noise_on),
+        "device": str(device),
+        "dp_sgd": config.to_dict(),
+        "n_train": int(y.size),
+    }
     canary = None
     if kind == "gradient":
         chosen = tuple(tensors or CANARY_TENSORS[name])
         quiet = _quiet_coordinates(name, chosen, shapes, x)
         gc = choose_coordinates(shapes, chosen, m, seed, quiet=quiet)
-        canary = DiracCanaries(gc, list(shapes), included, config.sample_rate, config.clipping_norm,
-                               crng)
-        info.update(gc.describe(), score="-(theta_T - theta_0)[j]", quiet_coordinates=int(quiet.size),
-                    quiet_rule="dense fc1.weight[:, f] for input features f that are zero in every training record "
-                               "(no data gradient); taken first, the rest uniform")
+        canary = DiracCanaries(
+            gc, list(shapes), included, config.sample_rate, config.clipping_norm, crng
+        )
+        info.update(
+            gc.describe(),
+            score="-(theta_T - theta_0)[j]",
+            quiet_coordinates=int(quiet.size),
+            quiet_rule="dense fc1.weight[:, f] for input features f that are zero in every training record "
+            "(no data gradient); taken first, the rest uniform",
+        )
     else:
         xc, yc = _input_canaries(x_pool, y_pool, m, seed, n_classes, info)
         x = np.concatenate([x, xc[included]])
         y = np.concatenate([y, yc[included]])
         loss_before = _record_losses(module, xc, yc, binary)
-    steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
-                                canary=canary, device=device)
-    info["steps_executed"], info["n_units"] = int(steps), int(y.size)  # units: training records plus included input canaries
+    steps = train_module_dp_sgd(
+        module,
+        torch.as_tensor(x),
+        torch.as_tensor(y),
+        config,
+        noise=noise,
+        loss=loss,
+        progress=progress,
+        canary=canary,
+        device=device,
+    )
+    info["steps_executed"], info["n_units"] = (
+        int(steps),
+        int(y.size),
+    )  # units: training records plus included input canaries
     if kind == "gradient":
         params = dict(module.named_parameters())
-        scores = np.array([-(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in gc.coords])
+        scores = np.array(
+            [
+                -(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item()
+                for n, i in gc.coords
+            ]
+        )
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
     return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
@@ -201,8 +297,14 @@ def modules_one_run(model: str, data, config, *, canaries: int, noise: NoiseSour
 def module_run_parts(name: str, data, seed: int):
     """(module, x, y, shapes of its trainable parameters, loss) of one training run of module
     ``name`` on ``data``'s training partition: the public initialisation of ``seed``."""
-    module = build_module(name, kind=data.kind, n_features=data.n_features,
-                          n_classes=int(data.n_classes), image_shape=data.image_shape, seed=seed)
+    module = build_module(
+        name,
+        kind=data.kind,
+        n_features=data.n_features,
+        n_classes=int(data.n_classes),
+        image_shape=data.image_shape,
+        seed=seed,
+    )
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
     x, y = np.asarray(data.x_train, dtype=np.float32), np.asarray(data.y_train, dtype=np.int64)
     return module, x, y, shapes, "bce" if int(data.n_classes) == 2 else "cross_entropy"
@@ -211,17 +313,29 @@ def module_run_parts(name: str, data, seed: int):
 def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dict):
     """m held-out records (public choice) with public wrong labels: (xc, yc); ``info`` records them."""
     if m > y_pool.size:
-        raise UsageError(f"canaries must be at most {y_pool.size} (held-out records) for input canaries, got {m}.")
+        raise UsageError(
+            f"canaries must be at most {y_pool.size} (held-out records) for input canaries, got {m}."
+        )
     rng = public_rng(seed, _TAG_COORDS)
     rows = rng.choice(y_pool.size, size=m, replace=False)
     xc = np.asarray(x_pool[rows], dtype=np.float32)
-    yc = (np.asarray(y_pool[rows], dtype=np.int64) + 1 + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)) % n_classes
-    info.update(records="held-out (test, then validation) rows, public seed", rows=[int(r) for r in rows],
-                labels=[int(v) for v in yc], score="loss(theta_0) - loss(theta_T) on the canary's wrong label")
+    yc = (
+        np.asarray(y_pool[rows], dtype=np.int64)
+        + 1
+        + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)
+    ) % n_classes
+    info.update(
+        records="held-out (test, then validation) rows, public seed",
+        rows=[int(r) for r in rows],
+        labels=[int(v) for v in yc],
+        score="loss(theta_0) - loss(theta_T) on the canary's wrong label",
+    )
     return xc, yc
 
 
-def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary: bool) -> np.ndarray:
+def _record_losses(
+    module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary: bool
+) -> np.ndarray:
     """Per-record loss of ``module`` (eval mode) on (x, y)."""
     was = module.training
     module.eval()
@@ -229,21 +343,43 @@ def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary
         out = module(torch.as_tensor(x)).double()
         yt = torch.as_tensor(y)
         if binary:
-            v = torch.nn.functional.binary_cross_entropy_with_logits(out.reshape(-1), yt.double(), reduction="none")
+            v = torch.nn.functional.binary_cross_entropy_with_logits(
+                out.reshape(-1), yt.double(), reduction="none"
+            )
         else:
             v = torch.nn.functional.cross_entropy(out, yt, reduction="none")
     module.train(was)
     return v.numpy()
 
 
-def module_config(model: str, data, *, epsilon: float, delta: float, epochs: int | None = None, batch_size: int | None = None):
+def module_config(
+    model: str,
+    data,
+    *,
+    epsilon: float,
+    delta: float,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+):
     """(DPSGDConfig, event) of the release protocol for ``model`` on ``data`` at (epsilon, delta):
     the paper's schedule over the declared training size (or the given epochs / batch size) and the
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd.mechanism.plan_schedule`)."""
     module_name(model)
     data, _, _ = _data_parts(data)
-    setup = plan_schedule(dataset_name=data.name, kind=data.kind, reference_size=audit_reference_size(data, len(data.y_train)),
-                          epsilon=epsilon, delta=delta, epochs=epochs, batch_size=batch_size)
+    setup = plan_schedule(
+        dataset_name=data.name,
+        kind=data.kind,
+        reference_size=audit_reference_size(data, len(data.y_train)),
+        epsilon=epsilon,
+        delta=delta,
+        epochs=epochs,
+        batch_size=batch_size,
+    )
     s = setup.schedule
-    cfg = DPSGDConfig(sample_rate=s.sample_rate, steps=s.steps, normalizer=s.normalizer, noise_multiplier=setup.noise_multiplier)
+    cfg = DPSGDConfig(
+        sample_rate=s.sample_rate,
+        steps=s.steps,
+        normalizer=s.normalizer,
+        noise_multiplier=setup.noise_multiplier,
+    )
     return cfg, setup.event

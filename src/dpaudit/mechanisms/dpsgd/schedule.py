@@ -35,6 +35,7 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from ...progress import JobProgress
 from ...validation import positive_int
+
 np = lazy_import("numpy")
 
 ACCOUNTANT = "rdp"
@@ -62,7 +63,9 @@ def _model_spec(entry) -> ModelSpec:
 
 
 #: The DP-SGD models, in catalogue order (the names live in :data:`dpaudit.catalogue.CATALOGUE`).
-MODELS: dict[str, ModelSpec] = {n: _model_spec(CATALOGUE[n]) for n in catalogue_names(family=("dp-sgd-head", "dp-sgd-module"))}
+MODELS: dict[str, ModelSpec] = {
+    n: _model_spec(CATALOGUE[n]) for n in catalogue_names(family=("dp-sgd-head", "dp-sgd-module"))
+}
 MODEL_NAMES = tuple(MODELS)
 
 #: Datasets that use a requested batch of 64 instead of 256 (module docstring).
@@ -77,7 +80,9 @@ def default_protocol(dataset_name: str, kind: str) -> tuple[int, int]:
     return epochs, batch
 
 
-def epsilon_curve(noise_multiplier: float, sample_rate: float, delta: float) -> Callable[[int], float]:
+def epsilon_curve(
+    noise_multiplier: float, sample_rate: float, delta: float
+) -> Callable[[int], float]:
     """Epsilon spent after t steps, cheap to evaluate: RDP is linear in t, so
     eps(t) = conversion(t * rdp_one_step) (same orders and conversion as the claim)."""
     one = rdp_curve([SubsampledGaussian(noise_multiplier, sample_rate, 1)])
@@ -116,16 +121,26 @@ def classification_metrics(y_true: np.ndarray, proba: np.ndarray) -> dict:
     tp = np.bincount(y_true[pred == y_true], minlength=k).astype(np.float64)
     pp, ap = np.bincount(pred, minlength=k), np.bincount(y_true, minlength=k)
     ratio = lambda a, b: np.divide(a, b, out=np.zeros(k), where=b > 0)  # noqa: E731
-    out = {"accuracy": float(np.mean(pred == y_true)), "precision_macro": float(ratio(tp, pp).mean()),
-           "recall_macro": float(ratio(tp, ap).mean()), "f1_macro": float(ratio(2 * tp, pp + ap).mean())}
+    out = {
+        "accuracy": float(np.mean(pred == y_true)),
+        "precision_macro": float(ratio(tp, pp).mean()),
+        "recall_macro": float(ratio(tp, ap).mean()),
+        "f1_macro": float(ratio(2 * tp, pp + ap).mean()),
+    }
     present = np.unique(y_true)
     if k == 2:
         both = present.size == 2
         out["auroc"] = _auroc(y_true == 1, proba[:, 1]) if both else float("nan")
         out["auprc"] = _average_precision(y_true == 1, proba[:, 1]) if both else float("nan")
     else:
-        out["auroc"] = float(np.mean([_auroc(y_true == c, proba[:, c]) for c in range(k)])) if present.size == k else float("nan")
-        out["auprc"] = float(np.mean([_average_precision(y_true == c, proba[:, c]) for c in present]))
+        out["auroc"] = (
+            float(np.mean([_auroc(y_true == c, proba[:, c]) for c in range(k)]))
+            if present.size == k
+            else float("nan")
+        )
+        out["auprc"] = float(
+            np.mean([_average_precision(y_true == c, proba[:, c]) for c in present])
+        )
     return out
 
 
@@ -135,14 +150,18 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
     if progress is None or progress is False:
         return None, lambda: None
     if callable(progress):
-        return (lambda done, total: progress(done, total, eps_of(done) if eps_of else float("inf"))), lambda: None
+        return (
+            lambda done, total: progress(done, total, eps_of(done) if eps_of else float("inf"))
+        ), lambda: None
     bar = JobProgress("steps").__enter__()
     task = bar.add("training", steps, info="eps spent 0.000" if eps_of else "(non-private)")
     shown = [-1.0]
 
     def cb(done, total):
         now = time.monotonic()
-        if done < total and now - shown[0] < 0.1:  # shown at most every 0.1 s (each epsilon is an RDP conversion)
+        if (
+            done < total and now - shown[0] < 0.1
+        ):  # shown at most every 0.1 s (each epsilon is an RDP conversion)
             return
         shown[0] = now
         bar.update(task, completed=done, info=f"eps spent {eps_of(done):.3f}" if eps_of else None)
@@ -166,10 +185,20 @@ class DPSGDSetup:
     calibrated_epsilon: float  # the calibration's epsilon (inf: non-private; None: sigma given)
 
 
-def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon: float | None, delta: float,
-                  epochs: int | None = None, batch_size: int | None = None, non_private: bool = False,
-                  adjacency: str = RECORD_ADJACENCY, schedule: tuple | None = None,
-                  noise_multiplier: float | None = None) -> DPSGDSetup:
+def plan_schedule(
+    *,
+    dataset_name: str,
+    kind: str,
+    reference_size: int,
+    epsilon: float | None,
+    delta: float,
+    epochs: int | None = None,
+    batch_size: int | None = None,
+    non_private: bool = False,
+    adjacency: str = RECORD_ADJACENCY,
+    schedule: tuple | None = None,
+    noise_multiplier: float | None = None,
+) -> DPSGDSetup:
     """Schedule -> calibrated sigma -> event, from public quantities only.
 
     The paper's protocol (:func:`~dpaudit.mechanisms.dpsgd.schedule.default_protocol`) unless ``epochs`` /
@@ -183,29 +212,51 @@ def plan_schedule(*, dataset_name: str, kind: str, reference_size: int, epsilon:
     batch = positive_int("batch_size", batch_size) if batch_size is not None else b0
     if schedule is not None:
         q, steps, m0 = schedule
-        sched = Schedule(batches_per_epoch=int(round(1 / q)), sample_rate=float(q), steps=int(steps), normalizer=int(m0))
+        sched = Schedule(
+            batches_per_epoch=int(round(1 / q)),
+            sample_rate=float(q),
+            steps=int(steps),
+            normalizer=int(m0),
+        )
     else:
         sched = dp_sgd_schedule(int(reference_size), batch, epochs)
     if non_private:
         return DPSGDSetup(epochs, batch, sched, 0.0, None, float("inf"))
     calibrated = None
     if noise_multiplier is None:
-        cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=sched.sample_rate, steps=sched.steps,
-                                         accountant=ACCOUNTANT, adjacency=adjacency)
+        cal = calibrate_noise_multiplier(
+            target_epsilon=epsilon,
+            delta=delta,
+            sample_rate=sched.sample_rate,
+            steps=sched.steps,
+            accountant=ACCOUNTANT,
+            adjacency=adjacency,
+        )
         noise_multiplier, calibrated = cal.noise_multiplier, cal.epsilon
     sigma = float(noise_multiplier)
-    return DPSGDSetup(epochs, batch, sched, sigma, SubsampledGaussian(sigma, sched.sample_rate, sched.steps), calibrated)
+    return DPSGDSetup(
+        epochs,
+        batch,
+        sched,
+        sigma,
+        SubsampledGaussian(sigma, sched.sample_rate, sched.steps),
+        calibrated,
+    )
 
 
-def planned_reference_size(requested: int | None, declared: int | None, *, unit: str = "record") -> int:
+def planned_reference_size(
+    requested: int | None, declared: int | None, *, unit: str = "record"
+) -> int:
     """The public size N0 a DP-SGD schedule is built from: ``requested`` (``--reference-size``),
     else ``declared`` (the dataset definition's train size; none for users). Never the actual
     count of the private data: that would make q, T and m0 differ between neighbours."""
     if requested is not None:
         return positive_int("reference_size", requested)
     if declared is None:
-        raise UsageError(f"reference_size must be given (--reference-size: the public number of training {unit}s the schedule is "
-                         f"built from) for data whose definition declares none, got None.")
+        raise UsageError(
+            f"reference_size must be given (--reference-size: the public number of training {unit}s the schedule is "
+            f"built from) for data whose definition declares none, got None."
+        )
     return positive_int("reference_size", declared)
 
 

@@ -52,6 +52,7 @@ from ...validation import one_of, positive_int
 from .loop import CanaryHook, UserSampling, train_heads
 from .head_audit import HeadAuditTarget, canary_scores, dirac_gradient, lay_out, setup_head
 from .head_canaries import head_canary
+
 np = lazy_import("numpy")
 
 ADJACENCY = "add-remove-user"
@@ -104,16 +105,20 @@ class UserHeadTarget(HeadAuditTarget):
     user_ids: object | None = field(default=None, repr=False)
     expected_user_ids_sha256: str | None = None  # an old release's user-id checksum
     expected_n_users: int | None = None  # an old release's recorded number of training users
-    reference_size: int | None = None  # public N0: the declared number of training users (the schedule's)
+    reference_size: int | None = (
+        None  # public N0: the declared number of training users (the schedule's)
+    )
     adjacency: str = ADJACENCY
 
     def __post_init__(self) -> None:
         super().__post_init__()
         positive_int("records_per_user", self.records_per_user)
         if self.reference_size is None:  # before any data are loaded
-            raise UsageError("reference_size must be given (--reference-size: the public number of training "
-                             "users the schedule is built from; an audit of a release takes the release's), "
-                             "got None.")
+            raise UsageError(
+                "reference_size must be given (--reference-size: the public number of training "
+                "users the schedule is built from; an audit of a release takes the release's), "
+                "got None."
+            )
         positive_int("reference_size", self.reference_size)
         one_of("adjacency", self.adjacency, (ADJACENCY,))
 
@@ -122,7 +127,12 @@ class UserHeadTarget(HeadAuditTarget):
         """The dataset split by users, checked against the release's identity when given."""
         data = self.prepared
         if data is None:
-            data = load_dataset(self.dataset, data_dir=self.data_dir, split_seed=self.split_seed, profile=self.profile)
+            data = load_dataset(
+                self.dataset,
+                data_dir=self.data_dir,
+                split_seed=self.split_seed,
+                profile=self.profile,
+            )
         if data.user_ids is None:
             ids = self.user_ids
             if isinstance(ids, (str, os.PathLike)):
@@ -135,12 +145,19 @@ class UserHeadTarget(HeadAuditTarget):
             data = attach_user_ids(data, ids)
         else:
             self._users_from = "user ids of the prepared dataset"
-        check_user_split(data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test"))
+        check_user_split(
+            data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test")
+        )
         # Old releases published unkeyed checksums of the user ids and of the data: still checked
         # exactly. New ones publish only the public identity (users per partition, sizes, ...).
-        if self.expected_user_ids_sha256 is not None and data.user_ids_sha256 != self.expected_user_ids_sha256:
-            raise DataError(f"user ids sha256 must equal the release's {self.expected_user_ids_sha256[:12]}..., "
-                            f"got {str(data.user_ids_sha256)[:12]}... (pass the release's --user-ids file).")
+        if (
+            self.expected_user_ids_sha256 is not None
+            and data.user_ids_sha256 != self.expected_user_ids_sha256
+        ):
+            raise DataError(
+                f"user ids sha256 must equal the release's {self.expected_user_ids_sha256[:12]}..., "
+                f"got {str(data.user_ids_sha256)[:12]}... (pass the release's --user-ids file)."
+            )
         check_release_identity(data, self.expected_identity, expected_sha256=self.expected_sha256)
         return data
 
@@ -153,21 +170,37 @@ class UserHeadTarget(HeadAuditTarget):
         # Old releases recorded their actual training users (config n_users): still checked. New
         # ones record only the declared reference size, and their schedule is replayed from it.
         if self.expected_n_users is not None and users.n_users != int(self.expected_n_users):
-            raise DataError(f"training users must number the release's {self.expected_n_users}, got {users.n_users}.")
+            raise DataError(
+                f"training users must number the release's {self.expected_n_users}, got {users.n_users}."
+            )
         # The schedule is the public N0's (a release's recorded one), never the count of this data's users.
-        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=self.reference_size,
-                                                 adjacency=ADJACENCY)
+        epochs, batch, sigma, feats = setup_head(
+            self, data, x, y, reference_size=self.reference_size, adjacency=ADJACENCY
+        )
         self._users = users
         self._build_canary(data, feats)
         lay_out(self)
         # n_users, n_train and users (counts of this data) go to audit_local.json (LOCAL_AUDIT_PATHS).
-        self._info = {"model": self.model, "features": feats.describe(), "privacy_unit": "user",
-                      "records_per_user": self.records_per_user, "reference_size": self.reference_size,
-                      "n_users": users.n_users, "users": users.describe(), "users_from": self._users_from,
-                      "n_train": int(len(y)), "epochs": epochs, "batch_size": batch,
-                      "batch_size_unit": "users",
-                      **self._config.to_dict(), "noise_multiplier": sigma, "target_epsilon": self.epsilon,
-                      "rdp_epsilon": self._rdp_epsilon, "accountant": "rdp", "seed": self.seed}
+        self._info = {
+            "model": self.model,
+            "features": feats.describe(),
+            "privacy_unit": "user",
+            "records_per_user": self.records_per_user,
+            "reference_size": self.reference_size,
+            "n_users": users.n_users,
+            "users": users.describe(),
+            "users_from": self._users_from,
+            "n_train": int(len(y)),
+            "epochs": epochs,
+            "batch_size": batch,
+            "batch_size_unit": "users",
+            **self._config.to_dict(),
+            "noise_multiplier": sigma,
+            "target_epsilon": self.epsilon,
+            "rdp_epsilon": self._rdp_epsilon,
+            "accountant": "rdp",
+            "seed": self.seed,
+        }
         self._ready = True
 
     def _build_canary(self, data, feats) -> None:
@@ -177,17 +210,35 @@ class UserHeadTarget(HeadAuditTarget):
         ch = self._choice = head_canary(self.canary)(self, data, feats, g)
         self._canary_info = ch.info
         if ch.coordinate is None:
-            self._canary = CanaryHook(included=np.zeros(1, bool), z=np.asarray(ch.z, dtype=np.float64), y=np.asarray(ch.y, dtype=np.int64))
+            self._canary = CanaryHook(
+                included=np.zeros(1, bool),
+                z=np.asarray(ch.z, dtype=np.float64),
+                y=np.asarray(ch.y, dtype=np.int64),
+            )
             return
-        grads = np.broadcast_to(dirac_gradient(self, ch.coordinate), (g, self._k, self._z.shape[1] + 1)).copy()
-        self._canary = CanaryHook(included=np.zeros(1, bool), gradient=user_clipped_gradient(grads, self._config.clipping_norm))
+        grads = np.broadcast_to(
+            dirac_gradient(self, ch.coordinate), (g, self._k, self._z.shape[1] + 1)
+        ).copy()
+        self._canary = CanaryHook(
+            included=np.zeros(1, bool),
+            gradient=user_clipped_gradient(grads, self._config.clipping_norm),
+        )
 
     # -------------------------------------------------------------------------------- trials
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """R user-level runs on the release's head loop; the record-level score, averaged over the user's records."""
         self.prepare()
         c = np.asarray(canary_in, dtype=bool)
-        res = train_heads(None, None, self._n_classes, self._config, noise=noise, runs=c.size,
-                          init=self._init, users=UserSampling(self._users, self.records_per_user),
-                          canary=dataclasses.replace(self._canary, included=c), layout=self._layout)
+        res = train_heads(
+            None,
+            None,
+            self._n_classes,
+            self._config,
+            noise=noise,
+            runs=c.size,
+            init=self._init,
+            users=UserSampling(self._users, self.records_per_user),
+            canary=dataclasses.replace(self._canary, included=c),
+            layout=self._layout,
+        )
         return canary_scores(self, res.weights)

@@ -38,6 +38,7 @@ from ...lazy import lazy_import
 from ...noise import NoiseSource
 from . import core as dpsgd_core
 from .core import residuals_numpy
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -75,7 +76,9 @@ def sample_user_records(
         keys = noise.uniform(int(cb.sum()))
         bseg = np.repeat(np.arange(big.size, dtype=np.int64), cb)
         bstart = np.cumsum(cb) - cb
-        perm = np.lexsort((keys, bseg))  # each big user's records in random order, segments in place
+        perm = np.lexsort(
+            (keys, bseg)
+        )  # each big user's records in random order, segments in place
         keep = (np.arange(perm.size) - bstart[bseg]) < g
         chosen = perm[keep] - bstart[bseg[keep]]  # local offsets of the G winners, per user
         chosen_seg = bseg[keep]
@@ -92,7 +95,9 @@ def sample_user_records(
 GRAM_MAX_RECORDS = 32
 
 
-def head_user_norms(r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.ndarray, k: np.ndarray) -> np.ndarray:
+def head_user_norms(
+    r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.ndarray, k: np.ndarray
+) -> np.ndarray:
     """||g_u||_F of the averaged per-user head gradients g_u = (1/k_u) sum_i outer(r_i, z1_i), the
     one user-norm kernel of releases and audits (float64 inside, never per-record outer products).
 
@@ -111,18 +116,22 @@ def head_user_norms(r: np.ndarray, zr: np.ndarray, zr_norm: np.ndarray, seg: np.
         return out
     mrows, km = multi[seg], k[multi]
     if km.max() <= GRAM_MAX_RECORDS:
-        u = (np.cumsum(multi) - 1)[seg[mrows]]  # position of each row's user among the multi-record users
+        u = (np.cumsum(multi) - 1)[
+            seg[mrows]
+        ]  # position of each row's user among the multi-record users
         pos = (np.arange(r.shape[0]) - first[seg])[mrows]
         zp = np.zeros((km.size, int(km.max()), zr.shape[1]))
         rp = np.zeros((km.size, int(km.max()), r.shape[1]))
         zp[u, pos], rp[u, pos] = zr[mrows], r[mrows]
-        sq = np.maximum(np.einsum("ugh,ugh->u", zp @ zp.transpose(0, 2, 1), rp @ rp.transpose(0, 2, 1)), 0.0)
+        sq = np.maximum(
+            np.einsum("ugh,ugh->u", zp @ zp.transpose(0, 2, 1), rp @ rp.transpose(0, 2, 1)), 0.0
+        )
     else:
         rm, zm = r[mrows].astype(np.float64), zr[mrows].astype(np.float64)
         mstart = np.cumsum(km) - km
         sq = np.zeros(km.size)
         for j in range(rm.shape[1]):  # K logits (1 or n_classes): a loop over logits, not users
-            s = np.add.reduceat(rm[:, j:j + 1] * zm, mstart, axis=0)
+            s = np.add.reduceat(rm[:, j : j + 1] * zm, mstart, axis=0)
             sq += np.einsum("md,md->m", s, s)
     out[multi] = (np.sqrt(sq) / km).astype(r.dtype)
     return out
@@ -149,7 +158,15 @@ def user_head_clipped_sum(
     :func:`dpaudit.mechanisms.dpsgd.core.head_clipped_sum` (called directly). The norms: :func:`head_user_norms`.
     """
     if np.all(k == 1):
-        return dpsgd_core.head_clipped_sum(w, z1.take(rows, axis=0), z1_norm[rows], y[rows], clipping_norm, binary_logit=binary_logit, clip=clip)
+        return dpsgd_core.head_clipped_sum(
+            w,
+            z1.take(rows, axis=0),
+            z1_norm[rows],
+            y[rows],
+            clipping_norm,
+            binary_logit=binary_logit,
+            clip=clip,
+        )
     zr = z1.take(rows, axis=0)
     r = residuals_numpy(zr @ w.T, y[rows], binary_logit)
     kd = k.astype(r.dtype)
@@ -166,7 +183,9 @@ def user_head_clipped_sum(
 def _check_users(users, n: int) -> UserIndex:
     index = users if isinstance(users, UserIndex) else index_users(users)
     if index.n_records != n:
-        raise UsageError(f"user_ids must hold one id per training record ({n}), got {index.n_records}.")
+        raise UsageError(
+            f"user_ids must hold one id per training record ({n}), got {index.n_records}."
+        )
     return index
 
 
@@ -198,7 +217,9 @@ def user_module_clipped_sum(
         kc = k[ua:ub]
         if np.all(kc == 1):
             j = torch.as_tensor(rows[r0:r1])
-            part = dpsgd_core.per_sample_clipped_sum(module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip)
+            part = dpsgd_core.per_sample_clipped_sum(
+                module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip
+            )
         else:
             sums = None
             for s0 in range(r0, r1, max_chunk):
@@ -207,10 +228,16 @@ def user_module_clipped_sum(
                 gs = dpsgd_core.per_sample_grads(module, params, x[j], y[j], loss)
                 sidx = torch.as_tensor(seg[s0:s1] - ua)
                 if sums is None:
-                    sums = {n: torch.zeros((ub - ua,) + g.shape[1:], dtype=g.dtype) for n, g in gs.items()}
+                    sums = {
+                        n: torch.zeros((ub - ua,) + g.shape[1:], dtype=g.dtype)
+                        for n, g in gs.items()
+                    }
                 for n, g in gs.items():
                     sums[n].index_add_(0, sidx, g)
-            means = {n: s / torch.as_tensor(kc, dtype=s.dtype).reshape((-1,) + (1,) * (s.dim() - 1)) for n, s in sums.items()}
+            means = {
+                n: s / torch.as_tensor(kc, dtype=s.dtype).reshape((-1,) + (1,) * (s.dim() - 1))
+                for n, s in sums.items()
+            }
             if clip:
                 sq = sum(m.reshape(m.shape[0], -1).pow(2).sum(1) for m in means.values())
                 coef = dpsgd_core.clip_factors(sq.sqrt(), clipping_norm)
@@ -227,6 +254,8 @@ def unit_chunks(k: np.ndarray, max_chunk: int):
     cumk = np.concatenate([[0], np.cumsum(k)])
     ua = 0
     while ua < k.size:
-        ub = min(k.size, max(ua + 1, int(np.searchsorted(cumk, cumk[ua] + max_chunk, side="right")) - 1))
+        ub = min(
+            k.size, max(ua + 1, int(np.searchsorted(cumk, cumk[ua] + max_chunk, side="right")) - 1)
+        )
         yield ua, ub
         ua = ub

@@ -45,8 +45,14 @@ from .core import check_head_inputs, head_threads
 from .loop import RecordUnits, augmented_features, initial_heads, run_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget
 from .one_run_heads import free_coordinates
-from .one_run_modules import (GradientCanaries, _quiet_coordinates, choose_coordinates, module_name,
-                              module_run_parts)
+from .one_run_modules import (
+    GradientCanaries,
+    _quiet_coordinates,
+    choose_coordinates,
+    module_name,
+    module_run_parts,
+)
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -72,14 +78,29 @@ class StepObserver:
 
     rows = False
 
-    def __init__(self, canaries: GradientCanaries, names: list[str], included: np.ndarray, config: DPSGDConfig,
-                 rng: np.random.Generator, scale: float = RAW_GRADIENT_SCALE, observe: bool = True):
+    def __init__(
+        self,
+        canaries: GradientCanaries,
+        names: list[str],
+        included: np.ndarray,
+        config: DPSGDConfig,
+        rng: np.random.Generator,
+        scale: float = RAW_GRADIENT_SCALE,
+        observe: bool = True,
+    ):
         index = {n: i for i, n in enumerate(names)}
         # the loop's buffers are NumPy arrays (heads) or tensors over them (modules): work on the arrays
         self.groups = [(index[t], ids, flat.numpy()) for t, ids, flat in canaries.by_tensor()]
-        self.included, self.q, self.c, self.rng, self.scale = np.asarray(included, dtype=bool), config.sample_rate, \
-            float(config.clipping_norm), rng, float(scale)
-        shape = (self.included.size, config.steps) if observe else (self.included.size, 0)  # hidden state: nothing kept
+        self.included, self.q, self.c, self.rng, self.scale = (
+            np.asarray(included, dtype=bool),
+            config.sample_rate,
+            float(config.clipping_norm),
+            rng,
+            float(scale),
+        )
+        shape = (
+            (self.included.size, config.steps) if observe else (self.included.size, 0)
+        )  # hidden state: nothing kept
         self.observe = observe
         self.sampled = np.zeros(shape, dtype=bool)
         self.others, self.privatised = np.zeros(shape), np.zeros(shape)
@@ -96,12 +117,16 @@ class StepObserver:
         for p, ids, flat in self.groups:
             view = np.asarray(sums[p]).reshape(-1)  # shares the buffer (C-ordered)
             if self.observe:
-                self.others[ids, self.t] = view[flat]  # the other records' clipped sum, before the canaries
+                self.others[ids, self.t] = view[
+                    flat
+                ]  # the other records' clipped sum, before the canaries
             on = hit[ids]
             k = int(on.sum())
             if k:
                 raw = np.full(k, self.scale * self.c, dtype=view.dtype)
-                view[flat[on]] += raw * dpsgd_core.clip_factors(np.abs(raw), self.c)  # the one clipping rule, per canary
+                view[flat[on]] += raw * dpsgd_core.clip_factors(
+                    np.abs(raw), self.c
+                )  # the one clipping rule, per canary
 
     def attach(self, sanitise) -> None:
         """Wrap the noisy step's fillers of the canary tensors: the draw is untouched, and the
@@ -109,7 +134,9 @@ class StepObserver:
         self.sanitise = sanitise
         for p, ids, flat in self.groups:
             if p < len(sanitise._fills):
-                sanitise._fills[p] = self._observed(sanitise._fills[p], sanitise._arrays[p], ids, flat)
+                sanitise._fills[p] = self._observed(
+                    sanitise._fills[p], sanitise._arrays[p], ids, flat
+                )
 
     def _observed(self, fill, array: np.ndarray, ids: np.ndarray, flat: np.ndarray):
         def observed_fill() -> np.ndarray:
@@ -127,7 +154,9 @@ class StepObserver:
     def observations(self) -> StepObservations:
         """y_t = (privatised - others) / C and b_t of every canary (in the dataset) at every step."""
         rows = self.included
-        return StepObservations((self.privatised[rows] - self.others[rows]) / self.c, self.sampled[rows])
+        return StepObservations(
+            (self.privatised[rows] - self.others[rows]) / self.c, self.sampled[rows]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +167,18 @@ class WhiteBoxRun:
     info: dict
 
 
-def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise: NoiseSource, seed: int,
-                  threat_model: str = "white-box", role: str = "main", progress=None) -> WhiteBoxRun:
+def white_box_run(
+    model: str,
+    data,
+    config: DPSGDConfig,
+    *,
+    canaries: int,
+    noise: NoiseSource,
+    seed: int,
+    threat_model: str = "white-box",
+    role: str = "main",
+    progress=None,
+) -> WhiteBoxRun:
     """Train ``model`` once with DP-SGD ``config`` on the prepared dataset ``data`` with
     ``canaries`` Dirac canaries observed under ``threat_model`` (module docstring). ``seed``:
     public (initialisation, coordinates); ``noise``: private (DP noise, sampling, canary coins).
@@ -150,7 +189,9 @@ def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise
     one_of("role", role, ROLES)
     m = positive_int("canaries", canaries, 2)
     if not isinstance(config, DPSGDConfig) or config.non_private:
-        raise UsageError(f"config must be a private DPSGDConfig (clipping bounds each canary), got {config!r}.")
+        raise UsageError(
+            f"config must be a private DPSGDConfig (clipping bounds each canary), got {config!r}."
+        )
     if role == "no-noise":
         config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
     if threat_model == "crafted-final":
@@ -158,29 +199,71 @@ def white_box_run(model: str, data, config: DPSGDConfig, *, canaries: int, noise
     module, x, y, shapes, loss = module_run_parts(name, data, seed)
     quiet = _quiet_coordinates(name, CANARY_TENSORS[name], shapes, x)
     if threat_model == "crafted-final" and quiet.size < m:
-        raise UsageError(f"canaries for crafted-final must be at most the {quiet.size} coordinates no training record moves "
-                         f"({model} on {getattr(data, 'name', 'this dataset')}), got {m}.")
-    coords = choose_coordinates(shapes, CANARY_TENSORS[name], m, seed, quiet=quiet, tag=_TAG_WHITE_BOX)
+        raise UsageError(
+            f"canaries for crafted-final must be at most the {quiet.size} coordinates no training record moves "
+            f"({model} on {getattr(data, 'name', 'this dataset')}), got {m}."
+        )
+    coords = choose_coordinates(
+        shapes, CANARY_TENSORS[name], m, seed, quiet=quiet, tag=_TAG_WHITE_BOX
+    )
     crng = np.random.default_rng(noise.aux_seed())  # private: coins and canary sampling
     white = threat_model == "white-box"
     included = np.ones(m, dtype=bool) if white else crng.random(m) < 0.5
     scale = 0.0 if role == "null" else RAW_GRADIENT_SCALE
-    observer = StepObserver(coords, list(shapes), included, config, crng, scale=scale, observe=white)
+    observer = StepObserver(
+        coords, list(shapes), included, config, crng, scale=scale, observe=white
+    )
     theta0 = {n: p.detach().double().clone() for n, p in module.named_parameters()}
-    steps = train_module_dp_sgd(module, torch.as_tensor(x), torch.as_tensor(y), config, noise=noise, loss=loss, progress=progress,
-                                canary=observer, recorder=observer if white else None)
-    info = {"model": f"dp-{name}", "dataset": getattr(data, "name", None), "canaries": m, "threat_model": threat_model, "role": role,
-            "seed": int(seed), "dp_sgd": config.to_dict(), "steps_executed": int(steps), "raw_gradient_scale": observer.scale,
-            "quiet_coordinates": int(quiet.size), **coords.describe()}
+    steps = train_module_dp_sgd(
+        module,
+        torch.as_tensor(x),
+        torch.as_tensor(y),
+        config,
+        noise=noise,
+        loss=loss,
+        progress=progress,
+        canary=observer,
+        recorder=observer if white else None,
+    )
+    info = {
+        "model": f"dp-{name}",
+        "dataset": getattr(data, "name", None),
+        "canaries": m,
+        "threat_model": threat_model,
+        "role": role,
+        "seed": int(seed),
+        "dp_sgd": config.to_dict(),
+        "steps_executed": int(steps),
+        "raw_gradient_scale": observer.scale,
+        "quiet_coordinates": int(quiet.size),
+        **coords.describe(),
+    }
     if white:
         return WhiteBoxRun(observer.observations(), info)
     params = dict(module.named_parameters())
-    moved = np.array([-(params[n].detach().double().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in coords.coords])
-    return WhiteBoxRun(FinalObservations(moved * config.normalizer / (config.lr * config.clipping_norm), included, int(steps)), info)
+    moved = np.array(
+        [
+            -(params[n].detach().double().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item()
+            for n, i in coords.coords
+        ]
+    )
+    return WhiteBoxRun(
+        FinalObservations(
+            moved * config.normalizer / (config.lr * config.clipping_norm), included, int(steps)
+        ),
+        info,
+    )
 
 
-def head_white_box_run(target: HeadTarget, *, canaries: int, noise: NoiseSource, seed: int, role: str = "main",
-                       progress=None) -> WhiteBoxRun:
+def head_white_box_run(
+    target: HeadTarget,
+    *,
+    canaries: int,
+    noise: NoiseSource,
+    seed: int,
+    role: str = "main",
+    progress=None,
+) -> WhiteBoxRun:
     """The ``white-box`` run of a DP-SGD head target (``dp-rvfl`` and its frozen-feature controls,
     record level): the head trained once by the one loop, on the target's public set-up, schedule
     and noise multiplier, with ``canaries`` Dirac canaries on head weights (those on features zero
@@ -188,7 +271,9 @@ def head_white_box_run(target: HeadTarget, *, canaries: int, noise: NoiseSource,
     (coordinates); ``noise``: private (DP noise, sampling, canary draws); ``role`` as in
     :func:`white_box_run`."""
     if not isinstance(target, HeadTarget):
-        raise UsageError(f"target must be a record-level DP-SGD head target, got {type(target).__name__}.")
+        raise UsageError(
+            f"target must be a record-level DP-SGD head target, got {type(target).__name__}."
+        )
     one_of("role", role, ROLES)
     m = positive_int("canaries", canaries, 2)
     target.prepare()
@@ -198,25 +283,51 @@ def head_white_box_run(target: HeadTarget, *, canaries: int, noise: NoiseSource,
     z, y, k = check_head_inputs(target._z, target._y, target._n_classes, target._binary)
     d = z.shape[1]
     free = free_coordinates(z, k)
-    coords = choose_coordinates({"head": (k, d + 1)}, ("head",), m, seed, quiet=free[:, 0] * (d + 1) + free[:, 1],
-                                tag=_TAG_WHITE_BOX)
-    observer = StepObserver(coords, ["head"], np.ones(m, dtype=bool), cfg, np.random.default_rng(noise.aux_seed()),
-                            scale=0.0 if role == "null" else RAW_GRADIENT_SCALE)
+    coords = choose_coordinates(
+        {"head": (k, d + 1)},
+        ("head",),
+        m,
+        seed,
+        quiet=free[:, 0] * (d + 1) + free[:, 1],
+        tag=_TAG_WHITE_BOX,
+    )
+    observer = StepObserver(
+        coords,
+        ["head"],
+        np.ones(m, dtype=bool),
+        cfg,
+        np.random.default_rng(noise.aux_seed()),
+        scale=0.0 if role == "null" else RAW_GRADIENT_SCALE,
+    )
     z1, z1_norm = augmented_features([z], d, np.float32)
     units = RecordUnits(z1, z1_norm, y.astype(np.int64), z.shape[0], k, cfg)
     head = np.array(initial_heads(target._init, 1, k, d), dtype=np.float32, order="C")
     with head_threads():
-        steps = run_dp_sgd(units, [head], cfg, noise=noise, canary=observer, recorder=observer, progress=progress)
-    info = {"model": target.model, "dataset": target._dataset_name, "canaries": m, "threat_model": "white-box",
-            "role": role, "seed": int(seed), "dp_sgd": cfg.to_dict(), "steps_executed": int(steps),
-            "raw_gradient_scale": observer.scale, "quiet_coordinates": int(len(free)), **coords.describe()}
+        steps = run_dp_sgd(
+            units, [head], cfg, noise=noise, canary=observer, recorder=observer, progress=progress
+        )
+    info = {
+        "model": target.model,
+        "dataset": target._dataset_name,
+        "canaries": m,
+        "threat_model": "white-box",
+        "role": role,
+        "seed": int(seed),
+        "dp_sgd": cfg.to_dict(),
+        "steps_executed": int(steps),
+        "raw_gradient_scale": observer.scale,
+        "quiet_coordinates": int(len(free)),
+        **coords.describe(),
+    }
     return WhiteBoxRun(observer.observations(), info)
 
 
 def _model_name(model: str) -> str:
     name = module_name(model)
     if name not in CANARY_TENSORS:
-        raise UsageError(f"model for a white-box audit must be one of dp-dense, dp-cnn, got {model!r}.")
+        raise UsageError(
+            f"model for a white-box audit must be one of dp-dense, dp-cnn, got {model!r}."
+        )
     return name
 
 
@@ -268,16 +379,43 @@ class WhiteBoxAudit:
     def to_dict(self, *, local: bool = False) -> dict:
         """The record; without ``local``, shareable: the canary coordinates (chosen among input
         features zero in every training record, so derived from the private data) are left out."""
-        runs = self.infos if local else {r: {k: v for k, v in i.items() if k not in LOCAL_KEYS} for r, i in self.infos.items()}
-        return {"schema": "dpaudit.white-box/1", "threat_model": self.main.threat_model, "violated": self.violated,
-                "epsilon_lb": self.main.to_dict()["epsilon_lb"], "claimed_epsilon": self.main.claimed_epsilon,
-                "bounds": {r: b.to_dict() for r, b in self.bounds.items()}, "controls_ok": self.controls_ok(),
-                "runs": runs, "command": self.command, "power": self.power}
+        runs = (
+            self.infos
+            if local
+            else {
+                r: {k: v for k, v in i.items() if k not in LOCAL_KEYS}
+                for r, i in self.infos.items()
+            }
+        )
+        return {
+            "schema": "dpaudit.white-box/1",
+            "threat_model": self.main.threat_model,
+            "violated": self.violated,
+            "epsilon_lb": self.main.to_dict()["epsilon_lb"],
+            "claimed_epsilon": self.main.claimed_epsilon,
+            "bounds": {r: b.to_dict() for r, b in self.bounds.items()},
+            "controls_ok": self.controls_ok(),
+            "runs": runs,
+            "command": self.command,
+            "power": self.power,
+        }
 
 
-def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canaries: int, noise: NoiseSource, seed: int,
-                    threat_model: str = "white-box", confidence: float = 0.95, controls: bool = True, command: str | None = None,
-                    progress=None) -> WhiteBoxAudit:
+def white_box_audit(
+    model: str,
+    data,
+    config: DPSGDConfig,
+    claim: dict,
+    *,
+    canaries: int,
+    noise: NoiseSource,
+    seed: int,
+    threat_model: str = "white-box",
+    confidence: float = 0.95,
+    controls: bool = True,
+    command: str | None = None,
+    progress=None,
+) -> WhiteBoxAudit:
     """The ``threat_model`` audit of ``model`` (one training run, two more with ``controls``)
     against ``claim`` (``event``, ``delta``, ``accountant``, ``claimed_epsilon`` or None), each
     run's observations turned into its bound by :mod:`dpaudit.audits.white_box`. ``model``:
@@ -285,21 +423,40 @@ def white_box_audit(model: str, data, config: DPSGDConfig, claim: dict, *, canar
     only; ``data`` and ``config`` unused: the target's own)."""
     bound = _BOUNDS[one_of("threat_model", threat_model, tuple(_BOUNDS))]
     if isinstance(model, HeadTarget) and threat_model != "white-box":
-        raise UsageError(f"threat model for a DP-SGD head must be white-box (crafted-final: dp-dense), got {threat_model!r}.")
+        raise UsageError(
+            f"threat model for a DP-SGD head must be white-box (crafted-final: dp-dense), got {threat_model!r}."
+        )
     bounds, infos = {}, {}
     for role in ROLES if controls else ("main",):
-        common = dict(canaries=canaries, noise=noise, seed=seed, role=role, progress=None if progress is None else progress(role))
+        common = dict(
+            canaries=canaries,
+            noise=noise,
+            seed=seed,
+            role=role,
+            progress=None if progress is None else progress(role),
+        )
         if isinstance(model, HeadTarget):
             run = head_white_box_run(model, **common)
         else:
             run = white_box_run(model, data, config, threat_model=threat_model, **common)
-        bounds[role] = bound(run.observations, claimed=claim["event"], delta=claim["delta"], accountant=claim["accountant"],
-                             confidence=confidence, claimed_epsilon=claim.get("claimed_epsilon"))
+        bounds[role] = bound(
+            run.observations,
+            claimed=claim["event"],
+            delta=claim["delta"],
+            accountant=claim["accountant"],
+            confidence=confidence,
+            claimed_epsilon=claim.get("claimed_epsilon"),
+        )
         infos[role] = run.info
-    power = white_box_power(claim["event"], canaries, threat_model=threat_model,
-                            delta=claim["delta"],
-                            accountant=claim["accountant"], confidence=confidence,
-                            claimed_epsilon=claim.get("claimed_epsilon"))
+    power = white_box_power(
+        claim["event"],
+        canaries,
+        threat_model=threat_model,
+        delta=claim["delta"],
+        accountant=claim["accountant"],
+        confidence=confidence,
+        claimed_epsilon=claim.get("claimed_epsilon"),
+    )
     return WhiteBoxAudit(bounds, infos, command, power.to_dict())
 
 

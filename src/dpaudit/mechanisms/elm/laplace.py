@@ -41,6 +41,7 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource
 from ...validation import one_of
+
 np = lazy_import("numpy")
 
 SAMPLERS = ("discrete-laplace", "textbook")
@@ -101,7 +102,9 @@ def sampler_guarantee(sampler: str) -> SamplerGuarantee:
 
 def as_fraction(name: str, value: float | int | Fraction) -> Fraction:
     """``value`` as an exact rational (a float converts exactly, without rounding), > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction, np.integer, np.floating)):
+    if isinstance(value, bool) or not isinstance(
+        value, (int, float, Fraction, np.integer, np.floating)
+    ):
         raise UsageError(f"{name} must be a finite number > 0, got {value!r}.")
     if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
         raise UsageError(f"{name} must be a finite number > 0, got {value!r}.")
@@ -122,9 +125,9 @@ class _Bits:
 
     def _take(self, nbytes: int) -> int:
         if self._pos + nbytes > len(self._buf):
-            self._buf = self._buf[self._pos:] + self._noise.random_bytes(max(self._chunk, nbytes))
+            self._buf = self._buf[self._pos :] + self._noise.random_bytes(max(self._chunk, nbytes))
             self._pos = 0
-        v = int.from_bytes(self._buf[self._pos:self._pos + nbytes], "little")
+        v = int.from_bytes(self._buf[self._pos : self._pos + nbytes], "little")
         self._pos += nbytes
         return v
 
@@ -188,7 +191,9 @@ def discrete_laplace(noise: NoiseSource, size: int, scale: float | int | Fractio
     return out
 
 
-def add_grid_laplace(units: np.ndarray, scale: float | int | Fraction, grid_log2: int, noise: NoiseSource) -> np.ndarray:
+def add_grid_laplace(
+    units: np.ndarray, scale: float | int | Fraction, grid_log2: int, noise: NoiseSource
+) -> np.ndarray:
     """Noised copy of an integer statistic held in units of ``2^-grid_log2``.
 
     Each entry gets independent discrete Laplace noise of real-valued scale ``scale`` (i.e.
@@ -205,5 +210,7 @@ def add_grid_laplace(units: np.ndarray, scale: float | int | Fraction, grid_log2
 
 def grid_to_float(units: np.ndarray, grid_log2: int) -> np.ndarray:
     """Float64 values ``units * 2^-grid_log2`` (each a multiple of the grid step)."""
-    flat = [math.ldexp(float(int(v)), -int(grid_log2)) for v in np.asarray(units, dtype=object).ravel()]
+    flat = [
+        math.ldexp(float(int(v)), -int(grid_log2)) for v in np.asarray(units, dtype=object).ravel()
+    ]
     return np.asarray(flat, dtype=np.float64).reshape(np.shape(units))

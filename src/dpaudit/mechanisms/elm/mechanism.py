@@ -59,6 +59,7 @@ from ...validation import one_of, positive_finite, positive_int
 from ..contract import MechanismBase, ReleasePlan, RunOutput
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee
 from ..dpsgd.schedule import classification_metrics
+
 np = lazy_import("numpy")
 
 NAME = "dp-elm"  # the mechanism name (MECHANISM is the contract object, below)
@@ -92,10 +93,18 @@ def l1_sensitivity(width: int, adjacency: str = "replace-record") -> int:
 def privacy_analyses(width: int, epsilon: float) -> dict:
     """Both analyses of the scale ``L(L+2)/epsilon``, as recorded in the release."""
     scale = noise_scale(width, epsilon)
-    sources = {"replace-record": "published analysis (Ono et al.; DP-RVFL paper section 3.5)",
-               "add-remove-record": "conservative comparison (DP-RVFL paper section 3.5): joint L1 contribution L^2 + L"}
-    return {adj: {"l1_sensitivity": l1_sensitivity(width, adj), "epsilon": l1_sensitivity(width, adj) / scale, "source": source}
-            for adj, source in sources.items()}
+    sources = {
+        "replace-record": "published analysis (Ono et al.; DP-RVFL paper section 3.5)",
+        "add-remove-record": "conservative comparison (DP-RVFL paper section 3.5): joint L1 contribution L^2 + L",
+    }
+    return {
+        adj: {
+            "l1_sensitivity": l1_sensitivity(width, adj),
+            "epsilon": l1_sensitivity(width, adj) / scale,
+            "source": source,
+        }
+        for adj, source in sources.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -154,21 +163,43 @@ class ElmStatistics:
         return int(self.gram.shape[0])
 
     def _check(self, other: "ElmStatistics") -> None:
-        if (self.grid_bits, self.gram.shape, self.cross.shape) != (other.grid_bits, other.gram.shape, other.cross.shape):
-            raise UsageError("statistics must share width, classes and grid to be combined, got different ones.")
+        if (self.grid_bits, self.gram.shape, self.cross.shape) != (
+            other.grid_bits,
+            other.gram.shape,
+            other.cross.shape,
+        ):
+            raise UsageError(
+                "statistics must share width, classes and grid to be combined, got different ones."
+            )
 
     def plus(self, other: "ElmStatistics") -> "ElmStatistics":
         self._check(other)
-        return ElmStatistics(self.gram + other.gram, self.cross + other.cross, self.n_records + other.n_records, self.n_classes, self.grid_bits)
+        return ElmStatistics(
+            self.gram + other.gram,
+            self.cross + other.cross,
+            self.n_records + other.n_records,
+            self.n_classes,
+            self.grid_bits,
+        )
 
     def gram_float(self) -> np.ndarray:
-        return self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits) if self.grid_bits is not None else self.gram
+        return (
+            self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits)
+            if self.grid_bits is not None
+            else self.gram
+        )
 
     def cross_float(self) -> np.ndarray:
-        return self.cross.astype(np.float64) * 2.0 ** (-self.grid_bits) if self.grid_bits is not None else self.cross
+        return (
+            self.cross.astype(np.float64) * 2.0 ** (-self.grid_bits)
+            if self.grid_bits is not None
+            else self.cross
+        )
 
 
-def _check_xy(x: np.ndarray, y: np.ndarray, n_classes: int, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+def _check_xy(
+    x: np.ndarray, y: np.ndarray, n_classes: int, n_features: int
+) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y)
     if x.ndim != 2 or x.shape[1] != n_features:
@@ -210,19 +241,27 @@ def elm_sufficient_statistics(
     exact = sampler == "discrete-laplace"
     n = x.shape[0]
     if exact and n > _MAX_RECORDS_EXACT:
-        raise UsageError(f"number of records must be at most {_MAX_RECORDS_EXACT} for exact statistics, got {n}.")
+        raise UsageError(
+            f"number of records must be at most {_MAX_RECORDS_EXACT} for exact statistics, got {n}."
+        )
     dtype = np.int64 if exact else np.float64
     gram = np.zeros((width, width), dtype=dtype)
     cross = np.zeros((width, n_classes), dtype=dtype)
     for start in range(0, n, CHUNK):
-        h = features.transform(x[start:start + CHUNK])
+        h = features.transform(x[start : start + CHUNK])
         if exact:
             h = _quantize(h)
         onehot = np.zeros((h.shape[0], n_classes), dtype=dtype)
-        onehot[np.arange(h.shape[0]), y[start:start + CHUNK]] = 1
+        onehot[np.arange(h.shape[0]), y[start : start + CHUNK]] = 1
         gram += h.T @ h
         cross += h.T @ onehot
-    return ElmStatistics(gram=gram, cross=cross, n_records=int(n), n_classes=n_classes, grid_bits=FEATURE_BITS if exact else None)
+    return ElmStatistics(
+        gram=gram,
+        cross=cross,
+        n_records=int(n),
+        n_classes=n_classes,
+        grid_bits=FEATURE_BITS if exact else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -276,15 +315,21 @@ def _noise_tail_fields(sampler: str, non_private: bool, epsilon: float, n_values
     if non_private:
         return {"noise_sampler": "none (non-private)", "noise_tail_delta": 0.0}
     if sampler == "discrete-laplace":
-        return {"noise_sampler": "discrete-laplace: exact (Canonne, Kamath & Steinke 2020), unbounded support, no truncated tail",
-                "noise_tail_delta": 0.0}
+        return {
+            "noise_sampler": "discrete-laplace: exact (Canonne, Kamath & Steinke 2020), unbounded support, no truncated tail",
+            "noise_tail_delta": 0.0,
+        }
     tau = min(1.0, n_values * 2.0**-52)
     tail = math.inf if tau >= 1.0 or epsilon > 700 else (math.exp(epsilon) + 1.0) * tau
-    return {"noise_sampler": "textbook: inverse-CDF Laplace doubles, |noise| <= 52 ln 2 b (uncertified; Mironov 2012)",
-            "noise_tail_delta": tail}
+    return {
+        "noise_sampler": "textbook: inverse-CDF Laplace doubles, |noise| <= 52 ln 2 b (uncertified; Mironov 2012)",
+        "noise_tail_delta": tail,
+    }
 
 
-def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSource, *, sampler: str = DEFAULT_SAMPLER) -> tuple[np.ndarray, np.ndarray]:
+def privatize_statistics(
+    stats: ElmStatistics, epsilon: float, noise: NoiseSource, *, sampler: str = DEFAULT_SAMPLER
+) -> tuple[np.ndarray, np.ndarray]:
     """Noised (H^T H, H^T Y) as float64: Laplace scale L(L+2)/epsilon on every entry.
 
     ``discrete-laplace`` needs exact statistics (``grid_bits`` set) and adds exact discrete
@@ -296,16 +341,22 @@ def privatize_statistics(stats: ElmStatistics, epsilon: float, noise: NoiseSourc
     epsilon = positive_finite("epsilon", epsilon)
     if sampler == "discrete-laplace":
         if stats.grid_bits is None:
-            raise UsageError("statistics must be exact (grid) statistics for the discrete-laplace sampler, got float64 ones.")
+            raise UsageError(
+                "statistics must be exact (grid) statistics for the discrete-laplace sampler, got float64 ones."
+            )
         # The scale as an exact rational from the float epsilon: L(L+2) / epsilon.
         scale = Fraction(width * (width + 2)) / Fraction(epsilon)
         g = add_grid_laplace(stats.gram, scale, 2 * stats.grid_bits, noise)
         c = add_grid_laplace(stats.cross, scale, stats.grid_bits, noise)
         return grid_to_float(g, 2 * stats.grid_bits), grid_to_float(c, stats.grid_bits)
     if stats.grid_bits is not None:
-        raise UsageError("statistics must be float64 statistics for the textbook sampler, got grid ones.")
+        raise UsageError(
+            "statistics must be float64 statistics for the textbook sampler, got grid ones."
+        )
     scale = noise_scale(width, epsilon)
-    return stats.gram + noise.laplace(stats.gram.shape, scale), stats.cross + noise.laplace(stats.cross.shape, scale)
+    return stats.gram + noise.laplace(stats.gram.shape, scale), stats.cross + noise.laplace(
+        stats.cross.shape, scale
+    )
 
 
 def fit_from_statistics(
@@ -326,8 +377,17 @@ def fit_from_statistics(
         gram, cross = privatize_statistics(stats, epsilon, noise, sampler=sampler)
         scale = noise_scale(stats.width, epsilon)
     beta, solver = solve_output_weights(gram, cross)
-    return ElmResult(features=features, beta=beta, noisy_gram=gram, noisy_cross=cross, epsilon=None if epsilon is None else float(epsilon),
-                     noise_scale=scale, sampler=None if epsilon is None else sampler, solver=solver, n_records=stats.n_records)
+    return ElmResult(
+        features=features,
+        beta=beta,
+        noisy_gram=gram,
+        noisy_cross=cross,
+        epsilon=None if epsilon is None else float(epsilon),
+        noise_scale=scale,
+        sampler=None if epsilon is None else sampler,
+        solver=solver,
+        n_records=stats.n_records,
+    )
 
 
 def fit_dp_elm(
@@ -352,7 +412,15 @@ def fit_dp_elm(
     if x.ndim != 2:
         raise UsageError(f"x must be a 2-D array, got shape {x.shape}.")
     feats = elm_features(x.shape[1], width, seed)
-    stats = elm_sufficient_statistics(x, y, width, seed, n_classes=n_classes, sampler=sampler if epsilon is not None else "textbook", features=feats)
+    stats = elm_sufficient_statistics(
+        x,
+        y,
+        width,
+        seed,
+        n_classes=n_classes,
+        sampler=sampler if epsilon is not None else "textbook",
+        features=feats,
+    )
     return fit_from_statistics(stats, feats, epsilon, noise=noise, sampler=sampler)
 
 
@@ -368,7 +436,9 @@ def worst_case_input(weight: np.ndarray, bias: np.ndarray, lo: float, hi: float)
     b_ub = bias.astype(np.float64)
     res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=[(lo, hi)] * d + [(None, None)], method="highs")
     if res.status != 0:
-        raise UsageError(f"worst-case canary search must converge, got status {res.status}: {res.message}.")
+        raise UsageError(
+            f"worst-case canary search must converge, got status {res.status}: {res.message}."
+        )
     return np.clip(res.x[:d], lo, hi)
 
 
@@ -399,8 +469,12 @@ class ElmTarget(AuditTarget):
     delta: float = 0.0
     accountant: str = "pure"  # the release's accountant: epsilon of PureEpsilon(epsilon) is epsilon
     default_chunk_size: int = 250
-    expected_sha256: str | None = None  # an old release's data checksum; a different dataset is refused
-    expected_identity: dict | None = None  # the release's public dataset identity; a different one is refused
+    expected_sha256: str | None = (
+        None  # an old release's data checksum; a different dataset is refused
+    )
+    expected_identity: dict | None = (
+        None  # the release's public dataset identity; a different one is refused
+    )
     prepared: object | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -427,8 +501,15 @@ class ElmTarget(AuditTarget):
         data = load_target_data(self)
         self._n_classes = int(data.n_classes)
         self._feats = elm_features(data.n_features, self.width, self.seed)
-        stat = lambda x, y: elm_sufficient_statistics(np.asarray(x), np.asarray(y, dtype=np.int64), self.width, self.seed,  # noqa: E731
-                                                      n_classes=self._n_classes, sampler=self.sampler, features=self._feats)
+        stat = lambda x, y: elm_sufficient_statistics(
+            np.asarray(x),
+            np.asarray(y, dtype=np.int64),
+            self.width,
+            self.seed,  # noqa: E731
+            n_classes=self._n_classes,
+            sampler=self.sampler,
+            features=self._feats,
+        )
         self._base = stat(data.x_train, data.y_train)
         rng = public_rng(self.seed, 0xCA7A)
         i = int(rng.integers(len(data.y_test)))
@@ -465,7 +546,13 @@ class ElmTarget(AuditTarget):
         for r, c in enumerate(np.asarray(canary_in, dtype=bool)):
             st = self._in_stats if c else self._out_stats
             # the release's own noise-and-solve (no noise: the un-noised statistics, solved alike)
-            beta = fit_from_statistics(st, self._feats, self.epsilon if self.noise else None, noise=noise, sampler=self.sampler).beta
+            beta = fit_from_statistics(
+                st,
+                self._feats,
+                self.epsilon if self.noise else None,
+                noise=noise,
+                sampler=self.sampler,
+            ).beta
             o = self._hc @ beta
             out[r] = o[self._yc] - (o.sum() - o[self._yc]) / max(len(o) - 1, 1)
         return out
@@ -480,11 +567,20 @@ class ElmTarget(AuditTarget):
 
     def describe(self) -> dict:
         self.prepare()
-        return {"task": None, "dataset": self._dataset_name,
-                "config": {"width": self.width, "epsilon": self.epsilon, "sampler": self.sampler, "seed": self.seed,
-                           "noise_scale": self.width * (self.width + 2) / self.epsilon, "analyses": self._analyses,
-                           "accountant": "pure"},
-                "canary_info": self._canary_info}
+        return {
+            "task": None,
+            "dataset": self._dataset_name,
+            "config": {
+                "width": self.width,
+                "epsilon": self.epsilon,
+                "sampler": self.sampler,
+                "seed": self.seed,
+                "noise_scale": self.width * (self.width + 2) / self.epsilon,
+                "analyses": self._analyses,
+                "accountant": "pure",
+            },
+            "canary_info": self._canary_info,
+        }
 
 
 class DPELMMechanism(MechanismBase):
@@ -507,32 +603,69 @@ class DPELMMechanism(MechanismBase):
 
     def plan(self, r, info):
         """Public quantities only: the event, the noise scale and the analyses of ``width``."""
-        width, non_private, sampler, adjacency = int(r.width), bool(r.non_private), r.sampler, r.adjacency
+        width, non_private, sampler, adjacency = (
+            int(r.width),
+            bool(r.non_private),
+            r.sampler,
+            r.adjacency,
+        )
         epsilon = None if non_private else float(r.epsilon)
         event = None if non_private else PureEpsilon(epsilon)
         analyses = None
         if not non_private:
             analyses = privacy_analyses(width, epsilon)
-            if analyses[adjacency]["epsilon"] > epsilon * (1 + 1e-12):  # the scale must cover the claim
-                raise UsageError(f"noise scale must cover epsilon {epsilon} under {adjacency}, got {analyses[adjacency]['epsilon']}.")
+            if analyses[adjacency]["epsilon"] > epsilon * (
+                1 + 1e-12
+            ):  # the scale must cover the claim
+                raise UsageError(
+                    f"noise scale must cover epsilon {epsilon} under {adjacency}, got {analyses[adjacency]['epsilon']}."
+                )
         # A non-private release (event None) and one with an uncertified sampler (textbook
         # Laplace) count as unbounded in the ledger.
-        uncertified = None if non_private or sampler_guarantee(sampler).certified else sampler_uncertified_reason(sampler)
-        n_values = width * width + width * int(info.n_classes)  # entries of H^T H and H^T Y (public sizes)
+        uncertified = (
+            None
+            if non_private or sampler_guarantee(sampler).certified
+            else sampler_uncertified_reason(sampler)
+        )
+        n_values = width * width + width * int(
+            info.n_classes
+        )  # entries of H^T H and H^T Y (public sizes)
         return ReleasePlan(
-            mechanism=NAME, request=r, dataset=info.identity or {"name": info.name}, partition="train", adjacency=adjacency,
-            accountant=ACCOUNTANT, event=event, target_epsilon=epsilon, delta=0.0, steps=1, seed=int(r.seed), data_name=info.name,
+            mechanism=NAME,
+            request=r,
+            dataset=info.identity or {"name": info.name},
+            partition="train",
+            adjacency=adjacency,
+            accountant=ACCOUNTANT,
+            event=event,
+            target_epsilon=epsilon,
+            delta=0.0,
+            steps=1,
+            seed=int(r.seed),
+            data_name=info.name,
             uncertified=uncertified,
             config={
-                "model": NAME, "width": width, "noise_scale": None if non_private else noise_scale(width, epsilon),
+                "model": NAME,
+                "width": width,
+                "noise_scale": None if non_private else noise_scale(width, epsilon),
                 "noise_scale_formula": "L (L + 2) / epsilon on every entry of H^T H and H^T Y",
                 "sampler": None if non_private else sampler,
                 "sampler_guarantee": None if non_private else sampler_guarantee(sampler).to_dict(),
-                "claim_adjacency": adjacency, "analyses": analyses, "targets": "one-hot", "n_classes": int(info.n_classes), "chunk": CHUNK,
-                "symmetrised": False, "ridge": 0.0, "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
-                "profile": info.profile, "validation_used": False,
+                "claim_adjacency": adjacency,
+                "analyses": analyses,
+                "targets": "one-hot",
+                "n_classes": int(info.n_classes),
+                "chunk": CHUNK,
+                "symmetrised": False,
+                "ridge": 0.0,
+                "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
+                "profile": info.profile,
+                "validation_used": False,
             },
-            release_fields=_noise_tail_fields(sampler, non_private, epsilon if epsilon is not None else math.inf, n_values))
+            release_fields=_noise_tail_fields(
+                sampler, non_private, epsilon if epsilon is not None else math.inf, n_values
+            ),
+        )
 
     def run(self, plan, data, noise, *, progress=None):
         r = plan.request
@@ -540,62 +673,150 @@ class DPELMMechanism(MechanismBase):
         private = plan.event is not None
         feats = elm_features(data.n_features, width, seed)
         t1 = time.perf_counter()
-        stats = elm_sufficient_statistics(data.x_train, data.y_train, width, seed, n_classes=int(data.n_classes),
-                                          sampler=sampler if private else "textbook", features=feats)
+        stats = elm_sufficient_statistics(
+            data.x_train,
+            data.y_train,
+            width,
+            seed,
+            n_classes=int(data.n_classes),
+            sampler=sampler if private else "textbook",
+            features=feats,
+        )
         stats_seconds = time.perf_counter() - t1
         t2 = time.perf_counter()
-        result = fit_from_statistics(stats, feats, plan.target_epsilon if private else None, noise=noise, sampler=sampler)
+        result = fit_from_statistics(
+            stats, feats, plan.target_epsilon if private else None, noise=noise, sampler=sampler
+        )
         fit_seconds = time.perf_counter() - t2
         train_seconds = time.perf_counter() - t1
         t3 = time.perf_counter()
         metrics = classification_metrics(data.y_test, result.probabilities(data.x_test))
         eval_seconds = time.perf_counter() - t3
         return RunOutput(
-            steps_executed=1, metrics=metrics,  # on the test partition: outside the DP claim (Release docstring)
-            arrays={"hidden_weight": feats.weight, "hidden_bias": feats.bias, "beta": result.beta, "noisy_gram": result.noisy_gram,
-                    "noisy_cross": result.noisy_cross},
-            config={"features": {"activation": "sigmoid", "init": "N(0, 1) weights and biases", "seed": seed, "tag": TAG_ELM,
-                                 "grid_bits": stats.grid_bits},
-                    "dtype": "float64" if stats.grid_bits is None else "int64 exact on grid, float64 solve", "solver": result.solver},
-            timings={"train_seconds": train_seconds, "statistics_seconds": stats_seconds, "noise_and_solve_seconds": fit_seconds,
-                     "eval_seconds": eval_seconds})
+            steps_executed=1,
+            metrics=metrics,  # on the test partition: outside the DP claim (Release docstring)
+            arrays={
+                "hidden_weight": feats.weight,
+                "hidden_bias": feats.bias,
+                "beta": result.beta,
+                "noisy_gram": result.noisy_gram,
+                "noisy_cross": result.noisy_cross,
+            },
+            config={
+                "features": {
+                    "activation": "sigmoid",
+                    "init": "N(0, 1) weights and biases",
+                    "seed": seed,
+                    "tag": TAG_ELM,
+                    "grid_bits": stats.grid_bits,
+                },
+                "dtype": "float64"
+                if stats.grid_bits is None
+                else "int64 exact on grid, float64 solve",
+                "solver": result.solver,
+            },
+            timings={
+                "train_seconds": train_seconds,
+                "statistics_seconds": stats_seconds,
+                "noise_and_solve_seconds": fit_seconds,
+                "eval_seconds": eval_seconds,
+            },
+        )
 
     def notes(self, r) -> list[str]:
         if r.non_private:
             positive_int("width", r.width)
-            return ["[yellow]non-private:[/] closed-form ELM without noise; the release makes no privacy claim."]
+            return [
+                "[yellow]non-private:[/] closed-form ELM without noise; the release makes no privacy claim."
+            ]
         scale = noise_scale(r.width, r.epsilon)  # validates width and epsilon before any loading
-        leaky = ["[yellow]warning:[/] the textbook Laplace sampler leaks through floating-point low bits (Mironov 2012); "
-                 "the release is marked certified: false."] if r.sampler == "textbook" else []
-        return leaky + [f"noise scale L(L+2)/eps = {scale:g} on every entry of H^T H and H^T Y (L={r.width}, eps={r.epsilon:g})"]
+        leaky = (
+            [
+                "[yellow]warning:[/] the textbook Laplace sampler leaks through floating-point low bits (Mironov 2012); "
+                "the release is marked certified: false."
+            ]
+            if r.sampler == "textbook"
+            else []
+        )
+        return leaky + [
+            f"noise scale L(L+2)/eps = {scale:g} on every entry of H^T H and H^T Y (L={r.width}, eps={r.epsilon:g})"
+        ]
 
     def summary(self, rel, ledger=None) -> tuple[dict, list[str]]:
         cfg = rel.config
-        d = {"mechanism": rel.mechanism, "dataset": rel.dataset["name"], "width": cfg["width"], "noise_scale": cfg["noise_scale"],
-             "sampler": cfg["sampler"], "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],
-             "adjacency": rel.adjacency, "accountant": rel.accountant, "target_epsilon": rel.target_epsilon, "epsilon": rel.epsilon,
-             "delta": rel.delta, "noise_source": rel.noise_source, "seed": rel.seed, "solver": cfg["solver"], "metrics": rel.metrics,
-             "timings": rel.timings, "release_id": rel.id, "release": str(Path(rel.artefacts["out_dir"]) / "release.json")}
-        head = f"[bold]dp-elm[/] on {d['dataset']}: L={d['width']}, " + ("non-private (no noise, no claim)" if rel.non_private else
-                f"noise scale {d['noise_scale']:g}, sampler {d['sampler']}, epsilon {d['epsilon']:g} (pure, delta 0, {d['adjacency']})")
-        metrics = "  " + ", ".join(f"{k} {v:.4f}" for k, v in rel.metrics.items() if isinstance(v, float))
+        d = {
+            "mechanism": rel.mechanism,
+            "dataset": rel.dataset["name"],
+            "width": cfg["width"],
+            "noise_scale": cfg["noise_scale"],
+            "sampler": cfg["sampler"],
+            "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],
+            "adjacency": rel.adjacency,
+            "accountant": rel.accountant,
+            "target_epsilon": rel.target_epsilon,
+            "epsilon": rel.epsilon,
+            "delta": rel.delta,
+            "noise_source": rel.noise_source,
+            "seed": rel.seed,
+            "solver": cfg["solver"],
+            "metrics": rel.metrics,
+            "timings": rel.timings,
+            "release_id": rel.id,
+            "release": str(Path(rel.artefacts["out_dir"]) / "release.json"),
+        }
+        head = f"[bold]dp-elm[/] on {d['dataset']}: L={d['width']}, " + (
+            "non-private (no noise, no claim)"
+            if rel.non_private
+            else f"noise scale {d['noise_scale']:g}, sampler {d['sampler']}, epsilon {d['epsilon']:g} (pure, delta 0, {d['adjacency']})"
+        )
+        metrics = "  " + ", ".join(
+            f"{k} {v:.4f}" for k, v in rel.metrics.items() if isinstance(v, float)
+        )
         return d, [head, metrics, f"  release written to {d['release']}"]
 
     def default_out_dir(self, plan):
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-        return Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"
+        return (
+            Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"
+        )
 
-    def audit_target(self, plan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+    def audit_target(
+        self, plan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
+    ):
         """The DP-ELM audit target of this plan (:class:`ElmTarget`): its width, epsilon, sampler,
         adjacency, seed and dataset; a ``release``'s claim, accountant and dataset identity."""
         if plan.event is None:
-            raise UsageError("release must be private to be audited, got a non-private dp-elm release.")
+            raise UsageError(
+                "release must be private to be audited, got a non-private dp-elm release."
+            )
         r = plan.request
-        rel = {} if release is None else dict(epsilon=float(release.epsilon), accountant=release.accountant, expected_identity=release.dataset,
-                                               expected_sha256=(release.dataset or {}).get("sha256"))
-        t = ElmTarget(**{**dict(dataset=plan.data_name, data_dir=r.data_dir, width=int(r.width), epsilon=float(plan.target_epsilon),
-                                canary=canary, seed=plan.seed, sampler=r.sampler, adjacency=r.adjacency,
-                                profile=plan.dataset.get("profile", r.profile), split_seed=plan.dataset.get("split_seed", r.split_seed)), **rel})
+        rel = (
+            {}
+            if release is None
+            else dict(
+                epsilon=float(release.epsilon),
+                accountant=release.accountant,
+                expected_identity=release.dataset,
+                expected_sha256=(release.dataset or {}).get("sha256"),
+            )
+        )
+        t = ElmTarget(
+            **{
+                **dict(
+                    dataset=plan.data_name,
+                    data_dir=r.data_dir,
+                    width=int(r.width),
+                    epsilon=float(plan.target_epsilon),
+                    canary=canary,
+                    seed=plan.seed,
+                    sampler=r.sampler,
+                    adjacency=r.adjacency,
+                    profile=plan.dataset.get("profile", r.profile),
+                    split_seed=plan.dataset.get("split_seed", r.split_seed),
+                ),
+                **rel,
+            }
+        )
         return prepared(t, no_noise)
 
 

@@ -23,8 +23,16 @@ from ...audits.targets import AuditTarget
 from ...errors import UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
-from .solver import MixMinCanary, MixMinConfig, max_clip_direction, per_example_gradients, run_mixmin_runs, solve_mixmin
+from .solver import (
+    MixMinCanary,
+    MixMinConfig,
+    max_clip_direction,
+    per_example_gradients,
+    run_mixmin_runs,
+    solve_mixmin,
+)
 from .tasks import load_task, mixture_split, resolved_rho, train_proxies
+
 np = lazy_import("numpy")
 
 
@@ -34,6 +42,7 @@ class MixMinTarget(AuditTarget):
     records *not* in D_mix, from which the natural and mislabeled canaries are drawn (public seed). ``config`` is a
     :class:`~dpaudit.mechanisms.mixmin.solver.MixMinConfig`; its noise multiplier is what is audited, ``claimed_epsilon`` the release's
     claim for it."""
+
     probs: np.ndarray
     labels: np.ndarray
     config: object  # MixMinConfig
@@ -52,7 +61,9 @@ class MixMinTarget(AuditTarget):
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 500
     info: dict = field(default_factory=dict)
-    accountant: str = "rdp"  # the accountant of claimed_epsilon (a release's own, when audited from one)
+    accountant: str = (
+        "rdp"  # the accountant of claimed_epsilon (a release's own, when audited from one)
+    )
     #: {"dataset", "partition"} of the private records D_mix is (set for a task's D_mix); None: unnamed
     ledger_scope: dict | None = None
 
@@ -67,10 +78,17 @@ class MixMinTarget(AuditTarget):
             self._canary = MixMinCanary(kind="gradient", direction=d)
             top = np.argsort(-self._reference, kind="stable")[: self.top]
             names = [self.source_names[j] if j < len(self.source_names) else int(j) for j in top]
-            self._canary_info = {"kind": "max-clip", "direction": d.tolist(), "top_sources": names, "norm": self.config.clipping_norm}
+            self._canary_info = {
+                "kind": "max-clip",
+                "direction": d.tolist(),
+                "top_sources": names,
+                "norm": self.config.clipping_norm,
+            }
         else:
             if self.holdout_probs is None or len(self.holdout_probs) == 0:
-                raise UsageError(f"holdout records must be given for a {self.canary} canary, got none.")
+                raise UsageError(
+                    f"holdout records must be given for a {self.canary} canary, got none."
+                )
             rng = public_rng(self.seed, 0xCA7A)
             i = int(rng.integers(len(self.holdout_probs)))
             f = np.asarray(self.holdout_probs[i], dtype=np.float64)
@@ -78,11 +96,18 @@ class MixMinTarget(AuditTarget):
             if self.canary == "mislabeled":
                 y = 1.0 - y  # binary targets: the wrong label
             self._canary = MixMinCanary(kind="record", probs=f, label=y)
-            g = per_example_gradients(f[None, :], np.array([y]), self._reference, self.config.loss)[0]
+            g = per_example_gradients(f[None, :], np.array([y]), self._reference, self.config.loss)[
+                0
+            ]
             d = g - g.mean()
             if not np.linalg.norm(d) > 0:
                 d = max_clip_direction(self._reference)
-            self._canary_info = {"kind": self.canary, "holdout_index": i, "label": y, "probs": f.tolist()}
+            self._canary_info = {
+                "kind": self.canary,
+                "holdout_index": i,
+                "label": y,
+                "probs": f.tolist(),
+            }
         self._u = d / np.linalg.norm(d)
 
     @property
@@ -91,11 +116,23 @@ class MixMinTarget(AuditTarget):
         claim about every record of D_mix, where the canary goes."""
         if self.claimed_epsilon is None or not float(self.config.noise_multiplier) > 0:
             return None  # a configuration without noise claims nothing
-        return SubsampledGaussian(float(self.config.noise_multiplier), float(self.config.sample_rate), int(self.config.steps))
+        return SubsampledGaussian(
+            float(self.config.noise_multiplier),
+            float(self.config.sample_rate),
+            int(self.config.steps),
+        )
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         c = np.asarray(canary_in, dtype=bool)
-        w = run_mixmin_runs(self.probs, self.labels, self._config_now(), noise=noise, runs=c.size, canary=self._canary, canary_in=c)
+        w = run_mixmin_runs(
+            self.probs,
+            self.labels,
+            self._config_now(),
+            noise=noise,
+            runs=c.size,
+            canary=self._canary,
+            canary_in=c,
+        )
         return -np.log(np.maximum(w, 1e-300)) @ self._u
 
     def _config_now(self):
@@ -109,13 +146,29 @@ class MixMinTarget(AuditTarget):
 
     def describe(self) -> dict:
         cfg = self.config.to_dict()
-        return {"task": self.task, "dataset": self.dataset,
-                "config": {**cfg, "n_mix": int(self.probs.shape[0]), "reference_weights": self._reference.tolist(), **self.info},
-                "canary_info": self._canary_info}
+        return {
+            "task": self.task,
+            "dataset": self.dataset,
+            "config": {
+                **cfg,
+                "n_mix": int(self.probs.shape[0]),
+                "reference_weights": self._reference.tolist(),
+                **self.info,
+            },
+            "canary_info": self._canary_info,
+        }
 
 
-def task_target(request, config: MixMinConfig, *, canary: str, claimed: float | None, division: int | None = None,
-                data_dir=None, scope: dict | None = None) -> MixMinTarget:
+def task_target(
+    request,
+    config: MixMinConfig,
+    *,
+    canary: str,
+    claimed: float | None,
+    division: int | None = None,
+    data_dir=None,
+    scope: dict | None = None,
+) -> MixMinTarget:
     """The :class:`MixMinTarget` of ``request`` (a built-in task's :class:`~dpaudit.requests.MixMinRequest`) run with ``config``
     (the plan's, or an old release's recorded one).
 
@@ -132,21 +185,57 @@ def task_target(request, config: MixMinConfig, *, canary: str, claimed: float | 
     tr, te = t.train_idx, t.test_idx
     mix = np.arange(len(tr)) if whole else mixture_split(t.train_record_ids, rho, request.seed)[0]
     return MixMinTarget(
-        probs=proxies.predict(t.private_x[tr])[mix], labels=np.asarray(y_all[tr][mix], dtype=np.float64), config=config,
-        claimed_epsilon=claimed, delta=request.delta, canary=canary, holdout_probs=proxies.predict(t.private_x[te]),
-        holdout_labels=np.asarray(y_all[te], dtype=np.float64), seed=request.seed, task=f"{request.task}/{tname}", dataset=request.task,
-        source_names=tuple(t.source_names), ledger_scope=scope,
-        info={"target": tname, "target_kind": t.target_kinds.get(tname), "rho": None if whole else rho, "proxy_mode": request.proxy_mode,
-              "target_epsilon": request.epsilon, "accountant": "rdp", "seed": request.seed},
+        probs=proxies.predict(t.private_x[tr])[mix],
+        labels=np.asarray(y_all[tr][mix], dtype=np.float64),
+        config=config,
+        claimed_epsilon=claimed,
+        delta=request.delta,
+        canary=canary,
+        holdout_probs=proxies.predict(t.private_x[te]),
+        holdout_labels=np.asarray(y_all[te], dtype=np.float64),
+        seed=request.seed,
+        task=f"{request.task}/{tname}",
+        dataset=request.task,
+        source_names=tuple(t.source_names),
+        ledger_scope=scope,
+        info={
+            "target": tname,
+            "target_kind": t.target_kinds.get(tname),
+            "rho": None if whole else rho,
+            "proxy_mode": request.proxy_mode,
+            "target_epsilon": request.epsilon,
+            "accountant": "rdp",
+            "seed": request.seed,
+        },
     )
 
 
-def mixmin_config_for(*, n_mix: int, k: int, epsilon: float, delta: float, expected_batch_size: float = 1000.0, **settings):
+def mixmin_config_for(
+    *,
+    n_mix: int,
+    k: int,
+    epsilon: float,
+    delta: float,
+    expected_batch_size: float = 1000.0,
+    **settings,
+):
     """A MixMinConfig with sigma calibrated (RDP) for (epsilon, delta) at q = B / n_mix, and its claimed epsilon (for targets on
     given proxy predictions). ``settings``: further MixMinConfig fields (``loss``, ``steps``, ``clipping_norm``, ``step_size``;
     default bce, 200, 1, 1)."""
     q = min(1.0, expected_batch_size / n_mix)
     settings = {"loss": "bce", "steps": 200, "clipping_norm": 1.0, "step_size": 1.0, **settings}
-    cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=delta, sample_rate=q, steps=settings["steps"], accountant="rdp")
-    cfg = MixMinConfig(k=k, noise_multiplier=cal.noise_multiplier, sample_rate=q, expected_batch_size=q * n_mix, **settings)
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=delta,
+        sample_rate=q,
+        steps=settings["steps"],
+        accountant="rdp",
+    )
+    cfg = MixMinConfig(
+        k=k,
+        noise_multiplier=cal.noise_multiplier,
+        sample_rate=q,
+        expected_batch_size=q * n_mix,
+        **settings,
+    )
     return cfg, compute_epsilon(cfg.event(), delta=delta, accountant="rdp").epsilon

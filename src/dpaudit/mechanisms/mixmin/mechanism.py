@@ -31,7 +31,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ...accounting import SubsampledGaussian, calibrate_noise_multiplier, compute_epsilon, dp_sgd_schedule
+from ...accounting import (
+    SubsampledGaussian,
+    calibrate_noise_multiplier,
+    compute_epsilon,
+    dp_sgd_schedule,
+)
 from ...accounting.comparisons import comparison_epsilons
 from ...accounting.events import Composed, Parallel
 from ...lazy import lazy_import
@@ -42,16 +47,41 @@ from ...progress import stage
 from ...records import write_json_atomic
 from ...requests import MixMinRequest
 from ...validation import one_of, open_unit, positive_finite
-from ..contract import DataInfo, MechanismBase, PartitionDeclaration, ReleasePlan, RunOutput, check_plan_matches_release
+from ..contract import (
+    DataInfo,
+    MechanismBase,
+    PartitionDeclaration,
+    ReleasePlan,
+    RunOutput,
+    check_plan_matches_release,
+)
 from ..dpsgd.module_training import DPSGDConfig
 from ..dpsgd.loop import train_heads
 from ..dpsgd.mechanism import planned_reference_size
 from .solver import MixMinConfig, objective, run_mixmin
 from .audit import task_target
-from .tasks import (REFERENCE_SIZES, SPLIT_RULE, STABLE_SPLIT_RULES, TASKS, MixMinTask, MixtureSettings, default_mixture,  # noqa: F401
-                           default_rho, fit, load_proxy_predictions, load_task, mixture_split, new_mlp, reference_units, resolved_mixture,
-                           resolved_rho, synthetic_user_ids, train_proxies)
+from .tasks import (
+    REFERENCE_SIZES,
+    SPLIT_RULE,
+    STABLE_SPLIT_RULES,
+    TASKS,
+    MixMinTask,
+    MixtureSettings,
+    default_mixture,  # noqa: F401
+    default_rho,
+    fit,
+    load_proxy_predictions,
+    load_task,
+    mixture_split,
+    new_mlp,
+    reference_units,
+    resolved_mixture,
+    resolved_rho,
+    synthetic_user_ids,
+    train_proxies,
+)
 from .tasks import split_partition as split_partition_of
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -65,6 +95,7 @@ _TAG_PRETRAIN = 0x9E7
 @dataclass(frozen=True)
 class DownstreamSettings:
     """Downstream model: MLP (hidden units) pretrained on public data, then DP fine-tuned head."""
+
     hidden: int = 64
     pretrain_checkpoints: tuple[int, ...] = (1, 2, 3)
     pretrain_objective: str = "weighted-targets"
@@ -89,13 +120,28 @@ def default_downstream_for(name: str | None, image: bool) -> DownstreamSettings:
     if name == "mnist-mix":
         return DownstreamSettings()
     if image:
-        return DownstreamSettings(pretrain_checkpoints=(20, 40, 60), finetune_epochs=10, finetune_batch_size=64)
-    return DownstreamSettings(hidden=16, pretrain_checkpoints=(50, 100, 200), pretrain_batch_size=64,
-                              finetune_epochs=20, finetune_batch_size=32)
+        return DownstreamSettings(
+            pretrain_checkpoints=(20, 40, 60), finetune_epochs=10, finetune_batch_size=64
+        )
+    return DownstreamSettings(
+        hidden=16,
+        pretrain_checkpoints=(50, 100, 200),
+        pretrain_batch_size=64,
+        finetune_epochs=20,
+        finetune_batch_size=32,
+    )
 
 
-def utility_on_test_partition(task: str, target: str | None, weights, *, seed: int = 42, data_dir=None,
-                           proxy_mode: str = "joint", loss: str = "bce") -> dict:
+def utility_on_test_partition(
+    task: str,
+    target: str | None,
+    weights,
+    *,
+    seed: int = 42,
+    data_dir=None,
+    proxy_mode: str = "joint",
+    loss: str = "bce",
+) -> dict:
     """The mixture's mean loss on the task's private TEST partition, beside two references. For the operator's console only, never
     written into a release (the test records are private and outside the guarantee).
     References: the uniform mixture (what lambda starts from) and the best single source (the best vertex of the simplex). Lower
@@ -109,14 +155,19 @@ def utility_on_test_partition(task: str, target: str | None, weights, *, seed: i
     singles = [objective(probs, y, np.eye(t.k)[i], loss) for i in range(t.k)]
     best = int(np.argmin(singles))
     return {
-        "partition": "test", "n": int(len(te)), "target": tname, "loss_name": loss,
-        "mixture": objective(probs, y, w, loss), "uniform": objective(probs, y, np.full(t.k, 1.0 / t.k), loss),
+        "partition": "test",
+        "n": int(len(te)),
+        "target": tname,
+        "loss_name": loss,
+        "mixture": objective(probs, y, w, loss),
+        "uniform": objective(probs, y, np.full(t.k, 1.0 / t.k), loss),
         "best_single_source": {"source": t.source_names[best], "loss": float(singles[best])},
     }
 
 
 def auc(y: np.ndarray, score: np.ndarray) -> float:
     from sklearn.metrics import roc_auc_score
+
     y = np.asarray(y)
     if len(np.unique(y)) < 2:
         return float("nan")
@@ -130,7 +181,16 @@ def _soft_targets(task: MixMinTask, weights: np.ndarray) -> np.ndarray:
     return (np.nan_to_num(task.public_y, nan=0.0) @ weights).astype(np.float32)[:, None]
 
 
-def pretrain(task: MixMinTask, weights, *, seed: int, settings: DownstreamSettings, x_val, y_val, tag: int = 0):
+def pretrain(
+    task: MixMinTask,
+    weights,
+    *,
+    seed: int,
+    settings: DownstreamSettings,
+    x_val,
+    y_val,
+    tag: int = 0,
+):
     """Pretrain on public data according to ``weights``; return the best checkpoint on validation.
 
     ``weighted-targets`` (shared input space only): BCE against sum_c lambda_c y_c (A.3.1).
@@ -150,26 +210,45 @@ def pretrain(task: MixMinTask, weights, *, seed: int, settings: DownstreamSettin
             a = auc(y_val, s)
             val_aucs[epoch] = a
             if a > best["auc"] or best["state"] is None:
-                best.update(auc=a, epoch=epoch, state={k: v.clone() for k, v in m.state_dict().items()})
+                best.update(
+                    auc=a, epoch=epoch, state={k: v.clone() for k, v in m.state_dict().items()}
+                )
 
     epochs = max(settings.pretrain_checkpoints)
     objective = settings.pretrain_objective
     if objective == "weighted-targets" and not task.shared_inputs:
         objective = "source-sampling"  # sources with their own inputs cannot share a target
     if objective == "weighted-targets":
-        fit(model, task.public_x, _soft_targets(task, w), loss="bce", epochs=epochs, key=(seed, _TAG_PRETRAIN, tag, 1),
-            batch_size=settings.pretrain_batch_size, callback=keep)
+        fit(
+            model,
+            task.public_x,
+            _soft_targets(task, w),
+            loss="bce",
+            epochs=epochs,
+            key=(seed, _TAG_PRETRAIN, tag, 1),
+            batch_size=settings.pretrain_batch_size,
+            callback=keep,
+        )
     else:
         rng = public_rng(seed, _TAG_PRETRAIN, tag, 2)
         n = task.public_x.shape[0]
         k = task.k
-        rows_of = [np.flatnonzero((task.public_source == i) | (task.public_source < 0)) for i in range(k)]
+        rows_of = [
+            np.flatnonzero((task.public_source == i) | (task.public_source < 0)) for i in range(k)
+        ]
         for epoch in range(1, epochs + 1):
             src = rng.choice(k, size=n, p=w / w.sum())
             rows = np.array([rows_of[i][rng.integers(len(rows_of[i]))] for i in src])
             tgt = task.public_y[rows, src][:, None]
-            fit(model, task.public_x[rows], tgt, loss="bce", epochs=1, key=(seed, _TAG_PRETRAIN, tag, 3, epoch),
-                batch_size=settings.pretrain_batch_size)
+            fit(
+                model,
+                task.public_x[rows],
+                tgt,
+                loss="bce",
+                epochs=1,
+                key=(seed, _TAG_PRETRAIN, tag, 3, epoch),
+                batch_size=settings.pretrain_batch_size,
+            )
             keep(epoch, model)
     model.load_state_dict(best["state"])
     model.eval()
@@ -206,12 +285,21 @@ FINETUNE_MECHANISM = "dp-mixmin-finetune"
 ACCOUNTANT = "rdp"
 
 
-def _split_info(rule: str, *, rho: float, seed: int, privacy_unit: str, composition: str, parallel: bool) -> dict:
+def _split_info(
+    rule: str, *, rho: float, seed: int, privacy_unit: str, composition: str, parallel: bool
+) -> dict:
     """What the release says about its D_mix / D_ft split (public): its rule and how the two stages compose."""
     return {
-        "rule": rule, "rho": rho, "seed": int(seed), "unit": privacy_unit, "composition": composition,
-        "stable_under_add_remove": rule in STABLE_SPLIT_RULES, "parallel_composition": bool(parallel),
-        "key": "record ids = rows of the task's source data" if privacy_unit == "record" else "user ids",
+        "rule": rule,
+        "rho": rho,
+        "seed": int(seed),
+        "unit": privacy_unit,
+        "composition": composition,
+        "stable_under_add_remove": rule in STABLE_SPLIT_RULES,
+        "parallel_composition": bool(parallel),
+        "key": "record ids = rows of the task's source data"
+        if privacy_unit == "record"
+        else "user ids",
     }
 
 
@@ -223,6 +311,7 @@ class MixMinData:
     """What :meth:`DPMixMin.load` prepares: the private labels, the D_mix / D_ft split and the public identity. ``probs``: the
     proxy predictions (a bring-your-own file's; for a task they are computed in :meth:`DPMixMin.run`, after the budget is
     reserved). ``sha256``: the content digest (local only; the ledger keeps a keyed fingerprint)."""
+
     dataset: dict
     sha256: str
     labels: np.ndarray
@@ -246,6 +335,7 @@ class MixMinInfo(DataInfo):
     """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the sources, the split's partitions and
     rule, the target's name, and the task (name, image or not) whose public downstream defaults apply. ``reference_size``: the
     task's declared N0 (:data:`~.mixmin_tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
+
     source_names: tuple = ()
     partition: str = "train"
     split_partition: str | None = None
@@ -262,13 +352,34 @@ class MixMinInfo(DataInfo):
         """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
         ds, cfg = release.dataset or {}, release.config or {}
         split = cfg.get("split") or {}
-        sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit) if split.get("rule") == SPLIT_RULE else None
-        old = None if "reference_size" in cfg else (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
-        return cls(name=ds.get("name", ""), kind=ds.get("kind", ""), n_train=0, n_features=int(ds.get("n_features", 0) or 0), n_classes=2,
-                   split_seed=ds.get("split_seed"), identity=dict(ds), reference_size=cfg.get("reference_size"),
-                   source_names=tuple(cfg.get("source_names") or ()), partition=sp + "/mix" if sp else "train", split_partition=sp,
-                   split_rule=split.get("rule", "all-records"), target_name=cfg.get("target") or "", task=cfg.get("task"),
-                   task_image=cfg.get("task") in ("digits-mix", "mnist-mix"), recorded_sizes=old)
+        sp = (
+            split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit)
+            if split.get("rule") == SPLIT_RULE
+            else None
+        )
+        old = (
+            None
+            if "reference_size" in cfg
+            else (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
+        )
+        return cls(
+            name=ds.get("name", ""),
+            kind=ds.get("kind", ""),
+            n_train=0,
+            n_features=int(ds.get("n_features", 0) or 0),
+            n_classes=2,
+            split_seed=ds.get("split_seed"),
+            identity=dict(ds),
+            reference_size=cfg.get("reference_size"),
+            source_names=tuple(cfg.get("source_names") or ()),
+            partition=sp + "/mix" if sp else "train",
+            split_partition=sp,
+            split_rule=split.get("rule", "all-records"),
+            target_name=cfg.get("target") or "",
+            task=cfg.get("task"),
+            task_image=cfg.get("task") in ("digits-mix", "mnist-mix"),
+            recorded_sizes=old,
+        )
 
 
 def _proxy_data(request, ledger_path) -> MixMinData:
@@ -279,14 +390,31 @@ def _proxy_data(request, ledger_path) -> MixMinData:
     with open_ledger(ledger_path) as led:
         content_fp = led.fingerprint(pp.sha256)
     # Public identity only (the count is private: q = B / N0 from --reference-size); the content digest stays local.
-    dataset = {"name": f"proxy-predictions-{content_fp[:12]}", "kind": "proxy-predictions", "path": str(Path(pp.path).resolve()),
-               "k": int(pp.probs.shape[1])}
+    dataset = {
+        "name": f"proxy-predictions-{content_fp[:12]}",
+        "kind": "proxy-predictions",
+        "path": str(Path(pp.path).resolve()),
+        "k": int(pp.probs.shape[1]),
+    }
     if request.privacy_unit == "user" and pp.user_ids is None:
-        raise UsageError("user_ids must be in the proxy predictions file for privacy_unit user, got none.")
-    return MixMinData(dataset=dataset, sha256=pp.sha256, labels=pp.labels, source_names=tuple(pp.source_names),
-                      user_ids=pp.user_ids if request.privacy_unit == "user" else None, mix_idx=np.arange(pp.probs.shape[0]), ft_idx=None,
-                      partition="train", split_partition=None, split_rule="all-records",
-                      target_name=request.target or "labels", probs=pp.probs, rows=pp.rows)
+        raise UsageError(
+            "user_ids must be in the proxy predictions file for privacy_unit user, got none."
+        )
+    return MixMinData(
+        dataset=dataset,
+        sha256=pp.sha256,
+        labels=pp.labels,
+        source_names=tuple(pp.source_names),
+        user_ids=pp.user_ids if request.privacy_unit == "user" else None,
+        mix_idx=np.arange(pp.probs.shape[0]),
+        ft_idx=None,
+        partition="train",
+        split_partition=None,
+        split_rule="all-records",
+        target_name=request.target or "labels",
+        probs=pp.probs,
+        rows=pp.rows,
+    )
 
 
 def _task_data(request) -> MixMinData:
@@ -295,8 +423,11 @@ def _task_data(request) -> MixMinData:
     target_name, y_all = task.target_labels(request.target)
     tr = task.train_idx
     # Who the users are is part of the task (its constant key), not of the run's seed.
-    user_ids = (synthetic_user_ids(len(tr), resolved_mixture(request).records_per_user, task.division_key)
-                if request.privacy_unit == "user" else None)
+    user_ids = (
+        synthetic_user_ids(len(tr), resolved_mixture(request).records_per_user, task.division_key)
+        if request.privacy_unit == "user"
+        else None
+    )
     split_partition = None
     if request.composition == "sequential" and request.stage == "pipeline":
         mix_idx = ft_idx = np.arange(len(tr))
@@ -306,28 +437,61 @@ def _task_data(request) -> MixMinData:
         mix_idx, ft_idx = mixture_split(task.train_record_ids, rho, request.seed, user_ids)
         split_partition = split_partition_of(rho, request.seed, request.privacy_unit)
         partition, split_rule = split_partition + "/mix", SPLIT_RULE
-    return MixMinData(dataset=task.dataset_identity(), sha256=task.data_digest(), labels=y_all[tr].astype(np.float64),
-                      source_names=tuple(task.source_names), user_ids=user_ids, mix_idx=mix_idx, ft_idx=ft_idx, partition=partition,
-                      split_partition=split_partition, split_rule=split_rule, target_name=target_name, task=task, y_all=y_all, rows=task.rows)
+    return MixMinData(
+        dataset=task.dataset_identity(),
+        sha256=task.data_digest(),
+        labels=y_all[tr].astype(np.float64),
+        source_names=tuple(task.source_names),
+        user_ids=user_ids,
+        mix_idx=mix_idx,
+        ft_idx=ft_idx,
+        partition=partition,
+        split_partition=split_partition,
+        split_rule=split_rule,
+        target_name=target_name,
+        task=task,
+        y_all=y_all,
+        rows=task.rows,
+    )
 
 
 def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[int, int, dict]:
     """(D_mix units, D_ft records, what the release records): from the declared reference size (issue 23 point 9), never from the
     private counts."""
-    if info.recorded_sizes is not None:  # an old release: the sizes it recorded and built its schedules from
-        return (*info.recorded_sizes, {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]})
-    n0 = planned_reference_size(request.reference_size, info.reference_size, unit="user" if request.privacy_unit == "user" else "record")
-    sizes = {"reference_size": n0, "reference_size_from": "request" if request.reference_size is not None else "task definition"}
+    if (
+        info.recorded_sizes is not None
+    ):  # an old release: the sizes it recorded and built its schedules from
+        return (
+            *info.recorded_sizes,
+            {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]},
+        )
+    n0 = planned_reference_size(
+        request.reference_size,
+        info.reference_size,
+        unit="user" if request.privacy_unit == "user" else "record",
+    )
+    sizes = {
+        "reference_size": n0,
+        "reference_size_from": "request"
+        if request.reference_size is not None
+        else "task definition",
+    }
     if info.task is None:
         return n0, 0, sizes
     g = mixture.records_per_user if request.privacy_unit == "user" else 1
-    return (*reference_units(n0, resolved_rho(request), records_per_user=g, whole=info.split_rule == "all-records"), sizes)
+    return (
+        *reference_units(
+            n0, resolved_rho(request), records_per_user=g, whole=info.split_rule == "all-records"
+        ),
+        sizes,
+    )
 
 
 class DPMixMin(MechanismBase):
     """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy: the module docstring). A multi-release
     plan: ``stage="mixture"`` is one part (lambda on D_mix); ``"pipeline"`` two (lambda, then the head on D_ft) whose combined
     event is reserved once and settled with both releases (``release("mixmin", MixMinRequest(...))``)."""
+
     name = NAME
     request_type = MixMinRequest
     load_uses_ledger = True  # a proxy file is named by its keyed fingerprint (the ledger's key)
@@ -339,85 +503,195 @@ class DPMixMin(MechanismBase):
         positive_finite("epsilon", request.epsilon)
         open_unit("delta", request.delta)
         open_unit("rho", resolved_rho(request))
-        for name, value, allowed in (("stage", request.stage, STAGES), ("privacy_unit", request.privacy_unit, ("record", "user")),
-                                     ("composition", request.composition, COMPOSITIONS)):
+        for name, value, allowed in (
+            ("stage", request.stage, STAGES),
+            ("privacy_unit", request.privacy_unit, ("record", "user")),
+            ("composition", request.composition, COMPOSITIONS),
+        ):
             one_of(name, value, allowed)
         if request.proxy_predictions is not None and request.stage == "pipeline":
-            raise UsageError("stage must be mixture with --proxy-predictions (the pipeline needs the task's public data), got 'pipeline'.")
+            raise UsageError(
+                "stage must be mixture with --proxy-predictions (the pipeline needs the task's public data), got 'pipeline'."
+            )
         if request.privacy_unit == "user" and request.stage == "pipeline":
-            raise UsageError("privacy_unit must be record for stage pipeline (the DP-SGD fine-tuning engine clips per record), got 'user'.")
+            raise UsageError(
+                "privacy_unit must be record for stage pipeline (the DP-SGD fine-tuning engine clips per record), got 'user'."
+            )
         if request.proxy_predictions is None:
             one_of("task", request.task, TASKS)
-        planned_reference_size(request.reference_size, None if request.proxy_predictions else 1,
-                               unit="user" if request.privacy_unit == "user" else "record")
+        planned_reference_size(
+            request.reference_size,
+            None if request.proxy_predictions else 1,
+            unit="user" if request.privacy_unit == "user" else "record",
+        )
         return request
 
     def load(self, request: MixMinRequest, ledger_path=None, prepared=None) -> MixMinData:
         """The labels, split and identity (no trained component touches private data here)."""
         request = self.validate(request)
         if prepared is not None:  # its data are a task or a proxy file, never a prepared dataset
-            raise UsageError(f"prepared must be None for {NAME} (it loads its task or proxy predictions file), got {type(prepared).__name__}.")
-        return _task_data(request) if request.proxy_predictions is None else _proxy_data(request, ledger_path)
+            raise UsageError(
+                f"prepared must be None for {NAME} (it loads its task or proxy predictions file), got {type(prepared).__name__}."
+            )
+        return (
+            _task_data(request)
+            if request.proxy_predictions is None
+            else _proxy_data(request, ledger_path)
+        )
 
     def data_info(self, request: MixMinRequest, data: MixMinData) -> MixMinInfo:
         ds = data.dataset
-        return MixMinInfo(name=ds["name"], kind=ds.get("kind", ""), n_train=int(len(data.labels)), n_features=int(ds.get("n_features", 0) or 0),
-                          n_classes=2, profile=ds.get("profile"), split_seed=ds.get("split_seed"), identity=dict(ds),
-                          reference_size=None if data.task is None else REFERENCE_SIZES[data.task.name], source_names=tuple(data.source_names),
-                          partition=data.partition, split_partition=data.split_partition, split_rule=data.split_rule,
-                          target_name=data.target_name, task=None if data.task is None else data.task.name,
-                          task_image=bool(data.task is not None and data.task.image))
+        return MixMinInfo(
+            name=ds["name"],
+            kind=ds.get("kind", ""),
+            n_train=int(len(data.labels)),
+            n_features=int(ds.get("n_features", 0) or 0),
+            n_classes=2,
+            profile=ds.get("profile"),
+            split_seed=ds.get("split_seed"),
+            identity=dict(ds),
+            reference_size=None if data.task is None else REFERENCE_SIZES[data.task.name],
+            source_names=tuple(data.source_names),
+            partition=data.partition,
+            split_partition=data.split_partition,
+            split_rule=data.split_rule,
+            target_name=data.target_name,
+            task=None if data.task is None else data.task.name,
+            task_image=bool(data.task is not None and data.task.image),
+        )
 
     def plan(self, request: MixMinRequest, info: MixMinInfo) -> ReleasePlan:
         """Public quantities only (the request, the task's public defaults and reference size, k): both stages' calibrated noise
         and events, the combined event reserved, the partitions."""
         request = self.validate(request)
-        stage, composition, rho, delta = request.stage, request.composition, resolved_rho(request), float(request.delta)
+        stage, composition, rho, delta = (
+            request.stage,
+            request.composition,
+            resolved_rho(request),
+            float(request.delta),
+        )
         sequential = stage == "pipeline" and composition == "sequential"
         mixture = resolved_mixture(request)
         n_mix, n_ft, sizes = _plan_sizes(request, info, mixture)
-        split = _split_info(info.split_rule, rho=rho, seed=request.seed, privacy_unit=request.privacy_unit, composition=composition,
-                            parallel=info.split_partition is not None)
-        common = dict(request=request, dataset=info.identity, adjacency=f"add-remove-{request.privacy_unit}", accountant=ACCOUNTANT, delta=delta,
-                      seed=int(request.seed), data_name=info.name, privacy_unit=request.privacy_unit, time_run=False,
-                      compare_accountants=tuple(a for a in ACCOUNTANTS if a != ACCOUNTANT))
-        shared = {"task": info.task, "target": info.target_name, "stage": stage, "rho": rho, "composition": composition, **sizes,
-                  "source_names": list(info.source_names), "split": split}
-        parts = (_mixture_part(request, info, mixture, n_mix, rho * request.epsilon if sequential else request.epsilon, shared, common),)
+        split = _split_info(
+            info.split_rule,
+            rho=rho,
+            seed=request.seed,
+            privacy_unit=request.privacy_unit,
+            composition=composition,
+            parallel=info.split_partition is not None,
+        )
+        common = dict(
+            request=request,
+            dataset=info.identity,
+            adjacency=f"add-remove-{request.privacy_unit}",
+            accountant=ACCOUNTANT,
+            delta=delta,
+            seed=int(request.seed),
+            data_name=info.name,
+            privacy_unit=request.privacy_unit,
+            time_run=False,
+            compare_accountants=tuple(a for a in ACCOUNTANTS if a != ACCOUNTANT),
+        )
+        shared = {
+            "task": info.task,
+            "target": info.target_name,
+            "stage": stage,
+            "rho": rho,
+            "composition": composition,
+            **sizes,
+            "source_names": list(info.source_names),
+            "split": split,
+        }
+        parts = (
+            _mixture_part(
+                request,
+                info,
+                mixture,
+                n_mix,
+                rho * request.epsilon if sequential else request.epsilon,
+                shared,
+                common,
+            ),
+        )
         sp = info.split_partition
         event, partition = parts[0].event, sp or info.partition
         if stage == "pipeline":
-            parts += (_finetune_part(request, info, n_ft, (1 - rho) * request.epsilon if sequential else request.epsilon, shared,
-                                     "train" if sequential else sp + "/ft", common),)
+            parts += (
+                _finetune_part(
+                    request,
+                    info,
+                    n_ft,
+                    (1 - rho) * request.epsilon if sequential else request.epsilon,
+                    shared,
+                    "train" if sequential else sp + "/ft",
+                    common,
+                ),
+            )
             # The budget of the whole plan (both releases), reserved once before any private computation.
-            event, partition = (Composed if sequential else Parallel)(tuple(p.event for p in parts)), "train" if sequential else sp
+            event, partition = (
+                (Composed if sequential else Parallel)(tuple(p.event for p in parts)),
+                "train" if sequential else sp,
+            )
         # Only the keyed split rule declares D_mix / D_ft as disjoint children (module docstring).
-        declarations = () if sp is None else (PartitionDeclaration(info.name, sp, (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"),)
-        return ReleasePlan(mechanism=NAME, partition=partition, event=event, target_epsilon=float(request.epsilon), parts=parts,
-                           declarations=declarations, config={"stage": stage, "composition": composition, "rho": rho}, **common)
+        declarations = (
+            ()
+            if sp is None
+            else (
+                PartitionDeclaration(
+                    info.name, sp, (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"
+                ),
+            )
+        )
+        return ReleasePlan(
+            mechanism=NAME,
+            partition=partition,
+            event=event,
+            target_epsilon=float(request.epsilon),
+            parts=parts,
+            declarations=declarations,
+            config={"stage": stage, "composition": composition, "rho": rho},
+            **common,
+        )
 
-    def run(self, plan: ReleasePlan, data: MixMinData, noise: NoiseSource, *, progress=None) -> RunOutput:
+    def run(
+        self, plan: ReleasePlan, data: MixMinData, noise: NoiseSource, *, progress=None
+    ) -> RunOutput:
         def say(message: str) -> None:  # stage updates (dpaudit.progress.stage)
             stage(progress, message)
 
         started, timings, probs = time.perf_counter(), {}, data.probs
         if data.task is not None:
             say("training proxies on public data")
-            probs = train_proxies(data.task, mode=plan.request.proxy_mode).predict(data.task.private_x[data.task.train_idx])  # public data only
+            probs = train_proxies(data.task, mode=plan.request.proxy_mode).predict(
+                data.task.private_x[data.task.train_idx]
+            )  # public data only
             timings["proxies_s"] = time.perf_counter() - started
         t = time.perf_counter()
         say("learning the mixture (Algorithm 1/2)")
         cfg = MixMinConfig(**plan.parts[0].config["mixmin_config"])
         uid = None if data.user_ids is None else data.user_ids[data.mix_idx]
-        res = run_mixmin(probs[data.mix_idx], data.labels[data.mix_idx], cfg, noise=noise, user_ids=uid)
+        res = run_mixmin(
+            probs[data.mix_idx], data.labels[data.mix_idx], cfg, noise=noise, user_ids=uid
+        )
         timings["mixture_s"] = time.perf_counter() - t
         weights = {str(s): float(w) for s, w in zip(data.source_names, res.weights)}
         if plan.request.stage == "mixture":
-            def save(folder) -> None:
-                write_json_atomic(folder / "weights.json", {"source_names": list(data.source_names), "weights": res.weights.tolist()})
 
-            mix_out = RunOutput(steps_executed=res.steps_executed, metrics={"weights": weights}, timings=dict(timings), save=save,
-                                weights_name=None, artefact_paths={"weights": "weights.json"})
+            def save(folder) -> None:
+                write_json_atomic(
+                    folder / "weights.json",
+                    {"source_names": list(data.source_names), "weights": res.weights.tolist()},
+                )
+
+            mix_out = RunOutput(
+                steps_executed=res.steps_executed,
+                metrics={"weights": weights},
+                timings=dict(timings),
+                save=save,
+                weights_name=None,
+                artefact_paths={"weights": "weights.json"},
+            )
             return RunOutput(steps_executed=res.steps_executed, parts=(mix_out,))
         return _run_finetune(plan, data, noise, res, weights, timings, say, started)
 
@@ -433,8 +707,14 @@ class DPMixMin(MechanismBase):
         """``pipeline.json`` beside the two releases: both, and the end-to-end guarantee."""
         if len(releases) == 2:
             mix, ft = releases
-            write_json_atomic(Path(out_dir) / "pipeline.json", {"mixture": mix.to_dict(), "finetune": ft.to_dict(),
-                                                               "end_to_end": ft.metrics["end_to_end"]})
+            write_json_atomic(
+                Path(out_dir) / "pipeline.json",
+                {
+                    "mixture": mix.to_dict(),
+                    "finetune": ft.to_dict(),
+                    "end_to_end": ft.metrics["end_to_end"],
+                },
+            )
 
     def command_line(self, plan: ReleasePlan, out_dir) -> str:
         """The command recorded: derived from the request at the release folder (a part's parent)."""
@@ -448,31 +728,54 @@ class DPMixMin(MechanismBase):
 
     def notes(self, request: MixMinRequest) -> list[str]:
         """What ``dpaudit train mixmin`` says before it runs (the resolved public defaults)."""
-        on = f"proxy predictions {request.proxy_predictions}" if request.proxy_predictions else request.task
-        return [f"DP-MixMin {request.stage} on {on}: eps={request.epsilon:g}, delta={request.delta:g}, rho={resolved_rho(request):g}, "
-                f"C={resolved_mixture(request).clipping_norm:g}"]
+        on = (
+            f"proxy predictions {request.proxy_predictions}"
+            if request.proxy_predictions
+            else request.task
+        )
+        return [
+            f"DP-MixMin {request.stage} on {on}: eps={request.epsilon:g}, delta={request.delta:g}, rho={resolved_rho(request):g}, "
+            f"C={resolved_mixture(request).clipping_norm:g}"
+        ]
 
     def summary(self, release, ledger=None) -> tuple[dict, list[str]]:
         """What ``dpaudit train mixmin`` prints: the release record (``--json``), and lines with the weights, the claim, the
         pipeline's AUCs and, for a task, the mixture's utility on the private TEST partition (console only, never in the release).
         """
         weights = release.metrics.get("weights", {})
-        lines = [f"{release.mechanism}: lambda ({release.dataset.get('name')}, target {release.config.get('target')})"]
-        lines += [f"  {name:<16} {w:.4f}" for name, w in sorted(weights.items(), key=lambda kv: -kv[1])]
-        lines.append(f"epsilon={release.epsilon:.4f} (target {release.target_epsilon:g}) delta={release.delta:g} sigma={release.noise_multiplier:.4f} "
-                     f"q={release.sample_rate:.4g} steps={release.steps} C={release.clipping_norm:g} adjacency={release.adjacency} "
-                     f"partition={release.partition}")
+        lines = [
+            f"{release.mechanism}: lambda ({release.dataset.get('name')}, target {release.config.get('target')})"
+        ]
+        lines += [
+            f"  {name:<16} {w:.4f}" for name, w in sorted(weights.items(), key=lambda kv: -kv[1])
+        ]
+        lines.append(
+            f"epsilon={release.epsilon:.4f} (target {release.target_epsilon:g}) delta={release.delta:g} sigma={release.noise_multiplier:.4f} "
+            f"q={release.sample_rate:.4g} steps={release.steps} C={release.clipping_norm:g} adjacency={release.adjacency} "
+            f"partition={release.partition}"
+        )
         if "auc" in release.metrics:
             a, e2e = release.metrics["auc"], release.metrics["end_to_end"]
-            lines.append(f"test AUC: pretrained {a['pretrained']:.4f}, fine-tuned {a['finetuned']:.4f}; end-to-end ({e2e['composition']}) "
-                         f"epsilon {e2e['epsilon']['rdp']:.4f}")
+            lines.append(
+                f"test AUC: pretrained {a['pretrained']:.4f}, fine-tuned {a['finetuned']:.4f}; end-to-end ({e2e['composition']}) "
+                f"epsilon {e2e['epsilon']['rdp']:.4f}"
+            )
         request = MixMinRequest.from_dict(release.request)
         if not request.proxy_predictions and weights:
-            u = utility_on_test_partition(request.task, release.config.get("target"), list(weights.values()), seed=request.seed,
-                                          data_dir=request.data_dir, proxy_mode=request.proxy_mode, loss=release.config.get("loss", "bce"))
+            u = utility_on_test_partition(
+                request.task,
+                release.config.get("target"),
+                list(weights.values()),
+                seed=request.seed,
+                data_dir=request.data_dir,
+                proxy_mode=request.proxy_mode,
+                loss=release.config.get("loss", "bce"),
+            )
             b = u["best_single_source"]
-            lines.append(f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss of lambda "
-                         f"{u['mixture']:.4f} (lower is better); uniform mixture {u['uniform']:.4f}; best single source {b['source']} {b['loss']:.4f}")
+            lines.append(
+                f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss of lambda "
+                f"{u['mixture']:.4f} (lower is better); uniform mixture {u['uniform']:.4f}; best single source {b['source']} {b['loss']:.4f}"
+            )
         return release.to_dict(), lines
 
     def plan_of_release(self, request: MixMinRequest, release) -> ReleasePlan:
@@ -480,110 +783,256 @@ class DPMixMin(MechanismBase):
         release that records no request plans with the resolved settings it recorded (``mixmin_config``)."""
         cfg = release.config or {}
         if request.proxy_predictions is not None or not cfg.get("task"):
-            raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
+            raise DataError(
+                "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
+            )
         rule = (cfg.get("split") or {}).get("rule")
-        if not (request.stage == "pipeline" and request.composition == "sequential") and rule != SPLIT_RULE:
+        if (
+            not (request.stage == "pipeline" and request.composition == "sequential")
+            and rule != SPLIT_RULE
+        ):
             # the audit rebuilds D_mix with the keyed split: another rule would audit other records
-            raise DataError(f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}.")
+            raise DataError(
+                f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}."
+            )
         mc = cfg.get("mixmin_config") or {}
         if release.request is None and mc:
-            request = replace(request, steps=int(mc["steps"]), batch_size=int(round(float(mc["expected_batch_size"]))),
-                              clipping_norm=float(mc["clipping_norm"]), step_size=float(mc["step_size"]), loss=mc.get("loss", request.loss))
+            request = replace(
+                request,
+                steps=int(mc["steps"]),
+                batch_size=int(round(float(mc["expected_batch_size"]))),
+                clipping_norm=float(mc["clipping_norm"]),
+                step_size=float(mc["step_size"]),
+                loss=mc.get("loss", request.loss),
+            )
         plan = self.plan(self.validate(request), MixMinInfo.from_release(release))
         check_plan_matches_release(plan.parts[0], release)
         return plan
 
-    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+    def audit_target(
+        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
+    ):
         """Algorithm 1 on the task's D_mix (:func:`~.mixmin_audit.task_target`) with the plan's sigma, q, B and steps, claiming
         the plan's mixture event (a ``release``'s own epsilon and accountant; an old release without a recorded reference size:
         its recorded configuration, on its own task division). Refused for proxy predictions, user level, another split rule."""
         request, mix = plan.request, plan.parts[0]
         if user_ids is not None:
-            raise UsageError(f"user ids must only be given for a user-level release, got a {NAME} release.")
+            raise UsageError(
+                f"user ids must only be given for a user-level release, got a {NAME} release."
+            )
         if request.proxy_predictions is not None:
-            raise DataError("release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run).")
+            raise DataError(
+                "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
+            )
         if request.privacy_unit != "record":
-            raise UsageError(f"release privacy unit must be record for the audit runner, got {request.privacy_unit!r}.")
+            raise UsageError(
+                f"release privacy unit must be record for the audit runner, got {request.privacy_unit!r}."
+            )
         cfg = MixMinConfig(**mix.config["mixmin_config"])
-        claimed = compute_epsilon(mix.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency).epsilon
+        claimed = compute_epsilon(
+            mix.event, delta=plan.delta, accountant=plan.accountant, adjacency=plan.adjacency
+        ).epsilon
         division, accountant = None, plan.accountant
         if release is not None:
             rc = release.config or {}
             if rc.get("split", {}).get("rule", SPLIT_RULE) not in (SPLIT_RULE, "all-records"):
-                raise DataError(f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rc['split']['rule']!r}.")
+                raise DataError(
+                    f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rc['split']['rule']!r}."
+                )
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
-            claimed, accountant, division = float(release.epsilon), release.accountant, (release.dataset or {}).get("split_seed")
-        t = task_target(request, cfg, canary=canary, claimed=claimed, division=division, data_dir=request.data_dir,
-                        scope={"dataset": plan.dataset.get("name", request.task), "partition": mix.partition})
+            claimed, accountant, division = (
+                float(release.epsilon),
+                release.accountant,
+                (release.dataset or {}).get("split_seed"),
+            )
+        t = task_target(
+            request,
+            cfg,
+            canary=canary,
+            claimed=claimed,
+            division=division,
+            data_dir=request.data_dir,
+            scope={"dataset": plan.dataset.get("name", request.task), "partition": mix.partition},
+        )
         t.accountant = accountant
         t.prepare()
         return t.without_noise() if no_noise else t
 
 
-def _mixture_part(request, info: MixMinInfo, mixture: MixtureSettings, n_units: int, epsilon: float, shared: dict, common: dict) -> ReleasePlan:
+def _mixture_part(
+    request,
+    info: MixMinInfo,
+    mixture: MixtureSettings,
+    n_units: int,
+    epsilon: float,
+    shared: dict,
+    common: dict,
+) -> ReleasePlan:
     """Stage 1's release plan: lambda on D_mix, sigma calibrated at q = B / |D_mix| (reference)."""
     b = min(mixture.batch_size, n_units)
-    cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=common["delta"], sample_rate=b / n_units, steps=mixture.steps, accountant=ACCOUNTANT)
-    cfg = mixture.config(k=len(info.source_names), n_units=n_units, noise_multiplier=cal.noise_multiplier, privacy_unit=request.privacy_unit)
-    config = {**shared, "loss": cfg.loss, "step_size": cfg.step_size, "expected_batch_size": cfg.expected_batch_size,
-              "records_per_user": cfg.records_per_user, "k": cfg.k, "proxy_mode": None if info.task is None else request.proxy_mode,
-              "proxies": "bring-your-own predictions file" if info.task is None else "trained on public data only",
-              "mixmin_config": cfg.to_dict(), "calibration": cal.to_dict()}
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=common["delta"],
+        sample_rate=b / n_units,
+        steps=mixture.steps,
+        accountant=ACCOUNTANT,
+    )
+    cfg = mixture.config(
+        k=len(info.source_names),
+        n_units=n_units,
+        noise_multiplier=cal.noise_multiplier,
+        privacy_unit=request.privacy_unit,
+    )
+    config = {
+        **shared,
+        "loss": cfg.loss,
+        "step_size": cfg.step_size,
+        "expected_batch_size": cfg.expected_batch_size,
+        "records_per_user": cfg.records_per_user,
+        "k": cfg.k,
+        "proxy_mode": None if info.task is None else request.proxy_mode,
+        "proxies": "bring-your-own predictions file"
+        if info.task is None
+        else "trained on public data only",
+        "mixmin_config": cfg.to_dict(),
+        "calibration": cal.to_dict(),
+    }
     # Stage 1 noises the k mixture coordinates at every step (noise tails: dpaudit.noise).
     return ReleasePlan(
-        mechanism=NAME, partition=info.partition, event=cfg.event(), target_epsilon=epsilon, config=config, steps=cfg.steps,
-        release_fields={"noise_multiplier": cfg.noise_multiplier, "sample_rate": cfg.sample_rate, "clipping_norm": cfg.clipping_norm,
-                        "normalizer": int(round(cfg.expected_batch_size)), "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION},
-        noise_values=cfg.steps * cfg.k, noise_what=f"mixture ({cfg.steps} steps x {cfg.k} weights)",
-        out_subdir="" if request.stage == "mixture" else "mixture", **common)
+        mechanism=NAME,
+        partition=info.partition,
+        event=cfg.event(),
+        target_epsilon=epsilon,
+        config=config,
+        steps=cfg.steps,
+        release_fields={
+            "noise_multiplier": cfg.noise_multiplier,
+            "sample_rate": cfg.sample_rate,
+            "clipping_norm": cfg.clipping_norm,
+            "normalizer": int(round(cfg.expected_batch_size)),
+            "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION,
+        },
+        noise_values=cfg.steps * cfg.k,
+        noise_what=f"mixture ({cfg.steps} steps x {cfg.k} weights)",
+        out_subdir="" if request.stage == "mixture" else "mixture",
+        **common,
+    )
 
 
-def _finetune_part(request, info: MixMinInfo, n_ft: int, epsilon: float, shared: dict, partition: str, common: dict) -> ReleasePlan:
+def _finetune_part(
+    request, info: MixMinInfo, n_ft: int, epsilon: float, shared: dict, partition: str, common: dict
+) -> ReleasePlan:
     """Stage 2's release plan: DP-SGD on the head over D_ft, its schedule from |D_ft| (reference)."""
     downstream = default_downstream_for(info.task, info.task_image)
-    downstream = replace(downstream, pretrain_objective=one_of("pretrain_objective", request.pretrain_objective, PRETRAIN_OBJECTIVES))
-    sched = dp_sgd_schedule(n_ft, min(downstream.finetune_batch_size, n_ft), downstream.finetune_epochs)
-    cal = calibrate_noise_multiplier(target_epsilon=epsilon, delta=common["delta"], sample_rate=sched.sample_rate, steps=sched.steps,
-                                     accountant=ACCOUNTANT)
-    fcfg = DPSGDConfig(sample_rate=sched.sample_rate, steps=sched.steps, normalizer=sched.normalizer, noise_multiplier=cal.noise_multiplier,
-                       clipping_norm=downstream.finetune_clipping_norm, lr=downstream.finetune_lr)
+    downstream = replace(
+        downstream,
+        pretrain_objective=one_of(
+            "pretrain_objective", request.pretrain_objective, PRETRAIN_OBJECTIVES
+        ),
+    )
+    sched = dp_sgd_schedule(
+        n_ft, min(downstream.finetune_batch_size, n_ft), downstream.finetune_epochs
+    )
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=common["delta"],
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        accountant=ACCOUNTANT,
+    )
+    fcfg = DPSGDConfig(
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        normalizer=sched.normalizer,
+        noise_multiplier=cal.noise_multiplier,
+        clipping_norm=downstream.finetune_clipping_norm,
+        lr=downstream.finetune_lr,
+    )
     # Stage 2 noises the (1, hidden + 1) head at every step.
     return ReleasePlan(
-        mechanism=FINETUNE_MECHANISM, partition=partition, event=SubsampledGaussian(cal.noise_multiplier, sched.sample_rate, sched.steps),
-        target_epsilon=epsilon, steps=fcfg.steps,
-        config={**shared, "downstream": downstream.to_dict(), "dpsgd_config": fcfg.to_dict(), "calibration": cal.to_dict()},
-        release_fields={"noise_multiplier": fcfg.noise_multiplier, "sample_rate": fcfg.sample_rate, "clipping_norm": fcfg.clipping_norm,
-                        "normalizer": fcfg.normalizer, "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION},
+        mechanism=FINETUNE_MECHANISM,
+        partition=partition,
+        event=SubsampledGaussian(cal.noise_multiplier, sched.sample_rate, sched.steps),
+        target_epsilon=epsilon,
+        steps=fcfg.steps,
+        config={
+            **shared,
+            "downstream": downstream.to_dict(),
+            "dpsgd_config": fcfg.to_dict(),
+            "calibration": cal.to_dict(),
+        },
+        release_fields={
+            "noise_multiplier": fcfg.noise_multiplier,
+            "sample_rate": fcfg.sample_rate,
+            "clipping_norm": fcfg.clipping_norm,
+            "normalizer": fcfg.normalizer,
+            "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION,
+        },
         noise_values=sched.steps * (downstream.hidden + 1),
-        noise_what=f"fine-tuning ({sched.steps} steps x {downstream.hidden + 1} head weights)", out_subdir="finetune", **common)
+        noise_what=f"fine-tuning ({sched.steps} steps x {downstream.hidden + 1} head weights)",
+        out_subdir="finetune",
+        **common,
+    )
 
 
-def _run_finetune(plan: ReleasePlan, data: MixMinData, noise: NoiseSource, res, weights: dict, timings: dict, say, started: float) -> RunOutput:
+def _run_finetune(
+    plan: ReleasePlan,
+    data: MixMinData,
+    noise: NoiseSource,
+    res,
+    weights: dict,
+    timings: dict,
+    say,
+    started: float,
+) -> RunOutput:
     """Stage 2 of :meth:`DPMixMin.run`: pretrain on public data with lambda, DP fine-tune the head on D_ft."""
     request, ft_plan, task = plan.request, plan.parts[1], data.task
     mix_timings = dict(timings)
     d = ft_plan.config["downstream"]
-    downstream = DownstreamSettings(**{**d, "pretrain_checkpoints": tuple(d["pretrain_checkpoints"])})
+    downstream = DownstreamSettings(
+        **{**d, "pretrain_checkpoints": tuple(d["pretrain_checkpoints"])}
+    )
     x_tr, y_tr = task.private_x[task.train_idx], data.labels.astype(np.int64)
     x_te, y_te = task.private_x[task.test_idx], data.y_all[task.test_idx]
     t = time.perf_counter()
     say("pretraining on public data with the mixture")
-    model, pinfo = pretrain(task, res.weights, seed=request.seed, settings=downstream, x_val=task.private_x[task.val_idx], y_val=data.y_all[task.val_idx])
+    model, pinfo = pretrain(
+        task,
+        res.weights,
+        seed=request.seed,
+        settings=downstream,
+        x_val=task.private_x[task.val_idx],
+        y_val=data.y_all[task.val_idx],
+    )
     timings["pretrain_s"] = time.perf_counter() - t
     auc_pre = auc(y_te, model_scores(model, x_te))
     t = time.perf_counter()
     say("DP fine-tuning on D_ft")
     fcfg = DPSGDConfig.from_dict(ft_plan.config["dpsgd_config"])
-    head = train_heads(features(model, x_tr[data.ft_idx]).astype(np.float32), y_tr[data.ft_idx], 2, fcfg, noise=noise,
-                       init=head_init(model), binary_logit=True)
+    head = train_heads(
+        features(model, x_tr[data.ft_idx]).astype(np.float32),
+        y_tr[data.ft_idx],
+        2,
+        fcfg,
+        noise=noise,
+        init=head_init(model),
+        binary_logit=True,
+    )
     timings["finetune_s"] = time.perf_counter() - t
     stage_metrics = {
         "weights": weights,
-        "auc": {"pretrained": auc_pre, "finetuned": auc(y_te, head_scores(model, head.weights[0], x_te))},
+        "auc": {
+            "pretrained": auc_pre,
+            "finetuned": auc(y_te, head_scores(model, head.weights[0], x_te)),
+        },
         "pretrain": pinfo,
         "mixture_release_id": None,  # the mixture release's id (link_releases)
-        "end_to_end": {"composition": request.composition, "event": plan.event.to_dict(), "epsilon": comparison_epsilons(plan.event, plan.delta, plan.adjacency, ACCOUNTANTS),
-                       "delta": plan.delta},
+        "end_to_end": {
+            "composition": request.composition,
+            "event": plan.event.to_dict(),
+            "epsilon": comparison_epsilons(plan.event, plan.delta, plan.adjacency, ACCOUNTANTS),
+            "delta": plan.delta,
+        },
         "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
     }
 
@@ -591,10 +1040,23 @@ def _run_finetune(plan: ReleasePlan, data: MixMinData, noise: NoiseSource, res, 
         np.save(folder / "head.npy", head.weights[0])
         torch.save(model.state_dict(), folder / "pretrained.pt")
 
-    mix_out = RunOutput(steps_executed=res.steps_executed, metrics={"weights": weights, "auc": {"pretrained": auc_pre}}, timings=mix_timings)
-    ft_out = RunOutput(steps_executed=head.steps_executed, metrics=stage_metrics, timings={**timings, "total_s": time.perf_counter() - started},
-                       save=save_ft, weights_name=None,
-                       artefact_paths={"head": "head.npy", "pretrained": "pretrained.pt", "mixture_release": "../mixture/release.json"})
+    mix_out = RunOutput(
+        steps_executed=res.steps_executed,
+        metrics={"weights": weights, "auc": {"pretrained": auc_pre}},
+        timings=mix_timings,
+    )
+    ft_out = RunOutput(
+        steps_executed=head.steps_executed,
+        metrics=stage_metrics,
+        timings={**timings, "total_s": time.perf_counter() - started},
+        save=save_ft,
+        weights_name=None,
+        artefact_paths={
+            "head": "head.npy",
+            "pretrained": "pretrained.pt",
+            "mixture_release": "../mixture/release.json",
+        },
+    )
     return RunOutput(steps_executed=head.steps_executed, parts=(mix_out, ft_out))
 
 

@@ -44,7 +44,9 @@ def alpha_for_size(size: float, *, k: int, epsilon: float, delta: float) -> floa
     return max(2.0 / math.sqrt(size), 2.0 * math.sqrt(k * math.log(1.0 / delta)) / (epsilon * size))
 
 
-def plan_rho(*, n: int, k: int, epsilon: float, delta: float, alpha: float, rho: float | None = None) -> RhoPlan:
+def plan_rho(
+    *, n: int, k: int, epsilon: float, delta: float, alpha: float, rho: float | None = None
+) -> RhoPlan:
     """Sizes and the fraction rho of N private records needed for excess error ``alpha`` (A.2)."""
     n = positive_int("n", n)
     k = positive_int("k", k)
@@ -60,9 +62,20 @@ def plan_rho(*, n: int, k: int, epsilon: float, delta: float, alpha: float, rho:
     t_priv = 2.0 * root / (epsilon * alpha)
     t_req = max(t_stat, t_priv)
     return RhoPlan(
-        n=n, k=k, epsilon=epsilon, delta=delta, alpha=alpha,
-        statistics_limited_size=t_stat, privacy_limited_size=t_priv, required_size=t_req,
+        n=n,
+        k=k,
+        epsilon=epsilon,
+        delta=delta,
+        alpha=alpha,
+        statistics_limited_size=t_stat,
+        privacy_limited_size=t_priv,
+        required_size=t_req,
         regime="statistics-limited" if t_stat >= t_priv else "privacy-limited",
-        epsilon_crossover=alpha / 2.0 * root, rho=t_req / n, feasible=t_req <= n, rho_given=rho,
-        alpha_at_rho_given=None if rho is None else alpha_for_size(rho * n, k=k, epsilon=epsilon, delta=delta),
+        epsilon_crossover=alpha / 2.0 * root,
+        rho=t_req / n,
+        feasible=t_req <= n,
+        rho_given=rho,
+        alpha_at_rho_given=None
+        if rho is None
+        else alpha_for_size(rho * n, k=k, epsilon=epsilon, delta=delta),
     )

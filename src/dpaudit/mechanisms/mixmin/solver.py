@@ -36,6 +36,7 @@ from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource
 from ...validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
@@ -58,6 +59,7 @@ class MixMinConfig:
     step_size: mirror-descent step size eta.
     privacy_unit: ``record`` (Algorithm 1) or ``user`` (Algorithm 2).
     records_per_user: G, the cap k_u = min(G, |D_u|) of records per sampled user (Algorithm 2)."""
+
     k: int
     loss: str
     noise_multiplier: float
@@ -83,13 +85,19 @@ class MixMinConfig:
 
     @property
     def adjacency(self) -> Adjacency:
-        return Adjacency.ADD_REMOVE_USER if self.privacy_unit == "user" else Adjacency.ADD_REMOVE_RECORD
+        return (
+            Adjacency.ADD_REMOVE_USER
+            if self.privacy_unit == "user"
+            else Adjacency.ADD_REMOVE_RECORD
+        )
 
     def event(self) -> SubsampledGaussian:
         """The guarantee as data; refused for a noise-free run (it has no finite epsilon)."""
         if self.noise_multiplier <= 0:
             raise UsageError("noise_multiplier must be > 0 for a privacy claim, got 0.0.")
-        return SubsampledGaussian(float(self.noise_multiplier), float(self.sample_rate), int(self.steps))
+        return SubsampledGaussian(
+            float(self.noise_multiplier), float(self.sample_rate), int(self.steps)
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,6 +117,7 @@ class MixMinCanary:
     that include it; its gradient is clipped like any other.
     kind ``gradient``: whenever sampled (rate q) in an including run, the fixed vector ``direction`` rescaled to norm exactly C is
     added to the clipped sum (the max-clip canary)."""
+
     kind: str
     probs: np.ndarray | None = None
     label: float = 0.0
@@ -123,7 +132,9 @@ class MixMinCanary:
                 raise UsageError("canary direction must be given for a gradient canary, got None.")
             d = np.asarray(self.direction, dtype=np.float64)
             if not (np.all(np.isfinite(d)) and np.linalg.norm(d) > 0):
-                raise UsageError("canary direction must be a finite non-zero vector, got norm 0 or non-finite values.")
+                raise UsageError(
+                    "canary direction must be a finite non-zero vector, got norm 0 or non-finite values."
+                )
 
 
 # ---- Input checks
@@ -133,7 +144,9 @@ def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.nda
     """Validate proxy predictions (n, k) and labels (n,); one-line DataError naming the bad array."""
     p, y = _check_probs(np.asarray(probs), loss, k), np.asarray(labels)
     if y.ndim != 1 or y.shape[0] != p.shape[0]:
-        raise DataError(f"labels must be a 1-d array with one entry per row of probs ({p.shape[0]}), got shape {y.shape}.")
+        raise DataError(
+            f"labels must be a 1-d array with one entry per row of probs ({p.shape[0]}), got shape {y.shape}."
+        )
     if loss == "nll":
         return p, y
     if not np.issubdtype(y.dtype, np.number) and y.dtype != bool:
@@ -156,13 +169,19 @@ def _check_probs(p: np.ndarray, loss: str, k: int | None) -> np.ndarray:
     if np.any(p < 0):
         raise DataError(f"probs must be >= 0, got minimum {float(p.min())!r}.")
     if loss in ("bce", "mse") and np.any(p > 1):
-        raise DataError(f"probs must be probabilities in [0, 1] for loss {loss}, got maximum {float(p.max())!r}.")
+        raise DataError(
+            f"probs must be probabilities in [0, 1] for loss {loss}, got maximum {float(p.max())!r}."
+        )
     if loss == "nll" and np.any(p.max(axis=1) <= 0):
-        raise DataError("probs must have a positive density for at least one source in every row, got an all-zero row.")
+        raise DataError(
+            "probs must have a positive density for at least one source in every row, got an all-zero row."
+        )
     return p
 
 
-def _prepare(probs: np.ndarray, labels: np.ndarray, loss: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+def _prepare(
+    probs: np.ndarray, labels: np.ndarray, loss: str, dtype
+) -> tuple[np.ndarray, np.ndarray]:
     F = np.asarray(probs, dtype=dtype)
     if loss == "nll":
         # The NLL gradient -f/(lambda.f) is invariant to scaling a row by a positive constant; scaling by the row maximum keeps
@@ -234,15 +253,30 @@ def _user_index(user_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return order, starts, sizes
 
 
-def run_mixmin(probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_ids=None, init=None) -> MixMinResult:
+def run_mixmin(
+    probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_ids=None, init=None
+) -> MixMinResult:
     """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a release. ``probs`` (n, k): proxy
     predictions f_i(x) on the private mixture split (computed once). ``labels`` (n,): targets (ignored for ``nll``). ``user_ids``
     (n,): required for user level. ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1)."""
-    return MixMinResult(run_mixmin_runs(probs, labels, config, noise=noise, user_ids=user_ids, init=init)[0], config.steps)
+    return MixMinResult(
+        run_mixmin_runs(probs, labels, config, noise=noise, user_ids=user_ids, init=init)[0],
+        config.steps,
+    )
 
 
-def run_mixmin_runs(probs, labels, config: MixMinConfig, *, noise: NoiseSource, runs: int = 1, user_ids=None, init=None,
-                    canary: MixMinCanary | None = None, canary_in=None) -> np.ndarray:
+def run_mixmin_runs(
+    probs,
+    labels,
+    config: MixMinConfig,
+    *,
+    noise: NoiseSource,
+    runs: int = 1,
+    user_ids=None,
+    init=None,
+    canary: MixMinCanary | None = None,
+    canary_in=None,
+) -> np.ndarray:
     """``runs`` independent runs of Algorithm 1 / 2 (module docstring) through the one loop of releases and audits; the final
     weights (runs, k). Draws per step, all from ``noise``: the Poisson masks of all runs (one ``noise.poisson_mask``), the canary's
     coin (rate q; record level only, added in the runs where ``canary_in`` is true), the within-user record samples, the Gaussian
@@ -250,13 +284,32 @@ def run_mixmin_runs(probs, labels, config: MixMinConfig, *, noise: NoiseSource, 
     check_inputs(probs, labels, config.loss, config.k)
     F, y = _prepare(probs, labels, config.loss, np.float64)
     runs, k = positive_int("runs", runs), F.shape[1]
-    q, B, eta, std = config.sample_rate, config.expected_batch_size, config.step_size, config.noise_multiplier * config.clipping_norm
-    units, clipped_sum = _record_sum(F, y, config) if config.privacy_unit == "record" else _user_sum(F, y, config, user_ids, noise)
+    q, B, eta, std = (
+        config.sample_rate,
+        config.expected_batch_size,
+        config.step_size,
+        config.noise_multiplier * config.clipping_norm,
+    )
+    units, clipped_sum = (
+        _record_sum(F, y, config)
+        if config.privacy_unit == "record"
+        else _user_sum(F, y, config, user_ids, noise)
+    )
     canary_in, canary_sum = _canary_step(canary, canary_in, runs, config, k)
-    log_w = np.tile(np.full(k, -math.log(k)) if init is None else np.log(_check_weights(init, k)), (runs, 1))
+    log_w = np.tile(
+        np.full(k, -math.log(k)) if init is None else np.log(_check_weights(init, k)), (runs, 1)
+    )
     for _ in range(config.steps):
-        mask = noise.poisson_mask(runs * units, q).reshape(runs, units) if q < 1.0 else np.ones((runs, units), dtype=bool)
-        hit = None if canary is None else canary_in & (noise.poisson_mask(runs, q) if q < 1.0 else True)
+        mask = (
+            noise.poisson_mask(runs * units, q).reshape(runs, units)
+            if q < 1.0
+            else np.ones((runs, units), dtype=bool)
+        )
+        hit = (
+            None
+            if canary is None
+            else canary_in & (noise.poisson_mask(runs, q) if q < 1.0 else True)
+        )
         w = np.exp(log_w)
         gsum = clipped_sum(w, mask)
         if hit is not None and hit.any():
@@ -271,7 +324,11 @@ def _record_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig):
     """(n, clipped_sum(w (R, k), mask (R, n)) -> (R, k)): each run's sum of the clipped per-record gradients over its sampled
     records, float64. Every (run, record) pair is computed and the unsampled ones zeroed (the same sum), in a few in-place passes:
     clipping to norm C clamps the scalar c of g = c f(x) to +-C / ||f(x)|| (inf for an all-zero row, whose gradient is zero)."""
-    Ft, Fm, yv = torch.from_numpy(np.ascontiguousarray(F.T)), torch.from_numpy(F), torch.from_numpy(y)
+    Ft, Fm, yv = (
+        torch.from_numpy(np.ascontiguousarray(F.T)),
+        torch.from_numpy(F),
+        torch.from_numpy(y),
+    )
     cap = torch.from_numpy(config.clipping_norm / np.linalg.norm(F, axis=1))
     ncap = -cap
 
@@ -279,7 +336,9 @@ def _record_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig):
         P = torch.from_numpy(w) @ Ft  # mixture predictions of every (run, record) pair
         if config.loss == "bce":
             P.clamp_(PROB_FLOOR, 1 - PROB_FLOOR)
-            scratch = torch.sub(P, 1.0).mul_(P)  # p (p - 1): 1 - p is exact for p >= 1/2, so no cancellation
+            scratch = torch.sub(P, 1.0).mul_(
+                P
+            )  # p (p - 1): 1 - p is exact for p >= 1/2, so no cancellation
             torch.sub(yv, P, out=P).div_(scratch)  # (y - p) / (p (p - 1)) = -y/p + (1-y)/(1-p)
         elif config.loss == "nll":
             P.reciprocal_().neg_()
@@ -299,7 +358,9 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
         raise UsageError("user_ids must be given for privacy_unit user, got None.")
     user_ids = np.asarray(user_ids)
     if user_ids.shape != (n,):
-        raise DataError(f"user_ids must be a 1-d array with one entry per row of probs ({n}), got shape {user_ids.shape}.")
+        raise DataError(
+            f"user_ids must be a 1-d array with one entry per row of probs ({n}), got shape {user_ids.shape}."
+        )
     order, starts, usizes = _user_index(user_ids)
     F, y, G, C = F[order], y[order], config.records_per_user, config.clipping_norm
     record_user = np.repeat(np.arange(len(usizes)), usizes)
@@ -314,13 +375,17 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
         if need_subsample:
             # k_u = min(G, |D_u|) records without replacement: rank uniform keys within each user.
             within = np.empty(n, dtype=np.int64)
-            within[np.lexsort((noise.uniform(n), record_user))] = pos_in_user  # user by user, keys ascending
+            within[np.lexsort((noise.uniform(n), record_user))] = (
+                pos_in_user  # user by user, keys ascending
+            )
             rec_mask &= within < G
         idx = np.flatnonzero(rec_mask)
         if not len(idx):
             return np.zeros(F.shape[1])
         Fb, ub = F[idx], record_user[idx]
-        contrib = (loss_coefficient(Fb @ w, y[idx], config.loss) / np.minimum(G, usizes)[ub])[:, None] * Fb
+        contrib = (loss_coefficient(Fb @ w, y[idx], config.loss) / np.minimum(G, usizes)[ub])[
+            :, None
+        ] * Fb
         # per-user average gradients: segment sums over the (user-ordered) selected records
         gu = np.add.reduceat(contrib, np.flatnonzero(np.r_[True, ub[1:] != ub[:-1]]), axis=0)
         gu *= np.minimum(1.0, C / np.maximum(np.linalg.norm(gu, axis=1), 1e-300))[:, None]
@@ -332,10 +397,15 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
 def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, k: int):
     """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's contribution (:class:`MixMinCanary`) at each
     including run's weights."""
-    canary_in = np.zeros(runs, dtype=bool) if canary_in is None and canary is None else np.asarray(
-        np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
+    canary_in = (
+        np.zeros(runs, dtype=bool)
+        if canary_in is None and canary is None
+        else np.asarray(np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
+    )
     if canary_in.shape != (runs,):
-        raise UsageError(f"canary_in must be a bool array of shape ({runs},), got shape {canary_in.shape}.")
+        raise UsageError(
+            f"canary_in must be a bool array of shape ({runs},), got shape {canary_in.shape}."
+        )
     if canary is None:
         if canary_in.any():
             raise UsageError("canary must be given when canary_in has true entries, got None.")
@@ -349,10 +419,24 @@ def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixM
             raise UsageError(f"canary direction must have shape ({k},), got {d.shape}.")
         g = d / np.linalg.norm(d) * C
         return canary_in, lambda w: np.broadcast_to(g, w.shape)
-    cf, cy = _prepare(*check_inputs(np.asarray(canary.probs, dtype=np.float64).reshape(1, -1), np.array([canary.label]), config.loss, k),
-                      config.loss, np.float64)
+    cf, cy = _prepare(
+        *check_inputs(
+            np.asarray(canary.probs, dtype=np.float64).reshape(1, -1),
+            np.array([canary.label]),
+            config.loss,
+            k,
+        ),
+        config.loss,
+        np.float64,
+    )
     cf, cnorm = cf[0], np.linalg.norm(cf[0])
-    return canary_in, lambda w: clip_scale(loss_coefficient(w @ cf, cy[0], config.loss), cnorm, C)[:, None] * cf[None, :]
+    return (
+        canary_in,
+        lambda w: (
+            clip_scale(loss_coefficient(w @ cf, cy[0], config.loss), cnorm, C)[:, None]
+            * cf[None, :]
+        ),
+    )
 
 
 def _check_weights(w, k: int) -> np.ndarray:
@@ -365,7 +449,9 @@ def _check_weights(w, k: int) -> np.ndarray:
 # ---- Non-private MixMin (the reference lambda*)
 
 
-def solve_mixmin(probs, labels, loss: str, *, steps: int = 3000, step_size: float = 1.0, tol: float = 1e-10) -> np.ndarray:
+def solve_mixmin(
+    probs, labels, loss: str, *, steps: int = 3000, step_size: float = 1.0, tol: float = 1e-10
+) -> np.ndarray:
     """Non-private MixMin: full-batch entropic mirror descent on the mean loss, no clipping/noise. Returns the minimiser lambda*
     of the convex objective (paper eq. 2) on the given data, to the precision reachable in ``steps`` steps (stops early when the
     weights move less than ``tol``)."""
@@ -389,7 +475,9 @@ def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) 
     w = np.asarray(weights_reference, dtype=np.float64)
     k = w.shape[0] if w.ndim == 1 else 0
     if k < 2:
-        raise UsageError(f"weights_reference must be a 1-d array of at least 2 weights, got shape {w.shape}.")
+        raise UsageError(
+            f"weights_reference must be a 1-d array of at least 2 weights, got shape {w.shape}."
+        )
     top = positive_int("top", top)
     if top >= k:
         raise UsageError(f"top must be < k = {k}, got {top}.")

@@ -52,19 +52,29 @@ from ...noise import public_rng
 from ...validation import one_of
 from ..dpsgd.core import AdamState, adam_update
 from .solver import MixMinConfig, check_inputs
+
 np = lazy_import("numpy")
 torch = lazy_import("torch")
 
 TASKS = ("digits-mix", "mnist-mix", "heart-mix")
 DIGIT_TARGETS = ("digit-3", "loops-0689", "small-0to4", "ink-heavy")
-DIGIT_TARGET_KINDS = {"digit-3": "direct", "loops-0689": "partial", "small-0to4": "partial", "ink-heavy": "none"}
+DIGIT_TARGET_KINDS = {
+    "digit-3": "direct",
+    "loops-0689": "partial",
+    "small-0to4": "partial",
+    "ink-heavy": "none",
+}
 PROXY_MODES = ("joint", "per-source")
 _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 
 #: The public key that fixes each task's public / private division: a constant of the task, NOT the run's ``--seed`` (a dataset
 #: name must mean one set of private records). It is the registry's default split seed, so the task and the registry dataset read
 #: the same private rows and no public source row is private under the registry name.
-TASK_DIVISION_KEYS = {"digits-mix": DEFAULT_SPLIT_SEED, "mnist-mix": DEFAULT_SPLIT_SEED, "heart-mix": DEFAULT_SPLIT_SEED}
+TASK_DIVISION_KEYS = {
+    "digits-mix": DEFAULT_SPLIT_SEED,
+    "mnist-mix": DEFAULT_SPLIT_SEED,
+    "heart-mix": DEFAULT_SPLIT_SEED,
+}
 #: The division before issue 23 (public halves that held registry training rows). Kept only so that an audit can rebuild a release
 #: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
 FORMER_DIVISION_KEY = 42
@@ -82,7 +92,9 @@ STABLE_SPLIT_RULES = (SPLIT_RULE,)
 REFERENCE_SIZES = {"digits-mix": 1257, "mnist-mix": 51000, "heart-mix": 212}
 
 
-def reference_units(n0: int, rho: float, *, records_per_user: int = 1, whole: bool = False) -> tuple[int, int]:
+def reference_units(
+    n0: int, rho: float, *, records_per_user: int = 1, whole: bool = False
+) -> tuple[int, int]:
     """(D_mix units, D_ft records) a plan assumes for N0 training records: round(rho * U0) of the U0 = ceil(N0 / G) units (users
     of G records, the grouping of :func:`synthetic_user_ids`; G = 1 for records) and the other N0 - round(rho * N0) records;
     ``whole``: both stages read all N0."""
@@ -91,13 +103,16 @@ def reference_units(n0: int, rho: float, *, records_per_user: int = 1, whole: bo
         return units, int(n0)
     n_mix, n_ft = int(round(rho * units)), int(n0) - int(round(rho * n0))
     if n_mix < 1 or n_ft < 1:
-        raise UsageError(f"rho * reference size must leave both D_mix and D_ft non-empty, got {n_mix} and {n_ft} of {n0} with rho={rho!r}.")
+        raise UsageError(
+            f"rho * reference size must leave both D_mix and D_ft non-empty, got {n_mix} and {n_ft} of {n0} with rho={rho!r}."
+        )
     return n_mix, n_ft
 
 
 @dataclass(frozen=True)
 class MixtureSettings:
     """Hyper-parameters of the mixture stage (defaults: paper A.3.1 C = 13, B = 1000, 200 steps)."""
+
     steps: int = 200
     batch_size: int = 1000
     clipping_norm: float = 13.0
@@ -105,13 +120,22 @@ class MixtureSettings:
     loss: str = "bce"
     records_per_user: int = 1
 
-    def config(self, *, k: int, n_units: int, noise_multiplier: float, privacy_unit: str = "record") -> MixMinConfig:
+    def config(
+        self, *, k: int, n_units: int, noise_multiplier: float, privacy_unit: str = "record"
+    ) -> MixMinConfig:
         """MixMinConfig for ``n_units`` records (or users): B = min(batch_size, n_units), q = B / n_units."""
         b = min(self.batch_size, n_units)
         return MixMinConfig(
-            k=k, loss=self.loss, noise_multiplier=noise_multiplier, sample_rate=b / n_units,
-            expected_batch_size=float(b), steps=self.steps, clipping_norm=self.clipping_norm,
-            step_size=self.step_size, privacy_unit=privacy_unit, records_per_user=self.records_per_user,
+            k=k,
+            loss=self.loss,
+            noise_multiplier=noise_multiplier,
+            sample_rate=b / n_units,
+            expected_batch_size=float(b),
+            steps=self.steps,
+            clipping_norm=self.clipping_norm,
+            step_size=self.step_size,
+            privacy_unit=privacy_unit,
+            records_per_user=self.records_per_user,
         )
 
 
@@ -150,10 +174,24 @@ def resolved_rho(request) -> float:
 def resolved_mixture(request) -> MixtureSettings:
     """The request's mixture settings: unset options take the task's public defaults, set ones override them; G (default 4) for a
     task's synthetic users."""
-    given = {"steps": request.steps, "batch_size": request.batch_size, "clipping_norm": request.clipping_norm, "step_size": request.step_size}
-    mixture = replace(default_mixture(request_task(request)), loss=request.loss, **{k: v for k, v in given.items() if v is not None})
+    given = {
+        "steps": request.steps,
+        "batch_size": request.batch_size,
+        "clipping_norm": request.clipping_norm,
+        "step_size": request.step_size,
+    }
+    mixture = replace(
+        default_mixture(request_task(request)),
+        loss=request.loss,
+        **{k: v for k, v in given.items() if v is not None},
+    )
     if request.privacy_unit == "user" and request_task(request) is not None:
-        mixture = replace(mixture, records_per_user=4 if request.records_per_user is None else int(request.records_per_user))
+        mixture = replace(
+            mixture,
+            records_per_user=4
+            if request.records_per_user is None
+            else int(request.records_per_user),
+        )
     return mixture
 
 
@@ -177,6 +215,7 @@ class MixMinTask:
     ``public_record_ids``: the same for the public rows where they come from the same source (None when the public rows come from
     other files). ``division_key``: the task constant (:data:`TASK_DIVISION_KEYS`) that fixed the public / private division;
     ``seed`` only drives public randomness that never changes which records are private (proxies, pretraining)."""
+
     name: str
     source_names: tuple[str, ...]
     public_x: np.ndarray
@@ -205,7 +244,9 @@ class MixMinTask:
     def train_record_ids(self) -> np.ndarray:
         """Stable identifiers of the private training records (what :func:`mixture_split` keys on)."""
         if self.record_ids is None:
-            raise UsageError(f"record_ids must be set on task {self.name!r} to split it stably, got None.")
+            raise UsageError(
+                f"record_ids must be set on task {self.name!r} to split it stably, got None."
+            )
         return np.asarray(self.record_ids)[self.train_idx]
 
     @property
@@ -244,12 +285,16 @@ class MixMinTask:
 
 def _digit_targets(digits: np.ndarray, ink: np.ndarray, ink_threshold: float) -> dict:
     return {
-        "digit-3": (digits == 3).astype(np.int64), "loops-0689": np.isin(digits, (0, 6, 8, 9)).astype(np.int64),
-        "small-0to4": (digits <= 4).astype(np.int64), "ink-heavy": (ink > ink_threshold).astype(np.int64),
+        "digit-3": (digits == 3).astype(np.int64),
+        "loops-0689": np.isin(digits, (0, 6, 8, 9)).astype(np.int64),
+        "small-0to4": (digits <= 4).astype(np.int64),
+        "ink-heavy": (ink > ink_threshold).astype(np.int64),
     }
 
 
-def _split_three(n: int, rng: np.random.Generator, fractions=(0.6, 0.2)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _split_three(
+    n: int, rng: np.random.Generator, fractions=(0.6, 0.2)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     perm = rng.permutation(n)
     a = int(round(fractions[0] * n))
     b = a + int(round(fractions[1] * n))
@@ -261,7 +306,7 @@ def _former_division(n_train_file: int, n_test_file: int) -> tuple:
     half private, split 60/20/20 (no test file) or used whole as train with the test file halved into val / test."""
     rng = public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT)
     perm = rng.permutation(n_train_file)
-    pub, priv = np.sort(perm[: n_train_file // 2]), np.sort(perm[n_train_file // 2:])
+    pub, priv = np.sort(perm[: n_train_file // 2]), np.sort(perm[n_train_file // 2 :])
     if not n_test_file:
         tr, va, te = _split_three(len(priv), rng)
         return priv[tr], pub, priv[va], priv[te]
@@ -270,18 +315,27 @@ def _former_division(n_train_file: int, n_test_file: int) -> tuple:
     return priv, pub, n_train_file + np.sort(te_perm[:half]), n_train_file + np.sort(te_perm[half:])
 
 
-def _division(name: str, train, public, held_out, n_train_file: int, n_test_file: int, division: int | None) -> tuple:
+def _division(
+    name: str, train, public, held_out, n_train_file: int, n_test_file: int, division: int | None
+) -> tuple:
     """(train, public, val, test, rows) source ids of ``division`` (None: the task's current one: the registry's split,
     ``held_out`` halved into val / test)."""
     if division is None or division == TASK_DIVISION_KEYS[name]:
         perm = public_rng(TASK_DIVISION_KEYS[name], _TAG_SPLIT).permutation(len(held_out))
         held_out = np.asarray(held_out)
-        val, test = np.sort(held_out[perm[: len(held_out) // 2]]), np.sort(held_out[perm[len(held_out) // 2:]])
+        val, test = (
+            np.sort(held_out[perm[: len(held_out) // 2]]),
+            np.sort(held_out[perm[len(held_out) // 2 :]]),
+        )
         train, public = np.sort(train), np.sort(public)
-        rows = row_sets(SOURCES[name], {"train": train, "public": np.concatenate([public, val, test])})
+        rows = row_sets(
+            SOURCES[name], {"train": train, "public": np.concatenate([public, val, test])}
+        )
         return train, public, val, test, rows
     if division != FORMER_DIVISION_KEY:
-        raise UsageError(f"division of task {name} must be {TASK_DIVISION_KEYS[name]} or {FORMER_DIVISION_KEY}, got {division!r}.")
+        raise UsageError(
+            f"division of task {name} must be {TASK_DIVISION_KEYS[name]} or {FORMER_DIVISION_KEY}, got {division!r}."
+        )
     return (*_former_division(n_train_file, n_test_file), ())
 
 
@@ -292,16 +346,28 @@ def _digit_division(name: str, parts: tuple, x, y, seed: int, division: int | No
     ids = np.concatenate([train, val, test])
     n_tr, n_va = len(train), len(val)
     x_pub, d_pub, x_priv, d_priv = x[public], y[public], x[ids], y[ids]
-    thr = float(np.median(x_pub.sum(axis=1)))  # the ink threshold is public: the median ink mass of the public images
+    thr = float(
+        np.median(x_pub.sum(axis=1))
+    )  # the ink threshold is public: the median ink mass of the public images
     return MixMinTask(
-        name=name, source_names=tuple(f"digit-{c}" for c in range(10)),
-        public_x=x_pub, public_y=(d_pub[:, None] == np.arange(10)[None, :]).astype(np.float32),
+        name=name,
+        source_names=tuple(f"digit-{c}" for c in range(10)),
+        public_x=x_pub,
+        public_y=(d_pub[:, None] == np.arange(10)[None, :]).astype(np.float32),
         public_source=np.full(len(d_pub), -1, dtype=np.int64),
-        private_x=x_priv, private_records=d_priv, targets=_digit_targets(d_priv, x_priv.sum(axis=1), thr),
-        train_idx=np.arange(n_tr), val_idx=np.arange(n_tr, n_tr + n_va), test_idx=np.arange(n_tr + n_va, len(ids)), seed=seed,
-        target_kinds=dict(DIGIT_TARGET_KINDS), image=True,
-        record_ids=np.asarray(ids, dtype=np.int64), public_record_ids=np.asarray(public, dtype=np.int64),
-        division_key=TASK_DIVISION_KEYS[name] if division is None else int(division), rows=rows,
+        private_x=x_priv,
+        private_records=d_priv,
+        targets=_digit_targets(d_priv, x_priv.sum(axis=1), thr),
+        train_idx=np.arange(n_tr),
+        val_idx=np.arange(n_tr, n_tr + n_va),
+        test_idx=np.arange(n_tr + n_va, len(ids)),
+        seed=seed,
+        target_kinds=dict(DIGIT_TARGET_KINDS),
+        image=True,
+        record_ids=np.asarray(ids, dtype=np.int64),
+        public_record_ids=np.asarray(public, dtype=np.int64),
+        division_key=TASK_DIVISION_KEYS[name] if division is None else int(division),
+        rows=rows,
     )
 
 
@@ -312,11 +378,14 @@ def load_digits_task(seed: int = 42, division: int | None = None) -> MixMinTask:
     ``division`` :data:`FORMER_DIVISION_KEY` rebuilds the former one for audits). Record ids are the rows of
     ``sklearn.datasets.load_digits()``."""
     from sklearn.datasets import load_digits
+
     ds = load_digits()
     x = (ds.data / 16.0).astype(np.float32)
     y = ds.target.astype(np.int64)
     tr, va, te = split_indices(len(y), TASK_DIVISION_KEYS["digits-mix"], 70, 15)
-    return _digit_division("digits-mix", _division("digits-mix", tr, va, te, len(y), 0, division), x, y, seed, division)
+    return _digit_division(
+        "digits-mix", _division("digits-mix", tr, va, te, len(y), 0, division), x, y, seed, division
+    )
 
 
 def load_mnist_task(seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
@@ -330,7 +399,9 @@ def load_mnist_task(seed: int = 42, data_dir=None, division: int | None = None) 
     tr, va = train_val_indices(len(y_tr), TASK_DIVISION_KEYS["mnist-mix"], 85)
     offset = TEST_OFFSET["mnist"]
     assert offset == len(y_tr), "MNIST's training file must hold 60,000 rows"
-    parts = _division("mnist-mix", tr, va, offset + np.arange(len(y_te)), len(y_tr), len(y_te), division)
+    parts = _division(
+        "mnist-mix", tr, va, offset + np.arange(len(y_te)), len(y_tr), len(y_te), division
+    )
     return _digit_division("mnist-mix", parts, x, y, seed, division)
 
 
@@ -347,28 +418,46 @@ def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) 
     y_pub[np.arange(len(source)), source] = np.concatenate(ys)
     x_priv, y_priv = load_heart_centre("cleveland", data_dir)
     # The registry's heart split (same file, same seed): the same people are private under both names.
-    train, val, test = (np.sort(i) for i in split_indices(len(y_priv), TASK_DIVISION_KEYS["heart-mix"], 70, 15))
+    train, val, test = (
+        np.sort(i) for i in split_indices(len(y_priv), TASK_DIVISION_KEYS["heart-mix"], 70, 15)
+    )
     rows = row_sets(SOURCES["heart"], {"train": train, "val": val, "test": test}) + tuple(
-        RowSet(f"uci-heart-{c}", "public", tuple(range(len(ys[i])))) for i, c in enumerate(names))
+        RowSet(f"uci-heart-{c}", "public", tuple(range(len(ys[i])))) for i, c in enumerate(names)
+    )
     if division is not None and division != TASK_DIVISION_KEYS["heart-mix"]:
         if division != FORMER_DIVISION_KEY:
-            raise UsageError(f"division of task heart-mix must be {TASK_DIVISION_KEYS['heart-mix']} or {FORMER_DIVISION_KEY}, got {division!r}.")
+            raise UsageError(
+                f"division of task heart-mix must be {TASK_DIVISION_KEYS['heart-mix']} or {FORMER_DIVISION_KEY}, got {division!r}."
+            )
         train, val, test = _split_three(len(y_priv), public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT))
         rows = ()
     return MixMinTask(
-        name="heart-mix", source_names=names, public_x=x_pub, public_y=y_pub, public_source=source,
-        private_x=x_priv.astype(np.float32), private_records=y_priv.astype(np.int64),
-        targets={"cleveland": y_priv.astype(np.int64)}, train_idx=train, val_idx=val, test_idx=test,
-        seed=seed, target_kinds={"cleveland": "partial"},
-        record_ids=np.arange(len(y_priv), dtype=np.int64), public_record_ids=None,
-        division_key=TASK_DIVISION_KEYS["heart-mix"] if division is None else int(division), rows=rows,
+        name="heart-mix",
+        source_names=names,
+        public_x=x_pub,
+        public_y=y_pub,
+        public_source=source,
+        private_x=x_priv.astype(np.float32),
+        private_records=y_priv.astype(np.int64),
+        targets={"cleveland": y_priv.astype(np.int64)},
+        train_idx=train,
+        val_idx=val,
+        test_idx=test,
+        seed=seed,
+        target_kinds={"cleveland": "partial"},
+        record_ids=np.arange(len(y_priv), dtype=np.int64),
+        public_record_ids=None,
+        division_key=TASK_DIVISION_KEYS["heart-mix"] if division is None else int(division),
+        rows=rows,
     )
 
 
 _TASK_CACHE: dict = {}
 
 
-def load_task(name: str, *, seed: int = 42, data_dir=None, division: int | None = None) -> MixMinTask:
+def load_task(
+    name: str, *, seed: int = 42, data_dir=None, division: int | None = None
+) -> MixMinTask:
     """Build (and cache in memory) one of :data:`TASKS` (``division``: see :data:`FORMER_DIVISION_KEY`)."""
     one_of("task", name, TASKS)
     key = (name, int(seed), str(data_dir), division)
@@ -391,8 +480,10 @@ def declared_rows(name: str, *, data_dir=None) -> tuple:
     if name in DATASETS:
         return tuple(load_dataset(name, data_dir=data_dir).rows)
     known = ", ".join(sorted(DATASETS) + list(TASKS))
-    raise UsageError(f"dataset must be a built-in dataset or MixMin task ({known}) for its rows to be read, "
-                     f"got {name!r}.")
+    raise UsageError(
+        f"dataset must be a built-in dataset or MixMin task ({known}) for its rows to be read, "
+        f"got {name!r}."
+    )
 
 
 # ---- Small torch models, trained on public data only (proxies and the downstream model)
@@ -435,27 +526,41 @@ def new_mlp(d: int, hidden: int, out: int, seed: int, *tags: int) -> MLP:
         return MLP(d, hidden, out)
 
 
-def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int, key: tuple, batch_size: int = 128, lr: float = 1e-3,
-        callback=None) -> MLP:
+def fit(
+    model: MLP,
+    x: np.ndarray,
+    target: np.ndarray,
+    *,
+    loss: str,
+    epochs: int,
+    key: tuple,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    callback=None,
+) -> MLP:
     """Adam on public data. ``loss``: ``softmax`` (target = class index) or ``bce`` (soft targets (n, out) in [0, 1]). ``key``:
     (seed, *tags) of the public batch order. ``callback(epoch, model)`` after each epoch."""
     g = torch_generator(*key)
     xt = torch.as_tensor(x, dtype=torch.float32)
     tt = torch.as_tensor(target, dtype=torch.int64 if loss == "softmax" else torch.float32)
     params = list(model.parameters())
-    state = AdamState.zeros_like([p.detach() for p in params])  # torch.optim.Adam(lr=lr), bit for bit
+    state = AdamState.zeros_like(
+        [p.detach() for p in params]
+    )  # torch.optim.Adam(lr=lr), bit for bit
     config = SimpleNamespace(lr=lr, betas=(0.9, 0.999), adam_eps=1e-8)
     n = xt.shape[0]
     for epoch in range(1, epochs + 1):
         model.train()
         perm = torch.randperm(n, generator=g)
         for s in range(0, n, batch_size):
-            idx = perm[s:s + batch_size]
+            idx = perm[s : s + batch_size]
             out = model(xt[idx])
             if loss == "softmax":
                 lv = torch.nn.functional.cross_entropy(out, tt[idx])
             else:
-                lv = torch.nn.functional.binary_cross_entropy_with_logits(out, tt[idx].reshape(out.shape))
+                lv = torch.nn.functional.binary_cross_entropy_with_logits(
+                    out, tt[idx].reshape(out.shape)
+                )
             for p in params:
                 p.grad = None
             lv.backward()
@@ -469,6 +574,7 @@ def fit(model: MLP, x: np.ndarray, target: np.ndarray, *, loss: str, epochs: int
 @dataclass
 class Proxies:
     """Proxy predictor f(x) -> (n, k) probabilities; trained on public data only."""
+
     mode: str
     models: list
     softmax: bool
@@ -487,7 +593,9 @@ class Proxies:
 _PROXY_CACHE: dict = {}
 
 
-def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = None, epochs: int | None = None) -> Proxies:
+def train_proxies(
+    task: MixMinTask, *, mode: str = "joint", seed: int | None = None, epochs: int | None = None
+) -> Proxies:
     """Proxies on the public sources only (never on private data); cached per task and seed."""
     one_of("proxy_mode", mode, PROXY_MODES)
     seed = task.seed if seed is None else int(seed)
@@ -496,21 +604,37 @@ def train_proxies(task: MixMinTask, *, mode: str = "joint", seed: int | None = N
         return _PROXY_CACHE[key]
     d, k = task.public_x.shape[1], task.k
     hidden = 128 if task.image else 0
-    ep = epochs if epochs is not None else (6 if task.name == "mnist-mix" else 40 if task.image else 200)
+    ep = (
+        epochs
+        if epochs is not None
+        else (6 if task.name == "mnist-mix" else 40 if task.image else 200)
+    )
     bs = 256 if task.name == "mnist-mix" else 64
     if task.shared_inputs and mode == "joint":
         one_hot = np.all(task.public_y.sum(axis=1) == 1)
         m = new_mlp(d, hidden, k, seed, _TAG_PROXY, 0)
-        target, loss = (task.public_y.argmax(axis=1), "softmax") if one_hot else (task.public_y, "bce")
-        fit(m, task.public_x, target, loss=loss, epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs)
+        target, loss = (
+            (task.public_y.argmax(axis=1), "softmax") if one_hot else (task.public_y, "bce")
+        )
+        fit(
+            m, task.public_x, target, loss=loss, epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs
+        )
         prox = Proxies("joint", [m], softmax=bool(one_hot))
     else:
         models = []
         for i in range(k):
             rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
             m = new_mlp(d, hidden, 1, seed, _TAG_PROXY, 10 + i)
-            fit(m, task.public_x[rows], task.public_y[rows, i:i + 1], loss="bce", epochs=ep, key=(seed, _TAG_PROXY, 100 + i), batch_size=bs,
-                lr=1e-3 if task.image else 1e-2)
+            fit(
+                m,
+                task.public_x[rows],
+                task.public_y[rows, i : i + 1],
+                loss="bce",
+                epochs=ep,
+                key=(seed, _TAG_PROXY, 100 + i),
+                batch_size=bs,
+                lr=1e-3 if task.image else 1e-2,
+            )
             models.append(m)
         prox = Proxies("per-source", models, softmax=False)
     _PROXY_CACHE[key] = prox
@@ -538,7 +662,9 @@ def _id_bytes(value) -> bytes:
         return b"b:" + bytes(value)
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return b"i:" + str(int(value)).encode("ascii")
-    raise UsageError(f"record and user identifiers must be integers or strings, got {value!r} ({type(value).__name__}).")
+    raise UsageError(
+        f"record and user identifiers must be integers or strings, got {value!r} ({type(value).__name__})."
+    )
 
 
 def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.ndarray:
@@ -560,7 +686,9 @@ def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.
     return out
 
 
-def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def mixture_split(
+    record_ids, rho: float, seed: int, user_ids: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint (D_mix, D_ft) position arrays under :data:`SPLIT_RULE` (public randomness only).
 
     ``record_ids``: a stable identifier per record (its row in the task's source data), or an int n as shorthand for ids 0..n-1
@@ -571,21 +699,29 @@ def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None
     n = len(ids)
     if user_ids is None:
         if len(np.unique(ids)) != n:
-            raise UsageError(f"record_ids must be distinct, got {n - len(np.unique(ids))} duplicate(s).")
+            raise UsageError(
+                f"record_ids must be distinct, got {n - len(np.unique(ids))} duplicate(s)."
+            )
         in_mix = keyed_membership(ids, rho, seed, unit="record")
         unit = "records"
     else:
         user_ids = np.asarray(user_ids)
         if user_ids.shape != (n,):
-            raise UsageError(f"user_ids must have one entry per record ({n}), got shape {user_ids.shape}.")
+            raise UsageError(
+                f"user_ids must have one entry per record ({n}), got shape {user_ids.shape}."
+            )
         users, inverse = np.unique(user_ids, return_inverse=True)
         in_mix = keyed_membership(users, rho, seed, unit="user")[inverse]
         unit = "users"
     mix, ft = np.flatnonzero(in_mix), np.flatnonzero(~in_mix)
     if len(mix) == 0:
-        raise UsageError(f"D_mix must not be empty, got no {unit} of {n} records in D_mix with rho={rho!r}, seed={seed}: use a larger rho or another seed.")
+        raise UsageError(
+            f"D_mix must not be empty, got no {unit} of {n} records in D_mix with rho={rho!r}, seed={seed}: use a larger rho or another seed."
+        )
     if len(ft) == 0:
-        raise UsageError(f"D_ft must not be empty, got every one of the {unit} of {n} records in D_mix with rho={rho!r}, seed={seed}: use a smaller rho or another seed.")
+        raise UsageError(
+            f"D_ft must not be empty, got every one of the {unit} of {n} records in D_mix with rho={rho!r}, seed={seed}: use a smaller rho or another seed."
+        )
     return mix, ft
 
 
@@ -595,7 +731,7 @@ def mixture_split(record_ids, rho: float, seed: int, user_ids: np.ndarray | None
 #: Grid step of a proxy row's content identity (module docstring): coarse enough that a float jitter
 #: cannot hide a row, fine enough that distinct predictions rarely share a cell (a shared cell only
 #: composes two files' budgets: fail closed).
-PROXY_GRID_STEP = 2.0 ** -10
+PROXY_GRID_STEP = 2.0**-10
 #: The two sources a proxy row is declared under: the grid and the grid shifted by half a step.
 PROXY_SOURCES = ("proxy-predictions-grid-0", "proxy-predictions-grid-half")
 
@@ -604,12 +740,16 @@ def proxy_row_sets(probs, labels) -> tuple:
     """The private :class:`~dpaudit.data.rows.RowSet` s of a proxy predictions file: per row and grid,
     a 64-bit hash of the quantised ``probs`` and label (module docstring). The same rows give the
     same ids in any order or subset."""
-    values = np.column_stack([np.asarray(probs, dtype=np.float64),
-                              np.asarray(labels, dtype=np.float64)])
+    values = np.column_stack(
+        [np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64)]
+    )
     out = []
     for source, shift in zip(PROXY_SOURCES, (0.0, 0.5)):
         cells = np.floor(values / PROXY_GRID_STEP + shift).astype(np.int64)
-        ids = {int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "big") for row in cells}
+        ids = {
+            int.from_bytes(hashlib.blake2b(row.tobytes(), digest_size=8).digest(), "big")
+            for row in cells
+        }
         out.append(RowSet(source, "private", tuple(sorted(ids))))
     return tuple(out)
 
@@ -637,35 +777,54 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
             arrays = {name: z[name] for name in z.files}
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(f"proxy predictions file {p} is not a readable .npz archive without pickled objects: {msg}.") from None
+        raise DataError(
+            f"proxy predictions file {p} is not a readable .npz archive without pickled objects: {msg}."
+        ) from None
     for required in ("probs", "labels"):
         if required not in arrays:
-            raise DataError(f"proxy predictions file {p}: array '{required}' is missing (found: {', '.join(sorted(arrays)) or 'none'}).")
+            raise DataError(
+                f"proxy predictions file {p}: array '{required}' is missing (found: {', '.join(sorted(arrays)) or 'none'})."
+            )
     probs, labels = arrays["probs"], arrays["labels"]
     try:
         check_inputs(probs, labels, loss)
     except DataError as e:
-        raise DataError(f"proxy predictions file {p}: array '{'labels' if str(e).startswith('labels') else 'probs'}' is malformed: {e}") from None
+        raise DataError(
+            f"proxy predictions file {p}: array '{'labels' if str(e).startswith('labels') else 'probs'}' is malformed: {e}"
+        ) from None
     user_ids, source_names = _optional_arrays(p, arrays, *probs.shape)
     # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed fingerprint, so a renamed copy of
     # the file shares the budget). Taken over the arrays as the mechanism uses them (float64), so re-saving the same values in
     # another float dtype does not escape the budget either.
-    sha = array_sha256(np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64),
-                       *([user_ids] if user_ids is not None else []))
+    sha = array_sha256(
+        np.asarray(probs, dtype=np.float64),
+        np.asarray(labels, dtype=np.float64),
+        *([user_ids] if user_ids is not None else []),
+    )
     p64, y64 = np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64)
-    return ProxyPredictions(p64, y64, user_ids, source_names, str(p), sha, rows=proxy_row_sets(p64, y64))
+    return ProxyPredictions(
+        p64, y64, user_ids, source_names, str(p), sha, rows=proxy_row_sets(p64, y64)
+    )
 
 
-def _optional_arrays(p: Path, arrays: dict, n: int, k: int) -> tuple[np.ndarray | None, tuple[str, ...]]:
+def _optional_arrays(
+    p: Path, arrays: dict, n: int, k: int
+) -> tuple[np.ndarray | None, tuple[str, ...]]:
     """The file's optional ``user_ids`` (n integers or strings) and ``source_names`` (k distinct strings)."""
     user_ids = arrays.get("user_ids")
     if user_ids is not None and (user_ids.shape != (n,) or user_ids.dtype.kind not in "iuU"):
-        raise DataError(f"proxy predictions file {p}: array 'user_ids' must be {n} integers or strings, got shape {user_ids.shape} dtype {user_ids.dtype}.")
+        raise DataError(
+            f"proxy predictions file {p}: array 'user_ids' must be {n} integers or strings, got shape {user_ids.shape} dtype {user_ids.dtype}."
+        )
     names = arrays.get("source_names")
     if names is None:
         return user_ids, tuple(f"source-{i}" for i in range(k))
     if names.shape != (k,) or names.dtype.kind not in "U":
-        raise DataError(f"proxy predictions file {p}: array 'source_names' must be {k} strings, got shape {names.shape} dtype {names.dtype}.")
+        raise DataError(
+            f"proxy predictions file {p}: array 'source_names' must be {k} strings, got shape {names.shape} dtype {names.dtype}."
+        )
     if len(set(names.tolist())) != k:
-        raise DataError(f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates.")
+        raise DataError(
+            f"proxy predictions file {p}: array 'source_names' must hold distinct names, got duplicates."
+        )
     return user_ids, tuple(str(s) for s in names)

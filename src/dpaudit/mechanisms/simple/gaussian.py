@@ -30,18 +30,41 @@ class GaussianMechanism(MechanismBase):
         return None  # synthetic: the records are public and built by the target
 
     def data_info(self, request, data) -> DataInfo:
-        return DataInfo(name="synthetic-gaussian", kind="synthetic", n_train=0, n_features=0, n_classes=0)
+        return DataInfo(
+            name="synthetic-gaussian", kind="synthetic", n_train=0, n_features=0, n_classes=0
+        )
 
     def plan(self, request: GaussianRequest, info: DataInfo) -> ReleasePlan:
         sigma = calibrate_exact(request.epsilon, request.delta)
-        return ReleasePlan(mechanism=NAME, request=request, dataset={"name": info.name}, partition="train", adjacency="add-remove-record",
-                           accountant="pld", event=SubsampledGaussian(sigma, 1.0, 1), target_epsilon=float(request.epsilon),
-                           delta=float(request.delta), seed=int(request.seed), data_name=info.name, config={"noise_multiplier": sigma})
+        return ReleasePlan(
+            mechanism=NAME,
+            request=request,
+            dataset={"name": info.name},
+            partition="train",
+            adjacency="add-remove-record",
+            accountant="pld",
+            event=SubsampledGaussian(sigma, 1.0, 1),
+            target_epsilon=float(request.epsilon),
+            delta=float(request.delta),
+            seed=int(request.seed),
+            data_name=info.name,
+            config={"noise_multiplier": sigma},
+        )
 
-    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+    def audit_target(
+        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
+    ):
         r = plan.request
-        return prepared(GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary, seed=plan.seed,
-                                       broken_noise_factor=float(r.broken_noise_factor)), no_noise)
+        return prepared(
+            GaussianTarget(
+                noise_multiplier=float(plan.event.noise_multiplier),
+                delta=plan.delta,
+                canary=canary,
+                seed=plan.seed,
+                broken_noise_factor=float(r.broken_noise_factor),
+            ),
+            no_noise,
+        )
 
 
 MECHANISM = GaussianMechanism()

@@ -28,6 +28,7 @@ from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION
 from ...requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
 from ...validation import one_of, open_unit, positive_finite
 from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
+
 np = lazy_import("numpy")
 
 NAME = "noisy-sum"
@@ -66,22 +67,54 @@ class NoisySum(MechanismBase):
         if request.non_private:
             sigma, event, calibrated = 0.0, None, float("inf")
         else:
-            cal = calibrate_noise_multiplier(target_epsilon=request.epsilon, delta=request.delta, sample_rate=1.0, steps=1,
-                                             accountant=request.accountant, adjacency=ADJACENCY)
+            cal = calibrate_noise_multiplier(
+                target_epsilon=request.epsilon,
+                delta=request.delta,
+                sample_rate=1.0,
+                steps=1,
+                accountant=request.accountant,
+                adjacency=ADJACENCY,
+            )
             sigma, calibrated = cal.noise_multiplier, cal.epsilon
             event = SubsampledGaussian(sigma, 1.0, 1)
         return ReleasePlan(
-            mechanism=NAME, request=request, dataset=info.identity or {"name": info.name}, partition="train", adjacency=ADJACENCY,
-            accountant=request.accountant, event=event, target_epsilon=None if request.non_private else float(request.epsilon),
-            delta=float(request.delta), steps=1, seed=int(request.seed), data_name=info.name,
-            config={"model": NAME, "query": "sum of the training rows, each clipped to L2 norm C", "noise": "N(0, (sigma C)^2 I_d)",
-                    "clipping_norm": c, "dimension": d, "reference_size": info.reference_size, "noise_multiplier": sigma,
-                    "calibrated_epsilon": calibrated, "seeds": {"model_seed": int(request.seed), "split_seed": info.split_seed},
-                    "profile": info.profile, "validation_used": False},
-            release_fields={"noise_multiplier": sigma, "sample_rate": 1.0, "clipping_norm": c,
-                            "noise_sampler": "none (non-private)" if request.non_private else GAUSSIAN_SAMPLER_DESCRIPTION},
-            noise_values=d, noise_what=f"noisy-sum release ({d} noised values)",
-            compare_accountants=tuple(a for a in ("rdp", "pld") if a != request.accountant))
+            mechanism=NAME,
+            request=request,
+            dataset=info.identity or {"name": info.name},
+            partition="train",
+            adjacency=ADJACENCY,
+            accountant=request.accountant,
+            event=event,
+            target_epsilon=None if request.non_private else float(request.epsilon),
+            delta=float(request.delta),
+            steps=1,
+            seed=int(request.seed),
+            data_name=info.name,
+            config={
+                "model": NAME,
+                "query": "sum of the training rows, each clipped to L2 norm C",
+                "noise": "N(0, (sigma C)^2 I_d)",
+                "clipping_norm": c,
+                "dimension": d,
+                "reference_size": info.reference_size,
+                "noise_multiplier": sigma,
+                "calibrated_epsilon": calibrated,
+                "seeds": {"model_seed": int(request.seed), "split_seed": info.split_seed},
+                "profile": info.profile,
+                "validation_used": False,
+            },
+            release_fields={
+                "noise_multiplier": sigma,
+                "sample_rate": 1.0,
+                "clipping_norm": c,
+                "noise_sampler": "none (non-private)"
+                if request.non_private
+                else GAUSSIAN_SAMPLER_DESCRIPTION,
+            },
+            noise_values=d,
+            noise_what=f"noisy-sum release ({d} noised values)",
+            compare_accountants=tuple(a for a in ("rdp", "pld") if a != request.accountant),
+        )
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         c = plan.config["clipping_norm"]
@@ -90,24 +123,45 @@ class NoisySum(MechanismBase):
             total = total + noise.gaussian_numpy(total.shape, plan.event.noise_multiplier * c)
         # Utility on the test partition (evaluation data, outside the claim): distance of the
         # released mean (sum / the declared public N0) to the test rows' clipped mean.
-        test_mean = clipped_rows(data.x_test, c).mean(axis=0) if len(data.x_test) else np.zeros_like(total)
+        test_mean = (
+            clipped_rows(data.x_test, c).mean(axis=0) if len(data.x_test) else np.zeros_like(total)
+        )
         # Never the actual count (private): no mean, hence no metric, for data that declare no size.
         n0 = plan.config["reference_size"]
-        metrics = {} if n0 is None else {"mean_l2_distance_to_test": float(np.linalg.norm(total / n0 - test_mean))}
-        return RunOutput(steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz")
+        metrics = (
+            {}
+            if n0 is None
+            else {"mean_l2_distance_to_test": float(np.linalg.norm(total / n0 - test_mean))}
+        )
+        return RunOutput(
+            steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz"
+        )
 
-    def audit_target(self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False):
+    def audit_target(
+        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
+    ):
         """The plain Gaussian audit target (:mod:`dpaudit.audits.gaussian`) of this plan: the
         release's sigma, C and d, on N0 synthetic public records (the plan's reference size). Its
         ``claimed_event`` is the plan's event; the exact (analytic Gaussian) epsilon of sigma is
         the claim the audit checks (it never exceeds the release's accountant bound)."""
         if plan.event is None:
-            raise UsageError("release must be private to be audited (a noisy-sum claim), got a non-private release.")
-        target = GaussianTarget(noise_multiplier=float(plan.event.noise_multiplier), delta=plan.delta, canary=canary,
-                                clipping_norm=float(plan.config["clipping_norm"]), dimension=int(plan.config["dimension"]),
-                                n_records=int(plan.config["reference_size"] or 1), seed=plan.seed, mechanism=NAME)
+            raise UsageError(
+                "release must be private to be audited (a noisy-sum claim), got a non-private release."
+            )
+        target = GaussianTarget(
+            noise_multiplier=float(plan.event.noise_multiplier),
+            delta=plan.delta,
+            canary=canary,
+            clipping_norm=float(plan.config["clipping_norm"]),
+            dimension=int(plan.config["dimension"]),
+            n_records=int(plan.config["reference_size"] or 1),
+            seed=plan.seed,
+            mechanism=NAME,
+        )
         if target.claimed_event != plan.event:  # the claim audited must be the plan's own event
-            raise DataError(f"audit target event must equal the plan's {plan.event.to_dict()}, got {target.claimed_event.to_dict()}.")
+            raise DataError(
+                f"audit target event must equal the plan's {plan.event.to_dict()}, got {target.claimed_event.to_dict()}."
+            )
         return prepared(target, no_noise)
 
 

@@ -201,7 +201,7 @@ def _strategy(tp, f):
 def _requests(cls):
     types = cls.field_types()
     return st.fixed_dictionaries(
-        {f.name: _strategy(types[f.name], f) for f in dataclasses.fields(cls)}
+        {f.name: _strategy(types[f.name], f) for f in cls.option_fields()}
     ).map(lambda kw: cls(**kw))
 
 
@@ -217,7 +217,8 @@ def test_dict_round_trip_through_json(r):
 def test_argv_names_exactly_the_non_default_fields_and_the_privacy_target(r):
     argv = r.to_argv()
     assert argv[:3] == ["dpaudit", "train", r.command_name()]
-    flags = {flag_of(f): f for f in dataclasses.fields(r) if not f.metadata.get("positional")}
+    flags = {flag_of(f): f for f in r.option_fields() if not f.metadata.get("positional")}
+    values = r.to_dict()
     seen = [a for a in argv[3:] if a in flags or (a.startswith("--no-") and "--" + a[5:] in flags)]
     local = (
         r.data_dir is not None and os.path.isabs(r.data_dir) if hasattr(r, "data_dir") else False
@@ -225,11 +226,7 @@ def test_argv_names_exactly_the_non_default_fields_and_the_privacy_target(r):
     non_default = {
         flag_of(f)
         for f in flags.values()
-        if (
-            getattr(r, f.name) != f.default
-            or f.name in ALWAYS_RECORDED
-            and getattr(r, f.name) is not None
-        )
+        if (values[f.name] != f.default or f.name in ALWAYS_RECORDED and values[f.name] is not None)
         and not (f.name == "data_dir" and local)
     }
     assert {a if a in flags else "--" + a[5:] for a in seen} == non_default

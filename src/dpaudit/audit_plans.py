@@ -89,16 +89,16 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
             "adjacency": rel.adjacency,
             "accountant": rel.accountant,
         }, {"release": rel.id}
-    if a.one_run and a.mechanism in MODULE_MODELS:
+    if a.protocol.one_run and a.mechanism in MODULE_MODELS:
         _, data, _, c = module_setup(
             a.mechanism,
             release=None,
             epsilon=a.epsilon,
             delta=a.delta,
-            dataset=a.dataset,
-            data_dir=a.data_dir,
-            profile=a.profile,
-            epochs=a.epochs,
+            dataset=a.data.dataset,
+            data_dir=a.data.data_dir,
+            profile=a.data.profile,
+            epochs=a.settings.epochs,
         )
         event, eps, delta, adjacency, accountant = (
             c["event"],
@@ -109,7 +109,9 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
         )
         mechanism, dataset = a.mechanism, data.name
     else:
-        t = target_for(dataclasses.replace(a, canary=None, no_noise=False) if a.one_run else a)
+        t = target_for(
+            dataclasses.replace(a, canary=None, no_noise=False) if a.protocol.one_run else a
+        )
         event, eps, delta, adjacency, accountant = (
             t.claimed_event,
             t.claimed_epsilon,
@@ -153,11 +155,11 @@ def target_problem(plan: dict) -> str | None:
 def _settings(a: AuditRequest, claim: dict) -> dict:
     """The plan's "audit" block: what a verifier holds the run to (the statistic follows from the
     claim: an event is tested as a curve, f-DP in one run)."""
-    if a.one_run:
+    if a.protocol.one_run:
         return {
             "kind": "one-run",
-            "canary": a.one_run_kind,
-            "canaries": positive_int("canaries", a.canaries, 2),
+            "canary": a.protocol.one_run_kind,
+            "canaries": positive_int("canaries", a.protocol.canaries, 2),
             "trials": None,
             "statistic": "f-dp" if claim["event"] else "steinke",
             "confidence": a.confidence,
@@ -176,21 +178,24 @@ def _settings(a: AuditRequest, claim: dict) -> dict:
 
 def make_plan(a: AuditRequest, *, key=None) -> Path:
     """Write plan.json and plan.local.json into the audit's output folder (``a.out``, default
-    ``audits/MECHANISM-plan-ID``) and register the plan in ``a.ledger``, signed with ``key``
+    ``audits/MECHANISM-plan-ID``) and register the plan in ``a.output.ledger``, signed with ``key``
     (module docstring). Returns plan.json's path. Nothing is trained."""
     if a.threat_model != "final-model":
         raise UsageError(
             f"threat model of a planned audit must be final-model (one audit per plan), got {a.threat_model!r}."
         )
-    refuse_reproducible_noise(a.reproducible_noise)
+    refuse_reproducible_noise(a.trials.reproducible_noise)
     signing = sg.load_signing_key(key, required=True)
     _settings(a, {"event": None})  # its checks, before the claim is built
     claim, target = _claim(a)
     release_id = claim.pop("release_id")
-    seeds = {"public": int(a.seed), **({"coins": secrets.randbits(63)} if a.one_run else {})}
+    seeds = {
+        "public": int(a.seed),
+        **({"coins": secrets.randbits(63)} if a.protocol.one_run else {}),
+    }
     request = {
         k: os.fspath(v) if isinstance(v, os.PathLike) else v
-        for k, v in dataclasses.asdict(a).items()
+        for k, v in a.to_dict().items()
         if k not in ("seed", "json_out")
     }
     audited = (release_id, target)

@@ -90,7 +90,7 @@ def family_request(entry, audit: AuditRequest):
     """The entry's Request from the audit's fields of the same names (epsilon default: the
     entry's ``default_epsilon``); a field the request type lacks must be left at its default."""
     rtype = entry.request_type()
-    known = {f.name for f in dataclasses.fields(rtype)}
+    known = {f.name for f in rtype.option_fields()}
     given = _given_fields(audit)
     bad = [k for k, (v, changed) in given.items() if changed and k not in known]
     if bad:
@@ -112,10 +112,9 @@ def family_request(entry, audit: AuditRequest):
 def _given_fields(audit: AuditRequest) -> dict:
     """name -> (value, differs from its default) of the audit's fields that describe the request."""
     skip = ("mechanism", "canary", "no_noise", *audit.RUN_FIELDS)
+    given = audit.to_dict()
     values = {
-        f.name: (getattr(audit, f.name), f.default)
-        for f in dataclasses.fields(audit)
-        if f.name not in skip
+        f.name: (given[f.name], f.default) for f in audit.option_fields() if f.name not in skip
     }
     return {k: (v, v != default) for k, (v, default) in values.items() if v is not None}
 
@@ -130,7 +129,12 @@ def target_for(audit: AuditRequest):
     """The prepared audit target of a fresh :class:`~dpaudit.requests.AuditRequest`: the family's
     request (:func:`family_request`), its plan, the mechanism's ``audit_target``."""
     entry = auditable_entry(audit.mechanism)
-    check_privacy_unit(audit.mechanism, audit.privacy_unit, audit.records_per_user, audit.user_ids)
+    check_privacy_unit(
+        audit.mechanism,
+        audit.settings.privacy_unit,
+        audit.settings.records_per_user,
+        audit.settings.user_ids,
+    )
     return generic_target(
         entry.name, family_request(entry, audit), canary=audit.canary, no_noise=audit.no_noise
     )

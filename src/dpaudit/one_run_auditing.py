@@ -43,7 +43,9 @@ MODULE_MODELS = names(family="dp-sgd-module")
 def audit_device(a: AuditRequest) -> str:
     """The device an audit trains on (``--device``): a one-run audit of :data:`MODULE_MODELS` may
     use cuda; every other audit runs on the CPU (auto: cpu; cuda refused before any data load)."""
-    one_run = (a.one_run or a.canaries is not None) and a.threat_model == "final-model"
+    one_run = (
+        a.protocol.one_run or a.protocol.canaries is not None
+    ) and a.threat_model == "final-model"
     return resolve_device(a.device, supported=one_run and a.mechanism in MODULE_MODELS)
 
 
@@ -86,7 +88,7 @@ def run_one_run(
     plan=None,
 ) -> OneRunResult:
     """One-run audit of ``audit.mechanism`` (a DP-SGD head model or dp-dense / dp-cnn /
-    dp-attention) with ``audit.canaries`` canaries of ``audit.one_run_kind``; ``audit.release``
+    dp-attention) with ``audit.protocol.canaries`` canaries of ``audit.protocol.one_run_kind``; ``audit.release``
     (a Release or its path) audits the recorded configuration and claim. Returns the
     :class:`~dpaudit.audits.one_run.OneRunResult` and writes ``one_run.json`` (shareable) and
     ``one_run_local.json`` under ``out_dir`` when given.
@@ -96,7 +98,7 @@ def run_one_run(
 
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, its inclusion coins
     from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`)."""
-    m = positive_int("canaries", audit.canaries, 2)
+    m = positive_int("canaries", audit.protocol.canaries, 2)
     rel = (
         None
         if audit.release is None
@@ -120,7 +122,9 @@ def run_one_run(
         )
     name = rel.mechanism if rel is not None else audit.mechanism
     noise = (
-        NoiseSource("reproducible", seed=audit.seed) if audit.reproducible_noise else NoiseSource()
+        NoiseSource("reproducible", seed=audit.seed)
+        if audit.trials.reproducible_noise
+        else NoiseSource()
     )
     run_id = uuid.uuid4().hex
     cost = (ledger_path, release_id, run_id) if record else None
@@ -164,9 +168,9 @@ def run_one_run(
 
 def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
-    if a.privacy_unit != "record":
+    if a.settings.privacy_unit != "record":
         raise UsageError(
-            f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}."
+            f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.settings.privacy_unit!r}."
         )
     device = resolve_device(a.device)  # before the data are loaded
     model, data, cfg, claim = module_setup(
@@ -174,10 +178,10 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
         release=rel,
         epsilon=a.epsilon,
         delta=a.delta,
-        dataset=a.dataset,
-        data_dir=a.data_dir,
-        profile=a.profile,
-        epochs=a.epochs,
+        dataset=a.data.dataset,
+        data_dir=a.data.data_dir,
+        profile=a.data.profile,
+        epochs=a.settings.epochs,
     )
     if cost is not None:
         _record_cost(
@@ -191,7 +195,7 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
             canaries=m,
             noise=noise,
             seed=a.seed if rel is None else int(rel.seed),
-            kind=a.one_run_kind,
+            kind=a.protocol.one_run_kind,
             noise_on=not a.no_noise,
             coins=coins,
             device=device,
@@ -223,7 +227,7 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     if rel is not None:
         target = target_from_release(
-            rel, data_dir=a.data_dir, mechanism=a.mechanism, user_ids=a.user_ids
+            rel, data_dir=a.data.data_dir, mechanism=a.mechanism, user_ids=a.settings.user_ids
         )
         seed = int(rel.seed)
     else:
@@ -248,7 +252,7 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
             canaries=m,
             noise=noise,
             seed=seed,
-            kind=a.one_run_kind,
+            kind=a.protocol.one_run_kind,
             noise_on=not a.no_noise,
             coins=coins,
             progress=bar.steps(f"one-run training ({m} canaries)"),

@@ -61,6 +61,14 @@ def option(
     return field(default=default, metadata=meta)
 
 
+def options_group(record_type: type):
+    """A request field holding a small frozen record of related options (``record_type``, every
+    field an :func:`option` with a default). Outside, the request stays flat: each member is
+    given, serialised, parsed and spelt on the command line by its own name, as if declared in
+    place of the group (:meth:`Request.option_fields`)."""
+    return field(default_factory=record_type, metadata={"group": record_type})
+
+
 def flag_of(f: dataclasses.Field) -> str:
     """The command-line flag of a request field (``--field-name`` unless its metadata says otherwise)."""
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
@@ -72,12 +80,31 @@ def _base_type(tp) -> type:
     return args[0] if args else tp
 
 
+def _groups(cls) -> list[dataclasses.Field]:
+    return [f for f in fields(cls) if f.metadata.get("group")]
+
+
+class _FlatKeywords(type):
+    """Requests are built from flat keywords: a grouped option is given by its own name (and
+    ``dataclasses.replace`` changes it so), merged into its group's record."""
+
+    def __call__(cls, *args, **kwargs):
+        for group in _groups(cls):
+            members = [m.name for m in fields(group.metadata["group"])]
+            given = {name: kwargs.pop(name) for name in members if name in kwargs}
+            if given:
+                record = kwargs.get(group.name) or group.default_factory()
+                kwargs[group.name] = dataclasses.replace(record, **given)
+        return super().__call__(*args, **kwargs)
+
+
 @dataclass(frozen=True)
-class Request:
+class Request(metaclass=_FlatKeywords):
     """Base of every request type (a frozen dataclass of public, JSON-able scalars).
 
     Subclasses set ``COMMAND`` (the name after ``dpaudit train``; None when a positional field
-    names it, as :class:`DPSGDRequest`'s ``model``) and declare their fields with :func:`option`.
+    names it, as :class:`DPSGDRequest`'s ``model``) and declare their fields with :func:`option`,
+    related ones gathered in a group (:func:`options_group`).
     Field values are ``str``, ``int``, ``float``, ``bool`` or None; paths are kept as strings.
     """
 
@@ -92,11 +119,23 @@ class Request:
 
     # ---------------------------------------------------------------- field reflection
     @classmethod
+    def option_fields(cls) -> list[dataclasses.Field]:
+        """Every option, in declaration order, a group's members in the group's place: the flat
+        fields the command line, :meth:`to_dict` and :meth:`from_dict` know."""
+        return [
+            member
+            for f in fields(cls)
+            for member in (fields(f.metadata["group"]) if f.metadata.get("group") else (f,))
+        ]
+
+    @classmethod
     def field_types(cls) -> dict[str, type]:
-        """Each field's scalar type (``Optional[X]`` -> ``X``), resolved from the annotations."""
-        module = sys.modules.get(cls.__module__)
-        hints = typing.get_type_hints(cls, globalns=vars(module) if module else None)
-        return {f.name: _base_type(hints[f.name]) for f in fields(cls)}
+        """Each option's scalar type (``Optional[X]`` -> ``X``), resolved from the annotations."""
+        hints = {}
+        for owner in (cls, *(g.metadata["group"] for g in _groups(cls))):
+            module = sys.modules.get(owner.__module__)
+            hints.update(typing.get_type_hints(owner, globalns=vars(module) if module else None))
+        return {f.name: _base_type(hints[f.name]) for f in cls.option_fields()}
 
     def command_name(self) -> str:
         """The name after ``dpaudit train``: ``COMMAND`` or the positional field's value."""
@@ -111,12 +150,12 @@ class Request:
 
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict:
-        """Every field by name (paths as strings): the form ``release.json`` stores."""
-        return {
-            f.name: (os.fspath(v) if isinstance(v, os.PathLike) else v)
-            for f in fields(self)
-            for v in (getattr(self, f.name),)
-        }
+        """Every option by name, flat (paths as strings): the form ``release.json`` stores."""
+        flat = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flat.update(vars(value) if f.metadata.get("group") else {f.name: value})
+        return {k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in flat.items()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Request":
@@ -128,7 +167,8 @@ class Request:
         """
         if not isinstance(data, dict):
             raise DataError(f"request must be a JSON object, got {type(data).__name__}.")
-        known = {f.name for f in fields(cls)}
+        options = cls.option_fields()
+        known = {f.name for f in options}
         unknown = sorted(set(data) - known)
         if unknown:
             raise DataError(
@@ -138,7 +178,7 @@ class Request:
         kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
         missing = [
             f.name
-            for f in fields(cls)
+            for f in options
             if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs
         ]
         if missing:
@@ -155,38 +195,37 @@ class Request:
         is True), floats are written with ``repr`` (exact round trip). ``out`` appends the output
         directory (``--out``), which is where a release goes, not what it is.
         """
+        values = self.to_dict()
         argv = ["dpaudit", "train", self.command_name()]
-        for f in fields(self):
-            if f.metadata.get("positional"):
-                continue
-            value = getattr(self, f.name)
-            if (
-                f.default is not _MISSING
-                and _same(value, f.default)
-                and not (f.name in ALWAYS_RECORDED and value is not None)
-            ):
-                continue
-            if f.name == "data_dir" and value is not None and os.path.isabs(os.fspath(value)):
-                continue
-            flag = flag_of(f)
-            if isinstance(value, bool):
-                argv.append(flag if value else "--no-" + flag[2:])
-            elif value is None:
-                # A None whose default is not None cannot be spelled on the command line.
-                raise ValueError(
-                    f"{f.name} must not be None in a request whose default is {f.default!r}."
-                )
-            elif isinstance(value, float):
-                argv += [flag, repr(value)]
-            else:
-                argv += [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
-        if out is not None:
-            argv += ["--out", os.fspath(out)]
-        return argv
+        for f in self.option_fields():
+            if _recorded(f, values[f.name]):
+                argv += _spelt(f, values[f.name])
+        return argv + ([] if out is None else ["--out", os.fspath(out)])
 
     def command(self, *, out: str | os.PathLike | None = None) -> str:
         """:meth:`to_argv` as one shell-quoted string (``Release.command``)."""
         return shlex.join(self.to_argv(out=out))
+
+
+def _recorded(f: dataclasses.Field, value) -> bool:
+    """Whether a recorded command spells the option ``f`` set to ``value``: not the positional
+    name, not a default (but :data:`ALWAYS_RECORDED`), not this machine's absolute data folder."""
+    if f.metadata.get("positional"):
+        return False
+    if f.name == "data_dir" and value is not None and os.path.isabs(value):
+        return False
+    at_default = f.default is not _MISSING and _same(value, f.default)
+    return not at_default or (f.name in ALWAYS_RECORDED and value is not None)
+
+
+def _spelt(f: dataclasses.Field, value) -> list[str]:
+    """The option ``f`` set to ``value`` on the command line (``--no-x`` for a False flag)."""
+    flag = flag_of(f)
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + flag[2:]]
+    if value is None:  # a None whose default is not None cannot be spelled on the command line
+        raise ValueError(f"{f.name} must not be None in a request whose default is {f.default!r}.")
+    return [flag, repr(value) if isinstance(value, float) else str(value)]
 
 
 #: Request fields a recorded command always writes, defaults included: what the claim is about.
@@ -242,6 +281,21 @@ PROFILE_HELP = (
 
 
 @dataclass(frozen=True)
+class TrainingOptions:
+    """How a DP-SGD model is trained: the update rule on the sanitised gradient, and where."""
+
+    optimizer: str = option(
+        "adam",
+        choices=("adam", "sgd"),
+        help="Update rule on the sanitised gradient: adam (default, the paper's) or sgd.",
+    )
+    momentum: float = option(
+        0.0, help="Heavy-ball momentum of --optimizer sgd, in [0, 1) (default 0)."
+    )
+    device: str = option("cpu", choices=DEVICES, help=_DEVICE_HELP)
+
+
+@dataclass(frozen=True)
 class DPSGDRequest(Request):
     """A DP-SGD release of a DP-RVFL-family model (frozen-feature heads and trainable modules),
     at record or user level (``dpaudit.releasing.release(model, DPSGDRequest(model=model, ...))``)."""
@@ -292,15 +346,8 @@ class DPSGDRequest(Request):
         help="Public size N0 the schedule (q, T, m0) is built from: training records (default: the "
         "dataset definition's train size), or training users (privacy unit user: required).",
     )
-    optimizer: str = option(
-        "adam",
-        choices=("adam", "sgd"),
-        help="Update rule on the sanitised gradient: adam (default, the paper's) or sgd.",
-    )
-    momentum: float = option(
-        0.0, help="Heavy-ball momentum of --optimizer sgd, in [0, 1) (default 0)."
-    )
-    device: str = option("cpu", choices=DEVICES, help=_DEVICE_HELP)
+
+    training: TrainingOptions = options_group(TrainingOptions)
 
     def check(self) -> None:
         one_of("privacy_unit", self.privacy_unit, ("record", "user"))
@@ -356,6 +403,26 @@ class DPELMRequest(Request):
 
 
 @dataclass(frozen=True)
+class MixtureOptions:
+    """How DP-MixMin learns the mixture weights (mirror descent); None = the task's default."""
+
+    loss: str = option(
+        "bce",
+        choices=("bce", "nll", "mse"),
+        help="bce (mixture probabilities), nll (mixture densities) or mse.",
+    )
+    steps: int | None = option(None, help="Mirror-descent steps n (default 200).")
+    batch_size: int | None = option(
+        None, help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000)."
+    )
+    clipping_norm: float | None = option(
+        None,
+        help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).",
+    )
+    step_size: float | None = option(None, help="Mirror-descent step size eta (default 0.5).")
+
+
+@dataclass(frozen=True)
 class MixMinRequest(Request):
     """A DP-MixMin release: mixture weights, or the full pipeline
     (``dpaudit.releasing.release("mixmin", request)``). None = the task's
@@ -408,20 +475,7 @@ class MixMinRequest(Request):
         choices=("weighted-targets", "source-sampling"),
         help="pipeline pretraining: mixture-weighted targets sum_c lambda_c y_c, or sampling sources with probability lambda.",
     )
-    loss: str = option(
-        "bce",
-        choices=("bce", "nll", "mse"),
-        help="bce (mixture probabilities), nll (mixture densities) or mse.",
-    )
-    steps: int | None = option(None, help="Mirror-descent steps n (default 200).")
-    batch_size: int | None = option(
-        None, help="Expected batch size B (q = B / |D_mix|, capped at 1; default 1000)."
-    )
-    clipping_norm: float | None = option(
-        None,
-        help="Per-example (per-user) clipping norm C (default: 1 on the embedded digits-mix, 13 otherwise).",
-    )
-    step_size: float | None = option(None, help="Mirror-descent step size eta (default 0.5).")
+    mixture: MixtureOptions = options_group(MixtureOptions)
     reference_size: int | None = option(
         None,
         help="Public size N0 both stages' schedules are built from: training records (default: the "
@@ -451,52 +505,9 @@ class GaussianRequest(Request):
 
 
 @dataclass(frozen=True)
-class AuditRequest(Request):
-    """``dpaudit audit MECHANISM ...``: what is audited and how (the CLI command is generated from
-    these fields, :mod:`dpaudit.cli.audit`). The fields not in :attr:`RUN_FIELDS` describe the
-    target: without ``release`` they build the family's request
-    (:func:`dpaudit.auditing.family_request`; a field that request lacks must stay at its default).
-    ``user_ids`` may also be an array of one user id per row (library use)."""
+class DataOptions:
+    """What the audited target trains on: the dataset (or mixmin task and target) and its files."""
 
-    COMMAND: ClassVar[str] = "audit"
-    #: How, where and in what format the audit runs (never part of the family's request).
-    RUN_FIELDS: ClassVar[tuple[str, ...]] = (
-        "runs",
-        "confidence",
-        "release",
-        "out",
-        "reproducible_noise",
-        "controls",
-        "control_runs",
-        "workers",
-        "executor",
-        "scheduler",
-        "chunk_size",
-        "one_run",
-        "canaries",
-        "one_run_kind",
-        "threat_model",
-        "ledger",
-        "json_out",
-        "fail_on_violation",
-        "device",
-        "sequential",
-    )
-
-    mechanism: str = option(
-        positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias)."
-    )
-    canary: str | None = option(
-        None,
-        help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).",
-    )
-    runs: int = option(1000, help="Trials R (half with the canary, half without).")
-    epsilon: float | None = option(
-        None,
-        flag="--eps",
-        help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).",
-    )
-    delta: float = option(1e-5, help="Target delta in (0, 1).")
     task: str | None = option(
         None, help="mixmin task: digits-mix (embedded, default), mnist-mix, heart-mix."
     )
@@ -508,24 +519,12 @@ class AuditRequest(Request):
     )
     data_dir: str | None = option(None, help=_DATA_DIR_HELP, path=True)
     profile: str | None = option(None, help=PROFILE_HELP)
-    no_noise: bool = option(
-        False, help="Audit the mechanism with its DP noise removed (must find large leakage)."
-    )
-    confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
-    release: str | None = option(
-        None,
-        path=True,
-        help="Audit the configuration recorded in this release.json (or its folder).",
-    )
-    out: str | None = option(
-        None,
-        path=True,
-        help="Output directory for audit.json and scores.npz (default: audits/ plus mechanism, "
-        "dataset and canary, or a fresh -2, ... beside an earlier audit's; one holding results is refused).",
-    )
-    seed: int = option(
-        42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split."
-    )
+
+
+@dataclass(frozen=True)
+class TrialOptions:
+    """How an audit's trials run: their noise, the controls beside them, and where they run."""
+
     reproducible_noise: bool = option(
         False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
     )
@@ -545,6 +544,13 @@ class AuditRequest(Request):
         help="Address of a running Dask scheduler, e.g. tcp://HOST:8786 (with --executor dask).",
     )
     chunk_size: int | None = option(None, help="Trials per batched call (speed only).")
+
+
+@dataclass(frozen=True)
+class MechanismSettings:
+    """The audited mechanism's own settings (as its release's request gives them; each family
+    reads those it has)."""
+
     width: int = option(10, help="dp-elm hidden width L.")
     epochs: int | None = option(
         None, help="Frozen-feature models: epochs (default: the paper's protocol)."
@@ -580,6 +586,12 @@ class AuditRequest(Request):
         hidden=True,
         help="gaussian only: divide the noise by this factor, claim unchanged (a broken mechanism).",
     )
+
+
+@dataclass(frozen=True)
+class AuditProtocol:
+    """A one-run audit (one training with many canaries) and the canaries it inserts."""
+
     one_run: bool = option(
         False,
         help="One-run audit (Steinke et al. 2023; f-DP analysis of Mahloujifar et al. 2024): train ONCE with "
@@ -594,13 +606,12 @@ class AuditRequest(Request):
         "gradient",
         help="One-run canaries: gradient (Dirac gradient canaries) or input-mislabeled (needs --one-run).",
     )
-    threat_model: str = option(
-        "final-model",
-        help="final-model (the adversary sees the released model) or trajectory (every iterate: "
-        "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
-        "final-model audit also runs, into OUT/final-model); white-box (dp-dense, dp-cnn: --canaries Dirac canaries observed at "
-        "every step) or crafted-final (dp-dense: only the final model of a plain-SGD run; docs/white_box.md).",
-    )
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where an audit is recorded and how it reports (never what it audits)."""
+
     ledger: str | None = option(
         None,
         path=True,
@@ -610,6 +621,67 @@ class AuditRequest(Request):
     fail_on_violation: bool = option(
         False, help="Exit 1 when a verdict is VIOLATION (for CI; README: exit codes)."
     )
+
+
+@dataclass(frozen=True)
+class AuditRequest(Request):
+    """``dpaudit audit MECHANISM ...``: what is audited and how (the CLI command is generated from
+    these fields, :mod:`dpaudit.cli.audit`). The fields not in :attr:`RUN_FIELDS` describe the
+    target: without ``release`` they build the family's request
+    (:func:`dpaudit.auditing.family_request`; a field that request lacks must stay at its default).
+    ``user_ids`` may also be an array of one user id per row (library use)."""
+
+    COMMAND: ClassVar[str] = "audit"
+    #: How, where and in what format the audit runs (never part of the family's request).
+    RUN_FIELDS: ClassVar[tuple[str, ...]] = (
+        *("runs", "confidence", "release", "out", "threat_model", "device", "sequential"),
+        *(f.name for group in (TrialOptions, AuditProtocol, OutputOptions) for f in fields(group)),
+    )
+
+    mechanism: str = option(
+        positional=True, help="The mechanism audited (a catalogue name with canaries, or an alias)."
+    )
+    canary: str | None = option(
+        None,
+        help="Canary kind, one of the mechanism's (e.g. max-clip, mislabeled, natural; default: its strongest).",
+    )
+    runs: int = option(1000, help="Trials R (half with the canary, half without).")
+    epsilon: float | None = option(
+        None,
+        flag="--eps",
+        help="Claimed epsilon the noise is calibrated for (default 1 for mixmin and gaussian, 2 otherwise).",
+    )
+    delta: float = option(1e-5, help="Target delta in (0, 1).")
+    data: DataOptions = options_group(DataOptions)
+    no_noise: bool = option(
+        False, help="Audit the mechanism with its DP noise removed (must find large leakage)."
+    )
+    confidence: float = option(0.95, help="Joint confidence of the FPR and FNR bounds.")
+    release: str | None = option(
+        None,
+        path=True,
+        help="Audit the configuration recorded in this release.json (or its folder).",
+    )
+    out: str | None = option(
+        None,
+        path=True,
+        help="Output directory for audit.json and scores.npz (default: audits/ plus mechanism, "
+        "dataset and canary, or a fresh -2, ... beside an earlier audit's; one holding results is refused).",
+    )
+    seed: int = option(
+        42, help="Public seed: model features, canary choice, worlds and SELECT/EVAL split."
+    )
+    trials: TrialOptions = options_group(TrialOptions)
+    settings: MechanismSettings = options_group(MechanismSettings)
+    protocol: AuditProtocol = options_group(AuditProtocol)
+    threat_model: str = option(
+        "final-model",
+        help="final-model (the adversary sees the released model) or trajectory (every iterate: "
+        "DP-SGD head models, max-clip canary, scored by the per-step likelihood ratio of its coordinate; the "
+        "final-model audit also runs, into OUT/final-model); white-box (dp-dense, dp-cnn: --canaries Dirac canaries observed at "
+        "every step) or crafted-final (dp-dense: only the final model of a plain-SGD run; docs/white_box.md).",
+    )
+    output: OutputOptions = options_group(OutputOptions)
     device: str = option(
         "cpu", choices=DEVICES, help=_DEVICE_HELP.replace("train:", "train in a one-run audit:")
     )

@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
 
 def _check(a: AuditRequest) -> None:
     """What is checked before any data is loaded or a cluster is started."""
-    check_executor_args(a.executor, a.scheduler, a.workers)
+    check_executor_args(a.trials.executor, a.trials.scheduler, a.trials.workers)
     positive_int("runs", a.runs, engine.MIN_RUNS)
     if (
         a.out is not None
@@ -103,21 +103,25 @@ def _check(a: AuditRequest) -> None:
     _check_threat_model(a)
     one_run_auditing.audit_device(a)
     if (
-        a.release is not None and a.reference_size is not None
+        a.release is not None and a.settings.reference_size is not None
     ):  # a release's schedule: from its recorded N0
         raise UsageError(
             "reference_size must not be given with --release (the release records its own), "
-            f"got {a.reference_size}."
+            f"got {a.settings.reference_size}."
         )
-    if a.canaries is not None and not a.one_run and a.threat_model not in WHITE_BOX_THREAT_MODELS:
+    if (
+        a.protocol.canaries is not None
+        and not a.protocol.one_run
+        and a.threat_model not in WHITE_BOX_THREAT_MODELS
+    ):
         raise UsageError(
-            f"canaries must only be given with --one-run, got --canaries {a.canaries}."
+            f"canaries must only be given with --one-run, got --canaries {a.protocol.canaries}."
         )
-    if a.sequential and (a.one_run or a.threat_model != "final-model"):
+    if a.sequential and (a.protocol.one_run or a.threat_model != "final-model"):
         raise UsageError(
             "sequential must only be used with a final-model trial audit, got --one-run or --threat-model trajectory."
         )
-    if a.one_run and a.canaries is None:
+    if a.protocol.one_run and a.protocol.canaries is None:
         raise UsageError("canaries must be given with --one-run (an integer >= 2), got none.")
 
 
@@ -126,9 +130,9 @@ def run(a: AuditRequest, plan=None) -> None:
     (``plan``: a run under a pre-registered plan, :class:`dpaudit.audit_plans.PlanRun`)."""
     _check(a)
     if a.threat_model in WHITE_BOX_THREAT_MODELS:
-        return exit_on_violation(a.fail_on_violation, [audit_white_box.run(a, plan)])
-    if a.one_run or a.canaries is not None:
-        return exit_on_violation(a.fail_on_violation, [_one_run(a, plan)])
+        return exit_on_violation(a.output.fail_on_violation, [audit_white_box.run(a, plan)])
+    if a.protocol.one_run or a.protocol.canaries is not None:
+        return exit_on_violation(a.output.fail_on_violation, [_one_run(a, plan)])
     phase("building the audit target (loading the data, preparing features)")
     t, release_id, release_path = _target(a)
     user_level = t.adjacency == "add-remove-user"
@@ -139,7 +143,7 @@ def run(a: AuditRequest, plan=None) -> None:
             a,
             Path("audits")
             / (
-                f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.task)}-{t.canary}"
+                f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.data.task)}-{t.canary}"
                 f"{'-user' if user_level else ''}"
                 f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"
             ),
@@ -150,16 +154,16 @@ def run(a: AuditRequest, plan=None) -> None:
         runs=a.runs,
         confidence=a.confidence,
         seed=a.seed,
-        controls=engine.CONTROLS if a.controls else (),
-        control_runs=a.control_runs,
-        chunk_size=a.chunk_size,
+        controls=engine.CONTROLS if a.trials.controls else (),
+        control_runs=a.trials.control_runs,
+        chunk_size=a.trials.chunk_size,
         out_dir=out,
-        reproducible_noise=a.reproducible_noise,
+        reproducible_noise=a.trials.reproducible_noise,
         progress=True,
         command=_command(plan, values=resolved, always=always),
         release_id=release_id,
         release_path=release_path,
-        ledger_path=a.ledger,
+        ledger_path=a.output.ledger,
         plan=plan,
         sequential=a.sequential,
     )
@@ -180,21 +184,25 @@ def run(a: AuditRequest, plan=None) -> None:
             )
         )
     results = _run_all(a, audits, engine.run_audit)
-    show(results, [kw["out_dir"] for _, kw in audits], json_out=a.json_out)
+    show(results, [kw["out_dir"] for _, kw in audits], json_out=a.output.json_out)
     _note_unbounded_control(t, a, results)
-    _note_runs(plan, a.json_out)
-    exit_on_violation(a.fail_on_violation, results)
+    _note_runs(plan, a.output.json_out)
+    exit_on_violation(a.output.fail_on_violation, results)
 
 
 def _note_unbounded_control(t, a: AuditRequest, results) -> None:
     """One line when a no-noise control trained on the private data: the ledger now counts the
     dataset's releases + audits as infinite (a cap that counts audits would have refused it)."""
     scope = t.private_data()
-    if a.json_out or scope is None or not any("no-noise" in (r.controls or {}) for r in results):
+    if (
+        a.output.json_out
+        or scope is None
+        or not any("no-noise" in (r.controls or {}) for r in results)
+    ):
         return
     note(
         f"the no-noise control trained on {scope['dataset']!r} without DP noise: its releases + audits "
-        f"total is now infinite (epsilon=inf) in ledger {resolve_ledger(a.ledger).display}; "
+        f"total is now infinite (epsilon=inf) in ledger {resolve_ledger(a.output.ledger).display}; "
         "--no-controls keeps it finite."
     )
 
@@ -202,7 +210,7 @@ def _note_unbounded_control(t, a: AuditRequest, results) -> None:
 def _fresh_default(a: AuditRequest, default: Path) -> Path:
     """The default folder, or a fresh ``-2``, ``-3``, ... beside it when an earlier audit holds it (said in one line)."""
     out = fresh_folder(default)
-    if out != default and not a.json_out:
+    if out != default and not a.output.json_out:
         note(f"{default} holds an earlier audit (never overwritten): writing to {out}")
     return out
 
@@ -227,26 +235,31 @@ def _target(a: AuditRequest):
     """(target, release id, release path) of a fresh audit or of ``--release``."""
     if a.release is None:
         t = auditing.target_for(a)
-        if not a.json_out and a.task is None and a.dataset is None and a.mechanism != "gaussian":
+        if (
+            not a.output.json_out
+            and a.data.task is None
+            and a.data.dataset is None
+            and a.mechanism != "gaussian"
+        ):
             note(
                 f"no --task/--dataset given: auditing {a.mechanism} on the embedded {t.describe().get('dataset')}."
             )
     else:
-        if a.profile is not None:  # the release records the profile its data were prepared with
+        if a.data.profile is not None:  # the release records the profile its data were made with
             raise UsageError(
-                f"profile must not be given with --release (the release records its own), got {a.profile!r}."
+                f"profile must not be given with --release (the release records its own), got {a.data.profile!r}."
             )
         rel = read_release(a.release)
         auditing.check_release_unit(
-            rel, a.privacy_unit, a.records_per_user
+            rel, a.settings.privacy_unit, a.settings.records_per_user
         )  # the release decides the privacy unit
         t = auditing.target_from_release(
             rel,
             canary=a.canary,
-            data_dir=a.data_dir,
+            data_dir=a.data.data_dir,
             no_noise=a.no_noise,
             mechanism=a.mechanism,
-            user_ids=a.user_ids,
+            user_ids=a.settings.user_ids,
         )
     if a.threat_model != "final-model":
         t = _with_threat_model(t, a.mechanism, a.threat_model)
@@ -274,22 +287,24 @@ def _recorded(a: AuditRequest, t, out: Path):
 
 
 def _run_all(a: AuditRequest, audits, run_audit) -> list:
-    if a.executor != "dask":
-        return [run_audit(t, workers=a.workers or _default_workers(), **kw) for t, kw in audits]
+    if a.trials.executor != "dask":
+        return [
+            run_audit(t, workers=a.trials.workers or _default_workers(), **kw) for t, kw in audits
+        ]
     # The executor changes where chunks run, never what they compute: same chunks, same noise.
-    if not a.json_out:
+    if not a.output.json_out:
         note(
             "executor dask: "
             + (
-                f"scheduler {a.scheduler}"
-                if a.scheduler
-                else f"LocalCluster of {a.workers or _default_workers()} workers on 127.0.0.1"
+                f"scheduler {a.trials.scheduler}"
+                if a.trials.scheduler
+                else f"LocalCluster of {a.trials.workers or _default_workers()} workers on 127.0.0.1"
             )
         )
     with make_executor(
         "dask",
-        scheduler=a.scheduler,
-        workers=None if a.scheduler else (a.workers or _default_workers()),
+        scheduler=a.trials.scheduler,
+        workers=None if a.trials.scheduler else (a.trials.workers or _default_workers()),
     ) as ex:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
 
@@ -297,7 +312,9 @@ def _run_all(a: AuditRequest, audits, run_audit) -> list:
 def _one_run(a: AuditRequest, plan=None):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
     data = (
-        a.dataset or a.task or (read_release(a.release).dataset if a.release is not None else None)
+        a.data.dataset
+        or a.data.task
+        or (read_release(a.release).dataset if a.release is not None else None)
     )
     out = (
         Path(a.out)
@@ -315,10 +332,10 @@ def _one_run(a: AuditRequest, plan=None):
     )
     phase("one-run audit: loading the data, preparing the canaries")
     result = one_run_auditing.run_one_run(
-        a, out_dir=out, command=cmd, ledger_path=a.ledger, plan=plan
+        a, out_dir=out, command=cmd, ledger_path=a.output.ledger, plan=plan
     )
-    _note_runs(plan, a.json_out)
-    if a.json_out:
+    _note_runs(plan, a.output.json_out)
+    if a.output.json_out:
         emit_json({**shareable_one_run(result.to_dict()), "audit_dir": str(out)})
         return result
     render_one_run(result, out)
@@ -329,7 +346,7 @@ def _one_run(a: AuditRequest, plan=None):
 def _check_threat_model(a: AuditRequest) -> None:
     """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads; white-box and
     crafted-final for dp-dense / dp-cnn (:func:`~dpaudit.cli.audit_white_box.check`)."""
-    one_run = a.one_run or a.canaries is not None
+    one_run = a.protocol.one_run or a.protocol.canaries is not None
     if a.threat_model not in THREAT_MODELS + WHITE_BOX_THREAT_MODELS:
         raise UsageError(
             f"threat model must be one of {', '.join(THREAT_MODELS + WHITE_BOX_THREAT_MODELS)}, got {a.threat_model!r}."
@@ -341,11 +358,11 @@ def _check_threat_model(a: AuditRequest) -> None:
     head = (
         a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
     )  # unknown: the build step names the allowed ones
-    if not head or a.privacy_unit != "record" or one_run:
+    if not head or a.settings.privacy_unit != "record" or one_run:
         what = (
             "--one-run"
             if one_run
-            else (f"--privacy-unit {a.privacy_unit}" if head else a.mechanism)
+            else (f"--privacy-unit {a.settings.privacy_unit}" if head else a.mechanism)
         )
         raise UsageError(
             f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {a.threat_model!r}."

@@ -42,11 +42,15 @@ def _models(threat_model: str) -> tuple:
 def check(a: AuditRequest) -> None:
     """What is checked before any data is loaded."""
     models = _models(a.threat_model)
-    if a.mechanism not in models or a.privacy_unit != "record" or a.one_run:
+    if a.mechanism not in models or a.settings.privacy_unit != "record" or a.protocol.one_run:
         what = (
             "--one-run"
-            if a.one_run
-            else (f"--privacy-unit {a.privacy_unit}" if a.mechanism in models else a.mechanism)
+            if a.protocol.one_run
+            else (
+                f"--privacy-unit {a.settings.privacy_unit}"
+                if a.mechanism in models
+                else a.mechanism
+            )
         )
         names = ", ".join(MODELS) + (
             " and the DP-SGD heads" if a.threat_model == "white-box" else ""
@@ -55,7 +59,7 @@ def check(a: AuditRequest) -> None:
             f"threat model for {what} must be final-model or trajectory ({a.threat_model}: "
             f"{names}, record level, without --one-run), got {a.threat_model!r}."
         )
-    positive_int("canaries", a.canaries, 2)
+    positive_int("canaries", a.protocol.canaries, 2)
 
 
 def _head_setup(a: AuditRequest, rel):
@@ -63,7 +67,7 @@ def _head_setup(a: AuditRequest, rel):
     target = (
         target_for(dataclasses.replace(a, canary=None, no_noise=False))
         if rel is None
-        else target_from_release(rel, data_dir=a.data_dir, mechanism=a.mechanism)
+        else target_from_release(rel, data_dir=a.data.data_dir, mechanism=a.mechanism)
     )
     target.prepare()
     claim = dict(
@@ -97,25 +101,27 @@ def run(a: AuditRequest, plan=None):
             release=rel,
             epsilon=a.epsilon,
             delta=a.delta,
-            dataset=a.dataset,
-            data_dir=a.data_dir,
-            profile=a.profile,
-            epochs=a.epochs,
+            dataset=a.data.dataset,
+            data_dir=a.data.data_dir,
+            profile=a.data.profile,
+            epochs=a.settings.epochs,
         )
         dataset, seed = data.name, a.seed if rel is None else int(rel.seed)
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-{a.threat_model}"
-    roles = ("main", "no-noise", "null") if a.controls else ("main",)
+    roles = ("main", "no-noise", "null") if a.trials.controls else ("main",)
     for role in roles:  # each training run is an audit entry of the ledger, before it runs
         _record_cost(
             a.mechanism,
             dataset,
             "add-remove-record",
             None if role == "no-noise" else claim["event"],
-            a.ledger,
+            a.output.ledger,
             None if rel is None else rel.id,
             uuid.uuid4().hex,
         )
-    noise = NoiseSource("reproducible", seed=a.seed) if a.reproducible_noise else NoiseSource()
+    noise = (
+        NoiseSource("reproducible", seed=a.seed) if a.trials.reproducible_noise else NoiseSource()
+    )
     command = shlex.join(
         recorded_argv(
             values={"out": out},
@@ -129,19 +135,19 @@ def run(a: AuditRequest, plan=None):
             data,
             cfg,
             claim,
-            canaries=a.canaries,
+            canaries=a.protocol.canaries,
             noise=noise,
             seed=seed,
             threat_model=a.threat_model,
             confidence=a.confidence,
-            controls=a.controls,
+            controls=a.trials.controls,
             command=command,
             progress=lambda role: bar.steps(
-                f"{a.threat_model} training ({role}, {a.canaries} canaries)"
+                f"{a.threat_model} training ({role}, {a.protocol.canaries} canaries)"
             ),
         )
     write_white_box(result, out)
-    if a.json_out:
+    if a.output.json_out:
         emit_json({**result.to_dict(), "audit_dir": str(out)})
     else:
         _render(result, out)

@@ -50,8 +50,7 @@ def _fast(
     kind: str, annotation: Any, info: Any, value: Any, param: Any, ctx: Any
 ) -> tuple[bool, Any]:
     """(True, result) where typer's adapter is certain to give ``result``; else (False, None)."""
-    t = type(value)
-    if kind in ("int", "float", "str", "bool") and t is annotation:
+    if kind in ("int", "float", "str", "bool") and type(value) is annotation:
         return True, value
     if kind == "enum":  # typer's adapter is this very function behind a pydantic "before" validator
         try:
@@ -60,19 +59,26 @@ def _fast(
             )
         except ValueError:
             return False, None  # typer's adapter words the error
-    if kind == "path" and isinstance(value, Path):  # likewise (a Path is taken as it is)
-        return True, coerce_cli_path(value, info, path_type=Path, param=param, ctx=ctx)
-    if t is not str:
-        return False, None
-    if kind == "int" and _INT.fullmatch(value):
-        return True, int(value)
-    if kind == "float" and _FLOAT.fullmatch(value):
-        return True, float(value)
-    if kind == "str":
-        return True, value
-    if kind == "path" and value and "\x00" not in value:  # pydantic's Path(str) is Path(str)
-        return True, coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+    if kind == "path":
+        return _fast_path(info, value, param, ctx)
+    number = _NUMBERS.get(kind)  # a str option's string was taken above
+    if type(value) is str and number and number[0].fullmatch(value):
+        return True, number[1](value)
     return False, None
+
+
+#: Number kinds: the spellings converted here, and how.
+_NUMBERS = {"int": (_INT, int), "float": (_FLOAT, float)}
+
+
+def _fast_path(info: Any, value: Any, param: Any, ctx: Any) -> tuple[bool, Any]:
+    """A Path is taken as it is, a plain string is ``Path(str)`` (as pydantic does), by typer's
+    own path check; anything else (empty, a NUL byte) goes to typer's adapter."""
+    if type(value) is str and value and "\x00" not in value:
+        value = Path(value)
+    if not isinstance(value, Path):
+        return False, None
+    return True, coerce_cli_path(value, info, path_type=Path, param=param, ctx=ctx)
 
 
 if RuntimeParam is not None:

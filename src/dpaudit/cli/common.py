@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from collections.abc import MutableMapping
 from enum import Enum
+from inspect import Parameter
 from typing import Any, Callable, Optional
 
 import typer
@@ -254,6 +255,18 @@ def _allowed(param: Any) -> str:
     return f"one or more: {word}" if many else word
 
 
+def _bad_value(e: BadParameter) -> str:
+    """A refused option value as one line: dpaudit's own rule where it worded one (a seed), else what the option takes."""
+    name = _param_name(e.param, e.param_hint)
+    ours = re.match(r"must be (.+), got (.+?)\.?$", e.message)
+    if ours:
+        return f"{name} must be {ours.group(1)}, got {ours.group(2)}."
+    got = re.search(r"got (.+?)\.?$", e.message) or re.search(r"('[^']*') is not", e.message)
+    return (
+        f"{name} must be {_allowed(e.param)}, got {got.group(1) if got else e.message.rstrip('.')}."
+    )
+
+
 def _param_name(param: Any, hint: Optional[str]) -> str:
     if param is None:
         return (hint or "value").strip("'\"")
@@ -280,14 +293,7 @@ def usage_line(e: ClickUsageError) -> str:
     if isinstance(e, BadOptionUsage) and "requires an argument" in e.message:
         return f"{e.option_name} must be given a value (see {where}), got none."
     if isinstance(e, BadParameter):
-        name = _param_name(e.param, e.param_hint)
-        ours = re.match(
-            r"must be (.+), got (.+?)\.?$", e.message
-        )  # a rule dpaudit words itself (a seed)
-        if ours:
-            return f"{name} must be {ours.group(1)}, got {ours.group(2)}."
-        got = re.search(r"got (.+?)\.?$", e.message) or re.search(r"('[^']*') is not", e.message)
-        return f"{name} must be {_allowed(e.param)}, got {got.group(1) if got else e.message.rstrip('.')}."
+        return _bad_value(e)
     command = re.match(r"No such command '([^']*)'", e.message)
     if command and ctx is not None:
         return f"COMMAND must be one of {', '.join(ctx.command.list_commands(ctx))}, got {command.group(1)!r}."
@@ -349,12 +355,7 @@ class HelpTable(Table):
         for c in names:
             c.no_wrap, c.overflow = True, "fold"
         text.ratio = text.ratio or 1
-        used = sum(
-            w + 2
-            for w in (max((console.measure(x).maximum for x in c.cells), default=0) for c in names)
-            if w
-        )
-        if options.max_width - used >= 30:
+        if options.max_width - _names_width(console, names) >= 30:
             yield from super().__rich_console__(console, options)
             return
         for *head, body in zip(*(c.cells for c in self.columns)):
@@ -362,6 +363,12 @@ class HelpTable(Table):
                 h if isinstance(h, Text) else Text(str(h)) for h in head if str(h).strip()
             )
             yield Padding(body, (0, 0, 0, 4))
+
+
+def _names_width(console, columns) -> int:
+    """The columns the name columns of a help table take (their widest cells, 2 apart)."""
+    widths = (max((console.measure(x).maximum for x in c.cells), default=0) for c in columns)
+    return sum(w + 2 for w in widths if w)
 
 
 def _help_format(format_help: Callable) -> Callable:
@@ -393,6 +400,11 @@ def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
     )
 
 
+def keyword(name: str, annotation: Any, option: Any) -> Parameter:
+    """A keyword-only parameter of a generated command, its typer ``option`` as its default."""
+    return Parameter(name, Parameter.KEYWORD_ONLY, annotation=annotation, default=option)
+
+
 def recorded_argv(
     ctx: Any = None, *, values: Optional[dict] = None, always=(), omit=(), last=("out",)
 ) -> list[str]:
@@ -401,42 +413,44 @@ def recorded_argv(
     ``always``) in declaration order, ``last`` at the end. ``values`` replaces parsed values (a
     default the command resolved); ``omit``: options that say how or where it runs, never what it
     computes. Flags are ``--x`` / ``--no-x``, floats ``repr`` (exact round trip)."""
-    if ctx is None:
-        ctx = get_current_context()
-    names, c = [], ctx
-    while c.parent is not None:  # the root's own name is the program's: always ``dpaudit``
-        names.append(c.info_name)
-        c = c.parent
+    ctx = get_current_context() if ctx is None else ctx
     params = {**ctx.params, **(values or {})}
-    head, body, tail = ["dpaudit", *reversed(names)], [], []
+    head, body, tail = ["dpaudit", *_command_path(ctx)], [], []
+    placed = dict.fromkeys(last, tail)  # where an option goes: the tail, else the body
     for p in ctx.command.params:
+        value = params.get(p.name)
         if p.name in omit or p.name not in params:
             continue
-        value = params[p.name]
         if p.param_type_name == "argument":
-            head.append(str(value.value if isinstance(value, Enum) else value))
-            continue
-        if value is None or (p.name not in always and value == p.default):
-            continue
-        if getattr(p, "is_flag", False):
-            if value:
-                spelt = [p.opts[0]]
-            elif p.secondary_opts:
-                spelt = [p.secondary_opts[0]]
-            else:
-                raise ValueError(f"flag {p.opts[0]} has no off spelling, got {value!r}.")
-        else:
-            v = value.value if isinstance(value, Enum) else value
-            spelt = [
-                p.opts[0],
-                repr(v)
-                if isinstance(v, float)
-                else os.fspath(v)
-                if isinstance(v, os.PathLike)
-                else str(v),
-            ]
-        (tail if p.name in last else body).extend(spelt)
+            head.append(str(_plain(value)))
+        elif value is not None and (p.name in always or value != p.default):
+            placed.get(p.name, body).extend(_spelt(p, _plain(value)))
     return head + body + tail
+
+
+def _plain(value: Any) -> Any:
+    """A parsed value as the user typed it: a choice's string, a path's text."""
+    if isinstance(value, Enum):
+        return value.value
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _command_path(ctx: Any) -> list[str]:
+    """The command's names below the root (whose own name is the program's: always ``dpaudit``)."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return names[::-1]
+
+
+def _spelt(p: Any, value: Any) -> list[str]:
+    """Option ``p`` set to ``value`` as typed: a flag ``--x`` / ``--no-x``, a float ``repr``."""
+    if not getattr(p, "is_flag", False):
+        return [p.opts[0], repr(value) if isinstance(value, float) else str(value)]
+    if not (value or p.secondary_opts):
+        raise ValueError(f"flag {p.opts[0]} has no off spelling, got {value!r}.")
+    return [p.opts[0] if value else p.secondary_opts[0]]
 
 
 def exit_on_violation(fail: bool, results: list) -> None:
@@ -480,20 +494,14 @@ def print_table(table: Any, out: Any = None) -> None:
     out = out or console
     for col in table.columns:
         col.overflow = "fold"  # a too-long word is folded, never cut with an ellipsis
-    wide = out.options.update_width(
-        10_000
-    )  # rich's own minimum ignores no_wrap: a no_wrap column needs its widest cell
-    need = sum(
-        3
-        + max(
-            getattr(out.measure(x, options=wide), "maximum" if col.no_wrap else "minimum")
-            for x in (col.header, *col.cells)
-        )
-        for col in table.columns
-    )
-    if need + 1 <= out.width:
+    if _table_width(table, out) + 1 <= out.width:
         out.print(table)
         return
+    _print_stacked(table, out)
+
+
+def _print_stacked(table: Any, out: Any) -> None:
+    """``table`` row by row: the first cell, then ``column=value`` pairs wrapped between pairs."""
     if table.title:
         print_message(Text.from_markup(str(table.title)), out)
     plain = [
@@ -506,6 +514,20 @@ def print_table(table: Any, out: Any = None) -> None:
         lines = [f"#{label}" if heads[0] == "#" else label]
         lines += pack([f"{h}={v}" for h, v in zip(heads[1:], rest) if v.strip()], out.width, indent)
         out.print(Text("\n".join(lines)), soft_wrap=True)
+
+
+def _table_width(table: Any, out: Any) -> int:
+    """The width ``table`` needs on ``out`` without wrapping a no_wrap column (rich's own minimum
+    ignores no_wrap: such a column needs its widest cell)."""
+    wide = out.options.update_width(10_000)
+    return sum(
+        3
+        + max(
+            getattr(out.measure(x, options=wide), "maximum" if col.no_wrap else "minimum")
+            for x in (col.header, *col.cells)
+        )
+        for col in table.columns
+    )
 
 
 def note(message: str) -> None:

@@ -14,7 +14,7 @@ import re
 import shlex
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.text import Text
@@ -31,7 +31,7 @@ from ..ledger.paths import resolve_ledger
 from ..mechanisms import registry
 from ..paths import check_new_folder, fresh_folder
 from ..records import check_out_dir, read_release
-from ..requests import REQUEST_TYPES, AuditRequest
+from ..requests import REQUEST_TYPES, AuditRequest, flag_of
 from ..threads import set_threads
 from . import options
 from .audit_render import show
@@ -39,6 +39,7 @@ from .common import (
     ROUTES,
     emit_json,
     exit_on_violation,
+    keyword,
     new_app,
     note,
     print_message,
@@ -61,49 +62,40 @@ def _choice_enum(owner: str, name: str, choices: tuple[str, ...]) -> type[Enum]:
 
 
 def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
-    """One keyword parameter per field of the Request type ``rtype`` (positional fields and
+    """One keyword parameter per option of the Request type ``rtype`` (positional fields and
     ``skip`` left out), each with its typer Option: the signature a generic command exposes."""
     types = rtype.field_types()
-    params = []
-    for f in dataclasses.fields(rtype):
-        if f.metadata.get("positional") or f.name in skip:
-            continue
-        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help") or ""
-        hidden = bool(f.metadata.get("hidden"))
-        default = None if f.default is dataclasses.MISSING else f.default
-        tp = Path if f.metadata.get("path") else types[f.name]
-        choices = f.metadata.get("choices")
-        if choices:
-            enum = _choice_enum(rtype.__name__, f.name, choices)
-            annotation = Optional[enum] if default is None else enum
-            opt = typer.Option(
-                None if default is None else enum(default),
-                flag,
-                help=help_text,
-                hidden=hidden,
-                show_default=default is not None,
-            )
-        elif tp is bool:
-            decl = flag if not default else f"{flag}/--no-{flag[2:]}"
-            annotation, opt = bool, typer.Option(bool(default), decl, help=help_text, hidden=hidden)
-        else:
-            annotation = Optional[tp] if default is None else tp
-            opt = typer.Option(
-                default, flag, help=help_text, hidden=hidden, show_default=default is not None
-            )
-        params.append(
-            inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=annotation
-            )
+    return [
+        keyword(f.name, tp, opt)
+        for f in rtype.option_fields()
+        if not (f.metadata.get("positional") or f.name in skip)
+        for tp, opt in (_typer_option(rtype.__name__, f, types[f.name]),)
+    ]
+
+
+def _typer_option(owner: str, f: dataclasses.Field, tp: type) -> tuple[Any, Any]:
+    """The annotation and typer Option of one request option (choices an Enum, a switch
+    ``--x`` or ``--x/--no-x``, a path option a Path)."""
+    default = None if f.default is dataclasses.MISSING else f.default
+    help_text, hidden = f.metadata.get("help") or "", bool(f.metadata.get("hidden"))
+    flag, shown = flag_of(f), {"help": help_text, "hidden": hidden}
+    if f.metadata.get("choices"):
+        tp = _choice_enum(owner, f.name, f.metadata["choices"])
+        default = default if default is None else tp(default)
+    elif tp is bool:
+        return bool, typer.Option(
+            bool(default), f"{flag}/--no-{flag[2:]}" if default else flag, **shown
         )
-    return params
+    elif f.metadata.get("path"):
+        tp = Path
+    annotation = Optional[tp] if default is None else tp
+    return annotation, typer.Option(default, flag, show_default=default is not None, **shown)
 
 
 def request_from_options(rtype, values: dict, **fixed):
     """The Request of ``rtype`` from parsed option ``values`` (enums to their strings, paths to
     strings) and ``fixed`` field values (a positional model name)."""
-    names = {f.name for f in dataclasses.fields(rtype)}
+    names = {f.name for f in rtype.option_fields()}
     kwargs = {}
     for k, v in values.items():
         if k not in names:
@@ -138,45 +130,18 @@ def _run_parameters(name: str, rtype) -> list[inspect.Parameter]:
         "a linear head trains on one).",
         show_default=False,
     )
+    out = typer.Option(
+        None,
+        "--out",
+        help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
+        show_default=False,
+    )
     return [
-        inspect.Parameter(
-            "out",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Optional[Path],
-            default=typer.Option(
-                None,
-                "--out",
-                help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
-                show_default=False,
-            ),
-        ),
-        inspect.Parameter(
-            "ledger",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Optional[Path],
-            default=options.ledger(),
-        ),
-        inspect.Parameter(
-            "noise_seed_file",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Optional[Path],
-            default=options.noise_seed_file(),
-        ),
-        *(
-            [
-                inspect.Parameter(
-                    "threads",
-                    inspect.Parameter.KEYWORD_ONLY,
-                    annotation=Optional[int],
-                    default=threads,
-                )
-            ]
-            if rtype.TORCH_RUN
-            else []
-        ),
-        inspect.Parameter(
-            "json_out", inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=options.json_out()
-        ),
+        keyword("out", Optional[Path], out),
+        keyword("ledger", Optional[Path], options.ledger()),
+        keyword("noise_seed_file", Optional[Path], options.noise_seed_file()),
+        *([keyword("threads", Optional[int], threads)] if rtype.TORCH_RUN else []),
+        keyword("json_out", bool, options.json_out()),
     ]
 
 
@@ -185,7 +150,7 @@ def _default_notes(rtype) -> list[str]:
     ctx = get_current_context()
     return [
         f.metadata["note"]
-        for f in dataclasses.fields(rtype)
+        for f in rtype.option_fields()
         if f.metadata.get("note") and ctx.get_parameter_source(f.name) is ParameterSource.DEFAULT
     ]
 
@@ -239,7 +204,7 @@ def _shown(folder) -> str:
 def make_train_command(entry):
     """The ``dpaudit train NAME`` command of catalogue ``entry`` (parse -> Request -> release)."""
     rtype = entry.request_type()
-    fields = dataclasses.fields(rtype)
+    fields = rtype.option_fields()
     params = request_parameters(rtype) + [
         p for p in _run_parameters(entry.name, rtype) if p.name not in {f.name for f in fields}
     ]
@@ -316,16 +281,11 @@ _AUDIT_OPTIONS = (
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
     """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
     canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
-    canary = inspect.Parameter(
+    help_text = f"{', '.join(entry.canaries)} (default: {entry.canaries[0]})."
+    canary = keyword(
         "canary",
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=Optional[canary_enum],
-        default=typer.Option(
-            None,
-            "--canary",
-            help=f"{', '.join(entry.canaries)} (default: {entry.canaries[0]}).",
-            show_default=False,
-        ),
+        Optional[canary_enum],
+        typer.Option(None, "--canary", help=help_text, show_default=False),
     )
     params = {p.name: p for p in request_parameters(AuditRequest)}
     return [canary] + [params[n] for n in _AUDIT_OPTIONS if n not in taken]
@@ -335,7 +295,7 @@ def make_audit_command(entry):
     """The ``dpaudit audit NAME`` command of catalogue ``entry``: the request's options build the
     plan (or ``--release`` gives it), the mechanism's ``audit_target(plan, canary)`` is audited."""
     rtype = entry.request_type()
-    field_names = {f.name for f in dataclasses.fields(rtype)}
+    field_names = {f.name for f in rtype.option_fields()}
     params = request_parameters(rtype) + _audit_parameters(entry, field_names)
 
     def command(**kwargs):
@@ -344,59 +304,21 @@ def make_audit_command(entry):
             check_new_folder(check_out_dir(audit["out"], name="out"), name="out")
         canary = audit["canary"].value if audit.get("canary") is not None else None
         request = request_from_options(rtype, kwargs)
-        seed = int(getattr(request, "seed", audit.get("seed", 42)))
-        data_dir = kwargs.get("data_dir", audit.get("data_dir"))
-        release_id = release_path = None
-        if audit["release"] is not None:
-            given = [
-                f"{f.metadata.get('flag') or '--' + f.name.replace('_', '-')}"
-                for f in dataclasses.fields(rtype)
-                if f.name not in ("seed", "data_dir", "reproducible_noise")
-                and getattr(request, f.name) != f.default
-            ]
-            if given:  # the release records its own request: a second one would be silently ignored
-                raise UsageError(
-                    f"{given[0]} must not be given with --release (the release records its own request), got {getattr(request, given[0][2:].replace('-', '_'), None)!r}."
-                )
-            rel = read_release(audit["release"])
-            release_id, release_path = rel.id, str(Path(audit["release"]).resolve())
-            t = auditing.target_from_release(
-                rel,
-                canary=canary,
-                data_dir=data_dir,
-                no_noise=audit["no_noise"],
-                mechanism=entry.name,
-            )
-        else:
-            t = auditing.generic_target(
-                entry.name, request, canary=canary, no_noise=audit["no_noise"]
-            )
-        out = _audit_folder(audit, t)
-        argv = recorded_argv(
-            values={"canary": t.canary, "out": out},
-            always=("canary", "runs", "confidence"),
-            omit=("json_out", "workers", "ledger", "fail_on_violation"),
-        )
-        argv = [
-            "dpaudit",
-            "audit",
-            entry.name,
-            *argv[next(i for i, a in enumerate(argv) if a.startswith("--")) :],
-        ]  # routed: one command path
+        target, release_id, release_path = _audit_target(entry.name, request, audit, canary)
+        out = _audit_folder(audit, target)
+        values = {**audit, **request.to_dict()}  # the request's seed and noise, else the audit's
         result = engine.run_audit(
-            t,
+            target,
             runs=audit["runs"],
             confidence=audit["confidence"],
-            seed=seed,
+            seed=int(values.get("seed", 42)),
             controls=engine.CONTROLS if audit["controls"] else (),
             control_runs=audit["control_runs"],
             chunk_size=audit["chunk_size"],
             out_dir=out,
-            reproducible_noise=bool(
-                getattr(request, "reproducible_noise", audit.get("reproducible_noise", False))
-            ),
+            reproducible_noise=bool(values.get("reproducible_noise", False)),
             progress=not audit["json_out"],
-            command=shlex.join(argv),
+            command=_audit_command(entry.name, target, out),
             release_id=release_id,
             release_path=release_path,
             workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)),
@@ -407,6 +329,41 @@ def make_audit_command(entry):
 
     doc = f"Empirical privacy audit of {entry.name} (canaries {', '.join(entry.canaries)}): eps_LB with Clopper–Pearson bounds, controls."
     return make_command(command, params, f"audit_{entry.name}", doc)
+
+
+def _audit_target(name: str, request, audit: dict, canary):
+    """(target, release id, release path): the plan recorded in ``--release``, else the request's."""
+    if audit["release"] is None:
+        target = auditing.generic_target(name, request, canary=canary, no_noise=audit["no_noise"])
+        return target, None, None
+    values = request.to_dict()
+    for f in type(request).option_fields():
+        if f.name not in ("seed", "data_dir", "reproducible_noise") and values[f.name] != f.default:
+            # the release records its own request: a second one would be silently ignored
+            raise UsageError(
+                f"{flag_of(f)} must not be given with --release (the release records its own "
+                f"request), got {values[f.name]!r}."
+            )
+    rel = read_release(audit["release"])
+    target = auditing.target_from_release(
+        rel,
+        canary=canary,
+        data_dir=values.get("data_dir", audit.get("data_dir")),
+        no_noise=audit["no_noise"],
+        mechanism=name,
+    )
+    return target, rel.id, str(Path(audit["release"]).resolve())
+
+
+def _audit_command(name: str, target, out: Path) -> str:
+    """The recorded command of a generic audit, routed as one command path: ``dpaudit audit NAME``."""
+    argv = recorded_argv(
+        values={"canary": target.canary, "out": out},
+        always=("canary", "runs", "confidence"),
+        omit=("json_out", "workers", "ledger", "fail_on_violation"),
+    )
+    first_option = next(i for i, a in enumerate(argv) if a.startswith("--"))
+    return shlex.join(["dpaudit", "audit", name, *argv[first_option:]])
 
 
 def data_label(dataset) -> str:

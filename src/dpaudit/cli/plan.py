@@ -114,7 +114,7 @@ def dispatch(values: dict, check) -> tuple | None:
     if mechanism == "plan" and planned is not None:
         a = generic.request_from_options(AuditRequest, values, mechanism=planned)
         check(a)
-        return _written(audit_plans.make_plan(a, key=key), a.json_out)
+        return _written(audit_plans.make_plan(a, key=key), a.output.json_out)
     return generic.request_from_options(
         AuditRequest, values, mechanism=_alone(mechanism, planned, key)
     ), None
@@ -130,22 +130,22 @@ def _opacus_plan(values: dict, o: dict, key) -> Path:
             raise UsageError(
                 f"--{k.replace('_', '-')} must be given with `audit plan opacus`, got none."
             )
-    if (o["steps"] is None) == (req.epochs is None):
+    if (o["steps"] is None) == (req.settings.epochs is None):
         raise UsageError(
             f"--steps or --epochs must be given with `audit plan opacus` (one of them), got {'both' if o['steps'] else 'neither'}."
         )
     q = half_open_unit("--sample-rate", o["sample_rate"])
     steps = (
-        o["steps"] if o["steps"] is not None else round(req.epochs / q)
+        o["steps"] if o["steps"] is not None else round(req.settings.epochs / q)
     )  # Opacus's steps for E epochs: E / sample rate
     return audit_plans.opacus_plan(
         SubsampledGaussian(o["noise_multiplier"], q, steps),
         delta=req.delta,
-        canaries=req.canaries,
+        canaries=req.protocol.canaries,
         tensors=o["tensors"] and o["tensors"].split(","),
         confidence=req.confidence,
         out=req.out,
-        ledger=req.ledger,
+        ledger=req.output.ledger,
         key=key,
     )
 
@@ -176,10 +176,11 @@ def _refuse_others(values: dict, mechanism, planned, key) -> None:
 
 def _given(req: AuditRequest, keep) -> list[tuple[str, object]]:
     """(flag, value) of each option given on the command line (not at its default), other than ``keep``."""
+    given = req.to_dict()
     return [
-        (f.metadata.get("flag") or "--" + f.name.replace("_", "-"), getattr(req, f.name))
-        for f in dataclasses.fields(AuditRequest)
-        if f.name not in ("mechanism", *keep) and getattr(req, f.name) != f.default
+        (f.metadata.get("flag") or "--" + f.name.replace("_", "-"), given[f.name])
+        for f in AuditRequest.option_fields()
+        if f.name not in ("mechanism", *keep) and given[f.name] != f.default
     ]
 
 

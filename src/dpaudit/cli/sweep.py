@@ -19,7 +19,7 @@ from .. import sweeps
 from ..console import wrap_width, wrap_words
 from ..requests import flag_of
 from ..sweeps.request import SweepRequest
-from .common import console, emit_json, print_table, note
+from .common import console, emit_json, keyword, print_table, note
 
 
 def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
@@ -28,12 +28,7 @@ def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
     meta, default = f.metadata, f.default
     kw = dict(help=meta.get("help") or "", show_default=default not in (None, ()))
     if meta.get("positional"):
-        return inspect.Parameter(
-            f.name,
-            inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Argument(default, **kw),
-            annotation=Optional[args[0]],
-        )
+        return keyword(f.name, Optional[args[0]], typer.Argument(default, **kw))
     if meta.get("choices"):
         tp = Enum(f"Sweep_{f.name}", {c: c for c in meta["choices"]}, type=str)
         default = tp(default)
@@ -41,12 +36,7 @@ def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
         tp, default = Optional[List[args[0]]], None
     elif type(None) in typing.get_args(tp):
         tp = Optional[args[0]]
-    return inspect.Parameter(
-        f.name,
-        inspect.Parameter.KEYWORD_ONLY,
-        default=typer.Option(default, flag_of(f), **kw),
-        annotation=tp,
-    )
+    return keyword(f.name, tp, typer.Option(default, flag_of(f), **kw))
 
 
 def _request(values: dict) -> SweepRequest:

@@ -147,7 +147,7 @@ def task_request(config: dict, data_dir: str | None = None):
         "non_private": non_private,
     }
     values.update({f.name: name for f in fields(rtype) if f.metadata.get("positional")})
-    takes = {f.name for f in fields(rtype)}
+    takes = {f.name for f in rtype.option_fields()}
     return name, rtype.from_dict({k: v for k, v in values.items() if k in takes})
 
 

@@ -100,7 +100,7 @@ class DPSGDMechanism(MechanismBase):
         r.check()
         one_of("model", r.model, MODEL_NAMES)
         # cuda without a CUDA device: refused before any data are loaded
-        resolve_device(r.device, supported=MODELS[r.model].family != "head")
+        resolve_device(r.training.device, supported=MODELS[r.model].family != "head")
         return r
 
     def load(self, r: DPSGDRequest, prepared=None):
@@ -179,7 +179,7 @@ class DPSGDMechanism(MechanismBase):
             normalizer=sched.normalizer,
             noise_multiplier=setup.noise_multiplier,
             non_private=r.non_private,
-            **optimizer_settings(r),
+            **optimizer_settings(r.training),
         )
         unit_config = (
             {
@@ -389,7 +389,7 @@ class DPSGDMechanism(MechanismBase):
                 "trainable_parameters": params,
                 "init": "torch defaults from a generator seeded by the public seed",
             }
-            device = resolve_device(r.device)
+            device = resolve_device(r.training.device)
             steps_executed, train_seconds = train(
                 params,
                 lambda cb: train_module_dp_sgd(

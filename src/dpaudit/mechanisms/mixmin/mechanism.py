@@ -386,7 +386,7 @@ def _proxy_data(request, ledger_path) -> MixMinData:
     """A bring-your-own proxy predictions file: every record is D_mix, named by the keyed fingerprint of its content (a renamed
     copy shares the budget and the cap, issue 13 point 6); its rows (mixmin_tasks.proxy_row_sets)
     make a shuffled, cut or jittered copy meet the original's cap too."""
-    pp = load_proxy_predictions(request.proxy_predictions, loss=request.loss)
+    pp = load_proxy_predictions(request.proxy_predictions, loss=request.mixture.loss)
     with open_ledger(ledger_path) as led:
         content_fp = led.fingerprint(pp.sha256)
     # Public identity only (the count is private: q = B / N0 from --reference-size); the content digest stays local.
@@ -803,7 +803,7 @@ class DPMixMin(MechanismBase):
                 batch_size=int(round(float(mc["expected_batch_size"]))),
                 clipping_norm=float(mc["clipping_norm"]),
                 step_size=float(mc["step_size"]),
-                loss=mc.get("loss", request.loss),
+                loss=mc.get("loss", request.mixture.loss),
             )
         plan = self.plan(self.validate(request), MixMinInfo.from_release(release))
         check_plan_matches_release(plan.parts[0], release)

@@ -175,14 +175,14 @@ def resolved_mixture(request) -> MixtureSettings:
     """The request's mixture settings: unset options take the task's public defaults, set ones override them; G (default 4) for a
     task's synthetic users."""
     given = {
-        "steps": request.steps,
-        "batch_size": request.batch_size,
-        "clipping_norm": request.clipping_norm,
-        "step_size": request.step_size,
+        "steps": request.mixture.steps,
+        "batch_size": request.mixture.batch_size,
+        "clipping_norm": request.mixture.clipping_norm,
+        "step_size": request.mixture.step_size,
     }
     mixture = replace(
         default_mixture(request_task(request)),
-        loss=request.loss,
+        loss=request.mixture.loss,
         **{k: v for k, v in given.items() if v is not None},
     )
     if request.privacy_unit == "user" and request_task(request) is not None:

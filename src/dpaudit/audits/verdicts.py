@@ -15,7 +15,7 @@ at confidence 1 - (1 - confidence) / K (Bonferroni over the K audits), so that t
 false VIOLATION among K audits of a correct claim stays below 1 - confidence. Nothing beyond the
 counts the record already holds is needed (:func:`decision_at`).
 
-Records written before issue 23 (no ``general_bound``): their top-level eps_LB was, for a
+Records written before the general bound (no ``general_bound``): their top-level eps_LB was, for a
 claimed-curve audit, the epsilon of the claim-family member ruled out, not a bound for any
 mechanism. :func:`upgrade` reads such a record with the Clopper-Pearson bound of its EVAL counts
 as eps_LB (a valid bound) and the old figure kept as ``claimed_curve.family_epsilon``.

@@ -114,7 +114,7 @@ def plan_id(record: dict) -> str | None:
 
 
 def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note]) -> dict:
-    """One audit's entry (raw scores are local, issue 23 point 5: the report never reads them)."""
+    """One audit's entry (raw scores are local: the report never reads them)."""
     v = la.view
     label = f"audit {la.path}"
     entry = {k: getattr(v, k) for k in ENTRY_FIELDS}
@@ -364,7 +364,7 @@ def _family_bound(cv: dict | None) -> dict | None:
 
 
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
-    """The issue-15 blocks of an audit record: which statistic decided its eps_LB, the
+    """The evidence blocks of an audit record: which statistic decided its eps_LB, the
     Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""

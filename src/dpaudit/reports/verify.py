@@ -1,4 +1,4 @@
-"""``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data (issue 27).
+"""``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data.
 
 A bundle (:func:`make_bundle`): ``bundle.json`` (contents, the ledger's head), ``ledger.json`` (the ledger's export without
 its fingerprint key or row sets), ``releases/ID/release.json``, ``audits/ID/audit.json`` | ``one_run.json`` (shareable parts) and

@@ -97,27 +97,7 @@ def run_one_run(
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, its inclusion coins
     from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`)."""
     m = positive_int("canaries", audit.canaries, 2)
-    rel = (
-        None
-        if audit.release is None
-        else audit.release
-        if isinstance(audit.release, Release)
-        else read_release(audit.release)
-    )
-    release_id = None if rel is None else rel.id
-    release_path = (
-        None
-        if rel is None or isinstance(audit.release, Release)
-        else str(Path(audit.release).resolve())
-    )
-    if (
-        rel is not None
-        and rel.mechanism in MODULE_MODELS
-        and audit.mechanism not in (None, rel.mechanism)
-    ):
-        raise UsageError(
-            f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}."
-        )
+    rel, release_id, release_path = _audited_release(audit)
     name = rel.mechanism if rel is not None else audit.mechanism
     noise = (
         NoiseSource("reproducible", seed=audit.seed) if audit.reproducible_noise else NoiseSource()
@@ -128,10 +108,7 @@ def run_one_run(
     if plan is not None:
         plan.started(run_id)
     t0 = time.perf_counter()
-    if name in MODULE_MODELS:
-        claim, scores = _modules(name, rel, audit, m=m, noise=noise, cost=cost, coins=coins)
-    else:
-        claim, scores = _heads(rel, audit, m=m, noise=noise, cost=cost, coins=coins)
+    claim, scores = _train_and_score(name, rel, audit, m=m, noise=noise, cost=cost, coins=coins)
     t1 = time.perf_counter()
     bounds = one_run_bounds(
         scores,
@@ -160,6 +137,28 @@ def run_one_run(
     if plan is not None:
         plan.finished(run_id, shareable_one_run(result.to_dict()))
     return result
+
+
+def _audited_release(audit: AuditRequest) -> tuple[Release | None, str | None, str | None]:
+    """(the release audited, its id, its resolved path): all None without one.
+
+    Raises:
+        UsageError: the request names a module model other than the release's.
+    """
+    if audit.release is None:
+        return None, None, None
+    given = isinstance(audit.release, Release)
+    rel = audit.release if given else read_release(audit.release)
+    if rel.mechanism in MODULE_MODELS and audit.mechanism not in (None, rel.mechanism):
+        raise UsageError(
+            f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}."
+        )
+    return rel, rel.id, None if given else str(Path(audit.release).resolve())
+
+
+def _train_and_score(name, rel, a: AuditRequest, **kw):
+    """(claim dict, OneRunScores): module models (record level) or DP-SGD head models."""
+    return _modules(name, rel, a, **kw) if name in MODULE_MODELS else _heads(rel, a, **kw)
 
 
 def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):

@@ -212,14 +212,11 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     by_plan = plan_entries(
         (seq, signer, p) for seq, kind, signer, p in entries if kind == sg.PLAN_KIND
     )
-    checks = [ledger] + [
-        c for rid, rel in releases.items() for c in _release_checks(rid, rel, in_ledger.get(rid))
-    ]
-    checks += [
-        c
-        for pid, plan in plans.items()
-        for c in _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)
-    ]
+    checks = [ledger]
+    for rid, rel in releases.items():
+        checks += _release_checks(rid, rel, in_ledger.get(rid))
+    for pid, plan in plans.items():
+        checks += _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)
     checks += _whole_record_checks(
         plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries]
     )

@@ -90,16 +90,7 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
             "accountant": rel.accountant,
         }, {"release": rel.id}
     if a.one_run and a.mechanism in MODULE_MODELS:
-        _, data, _, c = module_setup(
-            a.mechanism,
-            release=None,
-            epsilon=a.epsilon,
-            delta=a.delta,
-            dataset=a.dataset,
-            data_dir=a.data_dir,
-            profile=a.profile,
-            epochs=a.epochs,
-        )
+        _, data, _, c = module_setup(a)
         event, eps, delta, adjacency, accountant = (
             c["event"],
             c["claimed_epsilon"],

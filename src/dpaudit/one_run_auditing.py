@@ -47,23 +47,24 @@ def audit_device(a: AuditRequest) -> str:
     return resolve_device(a.device, supported=one_run and a.mechanism in MODULE_MODELS)
 
 
-def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
+def module_setup(a: AuditRequest, release=None):
     """(model, data, DPSGDConfig, claim dict) for a module model's one-run or white-box audit:
     those of its trial audit's target (:class:`~dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`), built
     from the release's plan (checked against the release, trained with its optimizer settings,
-    its recorded schedule, noise and claim), else from a fresh plan at (epsilon, delta)."""
+    its recorded schedule, noise and claim), else from a fresh plan of ``a``'s mechanism at its
+    (epsilon, delta), dataset (default digits), profile and epochs."""
     if release is not None:
-        target = target_from_release(release, data_dir=data_dir)
+        target = target_from_release(release, data_dir=a.data_dir)
     else:
         target = target_for(
             AuditRequest(
-                mechanism=mechanism,
-                epsilon=epsilon,
-                delta=delta,
-                dataset=dataset or "digits",
-                data_dir=data_dir,
-                profile=profile,
-                epochs=epochs,
+                mechanism=a.mechanism,
+                epsilon=a.epsilon,
+                delta=a.delta,
+                dataset=a.dataset or "digits",
+                data_dir=a.data_dir,
+                profile=a.profile,
+                epochs=a.epochs,
             )
         )
     claim = dict(
@@ -168,16 +169,7 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
             f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.privacy_unit!r}."
         )
     device = resolve_device(a.device)  # before the data are loaded
-    model, data, cfg, claim = module_setup(
-        name,
-        release=rel,
-        epsilon=a.epsilon,
-        delta=a.delta,
-        dataset=a.dataset,
-        data_dir=a.data_dir,
-        profile=a.profile,
-        epochs=a.epochs,
-    )
+    model, data, cfg, claim = module_setup(a, rel)
     if cost is not None:
         _record_cost(
             name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost

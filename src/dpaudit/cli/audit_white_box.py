@@ -81,16 +81,7 @@ def _setup(a: AuditRequest, rel):
     if a.mechanism in HEAD_MODELS:
         model, dataset, claim, seed = _head_setup(a, rel)
         return model, None, None, claim, dataset, seed
-    model, data, cfg, claim = module_setup(
-        a.mechanism,
-        release=rel,
-        epsilon=a.epsilon,
-        delta=a.delta,
-        dataset=a.dataset,
-        data_dir=a.data_dir,
-        profile=a.profile,
-        epochs=a.epochs,
-    )
+    model, data, cfg, claim = module_setup(a, rel)
     return model, data, cfg, claim, data.name, a.seed if rel is None else int(rel.seed)
 
 

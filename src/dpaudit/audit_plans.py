@@ -90,16 +90,7 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
             "accountant": rel.accountant,
         }, {"release": rel.id}
     if a.protocol.one_run and a.mechanism in MODULE_MODELS:
-        _, data, _, c = module_setup(
-            a.mechanism,
-            release=None,
-            epsilon=a.epsilon,
-            delta=a.delta,
-            dataset=a.data.dataset,
-            data_dir=a.data.data_dir,
-            profile=a.data.profile,
-            epochs=a.settings.epochs,
-        )
+        _, data, _, c = module_setup(a)
         event, eps, delta, adjacency, accountant = (
             c["event"],
             c["claimed_epsilon"],
@@ -399,6 +390,21 @@ class PlanRun:
         self._record(stage="result", audit_id=audit_id, sha256=digest(shareable))
 
 
+def _check_registered(plan: dict, ledger) -> None:
+    """The ledger registered exactly this plan.json (DataError otherwise)."""
+    with open_ledger(ledger, create=False) as led:
+        reg = _ledger_plans(led).get(plan["id"], {}).get("registered")
+    if reg is None:
+        raise DataError(
+            f"plan {plan['id']} must be registered in the ledger as it is, got no registration."
+        )
+    if reg[2].get("sha256") != digest(plan):
+        raise DataError(
+            f"plan {plan['id']} must be registered in the ledger as it is, got a registration of "
+            "another plan.json (edited after registering)."
+        )
+
+
 def open_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None) -> PlanRun:
     """The :class:`PlanRun` of plan.json at ``path`` (or its folder), after checking that it is
     signed by its key, that plan.local.json's salt and seeds are the ones committed to, and that the
@@ -422,17 +428,7 @@ def open_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None) 
             f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others."
         )
     ledger = plan["request"].get("ledger") if ledger is None else os.fspath(ledger)
-    with open_ledger(ledger, create=False) as led:
-        reg = _ledger_plans(led).get(plan["id"], {}).get("registered")
-    if reg is None or reg[2].get("sha256") != digest(plan):
-        raise DataError(
-            f"plan {plan['id']} must be registered in the ledger as it is, got "
-            + (
-                "no registration."
-                if reg is None
-                else "a registration of another plan.json (edited after registering)."
-            )
-        )
+    _check_registered(plan, ledger)
     first = results_in(p.parent)
     if first:  # before anything runs: a second run would replace the first run's files
         raise UsageError(

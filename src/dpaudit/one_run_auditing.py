@@ -49,23 +49,24 @@ def audit_device(a: AuditRequest) -> str:
     return resolve_device(a.device, supported=one_run and a.mechanism in MODULE_MODELS)
 
 
-def module_setup(mechanism: str, *, release, epsilon, delta, dataset, data_dir, profile, epochs):
+def module_setup(a: AuditRequest, release=None):
     """(model, data, DPSGDConfig, claim dict) for a module model's one-run or white-box audit:
     those of its trial audit's target (:class:`~dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`), built
     from the release's plan (checked against the release, trained with its optimizer settings,
-    its recorded schedule, noise and claim), else from a fresh plan at (epsilon, delta)."""
+    its recorded schedule, noise and claim), else from a fresh plan of ``a``'s mechanism at its
+    (epsilon, delta), dataset (default digits), profile and epochs."""
     if release is not None:
-        target = target_from_release(release, data_dir=data_dir)
+        target = target_from_release(release, data_dir=a.data.data_dir)
     else:
         target = target_for(
             AuditRequest(
-                mechanism=mechanism,
-                epsilon=epsilon,
-                delta=delta,
-                dataset=dataset or "digits",
-                data_dir=data_dir,
-                profile=profile,
-                epochs=epochs,
+                mechanism=a.mechanism,
+                epsilon=a.epsilon,
+                delta=a.delta,
+                dataset=a.data.dataset or "digits",
+                data_dir=a.data.data_dir,
+                profile=a.data.profile,
+                epochs=a.settings.epochs,
             )
         )
     claim = dict(
@@ -99,27 +100,7 @@ def run_one_run(
     ``plan`` (a :class:`dpaudit.audit_plans.PlanRun`): a pre-registered run, its inclusion coins
     from the plan's committed seed (:func:`~dpaudit.audits.one_run.plan_coins`)."""
     m = positive_int("canaries", audit.protocol.canaries, 2)
-    rel = (
-        None
-        if audit.release is None
-        else audit.release
-        if isinstance(audit.release, Release)
-        else read_release(audit.release)
-    )
-    release_id = None if rel is None else rel.id
-    release_path = (
-        None
-        if rel is None or isinstance(audit.release, Release)
-        else str(Path(audit.release).resolve())
-    )
-    if (
-        rel is not None
-        and rel.mechanism in MODULE_MODELS
-        and audit.mechanism not in (None, rel.mechanism)
-    ):
-        raise UsageError(
-            f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}."
-        )
+    rel, release_id, release_path = _audited_release(audit)
     name = rel.mechanism if rel is not None else audit.mechanism
     noise = (
         NoiseSource("reproducible", seed=audit.seed)
@@ -132,10 +113,7 @@ def run_one_run(
     if plan is not None:
         plan.started(run_id)
     t0 = time.perf_counter()
-    if name in MODULE_MODELS:
-        claim, scores = _modules(name, rel, audit, m=m, noise=noise, cost=cost, coins=coins)
-    else:
-        claim, scores = _heads(rel, audit, m=m, noise=noise, cost=cost, coins=coins)
+    claim, scores = _train_and_score(name, rel, audit, m=m, noise=noise, cost=cost, coins=coins)
     t1 = time.perf_counter()
     bounds = one_run_bounds(
         scores,
@@ -166,6 +144,28 @@ def run_one_run(
     return result
 
 
+def _audited_release(audit: AuditRequest) -> tuple[Release | None, str | None, str | None]:
+    """(the release audited, its id, its resolved path): all None without one.
+
+    Raises:
+        UsageError: the request names a module model other than the release's.
+    """
+    if audit.release is None:
+        return None, None, None
+    given = isinstance(audit.release, Release)
+    rel = audit.release if given else read_release(audit.release)
+    if rel.mechanism in MODULE_MODELS and audit.mechanism not in (None, rel.mechanism):
+        raise UsageError(
+            f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {audit.mechanism!r}."
+        )
+    return rel, rel.id, None if given else str(Path(audit.release).resolve())
+
+
+def _train_and_score(name, rel, a: AuditRequest, **kw):
+    """(claim dict, OneRunScores): module models (record level) or DP-SGD head models."""
+    return _modules(name, rel, a, **kw) if name in MODULE_MODELS else _heads(rel, a, **kw)
+
+
 def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
     if a.settings.privacy_unit != "record":
@@ -173,16 +173,7 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
             f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.settings.privacy_unit!r}."
         )
     device = resolve_device(a.device)  # before the data are loaded
-    model, data, cfg, claim = module_setup(
-        name,
-        release=rel,
-        epsilon=a.epsilon,
-        delta=a.delta,
-        dataset=a.data.dataset,
-        data_dir=a.data.data_dir,
-        profile=a.data.profile,
-        epochs=a.settings.epochs,
-    )
+    model, data, cfg, claim = module_setup(a, rel)
     if cost is not None:
         _record_cost(
             name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost

@@ -8,7 +8,6 @@ records are real records with a field replaced, to pin the report's rules on exa
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -135,13 +134,13 @@ def write_audit_record(out_dir: Path, result, s_in=None, s_out=None, **replace) 
     from dpaudit.audits.engine import write_audit
 
     if replace:
-        result = dataclasses.replace(result, **replace)
+        result = result.replace(**replace)
     scores = None
     if s_in is not None:
         s = np.concatenate([s_in, s_out])
         w = np.concatenate([np.ones(s_in.size, bool), np.zeros(s_out.size, bool)])
         scores = {"main": (s, w, np.zeros(s.size, bool), w)}
-        result = dataclasses.replace(result, scores_file="scores.npz")
+        result = result.replace(scores_file="scores.npz")
     write_audit(result, out_dir, scores=scores)
     return json.loads((Path(out_dir) / "audit.json").read_text())
 

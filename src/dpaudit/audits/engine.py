@@ -30,7 +30,7 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   bound on the epsilon of ANY mechanism at delta, whatever the claim's shape), general_bound
   (:func:`general_bound`; recomputable at another confidence, :func:`dpaudit.audits.verdicts.decision_at`),
   claim_family_bound (:func:`claim_family_bound`; null without an event), claimed_curve (the block
-  of :func:`dpaudit.audits.curves.curve_test`; null without an event; files before issue 23:
+  of :func:`dpaudit.audits.curves.curve_test`; null without an event; files before the general bound:
   :func:`dpaudit.audits.verdicts.upgrade`), clopper_pearson_epsilon (the SELECT/EVAL
   Clopper–Pearson eps_LB below; files without it: = epsilon_lower_bound), comparison
   (:func:`stats.comparison_statistics`; {} in older files); the Clopper–Pearson test: threshold
@@ -81,6 +81,7 @@ from ..audit_outputs import shareable_audit
 from ..accounting import compute_epsilon
 from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, split_audit
 from ..errors import DataError, UsageError
+from ..grouped import Grouped
 from ..lazy import lazy_import
 from ..progress import JobProgress, phase
 from ..noise import NoiseSource, public_rng
@@ -118,8 +119,95 @@ _ROLE_TAG = {"main": 1, "no-noise": 2, "null": 3}
 
 
 @dataclass(frozen=True)
-class AuditResult:
-    """The outcome of one audit (or control). ``violated`` is derived, never stored."""
+class ClopperPearsonTest:
+    """The threshold rule chosen on SELECT and its Clopper–Pearson bounds on EVAL."""
+
+    threshold: float | None  # score units: in the local file only, None when read from audit.json
+    direction: str
+    select_epsilon: float  # biased (chosen on SELECT), for information
+    counts: dict
+    fpr_upper: float
+    fnr_upper: float
+    ceiling: float
+    clopper_pearson_epsilon: float | None = None  # its eps_LB (None only if never computed)
+
+
+@dataclass(frozen=True)
+class TrialSplit:
+    """How the trials were split into worlds and SELECT / EVAL, and seeded."""
+
+    select_size: int
+    eval_size: int
+    select_fraction: float
+    trials_per_world: dict
+    seeds: dict
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What else the scores show besides eps_LB, and how eps_LB was reached."""
+
+    gdp_estimate: dict  # an estimate, never a bound
+    roc: dict
+    auc: float
+    method: str = METHOD
+    claimed_curve: dict | None = None  # curves.curve_test's block (None without a claimed event)
+    comparison: dict = field(default_factory=dict)  # stats.comparison_statistics
+    general_bound: dict | None = None  # how eps_LB is computed and recomputed
+    claim_family_bound: dict | None = None  # the claimed-curve result in the claim's units
+    epsilon_lower_bound_note: str | None = None  # set when an old file's eps_LB was re-read
+    sequential: dict | None = None  # sequential mode: trials used, why it stopped
+    power: dict | None = None  # what this audit could detect (dpaudit.audits.power.AuditPower)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the audit came from: the target's description, the run and what re-creates it."""
+
+    task: str | None = None
+    dataset: str | None = None
+    config: dict = field(default_factory=dict)
+    canary_info: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    scores_file: str | None = None
+    command: str | None = None  # the command line that re-creates this audit (CLI)
+    release_id: str | None = None  # the audited release, when the configuration came from one
+    release_path: str | None = None
+    created_at: str = field(default_factory=now_utc)
+    dpaudit_version: str = __version__
+    git_commit: str | None = None
+    plan: dict | None = None  # a pre-registered run: plan id, revealed salt and seeds
+
+
+#: audit.json's keys in their written order (between "schema" and "underpowered", "controls").
+KEYS = tuple(
+    """mechanism canary role noise canary_inserted runs claimed_epsilon delta adjacency confidence
+    epsilon_lower_bound threshold direction select_epsilon counts fpr_upper fnr_upper ceiling
+    gdp_estimate roc auc select_size eval_size select_fraction trials_per_world seeds task dataset
+    config canary_info timings scores_file method command release_id release_path id created_at
+    dpaudit_version git_commit statistic claimed_curve comparison clopper_pearson_epsilon
+    threat_model general_bound claim_family_bound epsilon_lower_bound_note plan sequential
+    power""".split()
+)
+REQUIRED_KEYS = (
+    "mechanism canary runs claimed_epsilon delta epsilon_lower_bound confidence counts ceiling"
+).split()
+
+
+@dataclass(frozen=True)
+class AuditResult(Grouped):
+    """The outcome of one audit (or control). ``violated`` is derived, never stored.
+
+    Its details are grouped (``test``, ``split``, ``evidence``, ``provenance``); every audit.json
+    key also reads as an attribute (``result.counts``), and :meth:`of` / :meth:`replace` take them.
+    """
+
+    GROUPS = {
+        "test": ClopperPearsonTest,
+        "split": TrialSplit,
+        "evidence": Evidence,
+        "provenance": Provenance,
+    }
 
     mechanism: str
     canary: str
@@ -132,64 +220,15 @@ class AuditResult:
     adjacency: str
     confidence: float
     epsilon_lower_bound: float
-    threshold: float
-    direction: str
-    select_epsilon: float
-    counts: dict
-    fpr_upper: float
-    fnr_upper: float
-    ceiling: float
-    gdp_estimate: dict
-    roc: dict
-    auc: float
-    select_size: int
-    eval_size: int
-    select_fraction: float
-    trials_per_world: dict
-    seeds: dict
-    task: str | None = None
-    dataset: str | None = None
-    config: dict = field(default_factory=dict)
-    canary_info: dict = field(default_factory=dict)
-    controls: dict = field(default_factory=dict)  # role -> AuditResult
-    timings: dict = field(default_factory=dict)
-    scores_file: str | None = None
-    method: str = METHOD
-    command: str | None = None  # the command line that re-creates this audit (CLI)
-    release_id: str | None = None  # the audited release, when the configuration came from one
-    release_path: str | None = None
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    created_at: str = field(default_factory=now_utc)
-    dpaudit_version: str = __version__
-    git_commit: str | None = None
+    test: ClopperPearsonTest
+    split: TrialSplit
+    evidence: Evidence
+    provenance: Provenance = field(default_factory=Provenance)
     #: the deciding statistic: "claimed-curve" (a claimed event was tested) or "clopper-pearson"
     statistic: str = "clopper-pearson"
-    claimed_curve: dict | None = None  # curves.curve_test's block (None without a claimed event)
-    comparison: dict = field(
-        default_factory=dict
-    )  # stats.comparison_statistics ({} in older files)
-    clopper_pearson_epsilon: float | None = (
-        None  # the SELECT/EVAL CP eps_LB (None only if never computed)
-    )
     threat_model: str = "final-model"
-    general_bound: dict | None = (
-        None  # how eps_LB is computed and recomputed (None in files before issue 23)
-    )
-    claim_family_bound: dict | None = (
-        None  # the claimed-curve result in the claim's units (None without an event)
-    )
-    epsilon_lower_bound_note: str | None = (
-        None  # set when an old file's eps_LB was re-read (verdicts.upgrade)
-    )
-    plan: dict | None = (
-        None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
-    )
-    sequential: dict | None = (
-        None  # sequential mode: trials used, why it stopped (dpaudit.audits.sequential.record)
-    )
-    power: dict | None = (
-        None  # what this audit could detect (dpaudit.audits.power.AuditPower; None in older files)
-    )
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    controls: dict = field(default_factory=dict)  # role -> AuditResult
 
     @property
     def violated(self) -> bool:
@@ -201,12 +240,10 @@ class AuditResult:
         return self.claimed_epsilon is not None and self.ceiling < self.claimed_epsilon
 
     def to_dict(self) -> dict:
-        d = {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "controls"
-        }
+        flat = self.flat()
+        d = {"schema": SCHEMA, **{k: flat[k] for k in KEYS}}
         if d["sequential"] is None:
             del d["sequential"]  # fixed-N records keep their layout
-        d = {"schema": SCHEMA, **d}
         d["underpowered"] = self.underpowered
         if self.role == "main":
             d["controls"] = {k: v.to_dict() for k, v in self.controls.items()}
@@ -214,47 +251,45 @@ class AuditResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> "AuditResult":
+        """The result an audit.json (of any version) records; the one reader of audit records.
+
+        Raises:
+            DataError: a required key is absent.
+        """
         data = upgrade(data)
-        known = {f.name for f in dataclasses.fields(cls)}
-        required = [
-            "mechanism",
-            "canary",
-            "runs",
-            "claimed_epsilon",
-            "delta",
-            "epsilon_lower_bound",
-            "confidence",
-            "counts",
-            "ceiling",
-        ]
-        absent = [k for k in required if k not in data]
+        absent = [k for k in REQUIRED_KEYS if k not in data]
         if absent:
             raise DataError(f"audit is missing required keys: {', '.join(absent)}.")
-        kw = {k: v for k, v in data.items() if k in known}
-        kw["controls"] = {k: cls.from_dict(v) for k, v in (data.get("controls") or {}).items()}
-        kw.setdefault(
-            "threshold", None
-        )  # shareable part only: the threshold (score units) is local
-        for k in ("threshold", "epsilon_lower_bound", "clopper_pearson_epsilon"):
-            if isinstance(kw.get(k), str):
-                kw[k] = float(kw[k])  # infinities are stored as strings
-        # Files written before the claimed-curve statistic: the Clopper–Pearson eps_LB decided.
-        kw.setdefault("statistic", "clopper-pearson")
-        if (
-            kw.get("clopper_pearson_epsilon") is None
-            and kw["statistic"] == "clopper-pearson"
-            and "general_bound" not in data
-        ):
-            kw["clopper_pearson_epsilon"] = float(kw["epsilon_lower_bound"])
-        if (
-            kw.get("claim_family_bound") is None
-            and isinstance(kw.get("claimed_curve"), dict)
-            and "family" in kw["claimed_curve"]
-        ):
-            kw["claim_family_bound"] = claim_family_bound(kw["claimed_curve"])
-        if kw.get("comparison") is None:
-            kw["comparison"] = {}
-        return cls(**kw)
+        keys = _numbers({k: data[k] for k in KEYS if k in data})
+        keys["controls"] = {k: cls.from_dict(v) for k, v in (data.get("controls") or {}).items()}
+        return cls.of(**_older_layout(keys, data))
+
+
+def _numbers(keys: dict) -> dict:
+    """Infinities are stored as strings; the shareable part has no threshold (score units)."""
+    keys.setdefault("threshold", None)
+    for k in ("threshold", "epsilon_lower_bound", "clopper_pearson_epsilon"):
+        if isinstance(keys.get(k), str):
+            keys[k] = float(keys[k])
+    return keys
+
+
+def _older_layout(keys: dict, data: dict) -> dict:
+    """The keys older files lack, as those files meant them."""
+    # before the claimed-curve statistic the Clopper–Pearson eps_LB decided
+    keys.setdefault("statistic", "clopper-pearson")
+    if (
+        keys.get("clopper_pearson_epsilon") is None
+        and keys["statistic"] == "clopper-pearson"
+        and "general_bound" not in data
+    ):
+        keys["clopper_pearson_epsilon"] = float(keys["epsilon_lower_bound"])
+    curve = keys.get("claimed_curve")
+    if keys.get("claim_family_bound") is None and isinstance(curve, dict) and "family" in curve:
+        keys["claim_family_bound"] = claim_family_bound(curve)
+    if keys.get("comparison") is None:
+        keys["comparison"] = {}
+    return keys
 
 
 def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
@@ -284,6 +319,10 @@ class TrialPlan:
 
     world: np.ndarray  # bool (runs,): canary-in world
     select: np.ndarray  # bool (runs,): SELECT (True) or EVAL (False)
+
+    @property
+    def masks(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.world, self.select
 
 
 #: Fewest trials an audit can split into both worlds and SELECT / EVAL halves.
@@ -520,7 +559,7 @@ def audit_scores(
         adjacency=adjacency,
         seed=seed,
     )
-    result = AuditResult(
+    result = AuditResult.of(
         mechanism=mechanism,
         canary=canary,
         role="main",
@@ -536,11 +575,8 @@ def audit_scores(
         git_commit=git_commit(),
         **ev,
     )
-    return dataclasses.replace(
-        result,
-        power=audit_power_of(
-            claim, adjacency, int(s.size), result, select_fraction=select_fraction
-        ),
+    return result.replace(
+        power=audit_power_of(claim, adjacency, int(s.size), result, select_fraction=select_fraction)
     )
 
 
@@ -682,19 +718,7 @@ def _run_roles(
     executor=None,
 ) -> tuple[dict[str, np.ndarray], float, float]:
     """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints."""
-    results: dict[str, np.ndarray] = {}
-    pending: list[tuple[str, int, np.ndarray]] = []
-    for role, (target, inserted) in jobs.items():
-        results[role] = np.full(inserted.size, np.nan)
-        done = checkpoints[role].done()
-        n_chunks = -(-inserted.size // chunk_size)
-        for c in range(n_chunks):
-            sl = slice(c * chunk_size, min((c + 1) * chunk_size, inserted.size))
-            if c in done and done[c].shape == (sl.stop - sl.start,):
-                results[role][sl] = done[c]
-            else:
-                pending.append((role, c, inserted[sl]))
-
+    results, pending = _resumed(jobs, chunk_size, checkpoints)
     busy = cpu = 0.0
     targets = {r: t for r, (t, _) in jobs.items()}
     with JobProgress("trials", enabled=progress) as bar:
@@ -723,34 +747,56 @@ def _run_roles(
                 on_done=lambda outcome: finish(*outcome.value) if outcome.ok else None,
             )
         elif workers <= 1 or len(pending) <= 1:
-            _WORKER_TARGETS.clear()
-            _WORKER_TARGETS.update(targets)
-            # Trials are many skinny matrix products: one thread each, as in the worker processes.
-            # Extra intra-op threads only spin against other jobs on a busy machine (measured
-            # about 10x slower for the MNIST head audit with 2 threads under load).
-            with limited_threads(1):
-                for role, c, ins in pending:
-                    finish(*_worker_run(role, c, ins, noise_seed))
+            _run_here(targets, pending, noise_seed, finish)
         else:
-            # fork where the platform has it: workers inherit the prepared targets without pickling
-            # (and closures work); elsewhere the targets are pickled once per worker.
-            methods = multiprocessing.get_all_start_methods()
-            ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
-            with ProcessPoolExecutor(
-                max_workers=workers, initializer=_worker_init, initargs=(targets,), mp_context=ctx
-            ) as pool:
-                todo = list(pending)
-                running = set()
-                while todo or running:
-                    while (
-                        todo and len(running) < 2 * workers
-                    ):  # bounded queue: checkpoints stay fresh
-                        role, c, ins = todo.pop(0)
-                        running.add(pool.submit(_worker_run, role, c, ins, noise_seed))
-                    finished, running = wait(running, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        finish(*fut.result())
+            _run_pool(targets, pending, noise_seed, finish, workers)
     return results, busy, cpu
+
+
+def _resumed(jobs: dict, chunk_size: int, checkpoints: dict) -> tuple[dict, list]:
+    """(role -> scores, NaN where still to run; the (role, chunk, inserted) chunks still to run)."""
+    results: dict[str, np.ndarray] = {}
+    pending: list[tuple[str, int, np.ndarray]] = []
+    for role, (_, inserted) in jobs.items():
+        results[role] = np.full(inserted.size, np.nan)
+        done = checkpoints[role].done()
+        for c in range(-(-inserted.size // chunk_size)):
+            sl = slice(c * chunk_size, min((c + 1) * chunk_size, inserted.size))
+            if c in done and done[c].shape == (sl.stop - sl.start,):
+                results[role][sl] = done[c]
+            else:
+                pending.append((role, c, inserted[sl]))
+    return results, pending
+
+
+def _run_here(targets: dict, pending: list, noise_seed: int | None, finish) -> None:
+    """The chunks in this process. Trials are many skinny matrix products: one thread each, as in
+    the worker processes; extra intra-op threads only spin against other jobs on a busy machine
+    (measured about 10x slower for the MNIST head audit with 2 threads under load)."""
+    _WORKER_TARGETS.clear()
+    _WORKER_TARGETS.update(targets)
+    with limited_threads(1):
+        for role, c, ins in pending:
+            finish(*_worker_run(role, c, ins, noise_seed))
+
+
+def _run_pool(targets: dict, pending: list, noise_seed: int | None, finish, workers: int) -> None:
+    """The chunks on a process pool, a bounded queue of them at a time (checkpoints stay fresh).
+    Fork where the platform has it: workers inherit the prepared targets without pickling (and
+    closures work); elsewhere the targets are pickled once per worker."""
+    ctx = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    )
+    with ProcessPoolExecutor(
+        max_workers=workers, initializer=_worker_init, initargs=(targets,), mp_context=ctx
+    ) as pool:
+        todo, running = list(pending), set()
+        while todo or running:
+            while todo and len(running) < 2 * workers:
+                running.add(pool.submit(_worker_run, *todo.pop(0), noise_seed))
+            finished, running = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                finish(*fut.result())
 
 
 @dataclass(frozen=True)
@@ -839,27 +885,66 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     o = dataclasses.replace(options or AuditOptions(), **fields).checked(target)
     root = Path(o.out_dir) if o.out_dir is not None else None
     roles = _roles(target, o)
-    plans = {
-        r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction)
-        for r, (_, n) in roles.items()
-    }
     seq = sequential.plan_sequential(o.runs, seed=o.seed) if o.sequential else None
-    if (
-        seq is not None
-    ):  # the main role runs batch by batch below (no checkpoints); the controls as ever
-        plans["main"] = TrialPlan(
-            world=seq.world, select=np.arange(seq.max_trials) < seq.select_trials
-        )
-    jobs = {
-        r: (t, np.zeros(n, dtype=bool) if r == "null" else plans[r].world.copy())
-        for r, (t, n) in roles.items()
-    }
+    plans = _trial_plans(roles, o, seq)
+    jobs = {r: (t, _inserted(r, plans[r])) for r, (t, _) in roles.items()}
     prints = {
         r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed)
         for r, (t, n) in roles.items()
     }
+    audit_id = _started(target, roles, prints, o, root)
+    t0 = time.perf_counter()
+    scores, busy, cpu = _run_fixed(jobs, seq is not None, prints, root, o)
+    stop = _run_sequential_main(target, seq, o, scores, roles, plans, jobs)
+    phase("computing the bounds and writing the results")
+    timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
+    results = _results(target, roles, scores, plans, o, timings, audit_id)
+    main = _main_result(target, o, seq, stop, results)
+    if root is not None:
+        write_audit(main, root, scores={r: (scores[r], *plans[r].masks, jobs[r][1]) for r in roles})
+        shutil.rmtree(root / ".checkpoint", ignore_errors=True)
+    if o.plan is not None:
+        o.plan.finished(main.id, shareable_audit(main.to_dict()))
+    return main
+
+
+def _run_fixed(jobs: dict, sequential_main: bool, prints: dict, root, o: AuditOptions):
+    """The scores of the roles with a fixed number of trials, checkpointed under ``root``: every
+    role but a sequential main role (run batch by batch, without checkpoints)."""
+    fixed = {r: j for r, j in jobs.items() if not (sequential_main and r == "main")}
+    return _run_roles(
+        fixed,
+        chunk_size=o.chunk_size,
+        workers=o.workers,
+        noise_seed=o.trial_noise_seed,
+        checkpoints={r: _Checkpoint(root, r, prints[r]) for r in fixed},
+        progress=o.progress,
+        executor=o.executor,
+    )
+
+
+def _trial_plans(roles: dict, o: AuditOptions, seq) -> dict[str, TrialPlan]:
+    """Each role's worlds and SELECT / EVAL split (a sequential main role: its plan's)."""
+    plans = {
+        r: plan_trials(n, seed=o.seed, select_fraction=o.select_fraction)
+        for r, (_, n) in roles.items()
+    }
+    if seq is not None:
+        select = np.arange(seq.max_trials) < seq.select_trials
+        plans["main"] = TrialPlan(world=seq.world, select=select)
+    return plans
+
+
+def _inserted(role: str, plan: TrialPlan) -> np.ndarray:
+    """Which trials insert the canary: the canary-in worlds (none for the null control)."""
+    return np.zeros(plan.world.size, dtype=bool) if role == "null" else plan.world.copy()
+
+
+def _started(target: AuditTarget, roles: dict, prints: dict, o: AuditOptions, root) -> str:
+    """The audit's id, after its ledger entry (the cap check, when it counts audits) and its
+    pre-registered plan's start are recorded: before any trial."""
     audit_id = uuid.uuid4().hex
-    if o.record:  # before any trial: the cap check (when it counts audits) and the entry
+    if o.record:
         audit_id = record_audit_cost(
             target,
             roles,
@@ -871,65 +956,45 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
         )
     if o.plan is not None:
         o.plan.started(audit_id)
-    t0 = time.perf_counter()
-    fixed = {r: j for r, j in jobs.items() if seq is None or r != "main"}
-    scores, busy, cpu = _run_roles(
-        fixed,
-        chunk_size=o.chunk_size,
-        workers=o.workers,
-        noise_seed=o.trial_noise_seed,
-        checkpoints={r: _Checkpoint(root, r, prints[r]) for r in fixed},
-        progress=o.progress,
-        executor=o.executor,
-    )
-    if seq is not None:
-        scores["main"], stop = _run_sequential(target, seq, o)
-        used = scores["main"].size
-        roles["main"] = (target, used)
-        plans["main"] = TrialPlan(world=seq.world[:used], select=plans["main"].select[:used])
-        jobs["main"] = (target, plans["main"].world.copy())
-    phase("computing the bounds and writing the results")
-    timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
-    results = {
-        r: _role_result(
-            target,
-            r,
-            t,
-            n,
-            scores[r],
-            plans[r],
-            o,
-            timings=timings,
-            audit_id=audit_id if r == "main" else uuid.uuid4().hex,
-        )
+    return audit_id
+
+
+def _run_sequential_main(target, seq, o: AuditOptions, scores, roles, plans, jobs):
+    """Run a sequential main role and put its trials used in place; the stop (None: fixed N)."""
+    if seq is None:
+        return None
+    scores["main"], stop = _run_sequential(target, seq, o)
+    used = scores["main"].size
+    roles["main"] = (target, used)
+    plans["main"] = TrialPlan(world=seq.world[:used], select=plans["main"].select[:used])
+    jobs["main"] = (target, plans["main"].world.copy())
+    return stop
+
+
+def _results(target, roles, scores, plans, o: AuditOptions, timings, audit_id) -> dict:
+    """Every role's result; the main one carries the audit's id."""
+    ids = {r: uuid.uuid4().hex for r in roles} | {"main": audit_id}
+    return {
+        r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=ids[r])
         for r, (t, n) in roles.items()
     }
+
+
+def _main_result(target, o: AuditOptions, seq, stop, results: dict) -> AuditResult:
+    """The main result with its sequential stop, its power and its controls."""
+    main = results["main"]
     if seq is not None:
-        results["main"] = _sequential_result(results["main"], target, seq, stop)
-    results["main"] = dataclasses.replace(
-        results["main"],
-        power=audit_power_of(
-            target.claimed_event,
-            target.adjacency,
-            o.runs,
-            results["main"],
-            select_fraction=o.select_fraction,
-            sequential_mode=o.sequential,
-        ),
+        main = _sequential_result(main, target, seq, stop)
+    power_block = audit_power_of(
+        target.claimed_event,
+        target.adjacency,
+        o.runs,
+        main,
+        select_fraction=o.select_fraction,
+        sequential_mode=o.sequential,
     )
-    main = dataclasses.replace(
-        results["main"], controls={r: results[r] for r in roles if r != "main"}
-    )
-    if root is not None:
-        write_audit(
-            main,
-            root,
-            scores={r: (scores[r], plans[r].world, plans[r].select, jobs[r][1]) for r in roles},
-        )
-        shutil.rmtree(root / ".checkpoint", ignore_errors=True)
-    if o.plan is not None:
-        o.plan.finished(main.id, shareable_audit(main.to_dict()))
-    return main
+    controls = {r: res for r, res in results.items() if r != "main"}
+    return main.replace(power=power_block, controls=controls)
 
 
 def audit_power_of(
@@ -1002,9 +1067,7 @@ def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> 
     if reason != "completed":
         # the comparison block's fixed-N bounds (Bonferroni Clopper-Pearson...) are not valid after an early stop
         fields["comparison"] = {}
-    return dataclasses.replace(
-        result, **fields, claim_family_bound=claim_family_bound(fields["claimed_curve"])
-    )
+    return result.replace(**fields, claim_family_bound=claim_family_bound(fields["claimed_curve"]))
 
 
 def _roles(target: AuditTarget, o: AuditOptions) -> dict:
@@ -1055,7 +1118,7 @@ def _role_result(
         adjacency=target.adjacency,
         seed=o.seed,
     )
-    return AuditResult(
+    return AuditResult.of(
         mechanism=target.mechanism,
         canary=target.canary,
         role=role,

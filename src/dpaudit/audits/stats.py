@@ -383,7 +383,7 @@ def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: fl
     }
 
 
-# ---------------------------------------------------------------- comparison statistics (issue 15)
+# ------------------------------------------------------------------------ comparison statistics
 #
 # The statistics reviewers compare across auditing tools, computed from the same per-trial scores
 # as the deciding statistic. Only cp_bonferroni is a bound (it holds at ``confidence`` without a
@@ -582,7 +582,7 @@ def comparison_statistics(
     }
 
 
-# ---------------------------------------------------------------- the published eps_LB (issue 23, point 6)
+# ---------------------------------------------------------------------- the published eps_LB
 #
 # One bound for every threshold rule on every trial, valid for ANY mechanism (no claimed shape):
 # simultaneous one-sided Clopper-Pearson bands, calibrated exactly.
@@ -835,7 +835,7 @@ def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dic
 def band_epsilon(record: dict, *, delta: float, confidence: float, best: bool = False):
     """:func:`band_bound`'s eps_LB from its stored ``cells`` and ``trials_per_world``, at
     ``confidence`` (its own, or a stricter one). ``best``: also the direction and the (FP, FN) cell
-    that attain it. Records of the earlier grid band (issue 23's first version) hold counts rounded
+    that attain it. Records of the earlier grid band (its first version) hold counts rounded
     up to a grid: the same computation bounds them conservatively (u_k grows with k). The levels
     the record stored are used where they qualify (:func:`band_level`, :func:`stored_levels`)."""
     n_pos, n_neg = int(record["trials_per_world"]["in"]), int(record["trials_per_world"]["out"])

@@ -15,7 +15,7 @@ at confidence 1 - (1 - confidence) / K (Bonferroni over the K audits), so that t
 false VIOLATION among K audits of a correct claim stays below 1 - confidence. Nothing beyond the
 counts the record already holds is needed (:func:`decision_at`).
 
-Records written before issue 23 (no ``general_bound``): their top-level eps_LB was, for a
+Records written before the general bound (no ``general_bound``): their top-level eps_LB was, for a
 claimed-curve audit, the epsilon of the claim-family member ruled out, not a bound for any
 mechanism. :func:`upgrade` reads such a record with the Clopper-Pearson bound of its EVAL counts
 as eps_LB (a valid bound) and the old figure kept as ``claimed_curve.family_epsilon``.
@@ -190,39 +190,42 @@ def family_verdict(records: list[dict]) -> dict:
     """
     judged = [r for r in records if is_private_run(r) and r.get("claimed_epsilon") is not None]
     k = len(judged)
-    decisions = []
-    for r in judged:
-        conf = _num(r.get("confidence"))
-        conf = 0.95 if conf is None or not 0.0 < conf < 1.0 else conf
-        decisions.append(
-            decision_at(r, 1.0 - (1.0 - conf) / k)
-            if k > 1
-            else {**decision_at(r, conf), "violated": violated(r)}
-        )
-    flags = [d["violated"] for d in decisions]
-    verdict = (
-        True
-        if any(f is True for f in flags)
-        else (None if any(f is None for f in flags) else False)
-    )
-    alpha = max((1.0 - (_num(r.get("confidence")) or 0.95) for r in judged), default=0.05)
-    method = (
-        f"family-wise error controlled at {alpha:.0%} over {k} audits (Bonferroni: each at confidence "
-        f"1 - {alpha:g}/{k})"
-        if k > 1
-        else "one audit, at its own confidence"
-    )
+    decisions = [_decision(r, k) for r in judged]
+    bounds = [d["epsilon_lower_bound"] for d in decisions]
     return {
         "audits": k,
-        "violated": verdict,
+        "violated": _any_violated([d["violated"] for d in decisions]),
         "decisions": decisions,
-        "method": method,
+        "method": _family_method(judged),
         "epsilon_lower_bound": max(
-            (
-                d["epsilon_lower_bound"]
-                for d in decisions
-                if d["epsilon_lower_bound"] is not None and not math.isnan(d["epsilon_lower_bound"])
-            ),
-            default=None,
+            (b for b in bounds if b is not None and not math.isnan(b)), default=None
         ),
     }
+
+
+def _family_method(judged: list[dict]) -> str:
+    k = len(judged)
+    if k <= 1:
+        return "one audit, at its own confidence"
+    alpha = max(1.0 - (_num(r.get("confidence")) or 0.95) for r in judged)
+    return (
+        f"family-wise error controlled at {alpha:.0%} over {k} audits (Bonferroni: each at confidence "
+        f"1 - {alpha:g}/{k})"
+    )
+
+
+def _decision(record: dict, audits: int) -> dict:
+    """One record's decision at its share of the family's error (its own verdict when alone); a
+    confidence outside (0, 1) counts as 0.95."""
+    conf = _num(record.get("confidence"))
+    conf = 0.95 if conf is None or not 0.0 < conf < 1.0 else conf
+    if audits > 1:
+        return decision_at(record, 1.0 - (1.0 - conf) / audits)
+    return {**decision_at(record, conf), "violated": violated(record)}
+
+
+def _any_violated(flags: list) -> bool | None:
+    """True when one decision violated; else None when one could not be recomputed; else False."""
+    if any(f is True for f in flags):
+        return True
+    return None if any(f is None for f in flags) else False

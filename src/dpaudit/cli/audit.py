@@ -109,6 +109,11 @@ def _check(a: AuditRequest) -> None:
             "reference_size must not be given with --release (the release records its own), "
             f"got {a.settings.reference_size}."
         )
+    _check_modes(a)
+
+
+def _check_modes(a: AuditRequest) -> None:
+    """--canaries with a one-run or white-box audit only, --sequential with a final-model trial audit only."""
     if (
         a.protocol.canaries is not None
         and not a.protocol.one_run
@@ -135,20 +140,7 @@ def run(a: AuditRequest, plan=None) -> None:
         return exit_on_violation(a.output.fail_on_violation, [_one_run(a, plan)])
     phase("building the audit target (loading the data, preparing features)")
     t, release_id, release_path = _target(a)
-    user_level = t.adjacency == "add-remove-user"
-    out = (
-        Path(a.out)
-        if a.out is not None
-        else _fresh_default(
-            a,
-            Path("audits")
-            / (
-                f"{t.mechanism}-{generic.data_label(t.describe().get('dataset') or a.data.task)}-{t.canary}"
-                f"{'-user' if user_level else ''}"
-                f"{'-no-noise' if a.no_noise else ''}{'-' + a.threat_model if a.threat_model != 'final-model' else ''}"
-            ),
-        )
-    )
+    out = Path(a.out) if a.out is not None else _fresh_default(a, _default_out(a, t))
     resolved, always = _recorded(a, t, out)
     kwargs = dict(
         runs=a.runs,
@@ -188,6 +180,19 @@ def run(a: AuditRequest, plan=None) -> None:
     _note_unbounded_control(t, a, results)
     _note_runs(plan, a.output.json_out)
     exit_on_violation(a.output.fail_on_violation, results)
+
+
+def _default_out(a: AuditRequest, t) -> Path:
+    """audits/MECHANISM-DATA-CANARY, with -user, -no-noise and the threat model when they apply."""
+    data = generic.data_label(t.describe().get("dataset") or a.data.task)
+    suffixes = {
+        "-user": t.adjacency == "add-remove-user",
+        "-no-noise": a.no_noise,
+        f"-{a.threat_model}": a.threat_model != "final-model",
+    }
+    return Path("audits") / (
+        f"{t.mechanism}-{data}-{t.canary}" + "".join(k for k, on in suffixes.items() if on)
+    )
 
 
 def _note_unbounded_control(t, a: AuditRequest, results) -> None:
@@ -359,14 +364,14 @@ def _check_threat_model(a: AuditRequest) -> None:
         a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
     )  # unknown: the build step names the allowed ones
     if not head or a.settings.privacy_unit != "record" or one_run:
-        what = (
-            "--one-run"
-            if one_run
-            else (f"--privacy-unit {a.settings.privacy_unit}" if head else a.mechanism)
-        )
+        what = "--one-run" if one_run else _not_trajectory(a, head)
         raise UsageError(
             f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {a.threat_model!r}."
         )
+
+
+def _not_trajectory(a: AuditRequest, head: bool) -> str:
+    return f"--privacy-unit {a.settings.privacy_unit}" if head else a.mechanism
 
 
 def _with_threat_model(t, mechanism: str, threat_model: str):

@@ -171,10 +171,33 @@ def _gdp_cell(r) -> str:
 
 
 def render(result, out: Path) -> None:
-    # One column per run (audit and its controls), one row per statistic: fits 80 columns.
-    runs = [("audit" if result.noise else "audit (no noise)", result)] + [
-        (k, v) for k, v in result.controls.items()
-    ]
+    print_table(_table(result))
+    for entry in LEGEND:  # one line per abbreviation, wrapped at the terminal width
+        console.print(escape(entry))
+    for line in _verdict_lines(result):
+        console.print(line)
+    console.print(
+        f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "
+        "computed on the private data, outside the release's claim)"
+    )
+
+
+#: The table's rows: label -> the cell of a run (its result, its comparison cells).
+_ROWS = {
+    "eps_LB": lambda r, c: _fmt(r.epsilon_lower_bound),
+    "CP eps_LB": lambda r, c: _fmt(r.clopper_pearson_epsilon),
+    "claim": lambda r, c: _fmt(r.claimed_epsilon),
+    "CP ceiling": lambda r, c: _fmt(r.ceiling),
+    "TPR@FPR 0.1%": lambda r, c: c[0],
+    "TPR@FPR 1%": lambda r, c: c[1],
+    "AUROC [CI]": lambda r, c: escape(c[2]),
+    "GDP est. [CI]": lambda r, c: escape(_gdp_cell(r)),
+}
+
+
+def _table(result) -> Table:
+    """One column per run (audit and its controls), one row per statistic: fits 80 columns."""
+    runs = [("audit" if result.noise else "audit (no noise)", result), *result.controls.items()]
     table = Table(
         title=f"audit: {result.mechanism}, canary {result.canary}, {result.runs} trials, {result.confidence:.0%} confidence"
     )
@@ -182,35 +205,23 @@ def render(result, out: Path) -> None:
     for name, _ in runs:
         table.add_column(name)
     cells = [(r, _comparison_cells(r)) for _, r in runs]
-    rows = [
-        ("eps_LB", [_fmt(r.epsilon_lower_bound) for r, _ in cells]),
-        ("CP eps_LB", [_fmt(r.clopper_pearson_epsilon) for r, _ in cells]),
-        ("claim", [_fmt(r.claimed_epsilon) for r, _ in cells]),
-        ("CP ceiling", [_fmt(r.ceiling) for r, _ in cells]),
-        ("TPR@FPR 0.1%", [c[0] for _, c in cells]),
-        ("TPR@FPR 1%", [c[1] for _, c in cells]),
-        ("AUROC [CI]", [escape(c[2]) for _, c in cells]),
-        ("GDP est. [CI]", [escape(_gdp_cell(r)) for r, _ in cells]),
-    ]
-    for label, values in rows:
-        table.add_row(label, *values)
-    print_table(table)
-    for entry in (
-        LEGEND
-    ):  # one line per abbreviation, wrapped at the terminal width (never a ragged caption)
-        console.print(escape(entry))
-    console.print(_statistic_line(result))
+    for label, cell in _ROWS.items():
+        table.add_row(label, *(cell(r, c) for r, c in cells))
+    return table
+
+
+def _verdict_lines(result) -> list[str]:
+    """The statistic, the verdict (not for a no-noise audit that found nothing), the sequential
+    stop, the power and an underpowered warning, as they apply."""
+    lines = [_statistic_line(result)]
     if result.violated or result.noise:
-        console.print(_verdict_line(result))
+        lines.append(_verdict_line(result))
     if result.sequential:
-        console.print(sequential_line(result.sequential))
+        lines.append(sequential_line(result.sequential))
     if result.power:
-        console.print(escape(power_line(result.power)))
+        lines.append(escape(power_line(result.power)))
     if result.underpowered:
-        console.print(
+        lines.append(
             f"[yellow]audit underpowered:[/] the ceiling {result.ceiling:.3f} is below the claim; use more --runs."
         )
-    console.print(
-        f"wrote {out / 'audit.json'} (shareable), {out / 'audit_local.json'} and {out / 'scores.npz'} (not for publication: "
-        "computed on the private data, outside the release's claim)"
-    )
+    return lines

@@ -80,6 +80,29 @@ def _head_setup(a: AuditRequest, rel):
     return target, target._dataset_name, claim, a.seed if rel is None else int(rel.seed)
 
 
+def _setup(a: AuditRequest, rel):
+    """(model, data, config, claim, dataset name, seed) of a head model or a module model."""
+    if a.mechanism in HEAD_MODELS:
+        model, dataset, claim, seed = _head_setup(a, rel)
+        return model, None, None, claim, dataset, seed
+    model, data, cfg, claim = module_setup(a, rel)
+    return model, data, cfg, claim, data.name, a.seed if rel is None else int(rel.seed)
+
+
+def _record_costs(a: AuditRequest, rel, dataset: str, claim: dict) -> None:
+    """Each training run (the main one and its controls) is an audit entry of the ledger, before it runs."""
+    for role in ("main", "no-noise", "null") if a.trials.controls else ("main",):
+        _record_cost(
+            a.mechanism,
+            dataset,
+            "add-remove-record",
+            None if role == "no-noise" else claim["event"],
+            a.output.ledger,
+            None if rel is None else rel.id,
+            uuid.uuid4().hex,
+        )
+
+
 def run(a: AuditRequest, plan=None):
     """The audit of ``a`` (``plan`` must be None: a planned audit is final-model only)."""
     check(a)
@@ -92,33 +115,9 @@ def run(a: AuditRequest, plan=None):
         raise UsageError(
             f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {a.mechanism!r}."
         )
-    if a.mechanism in HEAD_MODELS:
-        model, dataset, claim, seed = _head_setup(a, rel)
-        data = cfg = None
-    else:
-        model, data, cfg, claim = module_setup(
-            a.mechanism,
-            release=rel,
-            epsilon=a.epsilon,
-            delta=a.delta,
-            dataset=a.data.dataset,
-            data_dir=a.data.data_dir,
-            profile=a.data.profile,
-            epochs=a.settings.epochs,
-        )
-        dataset, seed = data.name, a.seed if rel is None else int(rel.seed)
+    model, data, cfg, claim, dataset, seed = _setup(a, rel)
     out = Path(a.out) if a.out is not None else Path("audits") / f"{a.mechanism}-{a.threat_model}"
-    roles = ("main", "no-noise", "null") if a.trials.controls else ("main",)
-    for role in roles:  # each training run is an audit entry of the ledger, before it runs
-        _record_cost(
-            a.mechanism,
-            dataset,
-            "add-remove-record",
-            None if role == "no-noise" else claim["event"],
-            a.output.ledger,
-            None if rel is None else rel.id,
-            uuid.uuid4().hex,
-        )
+    _record_costs(a, rel, dataset, claim)
     noise = (
         NoiseSource("reproducible", seed=a.seed) if a.trials.reproducible_noise else NoiseSource()
     )

@@ -53,14 +53,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = json_out(),
     ):
         """Write a reviewer report: verdict, claim card, provenance, budget, (sweep,) utility, audit, reproduce."""
-        if (
-            out is not None
-        ):  # before the report is built: one line, exit 2; an existing file or folder is never replaced
-            check_out_dir(check_new_file(out, name="out").parent, name="out")
-        elif (
-            fmt is not ReportFormat.json
-        ):  # the default file, or a fresh report-2.html beside an earlier one
-            out = _fresh_default(Path(f"report.{fmt.value}"), as_json)
+        out = _out_file(out, fmt, as_json)
         command = (
             "dpaudit " + shlex.join(sys.argv[1:])
             if sys.argv and Path(sys.argv[0]).name == "dpaudit"
@@ -70,17 +63,32 @@ def register(app: typer.Typer) -> None:
             paths, ledger_path=ledger_path, title=title, command=command, progress=True
         )
         verdicts = model["sections"]["verdict"]
-        if fmt is ReportFormat.json and out is None and as_json:  # the model itself, on stdout
-            emit_json(model)
-        elif fmt is ReportFormat.json and out is None:
-            sys.stdout.write(reports.report_json(model) + "\n")
-        else:
-            written = reports.write_report(model, out, fmt=fmt.value)
-            _summary(model, verdicts, written, fmt.value, as_json)
-        if fail_on_violation and any(
-            v["status"] in ("violation", "accounting-mismatch") for v in verdicts
-        ):
+        _emit(model, out, fmt, as_json)
+        failed = [v for v in verdicts if v["status"] in ("violation", "accounting-mismatch")]
+        if fail_on_violation and failed:
             raise typer.Exit(1)
+
+
+def _out_file(out: Path | None, fmt: ReportFormat, as_json: bool) -> Path | None:
+    """The file to write, checked before the report is built (one line, exit 2; an existing file
+    or folder is never replaced): the default file, or a fresh report-2.html beside an earlier one
+    (None: a JSON model on stdout)."""
+    if out is not None:
+        check_out_dir(check_new_file(out, name="out").parent, name="out")
+        return out
+    return (
+        None if fmt is ReportFormat.json else _fresh_default(Path(f"report.{fmt.value}"), as_json)
+    )
+
+
+def _emit(model: dict, out: Path | None, fmt: ReportFormat, as_json: bool) -> None:
+    if out is None and as_json:  # the JSON model itself, on stdout
+        emit_json(model)
+    elif out is None:
+        sys.stdout.write(reports.report_json(model) + "\n")
+    else:
+        written = reports.write_report(model, out, fmt=fmt.value)
+        _summary(model, model["sections"]["verdict"], written, fmt.value, as_json)
 
 
 def _fresh_default(default: Path, as_json: bool) -> Path:

@@ -114,7 +114,7 @@ def plan_id(record: dict) -> str | None:
 
 
 def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note]) -> dict:
-    """One audit's entry (raw scores are local, issue 23 point 5: the report never reads them)."""
+    """One audit's entry (raw scores are local: the report never reads them)."""
     v = la.view
     label = f"audit {la.path}"
     entry = {k: getattr(v, k) for k in ENTRY_FIELDS}
@@ -233,14 +233,7 @@ def _deciding(
     if statistic != "claimed-curve" or not isinstance(cc, dict):
         return {"statistic": statistic, "epsilon_lower_bound": decision["epsilon_lower_bound"]}
     try:
-        hi = box_uppers(upgrade(rec), conf)
-        if hi is None:
-            raise DataError("no box counts")
-        fam = family_ruled_out(
-            event_from_dict(cc["event"]),
-            cc.get("adjacency") or rec.get("adjacency") or "add-remove-record",
-            *hi,
-        )
+        fam = _family_from_counts(rec, cc, conf)
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
         notes.append(
             Note(
@@ -251,11 +244,7 @@ def _deciding(
         )
         return None
     stored = (cc.get("family") or {}).get("lower_bound")
-    if (
-        (stored is None) != (fam["lower_bound"] is None)
-        or stored is not None
-        and _far(float(stored), fam["lower_bound"])
-    ):
+    if _differ(stored, fam["lower_bound"]):
         notes.append(
             Note(
                 "warning",
@@ -265,6 +254,22 @@ def _deciding(
             )
         )
     return {"statistic": statistic, "statement": family_statement(fam), "violated": fam["violated"]}
+
+
+def _family_from_counts(rec: dict, cc: dict, conf: float) -> dict:
+    """The claim family ruled out by the Clopper-Pearson box corners of the stored counts."""
+    hi = box_uppers(upgrade(rec), conf)
+    if hi is None:
+        raise DataError("no box counts")
+    adjacency = cc.get("adjacency") or rec.get("adjacency") or "add-remove-record"
+    return family_ruled_out(event_from_dict(cc["event"]), adjacency, *hi)
+
+
+def _differ(stored, recomputed: float | None) -> bool:
+    """A stored result and its recomputation disagree (one absent, or more than rounding apart)."""
+    if (stored is None) != (recomputed is None):
+        return True
+    return stored is not None and _far(float(stored), recomputed)
 
 
 def _is_control(v, label: str, notes: list[Note]) -> bool:
@@ -364,7 +369,7 @@ def _family_bound(cv: dict | None) -> dict | None:
 
 
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
-    """The issue-15 blocks of an audit record: which statistic decided its eps_LB, the
+    """The evidence blocks of an audit record: which statistic decided its eps_LB, the
     Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
@@ -449,14 +454,7 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         "steinke": (view["steinke"] or {}).get("epsilon_lower_bound"),
         "f-dp": (view["fdp"] or {}).get("epsilon_lower_bound"),
     }
-    # One analysis decides, fixed before looking (the record's rule: f-DP when a claimed event
-    # was tested, else Steinke et al.); taking the larger of the two would test twice at the
-    # stated confidence. The other is shown beside it, never used for the verdict.
-    stat = (
-        rec.get("statistic")
-        if rec.get("statistic") in ONE_RUN_STATISTICS
-        else ("f-dp" if lbs["f-dp"] is not None else "steinke")
-    )
+    stat = _one_run_statistic(rec, lbs)
     lb = lbs[stat]
     e["statistic"] = ONE_RUN_STATISTICS[stat]
     e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
@@ -472,25 +470,32 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         return e
     e["status"] = _one_run_status(e, view, stat, label, notes)
     e["not_certified"] = _not_certified(rec)
-    if e[
-        "not_certified"
-    ]:  # the claim itself is not certified: never read as "no evidence" (fail closed)
+    if e["not_certified"]:  # the claim itself is not certified: never "no evidence" (fail closed)
         notes.append(Note("error", "verdict", f"{label}: {e['not_certified']}."))
         e["status"] = "violation" if e["status"] == "violation" else "incomplete"
-    ceilings = [
-        c
-        for c in ((view["steinke"] or {}).get("ceiling"), (view["fdp"] or {}).get("ceiling"))
-        if c is not None
-    ]
-    # the power block speaks for the deciding analysis (its limit, whether anything is detectable);
-    # a record without one: neither analysis can report more than its ceiling, both below the claim
-    # and no violation is detectable
-    power, limit = view["power"], num((view["power"] or {}).get("ceiling"))
-    e["ceiling"] = limit if limit is not None else max(ceilings, default=None)
-    claim = view["claimed_epsilon"]
-    e["underpowered"] = _underpowered(limit if power else e["ceiling"], claim, power)
+    e["ceiling"], e["underpowered"] = _one_run_power(view)
     _other_analysis_note(e, stat, lbs, label, notes)
     return e
+
+
+def _one_run_statistic(rec: dict, lbs: dict) -> str:
+    """One analysis decides, fixed before looking (the record's rule: f-DP when a claimed event
+    was tested, else Steinke et al.); taking the larger of the two would test twice at the
+    stated confidence. The other is shown beside it, never used for the verdict."""
+    if rec.get("statistic") in ONE_RUN_STATISTICS:
+        return rec["statistic"]
+    return "f-dp" if lbs["f-dp"] is not None else "steinke"
+
+
+def _one_run_power(view: dict) -> tuple[float | None, bool]:
+    """(ceiling, underpowered). The power block speaks for the deciding analysis (its limit,
+    whether anything is detectable); a record without one: neither analysis can report more than
+    its ceiling, both below the claim and no violation is detectable."""
+    blocks = (view["steinke"] or {}, view["fdp"] or {})
+    ceilings = [b["ceiling"] for b in blocks if b.get("ceiling") is not None]
+    power, limit = view["power"], num((view["power"] or {}).get("ceiling"))
+    ceiling = limit if limit is not None else max(ceilings, default=None)
+    return ceiling, _underpowered(limit if power else ceiling, view["claimed_epsilon"], power)
 
 
 #: The statistic of each white-box threat model (dpaudit.audits.white_box), as the report names it.

@@ -1,4 +1,4 @@
-"""Typed readers of the audit records a report reads: :class:`AuditView` (audit.json), the issue-15
+"""Typed readers of the audit records a report reads: :class:`AuditView` (audit.json), the
 evidence blocks (``claimed_curve``, ``comparison``, ``statistic``) and one-run records (one_run.json).
 
 Loader layer, tolerant as :mod:`.inputs` says: a block absent, malformed or of the wrong type reads
@@ -14,6 +14,7 @@ from typing import Any
 
 from ..audits.verdicts import upgrade
 from ..claims import integer, number as num
+from ..grouped import Grouped
 
 #: Keys a complete audit record should carry (missing ones are listed in an info note).
 EXPECTED_AUDIT_KEYS = (
@@ -53,9 +54,9 @@ def _aliases(rec: dict, aliases: dict[str, tuple[str, ...]] = KEY_ALIASES) -> di
     return out
 
 
-#: Named migrations, applied in order to every record (issue-23: a claimed-curve record written
-#: before issue 23 published its claim family's epsilon as eps_LB).
-MIGRATIONS = (("issue-23", upgrade), ("key-aliases", _aliases))
+#: Named migrations, applied in order to every record (a claimed-curve record written before the
+#: general bound published its claim family's epsilon as eps_LB).
+MIGRATIONS = (("general-bound", upgrade), ("key-aliases", _aliases))
 
 
 def migrate(record: dict) -> dict:
@@ -215,46 +216,67 @@ def _role(role: Any) -> str:
 
 
 @dataclass(frozen=True)
-class AuditView:
-    """The fields of one audit record a report reads (absent or ill-typed values are None)."""
+class AuditOrigin:
+    """What an audit record says it audited and how to re-create it."""
+
+    task: str | None
+    dataset: str | None
+    seeds: Any
+    command: str | list | None
+    release_id: str | None
+    release_path: str | None
+
+
+@dataclass(frozen=True)
+class AuditKind:
+    """A role, noise flag or insertion flag of the wrong type marks the record as not a plain
+    private audit: it then supports no verdict (fail closed, never "no evidence")."""
+
+    role: str
+    noise: bool
+    canary_inserted: bool
+
+
+@dataclass(frozen=True)
+class AuditEvidence:
+    """The statistics besides eps_LB a report shows, and the controls' views."""
+
+    method: str | None
+    ceiling_source: str | None
+    gdp_estimate: float | None
+    direction: str
+    roc: dict | None
+    auc: float | None
+    no_noise: dict | None
+    null: dict | None
+
+
+@dataclass(frozen=True)
+class AuditView(Grouped):
+    """The fields of one audit record a report reads (absent or ill-typed values are None); the
+    grouped ones read as attributes too (``view.roc``)."""
+
+    GROUPS = {"origin": AuditOrigin, "kind": AuditKind, "evidence": AuditEvidence}
 
     id: str
     mechanism: str | None
     canary: str | None
-    task: str | None
-    dataset: str | None
     trials: int | None
     eval_trials: int | None
     claimed_epsilon: float | None
     delta: float | None
     epsilon_lower_bound: float | None
     confidence: float | None
-    method: str | None
     counts: dict | None
     ceiling: float | None
-    ceiling_source: str | None
-    gdp_estimate: float | None
-    # a role, noise flag or insertion flag of the wrong type marks the record as not a plain
-    # private audit: it then supports no verdict (fail closed, never "no evidence")
-    role: str
-    noise: bool
-    canary_inserted: bool
-    direction: str
     adjacency: str | None
-    no_noise: dict | None
-    null: dict | None
-    roc: dict | None
-    auc: float | None
-    seeds: Any
-    command: str | list | None
-    release_id: str | None
-    release_path: str | None
+    origin: AuditOrigin
+    kind: AuditKind
+    evidence: AuditEvidence
     missing: list[str]  # expected keys the record (before migration) lacks
     epsilon_lower_bound_note: str | None
     power: dict | None = None  # audit.json "power" (dpaudit.audits.power; None in older files)
-    sequential: dict | None = (
-        None  # audit.json "sequential" (a sequential audit's stop; None: fixed N)
-    )
+    sequential: dict | None = None  # a sequential audit's stop (None: fixed N)
 
     @classmethod
     def from_dict(cls, record: dict) -> "AuditView":
@@ -263,7 +285,7 @@ class AuditView:
         trials, eval_trials = _trials(rec.get("runs"), counts, rec.get("eval_size"))
         roc = roc_of(rec.get("roc"))
         release_id, release_path = _release_ref(rec)
-        return cls(
+        return cls.of(
             id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
             mechanism=name_of(rec.get("mechanism")),
             canary=name_of(rec.get("canary")),
@@ -362,7 +384,7 @@ def curve_view(block: Any) -> dict | None:
         "statistic": str(block.get("statistic") or "claimed-curve"),
         "method": _str(block.get("method")),
         "violated": block["violated"],
-        # the epsilon of the claim-family member ruled out (files before issue 23: epsilon_lower_bound)
+        # the epsilon of the claim-family member ruled out (older files: epsilon_lower_bound)
         "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
         "scale_lower_bound": num(block.get("scale_lower_bound")),
         "family": {

@@ -36,30 +36,8 @@ FIRST_HEADERS = [
 
 
 def _first_row(r: dict) -> list[str]:
-    claim = (
-        "no claim"
-        if r["epsilon"] is None
-        else ", ".join(
-            [f"eps {f(r['epsilon'])}", f"delta {g(r['delta'])}"]
-            + [str(x) for x in (r["adjacency"], r["accountant"]) if x]
-        )
-    )
-    runs = r.get("plan_runs") or {}
-    plans = (
-        ", ".join(
-            (
-                f"{runs[x]} runs of plan {str(x)[:12]}"
-                if runs.get(x, 1) > 1
-                else f"plan {str(x)[:12]}"
-            )
-            if x
-            else "plan —"
-            for x in r["plans"]
-        )
-        or "plan —"
-    )
     audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (
-        f"{plans}; {', '.join(r['statistics'])}" if r["statistics"] else "—"
+        f"{_plans_cell(r)}; {', '.join(r['statistics'])}" if r["statistics"] else "—"
     )
     lb = (
         DASH
@@ -71,11 +49,32 @@ def _first_row(r: dict) -> list[str]:
         f"{r['mechanism']} {str(r['release'])[:8]}"
         if r["release"]
         else f"{r['mechanism']} (no release)",
-        claim,
+        _claim_cell(r),
         audited,
         lb,
         VERDICT_WORDS.get(r["status"], r["status"]) + (f": {r['reason']}" if r["reason"] else ""),
     ]
+
+
+def _claim_cell(r: dict) -> str:
+    if r["epsilon"] is None:
+        return "no claim"
+    named = [str(x) for x in (r["adjacency"], r["accountant"]) if x]
+    return ", ".join([f"eps {f(r['epsilon'])}", f"delta {g(r['delta'])}", *named])
+
+
+def _plans_cell(r: dict) -> str:
+    """The plans behind a row (how many runs of each when more than one)."""
+    runs = r.get("plan_runs") or {}
+
+    def plan(x) -> str:
+        if not x:
+            return "plan —"
+        return (
+            f"{runs[x]} runs of plan {str(x)[:12]}" if runs.get(x, 1) > 1 else f"plan {str(x)[:12]}"
+        )
+
+    return ", ".join(plan(x) for x in r["plans"]) or "plan —"
 
 
 def verdict_blocks(report: dict) -> list[Block]:
@@ -313,32 +312,34 @@ def _integrity(ver: Any) -> str:
     )
 
 
-def _ledger_blocks(report: dict, b: dict) -> list[Block]:
-    out = [p(f"Ledger: {b['ledger']}{_integrity(b.get('verify'))}")]
-    if b["summary"]:
-        cols, rows = _table_of(
-            [dict(r, cap=_cap(r.get("cap"))) for r in b["summary"]], SUMMARY_COLUMNS
+def _summary_blocks(summary: list[dict]) -> list[Block]:
+    """The ledger summary table, and its details table when the rows carry them."""
+    if not summary:
+        return []
+    cols, rows = _table_of([dict(r, cap=_cap(r.get("cap"))) for r in summary], SUMMARY_COLUMNS)
+    out = [
+        table(
+            "Ledger summary for the datasets in this report: partition * is the whole dataset "
+            "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
+            [SUMMARY_LABELS.get(c, c) for c in cols],
+            rows,
         )
+    ]
+    known = set(SUMMARY_COLUMNS) | set(SUMMARY_DETAIL_COLUMNS) | {"cap"}
+    if set(cols) <= known and any(c in r for r in summary for c in SUMMARY_DETAIL_COLUMNS[2:]):
+        dcols, drows = _table_of(summary, SUMMARY_DETAIL_COLUMNS)
         out.append(
             table(
-                "Ledger summary for the datasets in this report: partition * is the whole dataset "
-                "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
-                [SUMMARY_LABELS.get(c, c) for c in cols],
-                rows,
+                "Ledger summary, details: each accountant's epsilon, voided releases and the audits' own epsilon",
+                [SUMMARY_LABELS.get(c, c) for c in dcols],
+                drows,
             )
         )
-        known = set(SUMMARY_COLUMNS) | set(SUMMARY_DETAIL_COLUMNS) | {"cap"}
-        if set(cols) <= known and any(
-            c in r for r in b["summary"] for c in SUMMARY_DETAIL_COLUMNS[2:]
-        ):
-            dcols, drows = _table_of(b["summary"], SUMMARY_DETAIL_COLUMNS)
-            out.append(
-                table(
-                    "Ledger summary, details: each accountant's epsilon, voided releases and the audits' own epsilon",
-                    [SUMMARY_LABELS.get(c, c) for c in dcols],
-                    drows,
-                )
-            )
+    return out
+
+
+def _ledger_blocks(report: dict, b: dict) -> list[Block]:
+    out = [p(f"Ledger: {b['ledger']}{_integrity(b.get('verify'))}"), *_summary_blocks(b["summary"])]
     if any(r.get("audits") for r in b["summary"]):
         out.append(
             p(

@@ -450,7 +450,8 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     out.white_boxes = _records(
         white_box_files, "white-box record", shareable_white_box, LoadedOneRun, out.notes
     )
-    if not (out.releases or out.audits or out.sweeps or out.one_runs or out.white_boxes):
-        found = release_files or audit_files or one_run_files or white_box_files
-        raise _nothing_readable(bool(found), out.notes, given)
+    loaded = (out.releases, out.audits, out.sweeps, out.one_runs, out.white_boxes)
+    if not any(loaded):
+        found = (release_files, audit_files, one_run_files, white_box_files)
+        raise _nothing_readable(any(found), out.notes, given)
     return out

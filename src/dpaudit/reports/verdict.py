@@ -390,22 +390,7 @@ def _row(
 ) -> dict:
     """One row of the first table: a claim (epsilon, delta, adjacency, accountant), the audits that decided its
     verdict (plan id, statistic), the largest eps_LB among them with that audit's ceiling, and the verdict."""
-    top = max(
-        hits,
-        key=lambda e: (
-            e["epsilon_lower_bound"] if e["epsilon_lower_bound"] is not None else -math.inf
-        ),
-        default={},
-    )
-    fam = next(
-        (
-            (e.get("claim_family_bound") or {}).get("statement")
-            for e in hits
-            if e["status"] == "violation" and e["statistic"] == "claimed-curve"
-        ),
-        None,
-    )
-    weak = status == "no-evidence" and any(e["underpowered"] for e in hits)
+    top = max(hits, key=_bound_order, default={})
     return {
         "release": release,
         "mechanism": mech,
@@ -421,15 +406,36 @@ def _row(
         "ceiling": top.get("ceiling"),
         "status": status,
         "power": power_cell(top.get("power")) if top else None,
-        "reason": fam
-        or (
-            "eps_LB above the claim"
-            if status == "violation"
-            else "audit underpowered (ceiling below the claim): it cannot detect a violation at all"
-            if weak
-            else ""
-        ),
+        "reason": _reason(status, hits),
     }
+
+
+def _bound_order(entry: dict) -> float:
+    lb = entry["epsilon_lower_bound"]
+    return lb if lb is not None else -math.inf
+
+
+def _reason(status: str, hits: list[dict]) -> str:
+    """Why a row has its verdict: the claim family a claimed-curve violation rules out, else the
+    bound above the claim, else an underpowered audit (for no evidence)."""
+    statement = _family_statement(hits)
+    if statement:
+        return statement
+    if status == "violation":
+        return "eps_LB above the claim"
+    weak = status == "no-evidence" and any(e["underpowered"] for e in hits)
+    return (
+        "audit underpowered (ceiling below the claim): it cannot detect a violation at all"
+        if weak
+        else ""
+    )
+
+
+def _family_statement(hits: list[dict]) -> str | None:
+    """The claim family ruled out by the first claimed-curve violation among ``hits``."""
+    violations = (e for e in hits if e["status"] == "violation")
+    family = next((e for e in violations if e["statistic"] == "claimed-curve"), {})
+    return (family.get("claim_family_bound") or {}).get("statement")
 
 
 def _worst(es: list[dict], pools: tuple, default: str) -> tuple[str, list[dict]]:

@@ -1,4 +1,4 @@
-"""``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data (issue 27).
+"""``dpaudit bundle`` and ``dpaudit verify``: a claim's evidence, collected and re-checked without the private data.
 
 A bundle (:func:`make_bundle`): ``bundle.json`` (contents, the ledger's head), ``ledger.json`` (the ledger's export without
 its fingerprint key or row sets), ``releases/ID/release.json``, ``audits/ID/audit.json`` | ``one_run.json`` (shareable parts) and
@@ -212,14 +212,11 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     by_plan = plan_entries(
         (seq, signer, p) for seq, kind, signer, p in entries if kind == sg.PLAN_KIND
     )
-    checks = [ledger] + [
-        c for rid, rel in releases.items() for c in _release_checks(rid, rel, in_ledger.get(rid))
-    ]
-    checks += [
-        c
-        for pid, plan in plans.items()
-        for c in _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)
-    ]
+    checks = [ledger]
+    for rid, rel in releases.items():
+        checks += _release_checks(rid, rel, in_ledger.get(rid))
+    for pid, plan in plans.items():
+        checks += _plan_checks(pid, plan, by_plan.get(pid, {}), keys, audits)
     checks += _whole_record_checks(
         plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries]
     )

@@ -859,6 +859,13 @@ class DPMixMin(MechanismBase):
         return t.without_noise() if no_noise else t
 
 
+def _published_calibration(cal) -> dict:
+    """The calibration a plan publishes. Whether its sigma came from the local cache is a fact of
+    this machine, not of the request (a second plan would differ), so it is left out; old releases
+    that recorded it still load."""
+    return {k: v for k, v in cal.to_dict().items() if k != "cached"}
+
+
 def _mixture_part(
     request,
     info: MixMinInfo,
@@ -895,7 +902,7 @@ def _mixture_part(
         if info.task is None
         else "trained on public data only",
         "mixmin_config": cfg.to_dict(),
-        "calibration": cal.to_dict(),
+        "calibration": _published_calibration(cal),
     }
     # Stage 1 noises the k mixture coordinates at every step (noise tails: dpaudit.noise).
     return ReleasePlan(
@@ -959,7 +966,7 @@ def _finetune_part(
             **shared,
             "downstream": downstream.to_dict(),
             "dpsgd_config": fcfg.to_dict(),
-            "calibration": cal.to_dict(),
+            "calibration": _published_calibration(cal),
         },
         release_fields={
             "noise_multiplier": fcfg.noise_multiplier,

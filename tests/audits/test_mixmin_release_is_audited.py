@@ -1,4 +1,4 @@
-"""DP-MixMin releases and audits run one loop (issue 24), so a fault planted in it reaches both,
+"""DP-MixMin releases and audits run one loop, so a fault planted in it reaches both,
 and the mechanism's own ``audit_target`` gives the targets the audits build (``dpaudit.auditing``).
 
 Faults are planted as test fixtures (the library has no switch): "skip-clip" patches the one

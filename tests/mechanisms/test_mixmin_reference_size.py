@@ -1,4 +1,4 @@
-"""Issue 23 point 9 for DP-MixMin: both stages' (q, T, m0) and calibrated noise are functions of a
+"""DP-MixMin's plan from public facts: both stages' (q, T, m0) and calibrated noise are functions of a
 declared public reference size (the task's, or ``--reference-size``), never of the private counts
 |D_mix| / |D_ft|, so a task with one record (one user) added or removed plans the identical
 mechanism and publishes the identical configuration."""

@@ -18,7 +18,7 @@ ledger as a disjoint partition. With ``"sequential"`` both stages use all privat
 epsilon, (1 - rho) * epsilon) and the guarantees add (A.7).
 
 Schedules: both stages' (q, T, m0) and noise are built from the task's declared public size N0
-(:data:`~.mixmin_tasks.REFERENCE_SIZES`, or ``--reference-size``) via :func:`~.mixmin_tasks.reference_units`, assuming |D_mix| =
+(:data:`~.tasks.REFERENCE_SIZES`, or ``--reference-size``) via :func:`~.tasks.reference_units`, assuming |D_mix| =
 round(rho U0) and |D_ft| = N0 - round(rho N0); the run keeps them whatever the actual (private) counts are.
 
 The section 5 baselines are benchmarks/mixmin_experiments.py's (docs/experiments.md)."""
@@ -334,7 +334,7 @@ class MixMinData:
 class MixMinInfo(DataInfo):
     """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the sources, the split's partitions and
     rule, the target's name, and the task (name, image or not) whose public downstream defaults apply. ``reference_size``: the
-    task's declared N0 (:data:`~.mixmin_tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
+    task's declared N0 (:data:`~.tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
 
     source_names: tuple = ()
     partition: str = "train"
@@ -384,7 +384,7 @@ class MixMinInfo(DataInfo):
 
 def _proxy_data(request, ledger_path) -> MixMinData:
     """A bring-your-own proxy predictions file: every record is D_mix, named by the keyed fingerprint of its content (a renamed
-    copy shares the budget and the cap, issue 13 point 6); its rows (mixmin_tasks.proxy_row_sets)
+    copy shares the budget and the cap); its rows (tasks.proxy_row_sets)
     make a shuffled, cut or jittered copy meet the original's cap too."""
     pp = load_proxy_predictions(request.proxy_predictions, loss=request.loss)
     with open_ledger(ledger_path) as led:
@@ -456,7 +456,7 @@ def _task_data(request) -> MixMinData:
 
 
 def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[int, int, dict]:
-    """(D_mix units, D_ft records, what the release records): from the declared reference size (issue 23 point 9), never from the
+    """(D_mix units, D_ft records, what the release records): from the declared reference size, never from the
     private counts."""
     if (
         info.recorded_sizes is not None
@@ -812,7 +812,7 @@ class DPMixMin(MechanismBase):
     def audit_target(
         self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
     ):
-        """Algorithm 1 on the task's D_mix (:func:`~.mixmin_audit.task_target`) with the plan's sigma, q, B and steps, claiming
+        """Algorithm 1 on the task's D_mix (:func:`~.audit.task_target`) with the plan's sigma, q, B and steps, claiming
         the plan's mixture event (a ``release``'s own epsilon and accountant; an old release without a recorded reference size:
         its recorded configuration, on its own task division). Refused for proxy predictions, user level, another split rule."""
         request, mix = plan.request, plan.parts[0]

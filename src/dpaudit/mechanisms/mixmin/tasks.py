@@ -75,7 +75,7 @@ TASK_DIVISION_KEYS = {
     "mnist-mix": DEFAULT_SPLIT_SEED,
     "heart-mix": DEFAULT_SPLIT_SEED,
 }
-#: The division before issue 23 (public halves that held registry training rows). Kept only so that an audit can rebuild a release
+#: The former division (public halves that held registry training rows). Kept only so that an audit can rebuild a release
 #: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
 FORMER_DIVISION_KEY = 42
 
@@ -302,7 +302,7 @@ def _split_three(
 
 
 def _former_division(n_train_file: int, n_test_file: int) -> tuple:
-    """(train, public, val, test) source ids of the division before issue 23: a seeded public half of the training file; the other
+    """(train, public, val, test) source ids of the former division: a seeded public half of the training file; the other
     half private, split 60/20/20 (no test file) or used whole as train with the test file halved into val / test."""
     rng = public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT)
     perm = rng.permutation(n_train_file)

@@ -352,11 +352,7 @@ class MixMinInfo(DataInfo):
         """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
         ds, cfg = release.dataset or {}, release.config or {}
         split = cfg.get("split") or {}
-        sp = (
-            split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit)
-            if split.get("rule") == SPLIT_RULE
-            else None
-        )
+        sp = _recorded_split_partition(split, release.privacy_unit)
         old = (
             None
             if "reference_size" in cfg
@@ -380,6 +376,13 @@ class MixMinInfo(DataInfo):
             task_image=cfg.get("task") in ("digits-mix", "mnist-mix"),
             recorded_sizes=old,
         )
+
+
+def _recorded_split_partition(split: dict, privacy_unit: str) -> str | None:
+    """The partition of the keyed split a release records (None: another rule, no disjoint split)."""
+    if split.get("rule") != SPLIT_RULE:
+        return None
+    return split_partition_of(float(split["rho"]), int(split["seed"]), privacy_unit)
 
 
 def _proxy_data(request, ledger_path) -> MixMinData:
@@ -487,6 +490,45 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
     )
 
 
+def _common_plan_fields(request, info: MixMinInfo) -> dict:
+    """The ReleasePlan fields the whole plan and each of its parts share."""
+    return dict(
+        request=request,
+        dataset=info.identity,
+        adjacency=f"add-remove-{request.privacy_unit}",
+        accountant=ACCOUNTANT,
+        delta=float(request.delta),
+        seed=int(request.seed),
+        data_name=info.name,
+        privacy_unit=request.privacy_unit,
+        time_run=False,
+        compare_accountants=tuple(a for a in ACCOUNTANTS if a != ACCOUNTANT),
+    )
+
+
+def _split_declaration(data_name: str, split_partition: str) -> PartitionDeclaration:
+    """D_mix and D_ft as disjoint children of the keyed split's partition."""
+    children = (split_partition + "/mix", split_partition + "/ft")
+    return PartitionDeclaration(
+        data_name, split_partition, children, f"{NAME} (split rule {SPLIT_RULE})"
+    )
+
+
+def _check_rebuildable(request, cfg: dict) -> None:
+    """A release an audit can rebuild: it records its task, and its D_mix comes from the keyed split
+    (another rule would audit other records) unless the pipeline is sequential (D_mix = all)."""
+    if request.proxy_predictions is not None or not cfg.get("task"):
+        raise DataError(
+            "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
+        )
+    rule = (cfg.get("split") or {}).get("rule")
+    sequential = request.stage == "pipeline" and request.composition == "sequential"
+    if not sequential and rule != SPLIT_RULE:
+        raise DataError(
+            f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}."
+        )
+
+
 class DPMixMin(MechanismBase):
     """DP-MixMin on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy: the module docstring). A multi-release
     plan: ``stage="mixture"`` is one part (lambda on D_mix); ``"pipeline"`` two (lambda, then the head on D_ft) whose combined
@@ -564,12 +606,7 @@ class DPMixMin(MechanismBase):
         """Public quantities only (the request, the task's public defaults and reference size, k): both stages' calibrated noise
         and events, the combined event reserved, the partitions."""
         request = self.validate(request)
-        stage, composition, rho, delta = (
-            request.stage,
-            request.composition,
-            resolved_rho(request),
-            float(request.delta),
-        )
+        stage, composition, rho = request.stage, request.composition, resolved_rho(request)
         sequential = stage == "pipeline" and composition == "sequential"
         mixture = resolved_mixture(request)
         n_mix, n_ft, sizes = _plan_sizes(request, info, mixture)
@@ -581,18 +618,7 @@ class DPMixMin(MechanismBase):
             composition=composition,
             parallel=info.split_partition is not None,
         )
-        common = dict(
-            request=request,
-            dataset=info.identity,
-            adjacency=f"add-remove-{request.privacy_unit}",
-            accountant=ACCOUNTANT,
-            delta=delta,
-            seed=int(request.seed),
-            data_name=info.name,
-            privacy_unit=request.privacy_unit,
-            time_run=False,
-            compare_accountants=tuple(a for a in ACCOUNTANTS if a != ACCOUNTANT),
-        )
+        common = _common_plan_fields(request, info)
         shared = {
             "task": info.task,
             "target": info.target_name,
@@ -603,46 +629,19 @@ class DPMixMin(MechanismBase):
             "source_names": list(info.source_names),
             "split": split,
         }
-        parts = (
-            _mixture_part(
-                request,
-                info,
-                mixture,
-                n_mix,
-                rho * request.epsilon if sequential else request.epsilon,
-                shared,
-                common,
-            ),
-        )
+        eps = request.epsilon
+        eps_mix, eps_ft = (rho * eps, (1 - rho) * eps) if sequential else (eps, eps)
+        parts = (_mixture_part(request, info, mixture, n_mix, eps_mix, shared, common),)
         sp = info.split_partition
         event, partition = parts[0].event, sp or info.partition
         if stage == "pipeline":
-            parts += (
-                _finetune_part(
-                    request,
-                    info,
-                    n_ft,
-                    (1 - rho) * request.epsilon if sequential else request.epsilon,
-                    shared,
-                    "train" if sequential else sp + "/ft",
-                    common,
-                ),
-            )
+            ft_partition = "train" if sequential else sp + "/ft"
+            parts += (_finetune_part(request, info, n_ft, eps_ft, shared, ft_partition, common),)
             # The budget of the whole plan (both releases), reserved once before any private computation.
-            event, partition = (
-                (Composed if sequential else Parallel)(tuple(p.event for p in parts)),
-                "train" if sequential else sp,
-            )
+            events = tuple(p.event for p in parts)
+            event, partition = (Composed(events), "train") if sequential else (Parallel(events), sp)
         # Only the keyed split rule declares D_mix / D_ft as disjoint children (module docstring).
-        declarations = (
-            ()
-            if sp is None
-            else (
-                PartitionDeclaration(
-                    info.name, sp, (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"
-                ),
-            )
-        )
+        declarations = () if sp is None else (_split_declaration(info.name, sp),)
         return ReleasePlan(
             mechanism=NAME,
             partition=partition,
@@ -782,19 +781,7 @@ class DPMixMin(MechanismBase):
         """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`), checked against it; a
         release that records no request plans with the resolved settings it recorded (``mixmin_config``)."""
         cfg = release.config or {}
-        if request.proxy_predictions is not None or not cfg.get("task"):
-            raise DataError(
-                "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
-            )
-        rule = (cfg.get("split") or {}).get("rule")
-        if (
-            not (request.stage == "pipeline" and request.composition == "sequential")
-            and rule != SPLIT_RULE
-        ):
-            # the audit rebuilds D_mix with the keyed split: another rule would audit other records
-            raise DataError(
-                f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}."
-            )
+        _check_rebuildable(request, cfg)
         mc = cfg.get("mixmin_config") or {}
         if release.request is None and mc:
             request = replace(

@@ -1,4 +1,4 @@
-"""DP-MixMin releases and audits run one loop (issue 24), so a fault planted in it reaches both,
+"""DP-MixMin releases and audits run one loop, so a fault planted in it reaches both,
 and the mechanism's own ``audit_target`` gives the targets the audits build (``dpaudit.auditing``).
 
 Faults are planted as test fixtures (the library has no switch): "skip-clip" patches the one
@@ -182,3 +182,36 @@ def test_plan_from_a_release_record_is_the_releases(tmp_path, old):
     assert t.config == MixMinConfig(**rel.config["mixmin_config"]) and (
         not old or len(t.labels) == 266
     )
+
+
+def test_a_release_recording_the_calibration_cache_flag_still_audits_verifies_and_reports(
+    tmp_path, monkeypatch
+):
+    """Releases written while plans published ``calibration.cached`` (old_releases/mixmin.json is
+    one) still plan, audit, verify and report; the flag is read, never written again."""
+    from typer.testing import CliRunner
+
+    from dpaudit.cli import app
+    from dpaudit.mechanisms.mixmin import mechanism as mixmin_mechanism
+    from dpaudit.release_compat import release_request
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DPAUDIT_LEDGER", str(tmp_path / "ledger.sqlite"))
+    with monkeypatch.context() as old_writer:
+        old_writer.setattr(
+            mixmin_mechanism, "_published_calibration", lambda cal: cal.to_dict() | {"cached": True}
+        )
+        release("mixmin", MixMinRequest(epsilon=2.0, steps=5), out_dir=tmp_path / "rel")
+    rel = read_release(tmp_path / "rel")
+    assert rel.config["calibration"]["cached"] is True
+    plan = MECHANISM.plan_of_release(release_request(rel), rel)
+    assert "cached" not in plan.parts[0].config["calibration"]
+    assert MECHANISM.audit_target(plan, "max-clip", release=rel).claimed_epsilon == rel.epsilon
+    runner = CliRunner()
+    for args in (
+        ["bundle", "rel", "--out", "b"],
+        ["verify", "b"],
+        ["report", "rel", "--format", "md", "--out", "r.md"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""`dpaudit train mixmin --eps 1` on the embedded task shows the mechanism working (issue 13, point 7)."""
+"""`dpaudit train mixmin --eps 1` on the embedded task shows the mechanism working."""
 
 from __future__ import annotations
 

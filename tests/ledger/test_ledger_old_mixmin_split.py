@@ -2,7 +2,7 @@
 
 Old dpaudit declared ``train/mixmin-rho<rho>-seed<seed> = .../mix + .../ft`` as disjoint, but that
 split was a seeded permutation of n records: adding one record moved dozens of others between the
-two sides, so the parallel claim was false under add/remove adjacency (issue 13, point 1). Their
+two sides, so the parallel claim was false under add/remove adjacency. Their
 releases must compose sequentially. Expected values come from the accountant on hand-built trees.
 """
 

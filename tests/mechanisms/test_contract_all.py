@@ -20,7 +20,7 @@ from dpaudit.requests import (
     NoisySumRequest,
 )
 
-from .contract_base import MechanismContract, Wrapped, expected_failures, without_first_user
+from .contract_base import MechanismContract, without_first_user
 
 
 def with_optimizer_flipped(plan):
@@ -124,26 +124,6 @@ class TestDpElm(MechanismContract):
         )
 
 
-CACHE_FLAG = (
-    "the plan records whether its sigma came from the calibration cache (calibration.cached, "
-    "published in release.json): a second plan of the same request differs from the first"
-)
-
-
-class WithoutCacheFlag(Wrapped):
-    """DP-MixMin with the cache flag taken out of its plans: the rest of property 1 holds."""
-
-    def plan(self, request, info):
-        plan = self.inner.plan(request, info)
-        return dataclasses.replace(plan, parts=tuple(without_cache_flag(p) for p in plan.parts))
-
-
-def without_cache_flag(part):
-    calibration = {k: v for k, v in part.config["calibration"].items() if k != "cached"}
-    return dataclasses.replace(part, config={**part.config, "calibration": calibration})
-
-
-@expected_failures(test_plan_is_the_same_without_one_record=CACHE_FLAG)
 class TestDpMixMin(MechanismContract):
     name = "dp-mixmin"
 
@@ -168,12 +148,6 @@ class TestDpMixMin(MechanismContract):
         }
         part = dataclasses.replace(mix, config={**mix.config, "mixmin_config": settings})
         return dataclasses.replace(plan, parts=(part, *plan.parts[1:]))
-
-    def test_plan_is_public_apart_from_the_cache_flag(self, mechanism, job, data, folder):
-        unflagged = WithoutCacheFlag(mechanism)
-        MechanismContract.test_plan_is_the_same_without_one_record(
-            self, unflagged, job, data, folder
-        )
 
 
 class TestDpMixMinPipeline(TestDpMixMin):

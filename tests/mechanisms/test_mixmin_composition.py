@@ -1,4 +1,4 @@
-"""Which split rule a DP-MixMin release used, and when its two stages may compose in parallel (issue 13, point 1).
+"""Which split rule a DP-MixMin release used, and when its two stages may compose in parallel.
 
 Only the keyed per-record / per-user split (rule ``keyed-bernoulli-v1``) keeps D_mix and D_ft
 disjoint under add/remove adjacency, so only it is declared to the ledger as a disjoint partition;

@@ -1,4 +1,4 @@
-"""Issue 23 point 9 for DP-MixMin: both stages' (q, T, m0) and calibrated noise are functions of a
+"""DP-MixMin's plan from public facts: both stages' (q, T, m0) and calibrated noise are functions of a
 declared public reference size (the task's, or ``--reference-size``), never of the private counts
 |D_mix| / |D_ft|, so a task with one record (one user) added or removed plans the identical
 mechanism and publishes the identical configuration."""
@@ -60,17 +60,20 @@ def _plan(monkeypatch, task, request):
 
 
 def _published(plan) -> list:
-    """What the plan publishes (the calibration's ``cached`` flag says only whether it was computed before)."""
-
-    def config(p):
-        return {
-            **p.config,
-            "calibration": {k: v for k, v in p.config["calibration"].items() if k != "cached"},
-        }
-
+    """What the plan publishes."""
     return [plan.event.to_dict(), plan.dataset] + [
-        (p.event.to_dict(), p.steps, p.release_fields, config(p), p.partition) for p in plan.parts
+        (p.event.to_dict(), p.steps, p.release_fields, p.config, p.partition) for p in plan.parts
     ]
+
+
+def test_plan_is_the_same_whether_its_calibration_was_cached(monkeypatch, tmp_path):
+    """Whether sigma came from the local calibration cache is not published: a plan on a cold
+    cache and the same plan on the warm cache are identical, down to each part's calibration."""
+    monkeypatch.setenv("DPAUDIT_CACHE_DIR", str(tmp_path))
+    task, request = load_task("digits-mix"), MixMinRequest(stage="pipeline", steps=5)
+    cold, warm = (_published(_plan(monkeypatch, task, request)[0]) for _ in range(2))
+    assert warm == cold
+    assert all("cached" not in part[3]["calibration"] for part in cold[2:])
 
 
 @pytest.mark.parametrize(

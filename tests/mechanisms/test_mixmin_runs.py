@@ -1,4 +1,4 @@
-"""The one DP-MixMin loop of releases and audits (issue 24): R runs of Algorithm 1 at once,
+"""The one DP-MixMin loop of releases and audits: R runs of Algorithm 1 at once,
 clipped scalars of every (run, record) pair, fresh noise every step, canaries at rate q."""
 
 from __future__ import annotations

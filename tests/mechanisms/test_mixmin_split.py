@@ -1,4 +1,4 @@
-"""DP-MixMin's D_mix / D_ft split and the task's public / private division (issue 13, points 1 and 2).
+"""DP-MixMin's D_mix / D_ft split and the task's public / private division.
 
 Parallel composition of the two stages is sound under add/remove adjacency only if a neighbouring
 dataset (one record, or one user, more or less) changes that record's (user's) side of the split

@@ -118,7 +118,7 @@ def test_unreadable_proxy_file(tmp_path):
 
 def test_mnist_task_on_the_registry_split(data_dir):
     # public sources = the registry mnist's 9,000 validation images, private = its 51,000
-    # training images (issue 23: the old public half held 25,000 images mnist trains on)
+    # training images (the former division's public half held 25,000 images mnist trains on)
     t = load_mnist_task(seed=42, data_dir=data_dir)
     assert t.public_x.shape == (9000, 784) and len(t.train_idx) == 51000
     assert len(t.val_idx) == 5000 and len(t.test_idx) == 5000

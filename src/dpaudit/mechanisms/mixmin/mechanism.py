@@ -18,7 +18,7 @@ ledger as a disjoint partition. With ``"sequential"`` both stages use all privat
 epsilon, (1 - rho) * epsilon) and the guarantees add (A.7).
 
 Schedules: both stages' (q, T, m0) and noise are built from the task's declared public size N0
-(:data:`~.mixmin_tasks.REFERENCE_SIZES`, or ``--reference-size``) via :func:`~.mixmin_tasks.reference_units`, assuming |D_mix| =
+(:data:`~.tasks.REFERENCE_SIZES`, or ``--reference-size``) via :func:`~.tasks.reference_units`, assuming |D_mix| =
 round(rho U0) and |D_ft| = N0 - round(rho N0); the run keeps them whatever the actual (private) counts are.
 
 The section 5 baselines are benchmarks/mixmin_experiments.py's (docs/experiments.md)."""
@@ -334,7 +334,7 @@ class MixMinData:
 class MixMinInfo(DataInfo):
     """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the sources, the split's partitions and
     rule, the target's name, and the task (name, image or not) whose public downstream defaults apply. ``reference_size``: the
-    task's declared N0 (:data:`~.mixmin_tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
+    task's declared N0 (:data:`~.tasks.REFERENCE_SIZES`; None for a proxy file); the actual counts are private."""
 
     source_names: tuple = ()
     partition: str = "train"
@@ -352,11 +352,7 @@ class MixMinInfo(DataInfo):
         """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
         ds, cfg = release.dataset or {}, release.config or {}
         split = cfg.get("split") or {}
-        sp = (
-            split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit)
-            if split.get("rule") == SPLIT_RULE
-            else None
-        )
+        sp = _recorded_split_partition(split, release.privacy_unit)
         old = (
             None
             if "reference_size" in cfg
@@ -382,9 +378,16 @@ class MixMinInfo(DataInfo):
         )
 
 
+def _recorded_split_partition(split: dict, privacy_unit: str) -> str | None:
+    """The partition of the keyed split a release records (None: another rule, no disjoint split)."""
+    if split.get("rule") != SPLIT_RULE:
+        return None
+    return split_partition_of(float(split["rho"]), int(split["seed"]), privacy_unit)
+
+
 def _proxy_data(request, ledger_path) -> MixMinData:
     """A bring-your-own proxy predictions file: every record is D_mix, named by the keyed fingerprint of its content (a renamed
-    copy shares the budget and the cap, issue 13 point 6); its rows (mixmin_tasks.proxy_row_sets)
+    copy shares the budget and the cap); its rows (tasks.proxy_row_sets)
     make a shuffled, cut or jittered copy meet the original's cap too."""
     pp = load_proxy_predictions(request.proxy_predictions, loss=request.mixture.loss)
     with open_ledger(ledger_path) as led:
@@ -456,7 +459,7 @@ def _task_data(request) -> MixMinData:
 
 
 def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[int, int, dict]:
-    """(D_mix units, D_ft records, what the release records): from the declared reference size (issue 23 point 9), never from the
+    """(D_mix units, D_ft records, what the release records): from the declared reference size, never from the
     private counts."""
     if (
         info.recorded_sizes is not None
@@ -485,6 +488,45 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
         ),
         sizes,
     )
+
+
+def _common_plan_fields(request, info: MixMinInfo) -> dict:
+    """The ReleasePlan fields the whole plan and each of its parts share."""
+    return dict(
+        request=request,
+        dataset=info.identity,
+        adjacency=f"add-remove-{request.privacy_unit}",
+        accountant=ACCOUNTANT,
+        delta=float(request.delta),
+        seed=int(request.seed),
+        data_name=info.name,
+        privacy_unit=request.privacy_unit,
+        time_run=False,
+        compare_accountants=tuple(a for a in ACCOUNTANTS if a != ACCOUNTANT),
+    )
+
+
+def _split_declaration(data_name: str, split_partition: str) -> PartitionDeclaration:
+    """D_mix and D_ft as disjoint children of the keyed split's partition."""
+    children = (split_partition + "/mix", split_partition + "/ft")
+    return PartitionDeclaration(
+        data_name, split_partition, children, f"{NAME} (split rule {SPLIT_RULE})"
+    )
+
+
+def _check_rebuildable(request, cfg: dict) -> None:
+    """A release an audit can rebuild: it records its task, and its D_mix comes from the keyed split
+    (another rule would audit other records) unless the pipeline is sequential (D_mix = all)."""
+    if request.proxy_predictions is not None or not cfg.get("task"):
+        raise DataError(
+            "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
+        )
+    rule = (cfg.get("split") or {}).get("rule")
+    sequential = request.stage == "pipeline" and request.composition == "sequential"
+    if not sequential and rule != SPLIT_RULE:
+        raise DataError(
+            f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}."
+        )
 
 
 class DPMixMin(MechanismBase):
@@ -564,12 +606,7 @@ class DPMixMin(MechanismBase):
         """Public quantities only (the request, the task's public defaults and reference size, k): both stages' calibrated noise
         and events, the combined event reserved, the partitions."""
         request = self.validate(request)
-        stage, composition, rho, delta = (
-            request.stage,
-            request.composition,
-            resolved_rho(request),
-            float(request.delta),
-        )
+        stage, composition, rho = request.stage, request.composition, resolved_rho(request)
         sequential = stage == "pipeline" and composition == "sequential"
         mixture = resolved_mixture(request)
         n_mix, n_ft, sizes = _plan_sizes(request, info, mixture)
@@ -581,18 +618,7 @@ class DPMixMin(MechanismBase):
             composition=composition,
             parallel=info.split_partition is not None,
         )
-        common = dict(
-            request=request,
-            dataset=info.identity,
-            adjacency=f"add-remove-{request.privacy_unit}",
-            accountant=ACCOUNTANT,
-            delta=delta,
-            seed=int(request.seed),
-            data_name=info.name,
-            privacy_unit=request.privacy_unit,
-            time_run=False,
-            compare_accountants=tuple(a for a in ACCOUNTANTS if a != ACCOUNTANT),
-        )
+        common = _common_plan_fields(request, info)
         shared = {
             "task": info.task,
             "target": info.target_name,
@@ -603,46 +629,19 @@ class DPMixMin(MechanismBase):
             "source_names": list(info.source_names),
             "split": split,
         }
-        parts = (
-            _mixture_part(
-                request,
-                info,
-                mixture,
-                n_mix,
-                rho * request.epsilon if sequential else request.epsilon,
-                shared,
-                common,
-            ),
-        )
+        eps = request.epsilon
+        eps_mix, eps_ft = (rho * eps, (1 - rho) * eps) if sequential else (eps, eps)
+        parts = (_mixture_part(request, info, mixture, n_mix, eps_mix, shared, common),)
         sp = info.split_partition
         event, partition = parts[0].event, sp or info.partition
         if stage == "pipeline":
-            parts += (
-                _finetune_part(
-                    request,
-                    info,
-                    n_ft,
-                    (1 - rho) * request.epsilon if sequential else request.epsilon,
-                    shared,
-                    "train" if sequential else sp + "/ft",
-                    common,
-                ),
-            )
+            ft_partition = "train" if sequential else sp + "/ft"
+            parts += (_finetune_part(request, info, n_ft, eps_ft, shared, ft_partition, common),)
             # The budget of the whole plan (both releases), reserved once before any private computation.
-            event, partition = (
-                (Composed if sequential else Parallel)(tuple(p.event for p in parts)),
-                "train" if sequential else sp,
-            )
+            events = tuple(p.event for p in parts)
+            event, partition = (Composed(events), "train") if sequential else (Parallel(events), sp)
         # Only the keyed split rule declares D_mix / D_ft as disjoint children (module docstring).
-        declarations = (
-            ()
-            if sp is None
-            else (
-                PartitionDeclaration(
-                    info.name, sp, (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"
-                ),
-            )
-        )
+        declarations = () if sp is None else (_split_declaration(info.name, sp),)
         return ReleasePlan(
             mechanism=NAME,
             partition=partition,
@@ -782,19 +781,7 @@ class DPMixMin(MechanismBase):
         """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`), checked against it; a
         release that records no request plans with the resolved settings it recorded (``mixmin_config``)."""
         cfg = release.config or {}
-        if request.proxy_predictions is not None or not cfg.get("task"):
-            raise DataError(
-                "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
-            )
-        rule = (cfg.get("split") or {}).get("rule")
-        if (
-            not (request.stage == "pipeline" and request.composition == "sequential")
-            and rule != SPLIT_RULE
-        ):
-            # the audit rebuilds D_mix with the keyed split: another rule would audit other records
-            raise DataError(
-                f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}."
-            )
+        _check_rebuildable(request, cfg)
         mc = cfg.get("mixmin_config") or {}
         if release.request is None and mc:
             request = replace(
@@ -812,7 +799,7 @@ class DPMixMin(MechanismBase):
     def audit_target(
         self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
     ):
-        """Algorithm 1 on the task's D_mix (:func:`~.mixmin_audit.task_target`) with the plan's sigma, q, B and steps, claiming
+        """Algorithm 1 on the task's D_mix (:func:`~.audit.task_target`) with the plan's sigma, q, B and steps, claiming
         the plan's mixture event (a ``release``'s own epsilon and accountant; an old release without a recorded reference size:
         its recorded configuration, on its own task division). Refused for proxy predictions, user level, another split rule."""
         request, mix = plan.request, plan.parts[0]
@@ -859,6 +846,13 @@ class DPMixMin(MechanismBase):
         return t.without_noise() if no_noise else t
 
 
+def _published_calibration(cal) -> dict:
+    """The calibration a plan publishes. Whether its sigma came from the local cache is a fact of
+    this machine, not of the request (a second plan would differ), so it is left out; old releases
+    that recorded it still load."""
+    return {k: v for k, v in cal.to_dict().items() if k != "cached"}
+
+
 def _mixture_part(
     request,
     info: MixMinInfo,
@@ -895,7 +889,7 @@ def _mixture_part(
         if info.task is None
         else "trained on public data only",
         "mixmin_config": cfg.to_dict(),
-        "calibration": cal.to_dict(),
+        "calibration": _published_calibration(cal),
     }
     # Stage 1 noises the k mixture coordinates at every step (noise tails: dpaudit.noise).
     return ReleasePlan(
@@ -959,7 +953,7 @@ def _finetune_part(
             **shared,
             "downstream": downstream.to_dict(),
             "dpsgd_config": fcfg.to_dict(),
-            "calibration": cal.to_dict(),
+            "calibration": _published_calibration(cal),
         },
         release_fields={
             "noise_multiplier": fcfg.noise_multiplier,

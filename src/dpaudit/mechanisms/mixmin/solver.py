@@ -160,12 +160,17 @@ def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.nda
 
 
 def _check_probs(p: np.ndarray, loss: str, k: int | None) -> np.ndarray:
-    if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 1:
+    if p.ndim != 2 or min(p.shape) < 1:
         raise DataError(f"probs must be a 2-d array (n records, k sources), got shape {p.shape}.")
     if not np.issubdtype(p.dtype, np.number) or not np.all(np.isfinite(p)):
         raise DataError("probs must hold finite numbers, got non-finite or non-numeric values.")
     if k is not None and p.shape[1] != k:
         raise DataError(f"probs must have k = {k} columns, got {p.shape[1]}.")
+    return _check_prob_range(p, loss)
+
+
+def _check_prob_range(p: np.ndarray, loss: str) -> np.ndarray:
+    """Probabilities (bce, mse) or densities with a positive entry in every row (nll)."""
     if np.any(p < 0):
         raise DataError(f"probs must be >= 0, got minimum {float(p.min())!r}.")
     if loss in ("bce", "mse") and np.any(p > 1):

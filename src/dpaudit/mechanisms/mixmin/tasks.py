@@ -75,7 +75,7 @@ TASK_DIVISION_KEYS = {
     "mnist-mix": DEFAULT_SPLIT_SEED,
     "heart-mix": DEFAULT_SPLIT_SEED,
 }
-#: The division before issue 23 (public halves that held registry training rows). Kept only so that an audit can rebuild a release
+#: The former division (public halves that held registry training rows). Kept only so that an audit can rebuild a release
 #: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
 FORMER_DIVISION_KEY = 42
 
@@ -302,7 +302,7 @@ def _split_three(
 
 
 def _former_division(n_train_file: int, n_test_file: int) -> tuple:
-    """(train, public, val, test) source ids of the division before issue 23: a seeded public half of the training file; the other
+    """(train, public, val, test) source ids of the former division: a seeded public half of the training file; the other
     half private, split 60/20/20 (no test file) or used whole as train with the test file halved into val / test."""
     rng = public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT)
     perm = rng.permutation(n_train_file)
@@ -600,45 +600,42 @@ def train_proxies(
     one_of("proxy_mode", mode, PROXY_MODES)
     seed = task.seed if seed is None else int(seed)
     key = (task.name, task.division_key, task.seed, seed, mode, epochs, task.public_x.shape)
-    if key in _PROXY_CACHE:
-        return _PROXY_CACHE[key]
-    d, k = task.public_x.shape[1], task.k
-    hidden = 128 if task.image else 0
-    ep = (
-        epochs
-        if epochs is not None
-        else (6 if task.name == "mnist-mix" else 40 if task.image else 200)
-    )
-    bs = 256 if task.name == "mnist-mix" else 64
-    if task.shared_inputs and mode == "joint":
-        one_hot = np.all(task.public_y.sum(axis=1) == 1)
-        m = new_mlp(d, hidden, k, seed, _TAG_PROXY, 0)
-        target, loss = (
-            (task.public_y.argmax(axis=1), "softmax") if one_hot else (task.public_y, "bce")
-        )
+    if key not in _PROXY_CACHE:
+        if epochs is None:
+            epochs = 6 if task.name == "mnist-mix" else 40 if task.image else 200
+        train = _joint_proxy if task.shared_inputs and mode == "joint" else _per_source_proxies
+        _PROXY_CACHE[key] = train(task, seed, epochs, 256 if task.name == "mnist-mix" else 64)
+    return _PROXY_CACHE[key]
+
+
+def _joint_proxy(task: MixMinTask, seed: int, epochs: int, batch_size: int) -> Proxies:
+    """One network for every source (shared inputs): softmax on one-hot targets, else BCE."""
+    one_hot = np.all(task.public_y.sum(axis=1) == 1)
+    m = new_mlp(task.public_x.shape[1], 128 if task.image else 0, task.k, seed, _TAG_PROXY, 0)
+    target, loss = (task.public_y.argmax(axis=1), "softmax") if one_hot else (task.public_y, "bce")
+    key = (seed, _TAG_PROXY, 1)
+    fit(m, task.public_x, target, loss=loss, epochs=epochs, key=key, batch_size=batch_size)
+    return Proxies("joint", [m], softmax=bool(one_hot))
+
+
+def _per_source_proxies(task: MixMinTask, seed: int, epochs: int, batch_size: int) -> Proxies:
+    """One binary network per source, on its public rows and the rows every source shares."""
+    models = []
+    for i in range(task.k):
+        rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
+        m = new_mlp(task.public_x.shape[1], 128 if task.image else 0, 1, seed, _TAG_PROXY, 10 + i)
         fit(
-            m, task.public_x, target, loss=loss, epochs=ep, key=(seed, _TAG_PROXY, 1), batch_size=bs
+            m,
+            task.public_x[rows],
+            task.public_y[rows, i : i + 1],
+            loss="bce",
+            epochs=epochs,
+            key=(seed, _TAG_PROXY, 100 + i),
+            batch_size=batch_size,
+            lr=1e-3 if task.image else 1e-2,
         )
-        prox = Proxies("joint", [m], softmax=bool(one_hot))
-    else:
-        models = []
-        for i in range(k):
-            rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
-            m = new_mlp(d, hidden, 1, seed, _TAG_PROXY, 10 + i)
-            fit(
-                m,
-                task.public_x[rows],
-                task.public_y[rows, i : i + 1],
-                loss="bce",
-                epochs=ep,
-                key=(seed, _TAG_PROXY, 100 + i),
-                batch_size=bs,
-                lr=1e-3 if task.image else 1e-2,
-            )
-            models.append(m)
-        prox = Proxies("per-source", models, softmax=False)
-    _PROXY_CACHE[key] = prox
-    return prox
+        models.append(m)
+    return Proxies("per-source", models, softmax=False)
 
 
 # ---- Splits of the private training records
@@ -770,21 +767,7 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     """Read ``FILE.npz``: ``probs`` (n, k), ``labels`` (n,), optional ``user_ids`` (n,) and ``source_names`` (k,). Any problem is
     a one-line :class:`DataError` naming the bad array."""
     p = Path(path)
-    if not p.is_file():
-        raise DataError(f"proxy predictions file not found: {p}.")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            arrays = {name: z[name] for name in z.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise DataError(
-            f"proxy predictions file {p} is not a readable .npz archive without pickled objects: {msg}."
-        ) from None
-    for required in ("probs", "labels"):
-        if required not in arrays:
-            raise DataError(
-                f"proxy predictions file {p}: array '{required}' is missing (found: {', '.join(sorted(arrays)) or 'none'})."
-            )
+    arrays = _read_npz(p)
     probs, labels = arrays["probs"], arrays["labels"]
     try:
         check_inputs(probs, labels, loss)
@@ -805,6 +788,26 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     return ProxyPredictions(
         p64, y64, user_ids, source_names, str(p), sha, rows=proxy_row_sets(p64, y64)
     )
+
+
+def _read_npz(p: Path) -> dict:
+    """The arrays of a proxy predictions file, which must hold ``probs`` and ``labels``."""
+    if not p.is_file():
+        raise DataError(f"proxy predictions file not found: {p}.")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(
+            f"proxy predictions file {p} is not a readable .npz archive without pickled objects: {msg}."
+        ) from None
+    for required in ("probs", "labels"):
+        if required not in arrays:
+            raise DataError(
+                f"proxy predictions file {p}: array '{required}' is missing (found: {', '.join(sorted(arrays)) or 'none'})."
+            )
+    return arrays
 
 
 def _optional_arrays(

@@ -425,9 +425,8 @@ def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_b
         canary_z, canary_y = _canary_rows(canary, d, n_classes)
         z1, z1_norm = augmented_features([features, canary_z], d, np_dtype)
         return z1, z1_norm, np.concatenate([labels, canary_y]), d
-    if (
-        z_has_bias_column
-    ):  # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
+    # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
+    if z_has_bias_column:
         z1 = np.ascontiguousarray(z, dtype=np_dtype)
         return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1)), labels, d
     return (*augmented_features([features], d, np_dtype), labels, d)

@@ -63,7 +63,9 @@ def _one(
     neighbour: bool,
     tree: str | None = None,
     memory: str = "warm",
-) -> float:
+) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one command: the CPU time of the process and its children
+    (user + system), less sensitive to the other jobs on a loaded machine than the wall time."""
     out = Path(tempfile.mkdtemp(dir=root)) / "r"
     if (
         memory == "cold"
@@ -74,7 +76,7 @@ def _one(
         os.environ, DPAUDIT_CACHE_DIR=str(root / "cache"), **({"PYTHONPATH": tree} if tree else {})
     )
     try:
-        t0 = time.perf_counter()
+        c0, t0 = _children_cpu(), time.perf_counter()
         subprocess.run(
             _argv(data_dir, out, threads),
             check=True,
@@ -82,11 +84,18 @@ def _one(
             stderr=subprocess.DEVNULL,
             env=env,
         )
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, _children_cpu() - c0
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 _MARK = "---- phases"
@@ -274,18 +283,19 @@ def main() -> None:
             else ": NOT a quiet machine, so compare the interleaved ratios, not the absolute times"
         )
     )
-    for (tree, t, m), ts in times.items():
+    for (tree, t, m), runs in times.items():
+        ts, cpu = [w for w, _ in runs], [c for _, c in runs]
         print(
             f"tree={tree or 'installed'} threads={t or 'default'} comparison={m} neighbour={a.neighbour}: median {statistics.median(ts):.2f} s "
-            f"(min {min(ts):.2f}, max {max(ts):.2f}, n={len(ts)})"
+            f"(min {min(ts):.2f}, max {max(ts):.2f}, n={len(ts)}); CPU median {statistics.median(cpu):.2f} s (min {min(cpu):.2f})"
         )
     first = next(iter(times.values()))
-    for key, ts in list(times.items())[
+    for key, runs in list(times.items())[
         1:
     ]:  # runs i of both settings ran back to back: their ratio shares the load
-        print(
-            f"{key} / {next(iter(times))}: median per-run ratio {statistics.median(b / f for f, b in zip(first, ts)):.3f}"
-        )
+        wall = statistics.median(b[0] / f[0] for f, b in zip(first, runs))
+        cpu = statistics.median(b[1] / f[1] for f, b in zip(first, runs))
+        print(f"{key} / {next(iter(times))}: median per-run ratio {wall:.3f} wall, {cpu:.3f} CPU")
 
 
 if __name__ == "__main__":

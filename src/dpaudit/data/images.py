@@ -32,6 +32,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import math
 import os
 import pickle
 import shutil
@@ -78,40 +79,38 @@ def apply_profile(images: np.ndarray, profile: str) -> tuple[np.ndarray, tuple[i
         raise DataError(
             f"images must be uint8 of shape (n, H, W[, C]), got {images.dtype} {images.shape}."
         )
-    chw = images[:, None, :, :] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
-    n, c, h, w = chw.shape
-    if profile in ("raw01", "centered"):
-        # Exactly ToTensor's arithmetic: float32 conversion, then division by 255 (IEEE float32
-        # operations, so NumPy gives torch's floats; all 256 pixel values are checked in the tests).
-        t = empty_small_pages((n, c * h * w), np.float32)
-        t.reshape(chw.shape)[...] = (
-            chw  # uint8 -> float32 (exact), in (channel, height, width) order
-        )
-        t /= np.float32(255)
-        if profile == "centered":
-            # Exactly Normalize(mean=0.5, std=0.5): subtract, then divide.
-            t -= np.float32(0.5)
-            t /= np.float32(0.5)
-        return t, (c, h, w)
-    if profile == "half-resolution":
-        from PIL import Image
-        from torchvision.transforms import InterpolationMode
-        from torchvision.transforms import functional as TF
-
-        # transforms.Resize((H/2, W/2)) on each PIL image (the same call Resize makes), then the ToTensor arithmetic for the whole
-        # batch at once (bit-equal; checked in the tests).
-        hh, ww = h // 2, w // 2
-        small = np.empty((n, hh, ww, c), dtype=np.uint8)
-        hwc = images if images.ndim == 4 else images[..., None]
-        for i in range(n):
-            img = Image.fromarray(hwc[i, :, :, 0], mode="L") if c == 1 else Image.fromarray(hwc[i])
-            small[i] = np.asarray(TF.resize(img, [hh, ww], InterpolationMode.BILINEAR)).reshape(
-                hh, ww, c
-            )
-        return apply_profile(small if c > 1 else small[..., 0], "raw01")
-
     one_of("profile", profile, IMAGE_PROFILES)
-    raise AssertionError("unreachable")
+    if profile == "half-resolution":
+        return apply_profile(_half_resolution(images), "raw01")
+    chw = images[:, None, :, :] if images.ndim == 3 else images.transpose(0, 3, 1, 2)
+    # Exactly ToTensor's arithmetic: float32 conversion (exact), then division by 255, and for
+    # ``centered`` Normalize(0.5, 0.5)'s: subtract, then divide (IEEE float32 operations, so NumPy
+    # gives torch's floats; all 256 pixel values are checked in the tests).
+    t = empty_small_pages((chw.shape[0], int(np.prod(chw.shape[1:]))), np.float32)
+    t.reshape(chw.shape)[...] = chw  # in (channel, height, width) order
+    t /= np.float32(255)
+    if profile == "centered":
+        t -= np.float32(0.5)
+        t /= np.float32(0.5)
+    return t, chw.shape[1:]
+
+
+def _half_resolution(images: np.ndarray) -> np.ndarray:
+    """``transforms.Resize((H/2, W/2))`` (PIL bilinear, antialiased) on each image, the call Resize
+    makes: uint8 in the input's layout (the ToTensor arithmetic follows, for the whole batch)."""
+    from PIL import Image
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as TF
+
+    hwc = images if images.ndim == 4 else images[..., None]
+    n, h, w, c = hwc.shape
+    small = np.empty((n, h // 2, w // 2, c), dtype=np.uint8)
+    for i in range(n):
+        img = Image.fromarray(hwc[i, :, :, 0], mode="L") if c == 1 else Image.fromarray(hwc[i])
+        small[i] = np.asarray(TF.resize(img, [h // 2, w // 2], InterpolationMode.BILINEAR)).reshape(
+            h // 2, w // 2, c
+        )
+    return small if c > 1 else small[..., 0]
 
 
 # --------------------------------------------------------------------------- MNIST
@@ -139,67 +138,75 @@ def _mnist_torchvision_root(data_dir: Path) -> tuple[Path, dict[str, str]]:
             f"cannot create the MNIST cache under {base}: {exc.strerror or exc}."
         ) from None
     try:
-        raw = tmp / "MNIST" / "raw"
-        raw.mkdir(parents=True)
-        for name in MNIST_FILES:
-            src = folder / name
-            try:
-                with gzip.open(src, "rb") as fin, open(raw / name[: -len(".gz")], "wb") as fout:
-                    shutil.copyfileobj(fin, fout, 1 << 20)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise DataError(
-                    f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} "
-                    f"in {folder}."
-                ) from None
-        (raw / "COMPLETE").write_text("\n".join(f"{hashes[n]}  {n}" for n in MNIST_FILES) + "\n")
-        try:
-            os.rename(tmp, root)
-        except OSError:
-            # Either another process finished first (its copy is equivalent), or a stale folder without the COMPLETE marker is in
-            # the way: remove it and put ours in place.
-            if not done.is_file():
-                shutil.rmtree(root, ignore_errors=True)
-                try:
-                    os.rename(tmp, root)
-                except OSError as exc:
-                    if not done.is_file():
-                        raise DataError(
-                            f"cannot write the MNIST cache {root}: {exc.strerror or exc}."
-                        ) from None
+        _gunzip_mnist(folder, tmp / "MNIST" / "raw", hashes)
+        _move_into_place(tmp, root, done)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return root, hashes
 
 
+def _gunzip_mnist(folder: Path, raw: Path, hashes: dict[str, str]) -> None:
+    """Decompress the four verified ``.gz`` files of ``folder`` into ``raw``; mark it COMPLETE."""
+    raw.mkdir(parents=True)
+    for name in MNIST_FILES:
+        src = folder / name
+        try:
+            with gzip.open(src, "rb") as fin, open(raw / name[: -len(".gz")], "wb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise DataError(
+                f"MNIST file {src} is corrupt (cannot gunzip: {exc}); expected {', '.join(MNIST_FILES)} "
+                f"in {folder}."
+            ) from None
+    (raw / "COMPLETE").write_text("\n".join(f"{hashes[n]}  {n}" for n in MNIST_FILES) + "\n")
+
+
+def _move_into_place(tmp: Path, root: Path, done: Path) -> None:
+    """Rename the built folder ``tmp`` to ``root``. When that fails, either another process finished
+    first (its copy is equivalent: ``done`` exists), or a stale folder without the COMPLETE marker
+    is in the way: it is removed and ours put in place."""
+    for attempt in range(2):
+        try:
+            os.rename(tmp, root)
+            return
+        except OSError as exc:
+            if done.is_file():
+                return
+            if attempt:
+                raise DataError(
+                    f"cannot write the MNIST cache {root}: {exc.strerror or exc}."
+                ) from None
+            shutil.rmtree(root, ignore_errors=True)
+
+
 def read_idx(path: Path, ndim: int) -> np.ndarray:
     """One decompressed IDX file of unsigned bytes (type 0x08) with ``ndim`` dimensions. The same format check and the same array
     as torchvision's MNIST reader (magic 0x0000 08 nd, big-endian int32 sizes, then the bytes), without importing torchvision: its
     import pulls in torch._dynamo and costs seconds on every MNIST command. tests/data compare both readers."""
-    with open(
-        path, "rb"
-    ) as f:  # read into a writable buffer: the array below needs no copy of its own
-        raw = bytearray(os.fstat(f.fileno()).st_size)
-        got = f.readinto(raw)
-        if got != len(raw):  # the file changed size while read: keep what was read (checked below)
-            raw = raw[:got]
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08 or raw[3] != ndim:
+    with open(path, "rb") as f:
+        # read straight into the array's own memory (no zeroed buffer first, no copy afterwards)
+        raw = np.empty(os.fstat(f.fileno()).st_size, dtype=np.uint8)
+        raw = raw[
+            : f.readinto(raw)
+        ]  # shorter when the file changed size while read (checked below)
+    head = 4 + 4 * ndim
+    if raw[:4].tolist() != [0, 0, 0x08, ndim]:
         raise DataError(
             f"IDX file {path} must start with magic 0x000008{ndim:02x} (unsigned bytes, {ndim} dimensions), "
-            f"got {raw[:4].hex() or 'an empty file'}."
+            f"got {raw[:4].tobytes().hex() or 'an empty file'}."
         )
-    head = 4 + 4 * ndim
-    if len(raw) < head:
+    if raw.size < head:
         raise DataError(
-            f"IDX file {path} is truncated: {len(raw)} bytes, the header alone needs {head}."
+            f"IDX file {path} is truncated: {raw.size} bytes, the header alone needs {head}."
         )
-    shape = tuple(int(v) for v in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4))
-    size = int(np.prod(shape, dtype=np.int64))
-    if len(raw) != head + size:
+    shape = tuple(int(v) for v in raw[4:head].view(">i4"))
+    if raw.size != head + math.prod(shape):
+        want = head + math.prod(shape)
         raise DataError(
-            f"IDX file {path} must hold {head + size} bytes for shape {shape}, got {len(raw)}."
+            f"IDX file {path} must hold {want} bytes for shape {shape}, got {raw.size}."
         )
-    return np.frombuffer(raw, dtype=np.uint8, offset=head).reshape(shape)
+    return raw[head:].reshape(shape)
 
 
 def load_mnist_raw(data_dir=None, *, with_sources: bool = False):
@@ -275,21 +282,19 @@ def _check_batch(path: Path) -> int:
     obj = _safe_load(path)
     if not isinstance(obj, dict) or "data" not in obj or "labels" not in obj:
         raise ValueError("not a dict with 'data' and 'labels'")
-    data, labels = obj["data"], obj["labels"]
+    data, labels = obj["data"], np.asarray(obj["labels"])
     if (
         not isinstance(data, np.ndarray)
-        or data.dtype != np.uint8
-        or data.ndim != 2
+        or (data.dtype, data.ndim) != (np.uint8, 2)
         or data.shape[1] != 3072
     ):
         raise ValueError(
             f"'data' must be uint8 (n, 3072), got {getattr(data, 'dtype', type(data))} {getattr(data, 'shape', '')}"
         )
-    labels = np.asarray(labels)
     if (
         labels.shape != (data.shape[0],)
         or labels.dtype.kind not in "iu"
-        or (labels.size and (labels.min() < 0 or labels.max() > 9))
+        or np.any((labels < 0) | (labels > 9))
     ):
         raise ValueError("'labels' must be one integer in 0..9 per row of 'data'")
     return int(data.shape[0])

@@ -374,9 +374,8 @@ def poisson_flat(
     m = int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16)
     pos = rng.geometric(q, size=m)
     np.cumsum(pos, out=pos)
-    pos = _extend_gaps(
-        rng, pos, total, q
-    )  # positions 0 .. total - 1 (more gaps drawn if rarely needed)
+    # positions 0 .. total - 1 (more gaps drawn if rarely needed)
+    pos = _extend_gaps(rng, pos, total, q)
     if runs == 1:
         return pos, np.array([0, pos.size])
     offsets = np.searchsorted(pos, np.arange(runs + 1) * n)
@@ -388,9 +387,8 @@ def poisson_flat(
 def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> list[np.ndarray]:
     """For each of ``runs`` runs, the indices kept by independent Bernoulli(q) draws on range(n)
     (:func:`poisson_flat`, split per run)."""
-    if (
-        runs == 1 and q < 1.0
-    ):  # the per-step call of the single-run trainer: the same draws, less overhead
+    # the per-step call of the single-run trainer: the same draws, less overhead
+    if runs == 1 and q < 1.0:
         mean = n * q
         pos = rng.geometric(q, size=int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16))
         pos.cumsum(out=pos)
@@ -574,9 +572,8 @@ def _clipped_sum_kernel(
         np.sqrt(c, out=c)
         c *= zn
         r *= clip_factors(c, clipping_norm)
-    return np.matmul(
-        r, zb, out=ws.out if out is None else out
-    )  # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
+    # sum_i c_i outer(r_i, [z_i, 1]) = (c * R) Z1
+    return np.matmul(r, zb, out=ws.out if out is None else out)
 
 
 def head_clipped_sum(
@@ -638,9 +635,8 @@ def head_probabilities(weight: np.ndarray, z: np.ndarray) -> np.ndarray:
     weight = np.asarray(weight)
     z = np.asarray(z)
     w, s = weight[:, :-1].T.astype(np.float64), np.empty((z.shape[0], weight.shape[0]))
-    buf = np.empty(
-        (min(_EVAL_ROWS, z.shape[0]), z.shape[1])
-    )  # float64 rows, a block at a time (no float64 copy of z)
+    # float64 rows, a block at a time (no float64 copy of z)
+    buf = np.empty((min(_EVAL_ROWS, z.shape[0]), z.shape[1]))
     for i in range(0, z.shape[0], _EVAL_ROWS):
         rows = buf[: min(_EVAL_ROWS, z.shape[0] - i)]
         rows[...] = z[i : i + rows.shape[0]]

@@ -33,25 +33,29 @@ nn = lazy_import("torch.nn")
 def ghost_layers(module: nn.Module) -> dict | None:
     """The layers holding ``module``'s trainable parameters by name, or None when some trainable
     parameter lies outside a layer this kernel covers."""
-    layers = {
-        n: m
-        for n, m in module.named_modules()
-        if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d))
-        and any(p.requires_grad for p in m.parameters(recurse=False))
-    }
-    if any(
-        not isinstance(m, nn.Linear)
-        and (m.groups != 1 or isinstance(m.padding, str) or m.padding_mode != "zeros")
-        for m in layers.values()
-    ):
-        return None
+    layers = {name: layer for name, layer in module.named_modules() if _trained_layer(layer)}
     owned = {
-        f"{ln}.{pn}" if ln else pn
-        for ln, m in layers.items()
-        for pn, p in m.named_parameters(recurse=False)
+        f"{name}.{own}".lstrip(".")  # the module itself has the name ""
+        for name, layer in layers.items()
+        for own, p in layer.named_parameters(recurse=False)
         if p.requires_grad
     }
-    return layers if owned == {n for n, p in module.named_parameters() if p.requires_grad} else None
+    trained = {name for name, p in module.named_parameters() if p.requires_grad}
+    return layers if owned == trained and all(map(_covered, layers.values())) else None
+
+
+def _trained_layer(layer: nn.Module) -> bool:
+    """An ``nn.Linear``, ``nn.Conv1d`` or ``nn.Conv2d`` with a trainable parameter of its own."""
+    return isinstance(layer, (nn.Linear, nn.Conv1d, nn.Conv2d)) and any(
+        p.requires_grad for p in layer.parameters(recurse=False)
+    )
+
+
+def _covered(layer: nn.Module) -> bool:
+    """A layer this kernel covers: ``nn.Linear``, or a convolution of groups 1 and zero padding."""
+    return isinstance(layer, nn.Linear) or (
+        layer.groups == 1 and not isinstance(layer.padding, str) and layer.padding_mode == "zeros"
+    )
 
 
 def module_clipped_sum(
@@ -128,26 +132,37 @@ def ghost_clipped_sum(
     if layers is None:
         return None
     units = None if seg is None else tuple(torch.as_tensor(v, device=x.device) for v in (seg, k))
-    terms = {}
-    for name, calls in _layer_calls(module, layers, x, y, loss).items():
-        m, prefix = layers[name], f"{name}." if name else ""
-        if m.weight.requires_grad:
-            terms[prefix + "weight"] = _weight_term(m, calls, units)
-        if m.bias is not None and m.bias.requires_grad:
-            b = _per_unit(reduce(operator.add, (_rows(m, g).sum(1) for _, g in calls)), units)
-            terms[prefix + "bias"] = (_sq(b), lambda w, rw, b=b: w @ b)
+    terms = _clip_terms(module, layers, _layer_calls(module, layers, x, y, loss), units)
     sq = sum(t[0] for t in terms.values())
     kt = sq.new_ones(x.shape[0]) if units is None else units[1].to(sq.dtype)
     w = (
         dpsgd_core.clip_factors(sq.sqrt() / kt, clipping_norm) if clip else torch.ones_like(kt)
     ) / kt
     rw = w if units is None else w[units[0]]
-    sums = {name: t[1](w, rw) for name, t in terms.items()}
+    return _with_zeros(module, {name: t[1](w, rw) for name, t in terms.items()})
+
+
+def _with_zeros(module: nn.Module, sums: dict) -> dict:
+    """``sums`` for each trainable parameter of ``module``: zero for a layer the pass never used."""
     return {
         n: sums[n] if n in sums else torch.zeros_like(p)
         for n, p in module.named_parameters()
         if p.requires_grad
-    }  # unused layer: 0
+    }
+
+
+def _clip_terms(module: nn.Module, layers: dict, calls_by_layer: dict, units) -> dict:
+    """(squared per-unit norms, (w, rw) -> weighted sum) of each trained parameter, by name."""
+    terms = {}
+    for name, calls in calls_by_layer.items():
+        layer, prefix = layers[name], f"{name}." if name else ""
+        if layer.weight.requires_grad:
+            terms[prefix + "weight"] = _weight_term(layer, calls, units)
+        if layer.bias is not None and layer.bias.requires_grad:
+            rows = (_rows(layer, grads).sum(1) for _, grads in calls)
+            bias = _per_unit(reduce(operator.add, rows), units)
+            terms[prefix + "bias"] = (_sq(bias), lambda w, rw, bias=bias: w @ bias)
+    return terms
 
 
 def _use_ghost(rows: int, units: int, t: int, s: int, d: int, p: int) -> bool:
@@ -156,25 +171,29 @@ def _use_ghost(rows: int, units: int, t: int, s: int, d: int, p: int) -> bool:
     return units * s * s * (d + p) < rows * t * d * p
 
 
-def _weight_term(m: nn.Module, calls: list, units) -> tuple:
-    """(squared per-unit norms, (w, rw) -> weighted sum) of layer m's weight, whose gradient for
-    record i is sum_s g_is a_is^T over its rows; ``w``/``rw``: weights per unit / per record."""
-    n, p, d = calls[0][0].shape[0], m.weight.shape[0], m.weight[0].numel()
-    t = sum(g.numel() for _, g in calls) // (n * p)  # positions per record, all calls
+def _weight_term(layer: nn.Module, calls: list, units) -> tuple:
+    """(squared per-unit norms, (w, rw) -> weighted sum) of ``layer``'s weight, whose gradient
+    for record i is sum_s g_is a_is^T over its rows; ``w``/``rw``: weights per unit / per record."""
+    n, p, d = calls[0][0].shape[0], layer.weight.shape[0], layer.weight[0].numel()
+    t = sum(grads.numel() for _, grads in calls) // (n * p)  # positions per record, all calls
     u, kmax = (n, 1) if units is None else (units[1].numel(), int(units[1].max()))
     if _use_ghost(n, u, t, kmax * t, d, p):
-        a = _join([_rows(m, g, a) for a, g in calls])
-        g = _join([_rows(m, g) for _, g in calls])
-        au, gu = (a, g) if units is None else (_by_unit(a, *units, kmax), _by_unit(g, *units, kmax))
+        acts = _join([_rows(layer, grads, acts) for acts, grads in calls])
+        grads = _join([_rows(layer, grads) for _, grads in calls])
+        au, gu = (
+            (acts, grads) if units is None else (_by_unit(t, *units, kmax) for t in (acts, grads))
+        )
         if au.shape[1] == 1:
             sq = _sq(au) * _sq(gu)
         else:
             sq = (au @ au.mT).mul_(gu @ gu.mT).sum((1, 2)).clamp_(min=0.0)
         return sq, lambda w, rw: (
-            (g * rw[:, None, None]).reshape(-1, p).mT @ a.reshape(-1, d)
-        ).reshape(m.weight.shape)
-    per = _per_unit(reduce(operator.add, (_per_record(m, a, g) for a, g in calls)), units)
-    return _sq(per), lambda w, rw: torch.tensordot(w, per, 1).reshape(m.weight.shape)
+            (grads * rw[:, None, None]).reshape(-1, p).mT @ acts.reshape(-1, d)
+        ).reshape(layer.weight.shape)
+    per = _per_unit(
+        reduce(operator.add, (_per_record(layer, acts, grads) for acts, grads in calls)), units
+    )
+    return _sq(per), lambda w, rw: torch.tensordot(w, per, 1).reshape(layer.weight.shape)
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
@@ -261,72 +280,79 @@ def _forward(
     return seen, value
 
 
-def _rows(m: nn.Module, g: torch.Tensor, a: torch.Tensor | None = None) -> torch.Tensor:
-    """Output-gradient rows (n, positions, p) of one call or, given its input ``a``, its input rows
-    (n, positions, d): a convolution's input unfolded, so that the per-record weight gradient is
-    sum_s g_s a_s^T as for ``nn.Linear``."""
-    n = g.shape[0]
-    if isinstance(m, nn.Linear):
-        return g.reshape(n, -1, g.shape[-1]) if a is None else a.reshape(n, -1, a.shape[-1])
-    if a is None:
-        return g.reshape(n, g.shape[1], -1).mT
-    lift = (lambda v, pad: tuple(v)) if isinstance(m, nn.Conv2d) else (lambda v, pad: (pad, *v))
-    a = a if isinstance(m, nn.Conv2d) else a.unsqueeze(2)
+def _rows(layer: nn.Module, grads: torch.Tensor, acts: torch.Tensor | None = None) -> torch.Tensor:
+    """Output-gradient rows (n, positions, p) of one call or, given its input activations
+    ``acts``, its input rows (n, positions, d): a convolution's input unfolded, so that the
+    per-record weight gradient is sum_s g_s a_s^T as for ``nn.Linear``."""
+    n = grads.shape[0]
+    if isinstance(layer, nn.Linear):
+        rows = grads if acts is None else acts
+        return rows.reshape(n, -1, rows.shape[-1])
+    if acts is None:
+        return grads.reshape(n, grads.shape[1], -1).mT
+    lift = (lambda v, pad: tuple(v)) if isinstance(layer, nn.Conv2d) else (lambda v, pad: (pad, *v))
+    acts = acts if isinstance(layer, nn.Conv2d) else acts.unsqueeze(2)
     return nn.functional.unfold(
-        a,
-        lift(m.kernel_size, 1),
-        dilation=lift(m.dilation, 1),
-        padding=lift(m.padding, 0),
-        stride=lift(m.stride, 1),
+        acts,
+        lift(layer.kernel_size, 1),
+        dilation=lift(layer.dilation, 1),
+        padding=lift(layer.padding, 0),
+        stride=lift(layer.stride, 1),
     ).mT
 
 
-def _per_record(m: nn.Module, a: torch.Tensor, g: torch.Tensor, block: int = 64) -> torch.Tensor:
+def _per_record(
+    layer: nn.Module, acts: torch.Tensor, grads: torch.Tensor, block: int = 64
+) -> torch.Tensor:
     """One call's per-record weight gradients (n, p, d): a batched product for ``nn.Linear``; for a
     convolution its weight gradient with ``block`` records as groups (no unfolded input). Fixed
     blocks: oneDNN caches a primitive per group count (measured ~2.6 MB each), so the group count
     of a whole Poisson batch would add hundreds of MB over a run. The last block is the batch's
     last ``block`` records (overlapping rows dropped; zero padded only when n < block): no copy."""
-    n, p = g.shape[0], m.weight.shape[0]
-    if isinstance(m, nn.Linear):
-        return torch.einsum(
-            "nsp,nsd->npd", _rows(m, g), _rows(m, g, a)
-        )  # measured 2x faster than bmm here
+    n, p = grads.shape[0], layer.weight.shape[0]
+    if isinstance(layer, nn.Linear):
+        # einsum: measured 2x faster than bmm here
+        return torch.einsum("nsp,nsd->npd", _rows(layer, grads), _rows(layer, grads, acts))
     if n < block:  # zero records: zero gradients, dropped below
-        a, g = (torch.cat([t, t.new_zeros((block - n, *t.shape[1:]))]) for t in (a, g))
+        acts, grads = (
+            torch.cat([t, t.new_zeros((block - n, *t.shape[1:]))]) for t in (acts, grads)
+        )
     out = []
     for i in range(0, n, block):
         j = min(i, max(n, block) - block)
         out.append(
-            _conv_weight_grads(m, a[j : j + block], g[j : j + block])[i - j : min(block, n - j)]
+            _conv_weight_grads(layer, acts[j : j + block], grads[j : j + block])[i - j : n - j]
         )
     return torch.cat(out)
 
 
-def _conv_weight_grads(m: nn.Module, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Per-record weight gradients (b, p, d) of convolution m for b records: a weight gradient with
-    the records as groups; with one input channel, a forward convolution of the inputs with the
-    output gradients as kernels (equal to float rounding, measured ~30% faster on dp-cnn's conv1)."""
-    b, p, k = a.shape[0], m.weight.shape[0], m.kernel_size
-    if m.in_channels == 1:
-        conv = nn.functional.conv2d if isinstance(m, nn.Conv2d) else nn.functional.conv1d
+def _conv_weight_grads(layer: nn.Module, acts: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
+    """Per-record weight gradients (b, p, d) of convolution ``layer`` for b records: a weight
+    gradient with the records as groups; with one input channel, a forward convolution of the
+    inputs with the output gradients as kernels (equal to float rounding, measured ~30% faster on
+    dp-cnn's conv1)."""
+    b, p, k = acts.shape[0], layer.weight.shape[0], layer.kernel_size
+    if layer.in_channels == 1:
+        conv = nn.functional.conv2d if isinstance(layer, nn.Conv2d) else nn.functional.conv1d
         o = conv(
-            a.reshape(1, b, *a.shape[2:]),
-            g.reshape(b * p, 1, *g.shape[2:]),
+            acts.reshape(1, b, *acts.shape[2:]),
+            grads.reshape(b * p, 1, *grads.shape[2:]),
             None,
-            m.dilation,
-            m.padding,
-            m.stride,
+            layer.dilation,
+            layer.padding,
+            layer.stride,
             b,
         )
         return o[(..., *(slice(0, s) for s in k))].reshape(b, p, -1)
-    wgrad = torch.nn.grad.conv2d_weight if isinstance(m, nn.Conv2d) else torch.nn.grad.conv1d_weight
+    wgrad = (
+        torch.nn.grad.conv2d_weight if isinstance(layer, nn.Conv2d) else torch.nn.grad.conv1d_weight
+    )
     return wgrad(
-        a.reshape(1, -1, *a.shape[2:]),
-        (b * p, *m.weight.shape[1:]),
-        g.reshape(1, -1, *g.shape[2:]),
-        m.stride,
-        m.padding,
-        m.dilation,
+        acts.reshape(1, -1, *acts.shape[2:]),
+        (b * p, *layer.weight.shape[1:]),
+        grads.reshape(1, -1, *grads.shape[2:]),
+        layer.stride,
+        layer.padding,
+        layer.dilation,
         groups=b,
     ).reshape(b, p, -1)

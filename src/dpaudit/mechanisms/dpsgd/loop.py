@@ -211,12 +211,8 @@ class RecordUnits(_HeadUnits):
                 extra = np.flatnonzero(hit[r])
                 if extra.size:  # the sampled canary records: more units, last, in canary order
                     ix, zn, yb = np.concatenate([ix, self.canary_unit + extra]), None, None
-            elif hit is not None and hit[r]:
-                ix, zn, yb = (
-                    np.append(ix, self.canary_unit),
-                    None,
-                    None,
-                )  # the canary record: one more unit, last
+            elif hit is not None and hit[r]:  # the canary record: one more unit, last
+                ix, zn, yb = np.append(ix, self.canary_unit), None, None
             _run_sum(
                 self.ws,
                 self.z1,
@@ -281,15 +277,8 @@ class UserUnits(_HeadUnits):
         if canary_rows:
             index = _with_extra_user(index, n, canary_rows)
             self.canary_unit = self.n_units
-        self.index, self.g, self.noise = (
-            index,
-            positive_int("records_per_user", users.records_per_user),
-            noise,
-        )
-        self.sample, self.user_sum = (
-            user_level.sample_user_records,
-            user_level.user_head_clipped_sum,
-        )
+        self.index, self.noise = index, noise
+        self.records_per_user = positive_int("records_per_user", users.records_per_user)
         self.z1, self.z1_norm, self.y = z1, z1_norm, y
         self.clipping_norm, self.clip, self.binary = (
             config.clipping_norm,
@@ -300,15 +289,15 @@ class UserUnits(_HeadUnits):
     def step(self, flat, offsets, hit, w_rows, sum_rows) -> None:
         for r in range(len(w_rows)):
             sampled = flat[offsets[r] : offsets[r + 1]]
-            if hit is not None and hit[r]:
-                sampled = np.append(
-                    sampled, self.canary_unit
-                )  # the canary user, last (users stay ascending)
+            if hit is not None and hit[r]:  # the canary user, last (users stay ascending)
+                sampled = np.append(sampled, self.canary_unit)
             if sampled.size == 0:
                 sum_rows[r].fill(0.0)  # Algorithm 1, step 6
                 continue
-            rows, seg, kk = self.sample(self.index, sampled, self.g, self.noise)
-            sum_rows[r][...] = self.user_sum(
+            rows, seg, kk = user_level.sample_user_records(
+                self.index, sampled, self.records_per_user, self.noise
+            )
+            sum_rows[r][...] = user_level.user_head_clipped_sum(
                 w_rows[r],
                 self.z1,
                 self.z1_norm,
@@ -426,35 +415,34 @@ def head_layout(
 
 def _features(z, y, canary: CanaryHook | None, n_classes: int, np_dtype, z_has_bias_column: bool):
     """(z1, ||z1 rows||, labels, d): the training rows with a bias column, canary rows (if any) last."""
-    labels = y.astype(np.int64)
-    parts = [z[:, :-1] if z_has_bias_column else z]
     if z_has_bias_column and (z.shape[1] < 1 or not np.all(z[:, -1] == 1)):
         raise UsageError(
             "z must end with a column of ones when z_has_bias_column is set, got another last column."
         )
-    d = parts[0].shape[1]
+    features = z[:, :-1] if z_has_bias_column else z
+    d, labels = features.shape[1], y.astype(np.int64)
     if canary is not None and canary.z is not None:
-        cz = np.asarray(canary.z, dtype=np.float64)
-        cz = cz[None] if cz.ndim == 1 and not canary.many else cz  # one record given as (d,)
-        cy = np.asarray(canary.y, dtype=np.int64).reshape(-1)
-        if (
-            cz.ndim != 2
-            or cz.shape[1] != d
-            or cy.shape != (cz.shape[0],)
-            or cy.min() < 0
-            or cy.max() >= n_classes
-        ):
-            raise UsageError(
-                f"canary rows must have {d} features and labels in [0, {n_classes}), got shape {np.shape(canary.z)} and {cy.tolist()}."
-            )
-        parts.append(cz)
-        labels = np.concatenate([labels, cy])
-    elif (
-        z_has_bias_column
-    ):  # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
+        canary_z, canary_y = _canary_rows(canary, d, n_classes)
+        z1, z1_norm = augmented_features([features, canary_z], d, np_dtype)
+        return z1, z1_norm, np.concatenate([labels, canary_y]), d
+    # used as is, no copy (e.g. FrozenFeatures.transform(..., bias_column=True))
+    if z_has_bias_column:
         z1 = np.ascontiguousarray(z, dtype=np_dtype)
         return z1, np.sqrt(np.einsum("ij,ij->i", z1, z1)), labels, d
-    return (*augmented_features(parts, d, np_dtype), labels, d)
+    return (*augmented_features([features], d, np_dtype), labels, d)
+
+
+def _canary_rows(canary: CanaryHook, d: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A record canary's rows (G, d) and labels (G,), checked against the training rows' shape."""
+    rows = np.asarray(canary.z, dtype=np.float64)
+    rows = rows[None] if rows.ndim == 1 and not canary.many else rows  # one record given as (d,)
+    labels = np.asarray(canary.y, dtype=np.int64).reshape(-1)
+    bad_shape = rows.ndim != 2 or rows.shape[1] != d or labels.shape != (rows.shape[0],)
+    if bad_shape or labels.min() < 0 or labels.max() >= n_classes:
+        raise UsageError(
+            f"canary rows must have {d} features and labels in [0, {n_classes}), got shape {np.shape(canary.z)} and {labels.tolist()}."
+        )
+    return rows, labels
 
 
 # ---------------------------------------------------------------- the engine
@@ -502,57 +490,29 @@ def train_heads(
         z_has_bias_column=z_has_bias_column,
     )
     included = _included(canary, runs)
-    z1, z1_norm, labels, n, d, k = lay.z1, lay.z1_norm, lay.labels, lay.n, lay.d, lay.k
-    np_dtype = z1.dtype
-    grad_canary = _gradient_canary(canary, included, k, d, np_dtype)
-    canary_rows = z1.shape[0] - n
-    if canary_rows != (0 if canary is None or canary.z is None else np.asarray(canary.y).size):
-        raise UsageError(f"layout must hold the canary's rows ({canary_rows}), got another canary.")
-    many = canary is not None and canary.many
-    if many and canary.z is not None and canary_rows != included.shape[1]:
-        raise UsageError(
-            f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}."
-        )
-    # Many gradient canaries with user units: each canary is one more user whose jointly clipped contribution is its gradient.
-    if users is not None and many and canary.z is not None:
-        raise UsageError(
-            f"a user-level canary with records must be one user (included of shape ({runs},)), got {included.shape}."
-        )
+    grad_canary = _gradient_canary(canary, included, lay.k, lay.d, lay.z1.dtype)
+    canary_rows = lay.z1.shape[0] - lay.n
+    many = _check_canary_rows(canary, included, canary_rows, users is not None, runs)
+    unit_args = (lay.z1, lay.z1_norm, lay.labels, lay.n, lay.k, config)
     if users is None:
-        units = RecordUnits(z1, z1_norm, labels, n, k, config, canary_rows=canary_rows, many=many)
+        units = RecordUnits(*unit_args, canary_rows=canary_rows, many=many)
     else:
-        units = UserUnits(z1, z1_norm, labels, n, k, config, users, noise, canary_rows=canary_rows)
-    coords = None if record is None else _record_coordinates(record, k, d)
-    w0 = initial_heads(init, runs, k, d)
-    weights, counts, executed, recorded = [], [], [], []
+        units = UserUnits(*unit_args, users, noise, canary_rows=canary_rows)
+    coords = None if record is None else _record_coordinates(record, lay.k, lay.d)
+    w0 = initial_heads(init, runs, lay.k, lay.d)
+    groups = []
     with head_threads():
         for start in range(0, runs, step):
             stop = min(runs, start + step)
-            w = np.array(
-                w0[start:stop], dtype=np_dtype, order="C"
-            )  # C order: ``init`` may be a broadcast view
             hook = (
                 None
                 if included is None
                 else _HeadCanaries(included[start:stop], grad_canary, noise, config.sample_rate)
             )
-            recorder = None if coords is None else _Recorder(coords, config.steps)
-            # the optimizer updates w in place, the clipped sums read it
-            executed.append(
-                run_dp_sgd(
-                    units,
-                    [w],
-                    config,
-                    noise=noise,
-                    runs=stop - start,
-                    canary=hook,
-                    recorder=recorder,
-                    progress=progress,
-                )
+            groups.append(
+                _train_group(units, w0[start:stop], config, noise, hook, coords, progress)
             )
-            weights.append(w.astype(np.float64))
-            counts.append(None if hook is None else hook.counts)
-            recorded.append(None if recorder is None else recorder.values)
+    weights, executed, counts, recorded = zip(*groups)
     return BatchedHeadResult(
         weights=np.concatenate(weights),
         steps_executed=min(executed),
@@ -561,13 +521,53 @@ def train_heads(
     )
 
 
+def _check_canary_rows(canary, included, canary_rows: int, user_units: bool, runs: int) -> bool:
+    """Check that the layout's ``canary_rows`` are the canary's rows, one record per canary, and
+    that user units get one record canary at most; True for M canaries."""
+    has_rows = canary is not None and canary.z is not None
+    if canary_rows != (np.asarray(canary.y).size if has_rows else 0):
+        raise UsageError(f"layout must hold the canary's rows ({canary_rows}), got another canary.")
+    many = canary is not None and canary.many
+    many_rows = many and has_rows
+    if many_rows and canary_rows != included.shape[1]:
+        raise UsageError(
+            f"canary rows must be one record per canary ({included.shape[1]}), got {canary_rows}."
+        )
+    # Many gradient canaries with user units: each canary is one more user, whose jointly
+    # clipped contribution is its gradient.
+    if user_units and many_rows:
+        raise UsageError(
+            f"a user-level canary with records must be one user (included of shape ({runs},)), got {included.shape}."
+        )
+    return many
+
+
+def _train_group(units, w0, config: DPSGDConfig, noise, hook, coords, progress):
+    """One group of runs of :func:`train_heads` from heads ``w0``: (weights as float64, executed
+    steps, the canary's sample counts or None, the recorded sums or None)."""
+    w = np.array(w0, dtype=units.z1.dtype, order="C")  # C order: ``init`` may be a broadcast view
+    recorder = None if coords is None else _Recorder(coords, config.steps)
+    # the optimizer updates w in place, the clipped sums read it
+    executed = run_dp_sgd(
+        units,
+        [w],
+        config,
+        noise=noise,
+        runs=len(w),
+        canary=hook,
+        recorder=recorder,
+        progress=progress,
+    )
+    counts = None if hook is None else hook.counts
+    return w.astype(np.float64), executed, counts, None if recorder is None else recorder.values
+
+
 def _numpy_dtype(dtype) -> np.dtype:
     """float32 (None), or the NumPy dtype of a NumPy or torch float dtype (``torch.float64`` -> float64)."""
     if dtype is None:
         return np.dtype(np.float32)
-    name = str(dtype).removeprefix(
-        "torch."
-    )  # a torch dtype prints as torch.float64, without importing torch here
+    # a torch dtype prints as torch.float64 (read without importing torch here)
+    name = str(dtype).removeprefix("torch.")
     return np.dtype(name if name in ("float32", "float64") else dtype)
 
 
@@ -713,12 +713,10 @@ def run_dp_sgd(
     rows = canary is not None and canary.rows
     if recorder is not None:
         recorder.attach(sanitise)
-    report_every = max(1, config.steps // 200)
-    steps_done = 0
+    report = _reporter(progress, config.steps)
     for t in range(1, config.steps + 1):
-        flat, offsets = dpsgd_core.poisson_batch(
-            noise, runs, units.n_units, config.sample_rate
-        )  # module lookup: tests may spy on it
+        # module lookup: tests may spy on it
+        flat, offsets = dpsgd_core.poisson_batch(noise, runs, units.n_units, config.sample_rate)
         hit = None if canary is None else canary.draw()
         step(flat, offsets, hit if rows else None)
         if canary is not None:
@@ -726,7 +724,13 @@ def run_dp_sgd(
         if recorder is not None:
             recorder.before_apply(t - 1)
         sanitise.apply(t)  # + N(0, (sigma C)^2), / m0, the optimizer: every run at once
-        steps_done += 1  # one accountant step, empty batches included
-        if progress is not None and (steps_done % report_every == 0 or steps_done == config.steps):
-            progress(steps_done, config.steps)
-    return steps_done
+        report(t)  # t: executed steps, each one accountant step, empty batches included
+    return t
+
+
+def _reporter(progress: Progress | None, steps: int):
+    """``report(t)``: ``progress(t, steps)`` every ``steps // 200`` steps and at the last one."""
+    every = max(1, steps // 200)
+    if progress is None:
+        return lambda t: None
+    return lambda t: (t % every == 0 or t == steps) and progress(t, steps)

@@ -214,38 +214,49 @@ def user_module_clipped_sum(
     total = None
     for ua, ub in unit_chunks(k, max_chunk):
         r0, r1 = int(cumk[ua]), int(cumk[ub])
-        kc = k[ua:ub]
-        if np.all(kc == 1):
+        if np.all(k[ua:ub] == 1):
             j = torch.as_tensor(rows[r0:r1])
             part = dpsgd_core.per_sample_clipped_sum(
                 module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip
             )
         else:
-            sums = None
-            for s0 in range(r0, r1, max_chunk):
-                s1 = min(r1, s0 + max_chunk)
-                j = torch.as_tensor(rows[s0:s1])
-                gs = dpsgd_core.per_sample_grads(module, params, x[j], y[j], loss)
-                sidx = torch.as_tensor(seg[s0:s1] - ua)
-                if sums is None:
-                    sums = {
-                        n: torch.zeros((ub - ua,) + g.shape[1:], dtype=g.dtype)
-                        for n, g in gs.items()
-                    }
-                for n, g in gs.items():
-                    sums[n].index_add_(0, sidx, g)
-            means = {
-                n: s / torch.as_tensor(kc, dtype=s.dtype).reshape((-1,) + (1,) * (s.dim() - 1))
-                for n, s in sums.items()
-            }
-            if clip:
-                sq = sum(m.reshape(m.shape[0], -1).pow(2).sum(1) for m in means.values())
-                coef = dpsgd_core.clip_factors(sq.sqrt(), clipping_norm)
-                part = {n: torch.tensordot(coef, m, dims=([0], [0])) for n, m in means.items()}
-            else:
-                part = {n: m.sum(0) for n, m in means.items()}
+            means = _user_means(
+                lambda j: dpsgd_core.per_sample_grads(module, params, x[j], y[j], loss),
+                rows[r0:r1],
+                seg[r0:r1] - ua,
+                k[ua:ub],
+                max_chunk,
+            )
+            part = _clipped_sum_of(means, clipping_norm, clip)
         total = part if total is None else {n: total[n] + part[n] for n in total}
     return total
+
+
+def _user_means(record_grads, rows, users, k, max_chunk: int) -> dict:
+    """Each user's mean gradient (U, ...): ``rows`` the records grouped by user, ``users`` their
+    users (0..U-1), ``k`` records per user; ``record_grads(j)`` the per-record gradients of records
+    ``j``, taken ``max_chunk`` rows at a time."""
+    sums = {}
+    for s0 in range(0, rows.size, max_chunk):
+        grads = record_grads(torch.as_tensor(rows[s0 : s0 + max_chunk]))
+        of_user = torch.as_tensor(users[s0 : s0 + max_chunk])
+        for n, grad in grads.items():
+            if n not in sums:
+                sums[n] = torch.zeros((k.size,) + grad.shape[1:], dtype=grad.dtype)
+            sums[n].index_add_(0, of_user, grad)
+    return {
+        n: total / torch.as_tensor(k, dtype=total.dtype).reshape((-1,) + (1,) * (total.dim() - 1))
+        for n, total in sums.items()
+    }
+
+
+def _clipped_sum_of(means: dict, clipping_norm: float, clip: bool) -> dict:
+    """The sum over users of their mean gradients, each clipped to joint norm C (when ``clip``)."""
+    if not clip:
+        return {n: mean.sum(0) for n, mean in means.items()}
+    sq = sum(mean.reshape(mean.shape[0], -1).pow(2).sum(1) for mean in means.values())
+    coef = dpsgd_core.clip_factors(sq.sqrt(), clipping_norm)
+    return {n: torch.tensordot(coef, mean, dims=([0], [0])) for n, mean in means.items()}
 
 
 def unit_chunks(k: np.ndarray, max_chunk: int):

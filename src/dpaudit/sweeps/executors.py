@@ -51,7 +51,7 @@ class Outcome:
     error: str | None = None
     seconds: float = 0.0
     worker: str = ""
-    #: (category, text, file, line) of each warning raised on a worker, raised again by the caller
+    #: (text, category, file, line) of each warning raised on a worker, raised again by the caller
     warned: tuple = ()
 
 
@@ -83,7 +83,7 @@ def _guarded(
     set_threads(threads)
     with warnings.catch_warnings(record=True) as caught:
         out = _outcome(fn, index, item, shared)
-    said = ((_portable(w.category), str(w.message), w.filename, w.lineno) for w in caught)
+    said = ((str(w.message), _portable(w.category), w.filename, w.lineno) for w in caught)
     return dataclasses.replace(out, warned=tuple(dict.fromkeys(said)))
 
 
@@ -97,10 +97,9 @@ def _rewarned(out: Outcome, seen: set) -> Outcome:
     """``out``, its worker's warnings raised again here, each distinct one once per call (``seen``):
     a worker's own stderr would bypass this process's filters and display (the CLI's one line a
     warning, expected ones dropped). The warning keeps its category, text and source line."""
-    for category, text, filename, lineno in out.warned:
-        if (category, text, filename, lineno) not in seen:
-            seen.add((category, text, filename, lineno))
-            warnings.warn_explicit(text, category, filename, lineno)
+    for said in [w for w in out.warned if w not in seen]:
+        seen.add(said)
+        warnings.warn_explicit(*said)
     return out
 
 
@@ -227,10 +226,8 @@ class LocalExecutor(Executor):
             # A pool of its own whose workers receive `shared` once, in their initializer.
             sub = LocalExecutor(self.workers, threads_per_worker=self.threads_per_worker)
             sub._shared, sub.max_worker_deaths = shared, self.max_worker_deaths
-            try:
+            with sub:
                 yield from sub._run(fn, items, _guarded_pool_shared)
-            finally:
-                sub.close()
             return
         yield from self._run(fn, items, _guarded)
 

@@ -147,7 +147,8 @@ def steps(args):
     global B
     B = args.batch
     if args.heap == "dpaudit" and hasattr(dpsgd, "keep_freed_tensor_memory"):
-        dpsgd.keep_freed_tensor_memory()  # process-wide: every mode, as in a release
+        # held for good: every mode trains under it, as a release's training does (old code: set once)
+        getattr(dpsgd.keep_freed_tensor_memory(), "__enter__", lambda: None)()
     if args.images == "cifar-shaped":  # timing only: random 3x32x32 inputs, CIFAR-10's train size
         x, y = torch.rand(50000, 3, 32, 32), torch.randint(0, 10, (50000,))
     else:

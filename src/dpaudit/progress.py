@@ -198,13 +198,8 @@ class JobProgress:
     def _say(self, line: _Line) -> None:
         """A plain line when ``every_s`` passed, a new tenth was reached, or the task finished."""
         now, tenth = time.monotonic(), 10 * line.done // max(line.total, 1)
-        if now - line.start < self.quiet_s:
-            return
-        if (
-            now - line.said_at < self.every_s
-            and tenth == line.said_tenth
-            and line.done < line.total
-        ):
+        said = now - line.said_at < self.every_s and tenth == line.said_tenth  # nothing new yet
+        if now - line.start < self.quiet_s or (said and line.done < line.total):
             return
         line.said_at, line.said_tenth = now, tenth
         _print(self.console, line.text(self.unit, now))

@@ -60,3 +60,35 @@ def test_documented_commands_leak_no_raw_warning(tmp_path):
     ):
         r = _run(args.split(), tmp_path)
         assert r.returncode == 0 and not RAW.search(r.stderr), (args, r.stderr[-3000:])
+
+
+#: A module the sweep's forkserver workers preload: their selftest tasks warn (two lines of text).
+WORKER_TASK = """
+import warnings
+from dpaudit.sweeps import tasks
+real = tasks.RUNNERS["selftest"]
+def warned(*args):
+    warnings.warn("a sweep worker's warning\\nits second line")
+    return real(*args)
+tasks.RUNNERS["selftest"] = warned
+"""
+SWEEP_RUN = """
+from dpaudit.sweeps import executors
+executors._PRELOAD.append("worker_task")
+from dpaudit.cli import main
+main()
+"""
+
+
+def test_a_sweep_workers_warning_is_one_dpaudit_line(tmp_path, monkeypatch):
+    (tmp_path / "worker_task.py").write_text(WORKER_TASK)
+    (tmp_path / "grid.toml").write_text(
+        'name = "w"\nrunner = "selftest"\nmodels = ["mean"]\ndatasets = ["synthetic"]\n'
+        "epsilons = [1.0]\nseeds = [1, 2, 3]\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    r = _run(["sweep", "grid.toml", "--workers", "2", "--out", "out"], tmp_path, SWEEP_RUN)
+    assert r.returncode == 0, r.stderr
+    assert not RAW.search(r.stderr) and "second line" not in r.stderr, r.stderr
+    said = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert said == ["warning: UserWarning: a sweep worker's warning (worker_task.py:6)"], r.stderr

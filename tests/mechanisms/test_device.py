@@ -17,7 +17,11 @@ from dpaudit import one_run_auditing
 from dpaudit.cli import app
 from dpaudit.data import load_dataset
 from dpaudit.errors import UsageError
-from dpaudit.mechanisms.dpsgd import core as dpsgd_core, mechanism as dpsgd_release
+from dpaudit.mechanisms.dpsgd import (
+    core as dpsgd_core,
+    mechanism as dpsgd_release,
+    module_training,
+)
 from dpaudit.mechanisms.dpsgd.module_training import (
     DPSGDConfig,
     keep_freed_tensor_memory,
@@ -128,9 +132,46 @@ def test_the_noise_is_drawn_on_the_cpu_and_added_as_one_tensor():
     np.testing.assert_array_equal(step._noise, want)
 
 
+class _Libc:
+    """A C library whose ``mallopt`` calls are recorded (and passed on to ``real``, if given)."""
+
+    def __init__(self, real=None):
+        self.real, self.calls = real, []
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return self.real.mallopt(param, value) if self.real else 1
+
+
+TRAINING, RESTORED = [(-3, 32 << 20), (-1, 64 << 20)], [(-3, 128 << 10), (-1, 128 << 10)]
+
+
+def test_the_heap_settings_hold_while_a_module_trains_and_are_restored_after(monkeypatch):
+    libc, seen = _Libc(), []
+    monkeypatch.setattr(module_training, "_glibc", lambda: libc)
+    monkeypatch.setattr(
+        module_training, "_train_on_device", lambda *a: seen.append(list(libc.calls))
+    )
+    module, x, y = torch.nn.Linear(4, 2), torch.zeros(8, 4), torch.zeros(8, dtype=torch.int64)
+    train_module_dp_sgd(module, x, y, CONFIG, noise=NoiseSource())
+    assert seen == [TRAINING] and libc.calls == TRAINING + RESTORED
+    with pytest.raises(KeyError), keep_freed_tensor_memory():  # restored when training fails
+        raise KeyError
+    assert libc.calls[4:] == TRAINING + RESTORED
+    monkeypatch.setattr(module_training, "_glibc", lambda: None)  # no glibc: nothing called
+    with keep_freed_tensor_memory():
+        pass
+    assert len(libc.calls) == 8
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the heap settings are glibc's")
-def test_module_training_keeps_freed_memory_in_glibcs_heap():
-    assert keep_freed_tensor_memory()  # mallopt accepted both settings (speed only)
+def test_glibc_accepts_the_heap_settings(monkeypatch):
+    libc = _Libc(module_training._glibc())
+    monkeypatch.setattr(module_training, "_glibc", lambda: libc)
+    with keep_freed_tensor_memory():
+        pass
+    assert libc.calls == TRAINING + RESTORED
+    assert all(libc.real.mallopt(*call) == 1 for call in libc.calls)
 
 
 def test_a_module_outside_ghost_clipping_must_train_on_the_cpu():

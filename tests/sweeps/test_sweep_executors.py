@@ -92,3 +92,17 @@ def test_map_chunks_sends_shared_data_once_per_worker():
         assert ex.map_chunks(operator.getitem, keys, shared=table) == [25, 0, 9]
         with pytest.raises(ChunkFailedError, match="chunk 1: KeyError"):
             ex.map_chunks(operator.getitem, ["k1", "nope"], shared=table)
+
+
+def test_a_workers_warnings_are_raised_in_the_caller_each_distinct_one_once():
+    import warnings
+
+    texts = ["worker warning", "worker warning", "another", "worker warning"]
+    with LocalExecutor(2) as ex, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = list(ex.imap_unordered(warnings.warn, texts))
+    assert all(o.ok for o in outs)
+    assert sorted(str(w.message) for w in caught) == ["another", "worker warning"]
+    assert {(w.category, w.filename.rsplit("/", 1)[-1]) for w in caught} == {
+        (UserWarning, "executors.py")  # where the worker called the task, as shown there
+    }

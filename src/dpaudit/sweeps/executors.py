@@ -16,13 +16,16 @@ it."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
 import socket
+import sys
 import time
 import traceback
 import uuid
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -48,28 +51,20 @@ class Outcome:
     error: str | None = None
     seconds: float = 0.0
     worker: str = ""
+    #: (text, category, file, line) of each warning raised on a worker, raised again by the caller
+    warned: tuple = ()
 
 
 def _worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _set_threads(threads: int) -> None:
-    """A worker slot's threads for torch and NumPy's BLAS (:func:`dpaudit.threads.set_threads`: no torch import just for this)."""
-    if threads <= 0:  # in-process runs leave the caller's settings alone
-        return
-    set_threads(threads)
-
-
 _NO_SHARED = object()
 _WORKER_SHARED: Any = _NO_SHARED  # set by the local pool's initializer when a call has shared data
 
 
-def _guarded(
-    fn: Callable, index: int, item: Any, threads: int, shared: Any = _NO_SHARED
-) -> Outcome:
-    """Run ``fn(item)`` (or ``fn(shared, item)``) on a worker; an exception becomes a failed Outcome."""
-    _set_threads(threads)
+def _outcome(fn: Callable, index: int, item: Any, shared: Any = _NO_SHARED) -> Outcome:
+    """``fn(item)`` (or ``fn(shared, item)``); an exception becomes a failed Outcome."""
     t0 = time.perf_counter()
     try:
         value = fn(item) if shared is _NO_SHARED else fn(shared, item)
@@ -78,6 +73,34 @@ def _guarded(
         msg = f"{type(e).__name__}: {e}".splitlines()[0] if str(e) else type(e).__name__
         return Outcome(index, False, None, f"{msg}\n{tail}", time.perf_counter() - t0, _worker_id())
     return Outcome(index, True, value, None, time.perf_counter() - t0, _worker_id())
+
+
+def _guarded(
+    fn: Callable, index: int, item: Any, threads: int, shared: Any = _NO_SHARED
+) -> Outcome:
+    """:func:`_outcome` on a worker. The warnings its filters let through are not shown there: each
+    distinct one travels back in ``Outcome.warned`` for the coordinator to raise (:func:`_rewarned`)."""
+    set_threads(threads)
+    with warnings.catch_warnings(record=True) as caught:
+        out = _outcome(fn, index, item, shared)
+    said = ((str(w.message), _portable(w.category), w.filename, w.lineno) for w in caught)
+    return dataclasses.replace(out, warned=tuple(dict.fromkeys(said)))
+
+
+def _portable(category: type) -> type:
+    """``category`` where the coordinator can unpickle it (a module-level class), else UserWarning."""
+    module = sys.modules.get(category.__module__)
+    return category if getattr(module, category.__qualname__, None) is category else UserWarning
+
+
+def _rewarned(out: Outcome, seen: set) -> Outcome:
+    """``out``, its worker's warnings raised again here, each distinct one once per call (``seen``):
+    a worker's own stderr would bypass this process's filters and display (the CLI's one line a
+    warning, expected ones dropped). The warning keeps its category, text and source line."""
+    for said in [w for w in out.warned if w not in seen]:
+        seen.add(said)
+        warnings.warn_explicit(*said)
+    return out
 
 
 _PRELOAD = ["dpaudit.sweeps.tasks", "dpaudit.noise", "numpy", "torch"]
@@ -95,7 +118,7 @@ def _mp_context():
 
 def _init_local_worker(threads: int, shared: Any = _NO_SHARED) -> None:
     global _WORKER_SHARED
-    _set_threads(threads)
+    set_threads(threads)
     _WORKER_SHARED = shared
 
 
@@ -197,16 +220,14 @@ class LocalExecutor(Executor):
             # Embedded path: no pool, no pickling; a crash here is a crash of the caller.
             with limited_threads(self.threads_per_worker):
                 for i, item in enumerate(items):
-                    yield _guarded(fn, i, item, 0, shared)
+                    yield _outcome(fn, i, item, shared)
             return
         if shared is not _NO_SHARED:
             # A pool of its own whose workers receive `shared` once, in their initializer.
             sub = LocalExecutor(self.workers, threads_per_worker=self.threads_per_worker)
             sub._shared, sub.max_worker_deaths = shared, self.max_worker_deaths
-            try:
+            with sub:
                 yield from sub._run(fn, items, _guarded_pool_shared)
-            finally:
-                sub.close()
             return
         yield from self._run(fn, items, _guarded)
 
@@ -216,6 +237,7 @@ class LocalExecutor(Executor):
         deaths = [0] * len(items)
         queue = deque(range(len(items)))
         inflight: dict[cf.Future, int] = {}
+        seen: set = set()  # the workers' warnings raised so far
         while queue or inflight:
             if self._pool is None:
                 self._pool = self._new_pool()
@@ -223,36 +245,32 @@ class LocalExecutor(Executor):
                 i = queue.popleft()
                 inflight[self._pool.submit(call, fn, i, items[i], self.threads_per_worker)] = i
             done, _ = cf.wait(list(inflight), return_when=cf.FIRST_COMPLETED)
-            if any(_broke(f) for f in done):
+            broken = any(_broke(f) for f in done)
+            if broken:
                 done, _ = cf.wait(list(inflight))  # the others fail (or finish) promptly
-            broken = False
             for fut in sorted(done, key=lambda f: inflight[f]):
-                broken |= _broke(fut)
-                out = self._finished(fut, inflight.pop(fut), deaths, queue)
-                if out is not None:
-                    yield out
+                yield from self._finished(fut, inflight.pop(fut), deaths, queue, seen)
             if broken:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
 
-    def _finished(self, fut: cf.Future, i: int, deaths: list[int], queue: deque) -> Outcome | None:
-        """The Outcome of item ``i``'s finished future; None when its worker died and it is queued again."""
+    def _finished(self, fut: cf.Future, i: int, deaths: list[int], queue: deque, seen: set):
+        """The Outcome of item ``i``'s finished future (its warnings raised: :func:`_rewarned`), as a
+        tuple; empty when its worker died and it is queued again."""
         exc = fut.exception()
-        if not _broke(fut):
-            return (
-                fut.result() if exc is None else _error_outcome(i, exc)
-            )  # e.g. an unpicklable item or result
+        if not _broke(fut):  # exc: e.g. an unpicklable item or result
+            return (_rewarned(fut.result(), seen) if exc is None else _error_outcome(i, exc),)
         deaths[i] += 1
         if deaths[i] < self.max_worker_deaths:
             queue.append(i)  # to the back, so it runs next to other items
-            return None
-        return Outcome(
-            i,
-            False,
-            None,
-            f"worker died {deaths[i]} times while running this item (killed, out of memory or crashed).",
-            0.0,
-            "",
+            return ()
+        return (
+            Outcome(
+                i,
+                False,
+                None,
+                f"worker died {deaths[i]} times while running this item (killed, out of memory or crashed).",
+            ),
         )
 
     def describe(self) -> dict:
@@ -343,6 +361,7 @@ class DaskExecutor(Executor):
             for i, item in enumerate(items)
         ]
         index = {f.key: i for i, f in enumerate(futures)}
+        seen: set = set()  # the workers' warnings raised so far
         try:
             for fut, value in as_completed(futures, with_results=True, raise_errors=False):
                 i = index[fut.key]
@@ -353,7 +372,7 @@ class DaskExecutor(Executor):
                         i, value[1] if isinstance(value, tuple) and len(value) == 3 else value
                     )
                 else:  # _guarded always returns an Outcome
-                    yield value
+                    yield _rewarned(value, seen)
                 fut.release()
         finally:
             for f in futures:

@@ -83,9 +83,9 @@ class SweepSummary:
     store: str
     executor: dict
     tasks: int
-    done: int
-    failed: int
-    pending: int
+    done: int = 0
+    failed: int = 0
+    pending: int = 0
     ran: int = 0
     ran_ok: int = 0
     ran_failed: int = 0
@@ -119,9 +119,8 @@ def plan(
     """The tasks to consider (after availability and filters) and the skipped datasets with why."""
     dd = resolve_optional_data_dir(data_dir)
     all_tasks = spec.tasks()
-    labels = {
-        _label(t): t for t in all_tasks
-    }  # grid order; tasks of one label share dataset and profile
+    # grid order; tasks of one label share dataset and profile
+    labels = {_label(t): t for t in all_tasks}
     why = (
         f"files not found under {dd}"
         if dd
@@ -168,9 +167,6 @@ def run_sweep(
             store=str((root / STORE_FILE).resolve()),
             executor=executor.describe(),
             tasks=len(tasks),
-            done=0,
-            failed=0,
-            pending=0,
             skipped_datasets=skipped,
         )
         run_tasks = _skip_written(
@@ -184,7 +180,6 @@ def run_sweep(
             )
         )
         context = dataclasses.replace(context, reservations=tuple(held.items()))
-        closed: set[str] = set()  # tasks whose reservation was settled with their release
         try:
             _execute(
                 run_tasks,
@@ -193,18 +188,16 @@ def run_sweep(
                 store,
                 summary,
                 held=held,
-                closed=closed,
                 after=_after_each(on_outcome, opts.progress, len(run_tasks), spec.name),
             )
         except KeyboardInterrupt:
             summary.interrupted = True
         finally:
-            still = {k: r for k, r in held.items() if k not in closed}
             summary.unrecorded = _close_reservations(
-                still,
+                held,
                 context.ledger_path,
                 spec.name,
-                written=_written_folders(context, run_tasks, still),
+                written=_written_folders(context, run_tasks, held),
             )
             c = store.counts([t.key for t in tasks])
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
@@ -218,9 +211,9 @@ def _context(name: str, root: Path, opts: SweepOptions) -> RunContext:
         sweep=name,
         out_dir=str(root.resolve()),
         data_dir=str(dd) if dd else None,
-        ledger_path=resolve_ledger(opts.ledger_path).target,
+        ledger_path=resolve_ledger(opts.ledger_path).target,  # absolute path or full URL
         record=opts.record,
-    )  # absolute path or full URL
+    )
 
 
 def _unfinished(
@@ -246,11 +239,10 @@ def _execute(
     summary: SweepSummary,
     *,
     held: dict[str, str],
-    closed: set[str],
     after,
 ) -> None:
     """Run the tasks and store each outcome the moment it arrives (a release is recorded in the ledger first, settling its
-    reservation; ``closed`` collects the settled tasks)."""
+    reservation: the task leaves ``held``, the reservations still open)."""
     with after as each:
         for out_ in executor.imap_unordered(
             execute_task, [(t.config(), context.to_dict()) for t in run_tasks]
@@ -260,7 +252,7 @@ def _execute(
             if out_.ok:
                 value, out_ = _recorded(out_, context, held.get(task.key))
             if out_.ok:
-                closed.add(task.key)
+                held.pop(task.key, None)
                 store.mark_done(task.key, value, seconds=out_.seconds, worker=out_.worker)
                 summary.ran_ok += 1
             else:

@@ -147,8 +147,8 @@ def task_request(config: dict, data_dir: str | None = None):
         "non_private": non_private,
     }
     values.update({f.name: name for f in fields(rtype) if f.metadata.get("positional")})
-    takes = {f.name for f in rtype.option_fields()}
-    return name, rtype.from_dict({k: v for k, v in values.items() if k in takes})
+    taken = {f.name: values[f.name] for f in rtype.option_fields() if f.name in values}
+    return name, rtype.from_dict(taken)
 
 
 # ---------------------------------------------------------------- grids
@@ -172,9 +172,8 @@ class GridBlock:
             "seeds": list(self.seeds),
             "settings": dict(self.settings),
         }
-        if self.profiles != (
-            None,
-        ):  # only a grid with a profiles axis says so (older specs read back unchanged)
+        # only a grid with a profiles axis says so (older specs read back unchanged)
+        if self.profiles != (None,):
             d["profiles"] = [p or DEFAULT_PROFILE for p in self.profiles]
         return d
 
@@ -348,7 +347,7 @@ def _block(table: dict, base_settings: dict, runner: str, where: str) -> GridBlo
         f"{where} keys",
         "models, datasets, epsilons, seeds, profiles, settings",
     )
-    if any(axes[k] is None for k in ("models", "datasets", "seeds")):
+    if None in (axes["models"], axes["datasets"], axes["seeds"]):
         raise UsageError(
             f"{where} must list models, datasets and seeds, got keys {', '.join(sorted(table)) or 'none'}."
         )
@@ -449,7 +448,7 @@ def _grid_tables(data: dict) -> list[dict]:
     )
     if grid is None:
         return [{k: data[k] for k in top_level}]
-    if isinstance(grid, list) and grid and all(isinstance(g, dict) for g in grid):
+    if isinstance(grid, list) and {isinstance(g, dict) for g in grid} == {True}:  # none empty
         return grid
     raise UsageError(f"grid must be a non-empty array of tables ([[grid]]), got {grid!r}.")
 

@@ -120,9 +120,7 @@ def records_from_rows(rows: Iterable) -> list[dict]:
             "epsilon_achieved": r.result.get("epsilon"),
         }
         profile = (c.get("settings") or {}).get("profile")
-        if (
-            profile is not None
-        ):  # a non-default preprocessing profile (the sweep tables keep it apart)
+        if profile is not None:  # a non-default profile (the sweep tables keep it apart)
             rec["profile"] = profile
         out.append(rec)
     return out

@@ -315,14 +315,13 @@ def table3_markdown(t3: dict) -> str:
 
 
 def cells_markdown(cell_rows: list[dict], metric: str) -> str:
-    rows = [c for c in cell_rows if c["metric"] == metric]
-    if not rows:
+    cell = {(c["dataset"], c["model"], c["epsilon"]): c for c in cell_rows if c["metric"] == metric}
+    if not cell:
         return f"(no results for {metric})"
-    epsilons = sorted({c["epsilon"] for c in rows}, key=eps_key)
-    keyed = {(c["dataset"], c["model"], c["epsilon"]): c for c in rows}
-    pairs = sorted({(c["dataset"], c["model"]) for c in rows})
+    epsilons = sorted({e for _, _, e in cell}, key=eps_key)
+    pairs = sorted({key[:2] for key in cell})
     lines = [
-        [ds, model] + [_cell_text(keyed.get((ds, model, e)), metric) for e in epsilons]
+        [ds, model] + [_cell_text(cell.get((ds, model, e)), metric) for e in epsilons]
         for ds, model in pairs
     ]
     unit = " (%)" if metric == "accuracy" else ""

@@ -5,6 +5,7 @@ clipping, joint over all trainable parameters. Privacy contract: :mod:`dpaudit.m
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import platform
@@ -46,23 +47,41 @@ def resolve_device(name: str, *, supported: bool = True) -> str:
     return "cuda" if available else "cpu"
 
 
-#: glibc ``mallopt`` settings of :func:`keep_freed_tensor_memory` (malloc.h: M_MMAP_THRESHOLD,
-#: M_TRIM_THRESHOLD).
-_HEAP_SETTINGS = ((-3, 32 << 20), (-1, 64 << 20))
+#: glibc ``mallopt`` parameter (malloc.h: M_MMAP_THRESHOLD, M_TRIM_THRESHOLD) -> (value while a
+#: module trains, value restored after: glibc's documented default, 128 KiB, for both).
+_HEAP_SETTINGS = {-3: (32 << 20, 128 << 10), -1: (64 << 20, 128 << 10)}
 
 
 @functools.cache
-def keep_freed_tensor_memory() -> bool:
-    """Let glibc keep freed tensor memory for reuse (speed only, never privacy): blocks up to 32 MB
-    from the heap, up to 64 MB of free heap kept, the ceilings of glibc's own adaptive thresholds.
-    A module's DP-SGD step frees and re-allocates MBs of activations and per-record gradients;
-    handed back to the OS they return as fresh zero-filled pages (MNIST dp-cnn, batch 256: about
-    105 -> 83 ms CPU a step, BENCHMARKS.md section 2). Process-wide, set once. False where libc is
-    not glibc."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
-    return all(libc.mallopt(param, value) == 1 for param, value in _HEAP_SETTINGS)
+def _glibc():
+    """The C library when it is glibc (its ``mallopt``), else None."""
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    return ctypes.CDLL(None) if glibc else None
+
+
+@contextlib.contextmanager
+def keep_freed_tensor_memory():
+    """While the block runs, glibc keeps freed tensor memory for reuse (speed only, never privacy):
+    blocks up to 32 MB from the heap, up to 64 MB of free heap kept, the ceilings of glibc's own
+    adaptive thresholds. A module's DP-SGD step frees and re-allocates MBs of activations and
+    per-record gradients; handed back to the OS they return as fresh zero-filled pages (MNIST
+    dp-cnn, batch 256: about 105 -> 83 ms CPU a step, BENCHMARKS.md section 2). Nothing where libc
+    is not glibc. Blocks that overlap (threads) restore when the first leaves: speed only.
+
+    Restored: glibc's documented starting values (128 KiB each, mallopt(3)). glibc cannot report
+    its current values, and once ``mallopt`` set one it stops adapting them, for good; these are
+    the lowest its adaptive thresholds take, so after training the process keeps no more freed
+    memory than glibc's own heap would, as at its start. A process that tuned these thresholds
+    itself (``mallopt``, ``GLIBC_TUNABLES``) gets these values back, not its own."""
+    libc = _glibc()
+    settings = _HEAP_SETTINGS if libc is not None else {}
+    for param, (training, _) in settings.items():
+        libc.mallopt(param, training)
+    try:
+        yield
+    finally:
+        for param, (_, restored) in settings.items():
+            libc.mallopt(param, restored)
 
 
 def train_module_dp_sgd(
@@ -110,13 +129,12 @@ def train_module_dp_sgd(
             f"device must be cpu for a model with trainable layers ghost clipping "
             f"does not cover, got {device}."
         )
-    if device.type == "cpu":
-        keep_freed_tensor_memory()
     module.to(device)
     try:
-        return _train_on_device(
-            module, xt, yt, config, noise, users, loss, progress, max_chunk, canary, recorder
-        )
+        with keep_freed_tensor_memory() if device.type == "cpu" else contextlib.nullcontext():
+            return _train_on_device(
+                module, xt, yt, config, noise, users, loss, progress, max_chunk, canary, recorder
+            )
     finally:
         module.to("cpu")
 

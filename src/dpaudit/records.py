@@ -12,12 +12,13 @@ import os
 import subprocess
 import tempfile
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from . import __version__
 from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
+from .grouping import Grouped
 from .paths import results_in, write_atomically
 
 RELEASE_FILE = "release.json"
@@ -50,7 +51,70 @@ def now_utc() -> str:
 
 
 @dataclass(frozen=True)
-class Release:
+class Calibration:
+    """A release's schedule: the target, the noise and sampling it was calibrated to, the steps."""
+
+    target_epsilon: float | None = None
+    noise_multiplier: float | None = None
+    sample_rate: float | None = None
+    steps: int | None = None
+    steps_executed: int | None = None
+    clipping_norm: float | None = None
+    normalizer: int | None = None
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What the run produced: test metrics, rounded timings, artefact files (:class:`Release`)."""
+
+    metrics: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    artefacts: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How the release was asked for: its derived ``command`` and its ``request``
+    (:meth:`dpaudit.requests.Request.to_dict`; public by construction), from which ``command`` and
+    the audit's target are rebuilt (None for releases made before it was recorded)."""
+
+    command: str | None = None
+    request: dict | None = None
+
+
+@dataclass(frozen=True)
+class NoiseFacts:
+    """The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION), and
+    the delta its truncated tails add over the whole run (dpaudit.noise module docstring): the
+    release is (epsilon, delta + noise_tail_delta)-DP; releases refuse a value above 1 % of delta,
+    and the ledger composes it into every total. None: not recorded (old releases, made with
+    torch.randn float32 noise truncated at 5.77 sigma)."""
+
+    noise_sampler: str | None = None
+    noise_tail_delta: float | None = None
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The release's id and when and by which dpaudit it was made."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created_at: str = field(default_factory=now_utc)
+    dpaudit_version: str = __version__
+    git_commit: str | None = field(default_factory=git_commit)
+
+
+@dataclass(frozen=True)
+class LocalFacts:
+    """Local only (:data:`LOCAL_FIELDS`, see :class:`Release`); None for releases read from disk."""
+
+    data_digest: str | None = None
+    exact_timings: dict | None = None
+    noise_seed_file: str | None = None
+
+
+@dataclass(frozen=True, init=False)
+class Release(Grouped):
     """One released model (or statistic) and the privacy guarantee it carries. ``guarantee`` is the event tree as data (see
     :mod:`dpaudit.accounting.events`), so any accountant can recompute it. ``epsilon`` is the claim made with ``accountant`` under
     ``adjacency`` at ``delta``; ``epsilons`` holds other accountants' values for comparison.
@@ -91,65 +155,40 @@ class Release:
     guarantee: dict
     seed: int
     noise_source: dict
-    target_epsilon: float | None = None
-    noise_multiplier: float | None = None
-    sample_rate: float | None = None
-    steps: int | None = None
-    steps_executed: int | None = None
-    clipping_norm: float | None = None
-    normalizer: int | None = None
+    calibration: Calibration = field(default_factory=Calibration)
     partition: str = "train"
     privacy_unit: str = "record"
     non_private: bool = False
     epsilons: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)
-    timings: dict = field(default_factory=dict)
-    artefacts: dict = field(default_factory=dict)
-    command: str | None = None
-    #: The request the release was made for (:meth:`dpaudit.requests.Request.to_dict`; public by construction): ``command`` and
-    #: the audit's target are rebuilt from it. None for releases made before it was recorded (rebuilt from the recorded fields).
-    request: dict | None = None
-    #: The noise sampler actually used, in words (dpaudit.noise.GAUSSIAN_SAMPLER_DESCRIPTION); None for older releases.
-    noise_sampler: str | None = None
-    #: Delta added by the sampler's truncated tails over the whole run (dpaudit.noise module docstring): the release is (epsilon,
-    #: delta + noise_tail_delta)-DP; releases refuse a value above 1 % of delta, and the ledger composes it into every total.
-    #: None: not recorded (old releases, made with torch.randn float32 noise truncated at 5.77 sigma).
-    noise_tail_delta: float | None = None
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    created_at: str = field(default_factory=now_utc)
-    dpaudit_version: str = __version__
-    git_commit: str | None = field(default_factory=git_commit)
-    # Local only (LOCAL_FIELDS, see above); None for releases read back from disk.
-    data_digest: str | None = None
-    exact_timings: dict | None = None
-    noise_seed_file: str | None = None
+    outputs: Outputs = field(default_factory=Outputs)
+    origin: Origin = field(default_factory=Origin)
+    noise: NoiseFacts = field(default_factory=NoiseFacts)
+    stamp: Stamp = field(default_factory=Stamp)
+    local: LocalFacts = field(default_factory=LocalFacts)
+    GROUPS = {
+        "calibration": Calibration,
+        "outputs": Outputs,
+        "origin": Origin,
+        "noise": NoiseFacts,
+        "stamp": Stamp,
+        "local": LocalFacts,
+    }
 
     def to_dict(self, *, local: bool = False) -> dict:
         """The published form (``release.json``): local-only fields dropped, timings rounded. ``local=True`` keeps them, for
         handing a release between processes of one operator (e.g. a sweep worker to the ledger writer); never write that form to a
         file."""
-        d = asdict(self)
+        d = self.flat_dict(drop=() if local else ("local",))
         if not local:
-            for name in LOCAL_FIELDS:
-                d.pop(name, None)
             d["timings"] = round_timings(d["timings"])  # a guard: mechanisms already round them
         return _json_safe(d)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Release":
-        known = {f.name for f in fields(cls)}
-        required = [
-            "mechanism",
-            "dataset",
-            "adjacency",
-            "accountant",
-            "epsilon",
-            "delta",
-            "guarantee",
-            "seed",
-            "noise_source",
-        ]
+        known = cls.flat_names()
+        # the fields without any default
+        required = [f.name for f in fields(cls) if f.default is f.default_factory is MISSING]
         absent = [k for k in required if k not in data]
         if absent:
             raise DataError(f"release is missing required keys: {', '.join(absent)}.")
@@ -234,9 +273,8 @@ def read_json(path: str | os.PathLike, what: str = "file") -> dict:
 def existing_release(out_dir: str | os.PathLike) -> tuple[Path, str] | None:
     """(file, release id) of a release already in ``out_dir`` or one folder below it (the parts of a multi-release run), else
     None; an unreadable file's id reads ``unreadable``."""
-    found = results_in(
-        out_dir, (RELEASE_FILE,)
-    )  # the one rule of what a folder holds (dpaudit.paths)
+    # the one rule of what a folder holds (dpaudit.paths)
+    found = results_in(out_dir, (RELEASE_FILE,))
     if not found:
         return None
     try:

@@ -321,9 +321,8 @@ class ReleaseSession:
     reservation_id: str | None = None
     published: list = field(default_factory=list)  # (Release, artefact path) not yet recorded
     settled: list = field(default_factory=list)  # release ids recorded when the session closed
-    writing: str | None = (
-        None  # the folder release files started being written to (outputs may exist)
-    )
+    #: the folder release files started being written to (outputs may exist)
+    writing: str | None = None
     seed_use: NoiseSeedUse | None = None  # the noise seed file use this run claimed, if any
     outcome: str = "no budget was reserved, nothing was released"  # what closing did, in words
     previous_sigterm: object = None  # the SIGTERM handler replaced while the reservation is held
@@ -449,9 +448,8 @@ def release_session() -> Iterator[ReleaseSession]:
         yield session
     except BaseException as e:
         _SESSION.reset(token)
-        _close_session(
-            session, e
-        )  # an interrupt while closing is dropped: the run is stopping already
+        # an interrupt while closing is dropped: the run is stopping already
+        _close_session(session, e)
         raise
     _SESSION.reset(token)
     for signum in _close_session(session)[
@@ -651,47 +649,25 @@ def release(
 
 def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
     request = mech.validate(request)
-    one_of(
-        "noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES
-    )  # a typo costs no ledger entry
+    # a typo costs no ledger entry
+    one_of("noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES)
     seed_file = planned_secret_seed(request)
     out_dir = check_release_folder(check_out_dir(out_dir)) if out_dir is not None else None
     t0 = time.perf_counter()
     load_kw = {"ledger_path": ledger_path} if mech.load_uses_ledger else {}
+    if prepared is not None:
+        load_kw["prepared"] = prepared
     phase("loading the data")
-    data = (
-        mech.load(request, **load_kw)
-        if prepared is None
-        else mech.load(request, prepared=prepared, **load_kw)
-    )
+    data = mech.load(request, **load_kw)
     info = mech.data_info(request, data)
     plan = mech.plan(request, info)
-    out_dir = Path(
-        out_dir
-        if out_dir is not None
-        else check_release_folder(check_out_dir(mech.default_out_dir(plan)))
-    )
+    out_dir = Path(out_dir or check_release_folder(check_out_dir(mech.default_out_dir(plan))))
     # The comparison epsilons depend on public parameters only: a child computes them meanwhile.
     # Remembered answers of the same computations (ledger.result_cache, on inside a command) spare the child.
-    with comparisons_ahead(
-        [
-            (p.event, p.delta, p.adjacency, p.compare_accountants)
-            for p in plan.parts or (plan,)
-            if p.event is not None
-        ],
-        memory=result_cache,
-    ):
+    with comparisons_ahead(_comparisons(plan), memory=result_cache):
         phase("reserving the budget in the ledger")
         _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
-        # A new use of the seed file per release, claimed (on disk) before any of its noise is drawn.
-        seed_use = None if seed_file is None else read_noise_seed(seed_file)
-        _SESSION.get().seed_use = seed_use
-        noise = make_noise_source(
-            seed=int(getattr(request, "seed", plan.seed)),
-            reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
-            noise_source=getattr(request, "noise_source", "os-entropy"),
-            secret_seed=seed_use,
-        )
+        seed_use, noise = _release_noise(request, plan, seed_file)
         phase("training")
         releases, outputs = _run_verified(
             mech,
@@ -711,6 +687,28 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
     if seed_use is not None:
         record_noise_seed_releases(seed_use, [r.id for r in releases])
     return last
+
+
+def _comparisons(plan) -> list:
+    """The comparison epsilons' inputs of every private part of ``plan``."""
+    parts = plan.parts or (plan,)
+    return [
+        (p.event, p.delta, p.adjacency, p.compare_accountants) for p in parts if p.event is not None
+    ]
+
+
+def _release_noise(request, plan, seed_file) -> tuple:
+    """(seed use, noise source) of a release: a new use of the secret seed file, claimed (on
+    disk) before any of its noise is drawn, else None."""
+    seed_use = None if seed_file is None else read_noise_seed(seed_file)
+    _SESSION.get().seed_use = seed_use
+    noise = make_noise_source(
+        seed=int(getattr(request, "seed", plan.seed)),
+        reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
+        noise_source=getattr(request, "noise_source", "os-entropy"),
+        secret_seed=seed_use,
+    )
+    return seed_use, noise
 
 
 def _run_verified(
@@ -752,12 +750,7 @@ def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_p
     if plan.parts:
         releases = list(mech.link_releases(plan, releases))
     for part, out in zip(parts, outputs):  # each folder was checked writable before the run
-        folder = out_dir / part.out_subdir
-        folder.mkdir(parents=True, exist_ok=True)
-        if out.save is not None:
-            out.save(folder)
-        elif out.arrays is not None:
-            np.savez(folder / out.weights_name, **out.arrays)
+        _write_artefacts(out, out_dir / part.out_subdir)
     for d in plan.declarations if record else ():
         declare_partition(d, ledger_path)
     for part, rel in zip(parts, releases):
@@ -767,12 +760,20 @@ def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_p
     return releases[-1]
 
 
+def _write_artefacts(output, folder: Path) -> None:
+    """The run's artefacts into ``folder``: written by its ``save``, else its arrays (``.npz``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if output.save is not None:
+        output.save(folder)
+    elif output.arrays is not None:
+        np.savez(folder / output.weights_name, **output.arrays)
+
+
 def _reserve_plan(plan, info, data, request, *, ledger_path, record) -> None:
     """Check, then commit: the budget of ``plan`` is checked and held before the private data are
     used; a multi-release plan reserves its combined event (``plan.event``) once, for all its parts."""
-    planned_tail = planned_noise_tail(
-        plan
-    )  # public sizes: refuses an over-large tail before any work
+    # public sizes: refuses an over-large tail before any work
+    planned_tail = planned_noise_tail(plan)
     seeded = public_seed_reason(
         getattr(request, "seed", plan.seed),
         plan.event,
@@ -836,16 +837,6 @@ def build_release(
     never becomes a Release)."""
     claimed, epsilons = verify_planned_claim(plan, output.steps_executed)
     times = {**(timings or {}), **output.timings}
-    fields = {**plan.release_fields, **output.release_fields}
-    values = output.noise_values if output.noise_values is not None else plan.noise_values
-    if (
-        values is not None
-    ):  # a Gaussian mechanism: its sampler's tail delta (none drawn when non-private)
-        fields["noise_tail_delta"] = (
-            0.0
-            if plan.event is None
-            else _noise_tail(plan, values, claimed, what=output.noise_what)
-        )
     if getattr(noise, "replay_of", None) is not None:
         raise UsageError(
             f"noise must be fresh for a release, got the replayed noise of release "
@@ -853,17 +844,6 @@ def build_release(
             f"difference of their data)."
         )
     request = plan.request
-    command = mech.command_line(plan, out_dir)  # derived from the request, never parsed back
-    extra = {}
-    if hasattr(request, "to_dict") and "request" in {f.name for f in dataclasses.fields(Release)}:
-        extra["request"] = request.to_dict()
-    artefacts = dict(output.artefacts)
-    if (output.arrays is not None or output.save is not None) and output.weights_name:
-        artefacts.setdefault("weights", output.weights_name)
-    for key, rel_path in output.artefact_paths.items():  # written by save(); recorded resolved
-        artefacts[key] = str((Path(out_dir) / rel_path).resolve())
-    if mech.record_out_dir:  # releases of this mechanism have always named their folder
-        artefacts["out_dir"] = str(out_dir)
     return Release(
         mechanism=plan.mechanism,
         dataset=plan.dataset,  # public identity only; the digest stays local (data_digest)
@@ -883,18 +863,42 @@ def build_release(
         epsilons=epsilons,
         config={**plan.config, **output.config},
         metrics=output.metrics,  # evaluation data outside the DP claim (Release docstring)
-        timings=round_timings(
-            times
-        ),  # published rounded (data-dependent); exact ones in local.json
+        # published rounded (data-dependent); exact ones in local.json
+        timings=round_timings(times),
         exact_timings=times,
-        data_digest=getattr(
-            data, "sha256", None
-        ),  # never published; the ledger keeps a keyed fingerprint
-        artefacts=artefacts,
-        command=command,
-        **fields,
-        **extra,
+        # never published; the ledger keeps a keyed fingerprint
+        data_digest=getattr(data, "sha256", None),
+        artefacts=_artefacts(mech, output, out_dir),
+        command=mech.command_line(plan, out_dir),  # derived from the request, never parsed back
+        request=request.to_dict() if hasattr(request, "to_dict") else None,
+        **_release_fields(plan, output, claimed),
     )
+
+
+def _release_fields(plan, output, claimed: float) -> dict:
+    """The plan's and the run's further Release fields, with a Gaussian mechanism's sampler tail
+    delta (none drawn when non-private)."""
+    fields = {**plan.release_fields, **output.release_fields}
+    values = output.noise_values if output.noise_values is not None else plan.noise_values
+    if values is not None:
+        fields["noise_tail_delta"] = (
+            0.0
+            if plan.event is None
+            else _noise_tail(plan, values, claimed, what=output.noise_what)
+        )
+    return fields
+
+
+def _artefacts(mech, output, out_dir) -> dict:
+    """The release's artefacts: the run's, its weights file, the files ``save`` wrote (resolved)."""
+    artefacts = dict(output.artefacts)
+    if (output.arrays is not None or output.save is not None) and output.weights_name:
+        artefacts.setdefault("weights", output.weights_name)
+    for key, rel_path in output.artefact_paths.items():
+        artefacts[key] = str((Path(out_dir) / rel_path).resolve())
+    if mech.record_out_dir:  # releases of this mechanism have always named their folder
+        artefacts["out_dir"] = str(out_dir)
+    return artefacts
 
 
 def planned_noise_tail(plan) -> float:

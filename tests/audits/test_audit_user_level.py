@@ -362,8 +362,7 @@ def test_per_record_clipping_is_caught(monkeypatch):
         canary="max-clip",
         epochs=4,
         reference_size=79,
-        noise_multiplier=t._config.noise_multiplier,
-    )  # the same calibration, not recomputed
+    )  # the same calibration (a deterministic function of public values)
     ok = run_audit(real, runs=400, seed=0, controls=(), reproducible_noise=True)
     assert (
         not ok.violated and ok.ceiling > 3.0

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from .. import data as registry
 from ..errors import DataError, UsageError
+from ..grouping import Grouped
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
     from ..accounting.events import Event
@@ -86,9 +87,8 @@ class DataInfo:
         """Public facts of a registered dataset *before* loading it (from the registry's sizes
         under ``profile``): what a sweep coordinator knows when it reserves budgets."""
         info = registry.dataset_info(name)
-        n0 = int(
-            registry.profile_split_sizes(info.name, profile)["train"]
-        )  # the definition's declared size
+        # the definition's declared size
+        n0 = int(registry.profile_split_sizes(info.name, profile)["train"])
         return cls(
             name=info.name,
             kind=info.kind,
@@ -101,7 +101,31 @@ class DataInfo:
 
 
 @dataclass(frozen=True)
-class ReleasePlan:
+class NoiseCount:
+    """The number of Gaussian noise values the whole run draws when it is known from public
+    quantities (the skeleton then checks the sampler's tail delta before the run and publishes
+    ``noise_tail_delta``; None for non-Gaussian mechanisms), and the run's name in a refusal."""
+
+    noise_values: int | None = None
+    noise_what: str = "release"
+
+
+@dataclass(frozen=True)
+class Publishing:
+    """Where and how a part of a multi-release plan is published: ``out_subdir``, relative to the
+    release folder ("" = the folder itself); ``declarations``, the disjoint partitions
+    (:class:`PartitionDeclaration`) declared to the ledger after a successful run, before
+    publishing (only when the release is recorded); ``time_run`` False: the release's timings
+    are the run's own (:attr:`RunOutput.timings`) only, without the skeleton's
+    ``setup_seconds`` / ``train_seconds``."""
+
+    out_subdir: str = ""
+    declarations: tuple["PartitionDeclaration", ...] = ()
+    time_run: bool = True
+
+
+@dataclass(frozen=True, init=False)
+class ReleasePlan(Grouped):
     """Everything a release will be, fixed before the private data are touched (public only).
 
     ``event`` None: a non-private release (no claim, ``epsilon = inf``; the ledger counts the
@@ -110,9 +134,8 @@ class ReleasePlan:
     ``config`` (calibrated noise, schedule, ...). ``release_fields``: further
     :class:`~dpaudit.records.Release` fields fixed by the plan (``noise_multiplier``,
     ``sample_rate``, ``clipping_norm``, ``normalizer``, ``noise_sampler``, ...).
-    ``noise_values``: the number of Gaussian noise values the whole run draws when it is known
-    from public quantities (the skeleton then checks the sampler's tail delta before the run and
-    publishes ``noise_tail_delta``); None for non-Gaussian mechanisms. ``uncertified``: a reason
+    ``noise``: :class:`NoiseCount`; ``publishing``: :class:`Publishing` (both also read and
+    given by their fields' names, :mod:`dpaudit.grouping`). ``uncertified``: a reason
     the guarantee cannot be certified (the ledger then counts it as unbounded).
     ``compare_accountants``: accountants whose epsilon is recorded beside the claim
     (``Release.epsilons``; comparison values only).
@@ -133,8 +156,7 @@ class ReleasePlan:
     seed: int = 0
     data_name: str = ""
     release_fields: dict = field(default_factory=dict)
-    noise_values: int | None = None
-    noise_what: str = "release"
+    noise: NoiseCount = field(default_factory=NoiseCount)
     uncertified: str | None = None
     compare_accountants: tuple[str, ...] = ()
     #: Multi-release plans (e.g. DP-MixMin's mixture weights, then its DP fine-tuning): one
@@ -143,14 +165,8 @@ class ReleasePlan:
     #: verifies each part's claim against the part's own event and target, and settles all the
     #: parts' releases with that one reservation. Empty: this plan is itself the one release.
     parts: tuple["ReleasePlan", ...] = ()
-    #: Where a part is published, relative to the release folder ("" = the folder itself).
-    out_subdir: str = ""
-    #: Disjoint partitions the skeleton declares to the ledger after a successful run, before
-    #: publishing (only when the release is recorded): :class:`PartitionDeclaration`.
-    declarations: tuple["PartitionDeclaration", ...] = ()
-    #: False: the release's timings are the run's own (:attr:`RunOutput.timings`) only, without
-    #: the skeleton's ``setup_seconds`` / ``train_seconds``.
-    time_run: bool = True
+    publishing: Publishing = field(default_factory=Publishing)
+    GROUPS = {"noise": NoiseCount, "publishing": Publishing}
 
     @property
     def non_private(self) -> bool:
@@ -178,9 +194,8 @@ class RunOutput:
     release_fields: dict = field(default_factory=dict)
     artefacts: dict = field(default_factory=dict)
     noise_values: int | None = None
-    noise_what: str | None = (
-        None  # names the run in a refused tail's message (default plan.noise_what)
-    )
+    #: names the run in a refused tail's message (default plan.noise_what)
+    noise_what: str | None = None
     #: Artefacts written by ``save``, as paths relative to the part's folder: the release records
     #: them resolved (absolute), e.g. ``{"head": "head.npy"}``.
     artefact_paths: dict = field(default_factory=dict)
@@ -337,20 +352,7 @@ def check_plan_matches_release(plan, rel) -> None:
         raise DataError(
             f"rebuilt guarantee must equal the release's {rel.guarantee}, got {rebuilt}."
         )
-    cfg = rel.config or {}
-    requested = dict(
-        adjacency=(plan.adjacency, rel.adjacency),
-        seed=(plan.seed, rel.seed),
-        privacy_unit=(plan.privacy_unit, rel.privacy_unit),
-        **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
-        **{
-            "split rule": (
-                (plan.config.get("split") or {}).get("rule"),
-                (cfg.get("split") or {}).get("rule"),
-            )
-        },
-    )
-    bad = _first_mismatch(requested, lambda got, want: got == want)
+    bad = _first_mismatch(_requested_pairs(plan, rel), lambda got, want: got == want)
     if bad:
         raise DataError(
             "release request {0} must match the release's {2!r}, got {1!r}.".format(*bad)
@@ -365,7 +367,28 @@ def check_plan_matches_release(plan, rel) -> None:
     )
     if bad:
         raise DataError("rebuilt {0} must equal the release's {2}, got {1}.".format(*bad))
-    rebuilt, recorded = plan.dataset or {}, rel.dataset or {}
+    _check_dataset(plan.dataset or {}, rel.dataset or {})
+
+
+def _requested_pairs(plan, rel) -> dict:
+    """(rebuilt, recorded) of what the release's request fixed, by name."""
+    cfg = rel.config or {}
+    return dict(
+        adjacency=(plan.adjacency, rel.adjacency),
+        seed=(plan.seed, rel.seed),
+        privacy_unit=(plan.privacy_unit, rel.privacy_unit),
+        **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
+        **{
+            "split rule": (
+                (plan.config.get("split") or {}).get("rule"),
+                (cfg.get("split") or {}).get("rule"),
+            )
+        },
+    )
+
+
+def _check_dataset(rebuilt: dict, recorded: dict) -> None:
+    """The rebuilt plan's dataset identity is the release's recorded one, where recorded."""
     for key in ("name", "split_seed", "profile", "user_ids_sha256"):
         if recorded.get(key) is not None and rebuilt.get(key) != recorded[key]:
             raise DataError(

@@ -24,6 +24,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ...accounting import compute_epsilon
+from ...accounting.events import SubsampledGaussian, event_from_dict
 from ...audits.canaries import check_canary
 from ...audits.targets import AuditTarget, load_target_data, training_partition
 from ...catalogue import names as catalogue_names
@@ -82,6 +83,47 @@ def canary_scores(target, w: np.ndarray) -> np.ndarray:
     return sum(label_log_prob(w, z, int(y)) for z, y in zip(ch.z, ch.y)) / len(ch.z)
 
 
+def head_model(model: str, n_features: int, n_classes: int, seed: int):
+    """The public model set-up a head release's run and its audit share: (frozen features, head
+    outputs K, initial head) from the public ``seed``."""
+    feats = build_features(MODELS[model].features, n_features, seed)
+    k = head_outputs(n_classes, binary_logit=n_classes == 2)
+    return feats, k, init_head(feats.output_dim, k, public_rng(seed, TAG_HEAD))
+
+
+def head_schedule(target, data, reference_size: int, adjacency: str):
+    """(epochs, batch size, DP-SGD config) of a head target: its plan's as it is, with a release's
+    recorded sigma and schedule in place of the plan's (for old releases they are the truth);
+    without a plan, planned here by the release's ``plan_schedule`` over ``reference_size``."""
+    if target.plan is not None:
+        plan = target.plan
+        epochs, batch = plan.config["epochs"], plan.config["batch_size"]
+        config = DPSGDConfig.from_dict(plan.config["dp_sgd"])
+    else:
+        setup = plan_schedule(
+            dataset_name=data.name,
+            kind=data.kind,
+            reference_size=reference_size,
+            epsilon=target.epsilon,
+            delta=target.delta,
+            epochs=target.epochs or None,
+            batch_size=target.batch_size or None,
+            adjacency=adjacency,
+        )
+        epochs, batch, sigma = setup.epochs, setup.batch_size, setup.noise_multiplier
+        config = DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma)
+    rel = target.release
+    if rel is not None:
+        config = dataclasses.replace(
+            config,
+            sample_rate=float(rel.sample_rate),
+            steps=int(rel.steps),
+            normalizer=int(rel.normalizer),
+            noise_multiplier=float(rel.noise_multiplier),
+        )
+    return epochs, batch, config
+
+
 def setup_head(
     target,
     data,
@@ -92,50 +134,29 @@ def setup_head(
     adjacency: str = "add-remove-record",
 ):
     """The public set-up every head audit target shares (record or user level), over
-    ``reference_size`` units (records, or users). Sets the target's ``_event``, ``_rdp_epsilon``,
-    ``_claimed``, ``_config``, ``_n_classes``, ``_binary``, ``_z``, ``_y``, ``_init``, ``_k``,
-    ``_dataset_name``; returns (epochs, batch size, noise multiplier, features)."""
-    # The release's own "schedule -> calibrated sigma -> event" (DPSGDMechanism.plan uses it too).
-    setup = plan_schedule(
-        dataset_name=data.name,
-        kind=data.kind,
-        reference_size=reference_size,
-        epsilon=target.epsilon,
-        delta=target.delta,
-        epochs=target.epochs or None,
-        batch_size=target.batch_size or None,
-        adjacency=adjacency,
-        schedule=target.schedule,
-        noise_multiplier=target.noise_multiplier,
-    )
-    epochs, batch, sched, sigma, event = (
-        setup.epochs,
-        setup.batch_size,
-        setup.schedule,
-        setup.noise_multiplier,
-        setup.event,
-    )
-    target._event = event  # the plan's event: the claim the audit's trade-off curve is built from (unless a release gives its own)
+    ``reference_size`` units (records, or users; used only without a plan). Sets the target's
+    ``_event``, ``_rdp_epsilon``, ``_claimed``, ``_config``, ``_n_classes``, ``_binary``, ``_z``,
+    ``_y``, ``_init``, ``_k``, ``_dataset_name``; returns (epochs, batch size, noise multiplier,
+    features)."""
+    epochs, batch, config = head_schedule(target, data, reference_size, adjacency)
+    sigma = config.noise_multiplier
+    # the schedule's event: the claim the audit's trade-off curve is built from (unless a release gives its own)
+    event = target._event = SubsampledGaussian(sigma, config.sample_rate, config.steps)
     target._rdp_epsilon = compute_epsilon(
         event, delta=target.delta, accountant="rdp", adjacency=adjacency
     ).epsilon
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
-    target._claimed = target._rdp_epsilon if target.claimed is None else float(target.claimed)
-    target._config = DPSGDConfig.from_dict(
-        target.dp_sgd or {},
-        sample_rate=sched.sample_rate,
-        steps=sched.steps,
-        normalizer=sched.normalizer,
-        noise_multiplier=sigma if target.noise else NO_NOISE_MULTIPLIER,
-        non_private=False,
+    rel = target.release
+    target._claimed = target._rdp_epsilon if rel is None else float(rel.epsilon)
+    noise = sigma if target.noise else NO_NOISE_MULTIPLIER
+    target._config = dataclasses.replace(config, noise_multiplier=noise)
+    feats, target._k, target._init = head_model(
+        target.model, data.n_features, data.n_classes, target.seed
     )
-    feats = build_features(MODELS[target.model].features, data.n_features, target.seed)
     target._n_classes = int(data.n_classes)
     target._binary = target._n_classes == 2
     target._z = feats.transform(x)
     target._y = y.astype(np.int64)
-    target._k = head_outputs(target._n_classes, binary_logit=target._binary)
-    target._init = init_head(feats.output_dim, target._k, public_rng(target.seed, TAG_HEAD))
     target._dataset_name = data.name
     return epochs, batch, sigma, feats
 
@@ -175,26 +196,38 @@ class HeadAuditTarget(AuditTarget):
     batch_size: int | None = None
     profile: str | None = None
     split_seed: int | None = None
-    noise_multiplier: float | None = None  # override (e.g. from a release); else calibrated
-    schedule: tuple | None = None  # (sample_rate, steps, normalizer) override, e.g. from a release
-    claimed: float | None = None  # the release's claim (else RDP epsilon of the configuration)
-    event: object | None = (
-        None  # the release's recorded event (else the plan's SubsampledGaussian(sigma, q, T))
-    )
-    accountant: str = "rdp"  # the accountant of the claim (the release's; RDP for a computed claim)
-    expected_sha256: str | None = (
-        None  # an old release's data checksum; a different dataset is refused
-    )
-    expected_identity: dict | None = (
-        None  # the release's public dataset identity; a different one is refused
-    )
     noise: bool = True
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 64
     prepared: object | None = field(default=None, repr=False)  # an already loaded PreparedDataset
-    dp_sgd: dict | None = (
-        None  # the plan's DP-SGD config (its optimizer settings); None: the paper's Adam
-    )
+    #: The plan audited (:meth:`~dpaudit.mechanisms.dpsgd.mechanism.DPSGDMechanism.plan`): its
+    #: schedule, sigma and optimizer are taken as they are; None: planned from the fields above.
+    plan: object | None = field(default=None, repr=False)
+    #: The release audited: its recorded claim, event, accountant, dataset identity, sigma and
+    #: schedule are audited (for old releases they are the truth).
+    release: object | None = field(default=None, repr=False)
+
+    @classmethod
+    def of_plan(cls, plan, canary: str, *, release=None, **unit):
+        """The target of ``plan`` (``release``: the Release audited; ``unit``: a user-level
+        target's fields): the request's fields read from the plan, which is then taken as it is."""
+        r = plan.request
+        return cls(
+            model=r.model,
+            dataset=plan.data_name,
+            data_dir=r.data_dir,
+            epsilon=float(plan.target_epsilon),
+            delta=plan.delta,
+            canary=canary,
+            seed=plan.seed,
+            epochs=plan.config["epochs"],
+            batch_size=plan.config["batch_size"],
+            profile=plan.dataset.get("profile", r.profile),
+            split_seed=plan.dataset.get("split_seed", r.split_seed),
+            plan=plan,
+            release=release,
+            **unit,
+        )
 
     def __post_init__(self) -> None:
         if self.model not in HEAD_MODELS:
@@ -213,12 +246,25 @@ class HeadAuditTarget(AuditTarget):
 
     @property
     def claimed_event(self):  # type: ignore[override]
-        """The claim as an event: the release's (``event``), else the plan's SubsampledGaussian(sigma, q, T)
+        """The claim as an event: the release's, else the plan's SubsampledGaussian(sigma, q, T)
         under the target's adjacency (q the user rate at user level)."""
-        if self.event is not None:
-            return self.event
+        if self.release is not None:
+            return event_from_dict(self.release.guarantee)
         self.prepare()
         return self._event
+
+    @property
+    def accountant(self) -> str:  # type: ignore[override]
+        """The accountant of the claim: the release's; RDP for a computed claim."""
+        return "rdp" if self.release is None else self.release.accountant
+
+    @property
+    def expected_identity(self) -> dict | None:
+        """The release's public dataset identity: a different dataset is refused (an old
+        release's data checksum, ``sha256``, included)."""
+        return None if self.release is None else (self.release.dataset or {})
+
+    expected_sha256 = None  # in expected_identity
 
     private_data = training_partition  # every trial trains on the training partition
 
@@ -253,9 +299,8 @@ class HeadAuditTarget(AuditTarget):
         cfg = dict(self._info)
         if not self.noise:
             cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
-        cfg["threat_model"] = getattr(
-            self, "threat_model", "final-model"
-        )  # user-level head targets: final model only
+        # user-level head targets: final model only
+        cfg["threat_model"] = getattr(self, "threat_model", "final-model")
         return {
             "task": None,
             "dataset": self._dataset_name,

@@ -28,13 +28,12 @@ import time
 from pathlib import Path
 
 from ...data import load_dataset
-from ...accounting.events import event_from_dict
 from ...audits.targets import prepared
 from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...ledger.book import open_ledger
-from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail, public_rng
+from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail
 from ...requests import DPSGDRequest
 from ...validation import one_of
 from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
@@ -46,12 +45,11 @@ from .core import (
     DPSGDConfig,
     head_outputs,
     head_probabilities,
-    init_head,
     optimizer_settings,
 )
 from .loop import UserSampling, train_heads
-from .features import build_features, feature_dim
-from .head_audit import HeadTarget
+from .features import feature_dim
+from .head_audit import HeadTarget, head_model
 from .module_audit import ModuleTarget
 from .models import build_module
 from .one_run_modules import module_run_parts
@@ -61,7 +59,6 @@ from .schedule import (
     MODEL_NAMES,
     MODELS,
     RECORD_ADJACENCY,
-    TAG_HEAD,
     USER_ADJACENCY,
     _progress_callable,
     classification_metrics,
@@ -151,27 +148,7 @@ class DPSGDMechanism(MechanismBase):
         ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
-        if user and info.n_users is None:
-            raise DataError(
-                f"dataset {info.name} must be split by users for privacy_unit 'user', got no user ids."
-            )
-        reference_size = planned_reference_size(
-            r.reference_size,
-            None if user else info.reference_size,
-            unit="user" if user else "record",
-        )
-        adjacency = USER_ADJACENCY if user else RECORD_ADJACENCY
-        setup = plan_schedule(
-            dataset_name=info.name,
-            kind=info.kind,
-            reference_size=reference_size,
-            epsilon=r.epsilon,
-            delta=r.delta,
-            epochs=r.epochs,
-            batch_size=r.batch_size,
-            non_private=r.non_private,
-            adjacency=adjacency,
-        )
+        reference_size, adjacency, setup = _unit_schedule(r, info, user)
         sched = setup.schedule
         dp = DPSGDConfig(
             sample_rate=sched.sample_rate,
@@ -337,12 +314,10 @@ class DPSGDMechanism(MechanismBase):
         save = None
         arrays = None
         if spec.family == "head":
-            feats = build_features(spec.features, data.n_features, plan.seed)
+            feats, k, init = head_model(r.model, data.n_features, n_classes, plan.seed)
             t_feat = time.perf_counter()
             z_train = feats.transform(data.x_train, bias_column=True)  # [z, 1]: the head's input
             feature_seconds = time.perf_counter() - t_feat
-            k = head_outputs(n_classes, binary_logit=binary)
-            init = init_head(feats.output_dim, k, public_rng(plan.seed, TAG_HEAD))
             params = k * (feats.output_dim + 1)
             model_config = {
                 "features": feats.describe(),
@@ -368,14 +343,7 @@ class DPSGDMechanism(MechanismBase):
             )
             steps_executed, weight = head.steps_executed, head.weights[0]
             proba = head_probabilities(weight, feats.transform(data.x_test))
-            arrays = {"head_weight": weight.astype(np.float32)}
-            for name, a in (
-                ("projection", feats.projection),
-                ("hidden_weight", feats.weight),
-                ("hidden_bias", feats.bias),
-            ):
-                if a is not None:
-                    arrays[name] = a.astype(np.float32)
+            arrays = {"head_weight": weight.astype(np.float32), **_feature_arrays(feats)}
             weights_name = "weights.npz"
             # the head's training (its features: BLAS's own count), on the CPU
             threads = {"blas_threads": HEAD_BLAS_THREADS, "device": "cpu"}
@@ -404,14 +372,7 @@ class DPSGDMechanism(MechanismBase):
                     device=device,
                 ),
             )
-            module.eval()
-            with torch.no_grad():
-                out = module(torch.as_tensor(np.asarray(data.x_test, dtype=np.float32))).double()
-            if binary:
-                p1 = torch.sigmoid(out.reshape(-1)).numpy()
-                proba = np.stack([1.0 - p1, p1], axis=1)
-            else:
-                proba = torch.softmax(out, dim=1).numpy()
+            proba = _module_probabilities(module, data.x_test, binary)
             weights_name = "model.pt"
             threads = {"torch_threads": torch.get_num_threads(), "device": device}  # public
             state = module.state_dict()
@@ -440,30 +401,11 @@ class DPSGDMechanism(MechanismBase):
         """What ``dpaudit train MODEL`` prints: the published fields (rounded timings, no hash of the data) with the keyed
         dataset fingerprint the ledger stored (``--json``), and lines with the claim, the schedule and the test metrics."""
         d = release.to_dict()
-        keys = [
-            "id",
-            "mechanism",
-            "adjacency",
-            "accountant",
-            "target_epsilon",
-            "epsilon",
-            "delta",
-            "epsilons",
-            "noise_multiplier",
-            "sample_rate",
-            "steps",
-            "steps_executed",
-            "clipping_norm",
-            "normalizer",
-            "seed",
-            "non_private",
-            "noise_source",
-            "metrics",
-            "timings",
-            "artefacts",
-            "command",
-            "privacy_unit",
-        ]
+        keys = (
+            "id mechanism adjacency accountant target_epsilon epsilon delta epsilons noise_multiplier"
+            " sample_rate steps steps_executed clipping_norm normalizer seed non_private noise_source"
+            " metrics timings artefacts command privacy_unit"
+        ).split()
         out = {k: d.get(k) for k in keys}
         out["dataset"] = (
             d["dataset"].get("name") if isinstance(d.get("dataset"), dict) else d.get("dataset")
@@ -504,9 +446,8 @@ class DPSGDMechanism(MechanismBase):
         self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
     ):
         """The audit target of this plan, prepared: a module model's :class:`ModuleTarget`; a head
-        model's: the plan's sigma,
-        schedule, optimizer settings (``plan.config["dp_sgd"]``), public seed and dataset; a
-        ``release``'s recorded claim, event, accountant, identity, sigma and schedule (for old
+        model's holds the plan as it is (:meth:`HeadAuditTarget.of_plan`: its sigma, schedule,
+        optimizer settings, public seed and dataset) and the ``release``, whose recorded claim, event, accountant, identity, sigma and schedule (for old
         releases they are the truth). ``user_ids``: a user-level audit's (default: the request's
         file; none: a public grouping into users of G). ``no_noise``: the no-noise control."""
         r: DPSGDRequest = plan.request
@@ -517,53 +458,19 @@ class DPSGDMechanism(MechanismBase):
             raise UsageError(
                 f"release must be private to be audited, got a non-private {r.model} release."
             )
-        f = plan.release_fields
-        kw = dict(
-            model=r.model,
-            dataset=plan.data_name,
-            data_dir=r.data_dir,
-            epsilon=float(plan.target_epsilon),
-            delta=plan.delta,
-            canary=canary,
-            seed=plan.seed,
-            noise_multiplier=float(f["noise_multiplier"]),
-            schedule=(float(f["sample_rate"]), int(plan.steps), int(f["normalizer"])),
-            epochs=plan.config["epochs"],
-            batch_size=plan.config["batch_size"],
-            profile=plan.dataset.get("profile", r.profile),
-            split_seed=plan.dataset.get("split_seed", r.split_seed),
-            dp_sgd=plan.config["dp_sgd"],
+        if plan.privacy_unit != "user":
+            return prepared(HeadTarget.of_plan(plan, canary, release=release), no_noise)
+        identity = {} if release is None else (release.dataset or {})
+        t = UserHeadTarget.of_plan(
+            plan,
+            canary,
+            release=release,
+            records_per_user=int(r.records_per_user),
+            user_ids=r.user_ids if user_ids is None else user_ids,
+            reference_size=int(plan.config["reference_size"]),
+            expected_user_ids_sha256=identity.get("user_ids_sha256"),
+            expected_n_users=None if release is None else (release.config or {}).get("n_users"),
         )
-        ds = {} if release is None else (release.dataset or {})
-        if release is not None:
-            kw.update(
-                noise_multiplier=float(release.noise_multiplier),
-                schedule=(float(release.sample_rate), int(release.steps), int(release.normalizer)),
-                claimed=float(release.epsilon),
-                expected_sha256=ds.get("sha256"),
-                expected_identity=ds,
-                event=event_from_dict(release.guarantee),
-                accountant=release.accountant,
-            )
-        if plan.privacy_unit == "user":
-            extra = (
-                {}
-                if release is None
-                else {
-                    "expected_user_ids_sha256": ds.get("user_ids_sha256"),
-                    "expected_n_users": (release.config or {}).get("n_users"),
-                }
-            )
-            users = r.user_ids if user_ids is None else user_ids
-            t = UserHeadTarget(
-                records_per_user=int(r.records_per_user),
-                user_ids=users,
-                reference_size=int(plan.config["reference_size"]),
-                **kw,
-                **extra,
-            )
-        else:
-            t = HeadTarget(**kw)
         return prepared(t, no_noise)
 
 
@@ -580,6 +487,50 @@ def _ledger_fingerprint(release_id, ledger) -> str | None:
             return led.get(str(release_id)).payload.get("dataset_fingerprint")
     except Exception:  # noqa: BLE001 -- an informative field only; the release is already published
         return None
+
+
+def _feature_arrays(feats) -> dict:
+    """The frozen features' public arrays a head release publishes (float32)."""
+    arrays = dict(projection=feats.projection, hidden_weight=feats.weight, hidden_bias=feats.bias)
+    return {name: a.astype(np.float32) for name, a in arrays.items() if a is not None}
+
+
+def _module_probabilities(module, x_test, binary: bool):
+    """A trained module's class probabilities on the test partition, (n, 2) for a binary logit."""
+    module.eval()
+    with torch.no_grad():
+        out = module(torch.as_tensor(np.asarray(x_test, dtype=np.float32))).double()
+    if not binary:
+        return torch.softmax(out, dim=1).numpy()
+    p1 = torch.sigmoid(out.reshape(-1)).numpy()
+    return np.stack([1.0 - p1, p1], axis=1)
+
+
+def _unit_schedule(r: DPSGDRequest, info: DataInfo, user: bool):
+    """(reference size, adjacency, :func:`plan_schedule`'s set-up) of the request's privacy unit:
+    the schedule of the unit's declared reference size (users: the request's), never a count."""
+    if user and info.n_users is None:
+        raise DataError(
+            f"dataset {info.name} must be split by users for privacy_unit 'user', got no user ids."
+        )
+    reference_size = planned_reference_size(
+        r.reference_size,
+        None if user else info.reference_size,
+        unit="user" if user else "record",
+    )
+    adjacency = USER_ADJACENCY if user else RECORD_ADJACENCY
+    setup = plan_schedule(
+        dataset_name=info.name,
+        kind=info.kind,
+        reference_size=reference_size,
+        epsilon=r.epsilon,
+        delta=r.delta,
+        epochs=r.epochs,
+        batch_size=r.batch_size,
+        non_private=r.non_private,
+        adjacency=adjacency,
+    )
+    return reference_size, adjacency, setup
 
 
 def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | None:

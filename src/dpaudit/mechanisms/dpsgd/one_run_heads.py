@@ -89,17 +89,7 @@ def heads_one_run(
     coins (:func:`dpaudit.audits.one_run.plan_coins`), else drawn from ``noise``. ``noise_on=False``
     (or a no-noise target): the no-noise control. ``progress(done, total)``: training steps."""
     user_level = isinstance(target, UserHeadTarget)
-    if not isinstance(target, HeadAuditTarget):
-        raise UsageError(
-            f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}."
-        )
-    m = positive_int("canaries", canaries, 2)
-    one_of("kind", kind, HEAD_ONE_RUN_KINDS)
-    if user_level and kind != "gradient":
-        raise UsageError(
-            f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "
-            f"contribution is C e_j), got {kind!r}."
-        )
+    m = _checked_canaries(target, canaries, kind, user_level)
     target.prepare()
     cfg = target._config
     if not (noise_on and target.noise):
@@ -122,13 +112,29 @@ def heads_one_run(
         "seed": int(seed),
     }
     if kind == "gradient":
-        users = (
-            UserSampling(target._users, target.records_per_user) if user_level else None
-        )  # each canary: one more user, exactly C e_j
+        # each canary: one more user, exactly C e_j
+        users = UserSampling(target._users, target.records_per_user) if user_level else None
         scores = _gradient_canaries(target, cfg, noise, included, seed, info, users, progress)
     else:
         scores = _record_canaries(target, cfg, noise, included, seed, info, progress)
     return OneRunScores(scores=scores, included=included, kind=kind, info=info)
+
+
+def _checked_canaries(target, canaries: int, kind: str, user_level: bool) -> int:
+    """The number of canaries of a one-run audit of ``target`` (refused: not a head target, a
+    kind other than gradient at user level, fewer than 2 canaries)."""
+    if not isinstance(target, HeadAuditTarget):
+        raise UsageError(
+            f"target must be a HeadTarget or UserHeadTarget (a DP-SGD head model), got {type(target).__name__}."
+        )
+    m = positive_int("canaries", canaries, 2)
+    one_of("kind", kind, HEAD_ONE_RUN_KINDS)
+    if user_level and kind != "gradient":
+        raise UsageError(
+            f"one-run kind for a user-level audit must be gradient (each canary is a user whose clipped "
+            f"contribution is C e_j), got {kind!r}."
+        )
+    return m
 
 
 def _gradient_canaries(
@@ -198,9 +204,8 @@ def _record_canaries(
     y_true = np.asarray(data.y_test)[idx].astype(np.int64)
     n_classes = target._n_classes
     y_wrong = (y_true + 1 + rng.integers(0, n_classes - 1, size=m)) % n_classes
-    feats = build_features(
-        MODELS[target.model].features, data.n_features, target.seed
-    )  # the target's public features
+    # the target's public features
+    feats = build_features(MODELS[target.model].features, data.n_features, target.seed)
     zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
     res = train_heads(
         target._z,

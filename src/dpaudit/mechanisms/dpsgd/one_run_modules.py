@@ -24,10 +24,12 @@ from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...validation import positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
+
+# the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
 from .head_audit import (
     NO_NOISE_MULTIPLIER,
     dead_features,
-)  # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
+)
 from .models import BUILDERS, build_module
 from .schedule import audit_reference_size, plan_schedule
 
@@ -218,14 +220,7 @@ def modules_one_run(
     if kind not in ONE_RUN_MODULE_KINDS:
         raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
     m = positive_int("canaries", canaries)
-    if not isinstance(config, DPSGDConfig):
-        raise UsageError(f"config must be a DPSGDConfig, got {type(config).__name__}.")
-    if config.non_private:
-        raise UsageError(
-            "config must be private (clipping bounds each canary's contribution), got non_private=True."
-        )
-    if not noise_on:
-        config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
+    config = _trial_config(config, noise_on)
     data, x_pool, y_pool = _data_parts(data)
     n_classes = int(data.n_classes)
     binary = n_classes == 2
@@ -277,10 +272,8 @@ def modules_one_run(
         canary=canary,
         device=device,
     )
-    info["steps_executed"], info["n_units"] = (
-        int(steps),
-        int(y.size),
-    )  # units: training records plus included input canaries
+    info["steps_executed"] = int(steps)
+    info["n_units"] = int(y.size)  # units: training records plus included input canaries
     if kind == "gradient":
         params = dict(module.named_parameters())
         scores = np.array(
@@ -292,6 +285,20 @@ def modules_one_run(
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
     return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+
+
+def _trial_config(config, noise_on: bool) -> DPSGDConfig:
+    """The private DP-SGD ``config`` a one-run audit trains with (the no-noise control's: its
+    noise multiplier NO_NOISE_MULTIPLIER); refused unless a private DPSGDConfig."""
+    if not isinstance(config, DPSGDConfig):
+        raise UsageError(f"config must be a DPSGDConfig, got {type(config).__name__}.")
+    if config.non_private:
+        raise UsageError(
+            "config must be private (clipping bounds each canary's contribution), got non_private=True."
+        )
+    if noise_on:
+        return config
+    return dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
 
 
 def module_run_parts(name: str, data, seed: int):

@@ -98,9 +98,8 @@ class StepObserver:
             rng,
             float(scale),
         )
-        shape = (
-            (self.included.size, config.steps) if observe else (self.included.size, 0)
-        )  # hidden state: nothing kept
+        # hidden state: nothing kept
+        shape = (self.included.size, config.steps) if observe else (self.included.size, 0)
         self.observe = observe
         self.sampled = np.zeros(shape, dtype=bool)
         self.others, self.privatised = np.zeros(shape), np.zeros(shape)
@@ -124,9 +123,8 @@ class StepObserver:
             k = int(on.sum())
             if k:
                 raw = np.full(k, self.scale * self.c, dtype=view.dtype)
-                view[flat[on]] += raw * dpsgd_core.clip_factors(
-                    np.abs(raw), self.c
-                )  # the one clipping rule, per canary
+                # the one clipping rule, per canary
+                view[flat[on]] += raw * dpsgd_core.clip_factors(np.abs(raw), self.c)
 
     def attach(self, sanitise) -> None:
         """Wrap the noisy step's fillers of the canary tensors: the draw is untouched, and the
@@ -188,14 +186,7 @@ def white_box_run(
     one_of("threat_model", threat_model, ("white-box", "crafted-final"))
     one_of("role", role, ROLES)
     m = positive_int("canaries", canaries, 2)
-    if not isinstance(config, DPSGDConfig) or config.non_private:
-        raise UsageError(
-            f"config must be a private DPSGDConfig (clipping bounds each canary), got {config!r}."
-        )
-    if role == "no-noise":
-        config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
-    if threat_model == "crafted-final":
-        config = _plain_sgd(config)
+    config = _run_config(config, threat_model, role)
     module, x, y, shapes, loss = module_run_parts(name, data, seed)
     quiet = _quiet_coordinates(name, CANARY_TENSORS[name], shapes, x)
     if threat_model == "crafted-final" and quiet.size < m:
@@ -253,6 +244,18 @@ def white_box_run(
         ),
         info,
     )
+
+
+def _run_config(config, threat_model: str, role: str) -> DPSGDConfig:
+    """The private ``config`` a white-box run trains with: without DP noise for the no-noise
+    control, plain SGD for crafted-final (:func:`_plain_sgd`)."""
+    if not isinstance(config, DPSGDConfig) or config.non_private:
+        raise UsageError(
+            f"config must be a private DPSGDConfig (clipping bounds each canary), got {config!r}."
+        )
+    if role == "no-noise":
+        config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
+    return _plain_sgd(config) if threat_model == "crafted-final" else config
 
 
 def head_white_box_run(

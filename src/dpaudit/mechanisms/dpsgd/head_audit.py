@@ -91,6 +91,22 @@ def head_model(model: str, n_features: int, n_classes: int, seed: int):
     return feats, k, init_head(feats.output_dim, k, public_rng(seed, TAG_HEAD))
 
 
+def requested_schedule(asked, data, reference_size: int, adjacency: str, non_private=False):
+    """:func:`plan_schedule` of what ``asked`` (a DP-SGD request, or a head target planning
+    itself) asks for (epsilon, delta, epochs, batch size) on ``data`` (its public facts)."""
+    return plan_schedule(
+        dataset_name=data.name,
+        kind=data.kind,
+        reference_size=reference_size,
+        epsilon=asked.epsilon,
+        delta=asked.delta,
+        epochs=asked.epochs,
+        batch_size=asked.batch_size,
+        non_private=non_private,
+        adjacency=adjacency,
+    )
+
+
 def head_schedule(target, data, reference_size: int, adjacency: str):
     """(epochs, batch size, DP-SGD config) of a head target: its plan's as it is, with a release's
     recorded sigma and schedule in place of the plan's (for old releases they are the truth);
@@ -100,16 +116,7 @@ def head_schedule(target, data, reference_size: int, adjacency: str):
         epochs, batch = plan.config["epochs"], plan.config["batch_size"]
         config = DPSGDConfig.from_dict(plan.config["dp_sgd"])
     else:
-        setup = plan_schedule(
-            dataset_name=data.name,
-            kind=data.kind,
-            reference_size=reference_size,
-            epsilon=target.epsilon,
-            delta=target.delta,
-            epochs=target.epochs or None,
-            batch_size=target.batch_size or None,
-            adjacency=adjacency,
-        )
+        setup = requested_schedule(target, data, reference_size, adjacency)
         epochs, batch, sigma = setup.epochs, setup.batch_size, setup.noise_multiplier
         config = DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma)
     rel = target.release

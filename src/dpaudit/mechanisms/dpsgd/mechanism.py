@@ -49,7 +49,7 @@ from .core import (
 )
 from .loop import UserSampling, train_heads
 from .features import feature_dim
-from .head_audit import HeadTarget, head_model
+from .head_audit import HeadTarget, head_model, requested_schedule
 from .module_audit import ModuleTarget
 from .models import build_module
 from .one_run_modules import module_run_parts
@@ -63,7 +63,6 @@ from .schedule import (
     _progress_callable,
     classification_metrics,
     epsilon_curve,
-    plan_schedule,
     planned_reference_size,
 )
 from .user_head_audit import synthetic_user_ids
@@ -519,17 +518,7 @@ def _unit_schedule(r: DPSGDRequest, info: DataInfo, user: bool):
         unit="user" if user else "record",
     )
     adjacency = USER_ADJACENCY if user else RECORD_ADJACENCY
-    setup = plan_schedule(
-        dataset_name=info.name,
-        kind=info.kind,
-        reference_size=reference_size,
-        epsilon=r.epsilon,
-        delta=r.delta,
-        epochs=r.epochs,
-        batch_size=r.batch_size,
-        non_private=r.non_private,
-        adjacency=adjacency,
-    )
+    setup = requested_schedule(r, info, reference_size, adjacency, r.non_private)
     return reference_size, adjacency, setup
 
 

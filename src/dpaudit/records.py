@@ -144,7 +144,11 @@ class Release(Grouped):
     (``local.json``); ``noise_seed_file``, the file holding a ``reproducible-secret`` release's secret noise seed (``local.json``;
     the seed itself is in that file only). ``noise_source`` says which noise the release used: secret (``secret: true``),
     reproducible from a secret seed (``reproducible: secret-seed``) or from the published seed (``reproducible: public-seed``, not
-    private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load."""
+    private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load.
+
+    Related fields live in small frozen groups (``calibration``, ``outputs``, ``origin``,
+    ``noise``, ``stamp``, ``local``; :mod:`dpaudit.grouping`) and are given, read and written by
+    their own names: ``release.json`` holds the same flat keys in the same order."""
 
     mechanism: str
     dataset: dict

@@ -7,9 +7,12 @@ order, value for value the same.
 
 import dataclasses
 import json
+import pickle
 from pathlib import Path
 
-from dpaudit.mechanisms.contract import DataInfo, RunOutput
+import pytest
+
+from dpaudit.mechanisms.contract import DataInfo, ReleasePlan, RunOutput
 from dpaudit.mechanisms.dpsgd.mechanism import MECHANISM
 from dpaudit.records import Release, read_release
 from dpaudit.releasing import build_release, make_noise_source
@@ -61,3 +64,32 @@ def test_release_round_trips_through_its_file(tmp_path):
     assert again.to_dict() == published
     assert again.steps == published["steps"] and again.calibration.steps == published["steps"]
     assert again.data_digest is None  # local facts never come back from a published file
+
+
+def test_grouped_fields_are_given_read_and_replaced_by_their_own_names():
+    base = dict(mechanism="m", dataset={}, adjacency="a", accountant="rdp", epsilon=1.0)
+    base.update(delta=1e-5, guarantee={}, seed=0, noise_source={})
+    rel = Release(**base, steps=3, data_digest="x")
+    assert rel.calibration.steps == rel.steps == 3 and rel.local.data_digest == "x"
+    changed = dataclasses.replace(rel, steps=4, noise_seed_file="f")
+    assert (changed.steps, changed.data_digest, changed.noise_seed_file) == (4, "x", "f")
+    assert changed.id == rel.id and pickle.loads(pickle.dumps(changed)) == changed
+    with pytest.raises(TypeError, match="no field bogus"):
+        Release(**base, bogus=1)
+    with pytest.raises(AttributeError):
+        rel.bogus
+    plan = ReleasePlan(
+        mechanism="m",
+        request=None,
+        dataset={},
+        partition="train",
+        adjacency="a",
+        accountant="rdp",
+        event=None,
+        target_epsilon=None,
+        delta=1e-5,
+        noise_values=5,
+        out_subdir="part",
+    )
+    assert (plan.noise.noise_values, plan.publishing.out_subdir) == (5, "part")
+    assert (plan.noise_what, plan.time_run, plan.declarations) == ("release", True, ())

@@ -13,6 +13,21 @@ class Grouped:
 
     GROUPS: dict = {}
 
+    def __init__(self, **values) -> None:
+        """Flat construction, for a record declared ``@dataclass(frozen=True, init=False)`` (the
+        dataclass's own ``__init__`` replaces this one otherwise): a group's fields may be given by
+        their own names (over the group, when both are), so ``dataclasses.replace`` takes them too."""
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _field_value(self, f, values))
+        if values:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(values)}")
+
+    @classmethod
+    def flat_names(cls) -> set:
+        """The names a flat dict of this record may hold."""
+        own = {name for name in cls.__dataclass_fields__ if name not in cls.GROUPS}
+        return own.union(*(group.__dataclass_fields__ for group in cls.GROUPS.values()))
+
     def __getattr__(self, name: str):
         for group in type(self).GROUPS:
             inner = self.__dict__.get(group)  # absent while a copy is being built
@@ -40,3 +55,19 @@ class Grouped:
     def replace(self, **changes):
         """A copy with flat keys changed."""
         return type(self).of(**{**self.flat(), **changes})
+
+
+def _field_value(record: Grouped, f, values: dict):
+    """The value of field ``f`` taken out of ``values`` (a group: from its own and flat names)."""
+    group = record.GROUPS.get(f.name)
+    if group is not None:
+        own = {g.name: values.pop(g.name) for g in dataclasses.fields(group) if g.name in values}
+        given = values.pop(f.name, None)
+        return group(**own) if given is None else dataclasses.replace(given, **own)
+    if f.name in values:
+        return values.pop(f.name)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    raise TypeError(f"{type(record).__name__} needs {f.name!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from . import __version__
 from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
-from .grouping import Grouped
+from .grouped import Grouped
 from .paths import results_in, write_atomically
 
 RELEASE_FILE = "release.json"
@@ -147,7 +147,7 @@ class Release(Grouped):
     private: :func:`public_noise_reason`). Old releases that published ``dataset["sha256"]`` still load.
 
     Related fields live in small frozen groups (``calibration``, ``outputs``, ``origin``,
-    ``noise``, ``stamp``, ``local``; :mod:`dpaudit.grouping`) and are given, read and written by
+    ``noise``, ``stamp``, ``local``; :mod:`dpaudit.grouped`) and are given, read and written by
     their own names: ``release.json`` holds the same flat keys in the same order."""
 
     mechanism: str
@@ -183,8 +183,10 @@ class Release(Grouped):
         """The published form (``release.json``): local-only fields dropped, timings rounded. ``local=True`` keeps them, for
         handing a release between processes of one operator (e.g. a sweep worker to the ledger writer); never write that form to a
         file."""
-        d = self.flat_dict(drop=() if local else ("local",))
+        d = self.flat()
         if not local:
+            for name in LOCAL_FIELDS:
+                del d[name]
             d["timings"] = round_timings(d["timings"])  # a guard: mechanisms already round them
         return _json_safe(d)
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 from .. import data as registry
 from ..errors import DataError, UsageError
-from ..grouping import Grouped
+from ..grouped import Grouped
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
     from ..accounting.events import Event
@@ -135,7 +135,7 @@ class ReleasePlan(Grouped):
     :class:`~dpaudit.records.Release` fields fixed by the plan (``noise_multiplier``,
     ``sample_rate``, ``clipping_norm``, ``normalizer``, ``noise_sampler``, ...).
     ``noise``: :class:`NoiseCount`; ``publishing``: :class:`Publishing` (both also read and
-    given by their fields' names, :mod:`dpaudit.grouping`). ``uncertified``: a reason
+    given by their fields' names, :mod:`dpaudit.grouped`). ``uncertified``: a reason
     the guarantee cannot be certified (the ledger then counts it as unbounded).
     ``compare_accountants``: accountants whose epsilon is recorded beside the claim
     (``Release.epsilons``; comparison values only).

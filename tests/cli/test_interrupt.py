@@ -40,8 +40,21 @@ def _start_train(tmp_path):
         "--out",
         str(tmp_path / "run"),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_interruptible,
+    )
     return proc, led
+
+
+def _interruptible() -> None:
+    # A suite started in the background by a non-interactive shell runs with SIGINT ignored, and
+    # a child inherits that: Python then never installs its Ctrl-C handler. A user's terminal
+    # does not ignore it, so the command under test starts with the default disposition.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_open_reservation(proc, led, timeout_s: float = 60.0) -> str:

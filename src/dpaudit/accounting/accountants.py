@@ -153,7 +153,7 @@ def _result_problem(acc: Accountant, result, adj: Adjacency, field: str, asked: 
     label, value = getattr(result, "adjacency", None), getattr(result, field, None)
     if label != adj.value:
         return f"answered for {label!r} adjacency when asked about {adj}; its result is refused"
-    if not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+    if not (isinstance(value, (int, float)) and value >= 0):  # NaN >= 0 is False: refused
         return f"returned {field} {value!r}; a bound must be a number >= 0"
     at = getattr(result, other)
     if (field == "delta" or getattr(acc, "uses_delta", True)) and not at <= asked:

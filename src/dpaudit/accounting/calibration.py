@@ -69,17 +69,8 @@ def _cache_key(
     steps: int,
     adjacency: Adjacency = ADD_REMOVE,
 ) -> str:
-    orders = list(RDP_ORDERS) if accountant == "rdp" else None
-    fields = [
-        _CACHE_VERSION,
-        accountant,
-        repr(target),
-        repr(delta),
-        repr(q),
-        steps,
-        EPSILON_TOLERANCE,
-        orders,
-    ]
+    fields = [_CACHE_VERSION, accountant, repr(target), repr(delta), repr(q), steps]
+    fields += [EPSILON_TOLERANCE, list(RDP_ORDERS) if accountant == "rdp" else None]
     if accountant == "pld":
         fields.append(PLD_VALUE_DISCRETIZATION)
     if adjacency is Adjacency.REPLACE_RECORD:
@@ -159,19 +150,9 @@ class _Search:
 
     def solve(self, target: float, lo: float, hi: float, start: float, tol: float) -> tuple:
         """``(parameter, epsilon)``: bracket from ``start``, then bisect (see :func:`calibrate`)."""
-        up, down = start, None  # down: the largest parameter known to miss the target
-        while self.epsilon(up) > target:  # doubling up from start until the target is met
-            if up >= hi:
-                raise self.no_bracket(target, hi)
-            down, up = up, min(2.0 * up, hi)
-        while down is None:  # start met it: halving down while the target is still met
-            if up <= lo:
-                return up, self.epsilon(up)  # lo itself meets the target: the smallest allowed
-            below = max(up / 2.0, lo)
-            if self.epsilon(below) > target:
-                down = below
-            else:
-                up = below
+        down, up = self._bracket(target, lo, hi, start)
+        if down is None:
+            return up, self.epsilon(up)  # lo itself meets the target: the smallest allowed
         for _ in range(200):  # bisection: eps(down) > target >= eps(up)
             mid = 0.5 * (down + up)
             # stop within the tolerance; at floating-point resolution (up is the conservative
@@ -192,6 +173,21 @@ class _Search:
                 f"the certified epsilon {certified:.6g} stays below the target {target:g} because",
             )
         return up, self.epsilon(up)
+
+    def _bracket(self, target: float, lo: float, hi: float, start: float) -> tuple:
+        """``(down, up)`` with eps(down) > target >= eps(up); down None when lo meets the target."""
+        up, down = start, None  # down: the largest parameter known to miss the target
+        while self.epsilon(up) > target:  # doubling up from start until the target is met
+            if up >= hi:
+                raise self.no_bracket(target, hi)
+            down, up = up, min(2.0 * up, hi)
+        while down is None and up > lo:  # start met it: halving down while the target is met
+            below = max(up / 2.0, lo)
+            if self.epsilon(below) > target:
+                down = below
+            else:
+                up = below
+        return down, up
 
     def no_bracket(self, target: float, hi: float) -> Exception:
         """Why even ``hi`` misses the target: the accountant's declines, else too little noise."""

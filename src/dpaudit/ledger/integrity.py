@@ -217,32 +217,35 @@ def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
         return [
             Problem("deleted", "the chain head is missing: the ledger was altered outside dpaudit.")
         ]
-    head_seq, head_count, head_hash = head
+    _, head_count, head_hash = head
     if head_hash == last_hash and head_count == len(rows):
         return []
     if head_hash in by_hash:
-        if any(p.kind == "reordered" for p in found):
-            return []  # already named
-        tail = [r for r in rows if r[0] > by_hash[head_hash][0]]
-        if tail:
-            return [
-                Problem(
-                    "edited",
-                    f"entry #{tail[0][0]} ({tail[0][1]}) and later were added outside dpaudit (after the chain head).",
-                    tail[0][0],
-                    tail[0][1],
-                )
-            ]
-    elif head_hash != GENESIS_HASH or rows:
+        return _after_head(rows, by_hash[head_hash][0], head_count, found)
+    if head_hash != GENESIS_HASH or rows:
         return _head_entry_gone(head, rows, found)
-    if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
-        return [
-            Problem(
-                "deleted",
-                f"the chain head records {head_count} entries but the ledger holds {len(rows)}.",
-            )
-        ]
-    return []
+    return _count_mismatch(head_count, rows, found)
+
+
+def _after_head(rows, head_seq: int, head_count: int, found) -> list[Problem]:
+    """The head's entry is in the table: entries after it were added outside dpaudit, or the
+    counts differ."""
+    if any(p.kind == "reordered" for p in found):
+        return []  # already named
+    tail = [r for r in rows if r[0] > head_seq]
+    if not tail:
+        return _count_mismatch(head_count, rows, found)
+    first_seq, first_id = tail[0][0], tail[0][1]
+    message = f"entry #{first_seq} ({first_id}) and later were added outside dpaudit (after the chain head)."
+    return [Problem("edited", message, first_seq, first_id)]
+
+
+def _count_mismatch(head_count: int, rows, found) -> list[Problem]:
+    """The head's entry count against the table's, unless a deletion is already named."""
+    if head_count == len(rows) or any(p.kind == "deleted" for p in found):
+        return []
+    message = f"the chain head records {head_count} entries but the ledger holds {len(rows)}."
+    return [Problem("deleted", message)]
 
 
 def _head_entry_gone(head, rows, found) -> list[Problem]:
@@ -298,10 +301,8 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problem, never 0), every signature against the keys registered before it (``owner``: the key
     id the first registered key must have) and ``anchor`` (a head hash published earlier: the
     chain must still contain it)."""
-    rows, shared = (
-        snap.rows,
-        snap.backend == "export",
-    )  # only a bundle's shareable export may withhold row sets
+    # only a bundle's shareable export may withhold row sets
+    rows, shared = snap.rows, snap.backend == "export"
     readable = [r for r in rows if not (shared and is_withheld(r))]
     problems = (
         [Problem(k, m) for k, m in snap.health]
@@ -311,20 +312,7 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problems += withheld_problems(rows) if shared else []
     ring, found = sg.check_signatures(signed_rows(readable), owner=owner)
     problems += found + authority_problems(readable)
-    if anchor is not None:
-        a = anchor.strip().lower()
-        if not is_fingerprint(a):
-            raise UsageError(
-                f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}."
-            )
-        if a != GENESIS_HASH and a not in {r[7] for r in rows}:
-            problems.append(
-                Problem(
-                    "anchor",
-                    f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
-                    "since that head was published.",
-                )
-            )
+    problems += _anchor_problems(anchor, rows)
     last_hash = rows[-1][7] if rows else GENESIS_HASH
     return VerifyReport(
         snap.path,
@@ -336,6 +324,21 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
         anchor,
         snap.backend,
     )
+
+
+def _anchor_problems(anchor: str | None, rows) -> list[Problem]:
+    """``anchor`` (a head hash published earlier) must still be in the chain."""
+    if anchor is None:
+        return []
+    a = anchor.strip().lower()
+    if not is_fingerprint(a):
+        raise UsageError(
+            f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}."
+        )
+    if a == GENESIS_HASH or a in {r[7] for r in rows}:
+        return []
+    message = f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
+    return [Problem("anchor", message + "since that head was published.")]
 
 
 def held_children(state: lc.DatasetState, children) -> list[str]:
@@ -391,16 +394,7 @@ def partition_problems(rows) -> list[Problem]:
         parent, children = str(e.payload.get("parent")), tuple(e.payload.get("children") or ())
         if lc.unstable_declaration(parent, str(e.payload.get("declared_by", ""))):
             continue  # ignored by replay: composes sequentially
-        try:
-            before = [x for x in entries[:i] if x.dataset == e.dataset]
-            state = lc.replay(before).get(e.dataset) or lc.DatasetState(e.dataset)
-            if state.check_partition(parent, children):
-                continue  # the identical split again: changes nothing
-            held = held_children(state, children)
-        except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
-            held = [
-                f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"
-            ]
+        held = _held_when_declared(entries[:i], e, parent, children)
         if held:
             seq = next(r[0] for r in rows if r[1] == e.id)
             out.append(
@@ -414,6 +408,17 @@ def partition_problems(rows) -> list[Problem]:
                 )
             )
     return out
+
+
+def _held_when_declared(earlier: list[_Row], e: _Row, parent: str, children) -> list[str]:
+    """What ``children`` held when ``e`` declared them disjoint (empty for the identical split
+    declared again, which changes nothing); an invalid declaration is itself a finding."""
+    try:
+        state = lc.replay([x for x in earlier if x.dataset == e.dataset]).get(e.dataset)
+        state = state or lc.DatasetState(e.dataset)
+        return [] if state.check_partition(parent, children) else held_children(state, children)
+    except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
+        return [f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"]
 
 
 def seal_problems(rows) -> list[Problem]:

@@ -94,20 +94,27 @@ def summary_rows(
     return rows
 
 
+def _cap_of(st: lc.DatasetState) -> dict | None:
+    """A dataset's cap as its summary row shows it (None: no cap)."""
+    audits = {"include_audits": True} if st.cap_includes_audits else {}
+    return {"epsilon": st.cap[0], "delta": st.cap[1], **audits} if st.cap else None
+
+
+def _charged(epsilon: float, audits: dict, shared: dict | None) -> float:
+    """What a dataset's cap is charged: its releases' epsilon, or releases + audits when the cap
+    counts audits (``audits`` then holds it), and at least the epsilon of everything composed
+    with the datasets that share its people."""
+    counted = audits.get("epsilon_with_audits", epsilon)
+    return max(counted, shared["epsilon_people"]) if shared else counted
+
+
 def _dataset_rows(st: lc.DatasetState, shared: dict | None, accountants, whole: bool) -> list[dict]:
     adj, delta = st.adjacency(), delta_for(st)
     total = lc.dataset_total(st)
     tb = lc.total_bounds(total, delta=delta, adjacency=adj, accountants=accountants)
-    cap = {"epsilon": st.cap[0], "delta": st.cap[1]} if st.cap else None
-    if cap and st.cap_includes_audits:
-        cap["include_audits"] = True
+    cap = _cap_of(st)
     audits = audit_columns(st, delta, adj) if st.audits else {}
-    counted = (
-        audits.get("epsilon_with_audits", tb["epsilon"])
-        if st.cap_includes_audits
-        else tb["epsilon"]
-    )
-    spent = max(counted, shared["epsilon_people"]) if shared else counted
+    spent = _charged(tb["epsilon"], audits if st.cap_includes_audits else {}, shared)
     common = {
         "adjacency": adj,
         "cap": cap,

@@ -352,6 +352,20 @@ def plain_name(name: str) -> str:
     return name
 
 
+def canary_params(model, tensors) -> tuple[dict, list[str]]:
+    """``(trainable parameters by plain name, the names of those that hold canaries)``: the names
+    in ``tensors``, default all; refused (UsageError) when one is not a trainable parameter."""
+    named = {plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
+    names = list(named) if tensors is None else [str(t) for t in tensors]
+    missing = [n for n in names if n not in named]
+    if missing or not names:
+        raise UsageError(
+            f"tensors must name trainable parameters of the model ({', '.join(named)}), "
+            f"got {missing or names!r}."
+        )
+    return named, names
+
+
 class PipelineCheck:
     """Records a DP-SGD run and reports its mismatches (module docstring).
 
@@ -674,10 +688,8 @@ class PipelineCheck:
         p, b = inclusion_count_test(d["counts"], steps=steps, q=q)
         if p >= FIXED_SIZE_P:
             return []
-        k, want = (
-            int((d["counts"] == b).sum()),
-            len(d["counts"]) * float(stats.binom.pmf(b, steps, q)),
-        )
+        k = int((d["counts"] == b).sum())
+        want = len(d["counts"]) * float(stats.binom.pmf(b, steps, q))
         return [
             Finding(
                 "not-poisson-records",
@@ -705,6 +717,11 @@ class PipelineCheck:
             measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
             seen = f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to {measured:.4g}"
             return [_too_little_noise(seen, sigma, f"each chance below {level:.3g}")]
+        return self._pooled_noise_findings(sigma)
+
+    def _pooled_noise_findings(self, sigma: float) -> list[Finding]:
+        """All updates pooled: their squared noise over (sigma C)^2 summed is chi^2 with one degree
+        per coordinate and update; too little of it is a finding."""
         pooled = sum(sq / c**2 for sq, _, c in self.noise_sums)
         dims = sum(d for _, d, _ in self.noise_sums)
         chance = float(stats.chi2.cdf(pooled / float(sigma) ** 2, dims))
@@ -857,17 +874,12 @@ class PipelineCheck:
         canaries'), kept when their code is not already found here. With white-box canaries that
         observed a step, ``white_box`` holds their bound, and a bound above the claim is a finding."""
         acc_eps = self._accountant_epsilon(delta)
-        bound = None
-        if self.canaries is not None and self.canaries.observed:
-            bound = self.canaries.audit(
-                delta=delta, accountant=accountant, claimed_epsilon=claimed_epsilon
-            )
+        bound = self._white_box_bound(delta, accountant, claimed_epsilon)
         found = list(self.findings()) + self._epsilon_findings(
             acc_eps, claim, claimed_epsilon, delta
         )
-        found += [f for f in extra if f.code not in {g.code for g in found}] + _white_box_findings(
-            bound
-        )
+        known = {g.code for g in found}
+        found += [f for f in extra if f.code not in known] + _white_box_findings(bound)
         out: dict = {"findings": [f.to_dict() for f in found]}
         if acc_eps is not None:  # the epsilon the training script itself reports
             out["accountant_epsilon"] = acc_eps
@@ -877,6 +889,14 @@ class PipelineCheck:
             return out
         out["certified"] = NOT_CERTIFIED
         return {**out, **self._figures({f.code for f in found}, delta, accountant)}
+
+    def _white_box_bound(self, delta: float, accountant: str, claimed_epsilon: float | None):
+        """The white-box canaries' bound, once they observed a step (else None)."""
+        if self.canaries is None or not self.canaries.observed:
+            return None
+        return self.canaries.audit(
+            delta=delta, accountant=accountant, claimed_epsilon=claimed_epsilon
+        )
 
     def _figures(self, codes: set, delta: float, accountant: str) -> dict:
         """The epsilons recorded beside the claim: the executed composition's when the settings or the

@@ -140,6 +140,20 @@ class OpacusCanaries:
         noise_seed: int | None = None,
         coins=None,
     ):
+        """Choose the canary coordinates (public) and the inclusion coins (private).
+
+        Args:
+            model: the user's module.
+            canaries: the number m of canaries (>= 2).
+            seed: the public seed of the coordinates.
+            tensors: the parameter names holding the canaries (default: all trainable).
+            noise_seed: the seed of the private canary generator (None: OS entropy).
+            coins: the m private inclusion coins (default: drawn).
+
+        Raises:
+            UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
+                than coordinates.
+        """
         m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
         named, names = canary_params(model, tensors)
         _check_canary_room(named, names, m)
@@ -184,7 +198,21 @@ class OpacusCanaries:
     ) -> "OpacusCanaries":
         """The canaries a pre-registered plan fixes (module docstring): ``plan`` is plan.json (or
         its folder) with plan.local.json beside it, or its checked :func:`opacus_plan_run`; ``canaries`` /
-        ``tensors``, when given, must be the plan's (a run other than the planned one is refused)."""
+        ``tensors``, when given, must be the plan's (a run other than the planned one is refused).
+
+        Args:
+            model: the user's module.
+            plan: plan.json, its folder, or a checked PlanRun.
+            canaries: the planned number of canaries, if given.
+            tensors: the planned tensors, if given.
+            noise_seed: the seed of the private per-step draws.
+
+        Returns:
+            The planned canaries.
+
+        Raises:
+            UsageError: not an Opacus plan, or canaries / tensors other than the plan's.
+        """
         run = (
             plan
             if isinstance(plan, PlanRun)
@@ -212,7 +240,21 @@ class OpacusCanaries:
     ) -> "OpacusCanaries":
         """Inject the canaries into ``optimizer`` (an Opacus ``DPOptimizer``). The per-step canary
         sample rate: ``sample_rate``, else ``data_loader.sample_rate`` (Opacus's ``DPDataLoader``),
-        else ``1 / len(data_loader)`` -- the rate ``PrivacyEngine`` accounts with."""
+        else ``1 / len(data_loader)`` -- the rate ``PrivacyEngine`` accounts with.
+
+        Args:
+            optimizer: the DPOptimizer of the run.
+            sample_rate: the per-step canary sample rate, in (0, 1].
+            data_loader: the run's data loader (for the default rate).
+
+        Returns:
+            These canaries, attached.
+
+        Raises:
+            UsageError: not a DPOptimizer, a second attach, canaries already on the optimizer, no
+                rate, invalid optimizer settings, canary tensors it does not optimise, or (with a
+                plan) an optimizer less private than the planned claim.
+        """
         self._check_attachable(optimizer)
         q = _canary_sample_rate(sample_rate, data_loader)
         norm, sigma = _optimizer_noise(optimizer, self._params)
@@ -362,7 +404,21 @@ class OpacusCanaries:
         given. Under a plan: the planned claim, statistic and confidence (``delta`` / ``confidence``
         must not be given), written under ``out`` or the plan's folder, its digest recorded under the
         plan; a run of more than the planned steps is refused (its ``run`` entry stays in the ledger, without result).
-        ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run (its ``record`` joins the bounds)."""
+        ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run (its ``record`` joins the bounds).
+
+        Args:
+            model: the trained model (default: the one given at construction).
+            out: the folder for one_run.json (None: not written, unless planned).
+            delta: the delta of the claim (not with a plan).
+            confidence: the confidence of the bounds (not with a plan).
+            pipeline: the PipelineCheck of the run, if any.
+
+        Returns:
+            The one-run result; not certified when the canaries or the pipeline found a problem.
+
+        Raises:
+            UsageError: invalid arguments, or a planned run of more than the planned steps.
+        """
         t0 = time.perf_counter()
         bounds = self._bounds(model, delta, confidence)
         own = self.findings(model)

@@ -390,6 +390,16 @@ class PipelineCheck:
         dataset_size: int | None = None,
         data_loader=None,
     ):
+        """A check of a plain loop with its declared settings (all None for Opacus: :meth:`attach`).
+
+        Args:
+        noise_multiplier: the declared noise multiplier (a plain loop's).
+        sample_rate: the declared Poisson sample rate.
+        steps: the declared number of steps.
+        max_grad_norm: the declared clipping norm.
+        dataset_size: the number of training records.
+        data_loader: the loader whose draws are checked.
+        """
         self.sample_rate, self.dataset_size, self.data_loader = (
             sample_rate,
             dataset_size,
@@ -404,9 +414,8 @@ class PipelineCheck:
         }
         # (records, normaliser, clipping norm, backward passes) per clip call since the last noise
         self.batches: list[tuple] = []
-        self.noised: list[
-            dict
-        ] = []  # per noise addition: its settings, records, clip calls, backward passes
+        # per noise addition: its settings, records, clip calls, backward passes
+        self.noised: list[dict] = []
         self.updates = 0
         self.unnoised_updates = 0
         self._accountant, self._mark = None, 0  # noise additions at the previous update
@@ -489,7 +498,17 @@ class PipelineCheck:
         each step's are read when it adds noise, the noise each update carries is measured and the
         parameters are compared between DP steps; ``data_loader``'s sampler records its draws;
         ``accountant``: the ``PrivacyEngine``'s (its history is compared with the executed steps);
-        ``module``: the trained model, whose parameters outside the DP optimizer must not change."""
+        ``module``: the trained model, whose parameters outside the DP optimizer must not change.
+
+        Args:
+            optimizer: the DPOptimizer of the run.
+            data_loader: its data loader.
+            accountant: the PrivacyEngine's accountant, if any.
+            module: the trained model, if any.
+
+        Returns:
+            This check, recording.
+        """
         self.data_loader, self._accountant = data_loader, accountant
         self.dataset_size = len(data_loader.dataset)
         self.sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
@@ -872,7 +891,18 @@ class PipelineCheck:
         epsilon beside the claimed Poisson one. ``claim`` / ``claimed_epsilon``: the audited claim,
         which the script's accountant must not exceed; ``extra``: findings made elsewhere (the
         canaries'), kept when their code is not already found here. With white-box canaries that
-        observed a step, ``white_box`` holds their bound, and a bound above the claim is a finding."""
+        observed a step, ``white_box`` holds their bound, and a bound above the claim is a finding.
+
+        Args:
+            delta: the delta of the epsilons recorded.
+            accountant: the accountant of those epsilons.
+            claim: the audited claim's event, if any.
+            claimed_epsilon: its epsilon, if any.
+            extra: findings made elsewhere.
+
+        Returns:
+            The fields for the audit record: ``findings``, and the others described above.
+        """
         acc_eps = self._accountant_epsilon(delta)
         bound = self._white_box_bound(delta, accountant, claimed_epsilon)
         found = list(self.findings()) + self._epsilon_findings(

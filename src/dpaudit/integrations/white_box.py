@@ -54,6 +54,20 @@ class LoopWhiteBox:
         noise_seed: int | None = None,
         null: bool = False,
     ):
+        """Choose the canary coordinates (public) for one run of the loop.
+
+        Args:
+            model: the user's module.
+            canaries: the number M of canaries (>= 2).
+            seed: the public seed of the coordinates.
+            tensors: the parameter names holding the canaries (default: all trainable).
+            noise_seed: the seed of the private per-step draws (None: OS entropy).
+            null: a no-noise control run.
+
+        Raises:
+            UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
+                than coordinates.
+        """
         m = positive_int("canaries", canaries, 2)
         named, names = canary_params(model, tensors)
         chosen = choose_coordinates(

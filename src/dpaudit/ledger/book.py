@@ -194,7 +194,22 @@ def open_ledger(
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
     (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
-    naming it, and nothing is created (on PostgreSQL: a schema without a ledger, left uncreated)."""
+    naming it, and nothing is created (on PostgreSQL: a schema without a ledger, left uncreated).
+
+    Args:
+        path: a file path or a ``postgresql://`` URL (None: the default ledger).
+        busy_timeout: seconds to wait for another writer's lock.
+        signing_key: the analyst's key, its name or path (default: the configured key, if any).
+        create: create a missing ledger (False: refuse it).
+        owner: the owner's key id or public key, pinned from outside.
+
+    Returns:
+        The open Ledger (a context manager).
+
+    Raises:
+        UsageError: an unsupported location or signing key.
+        LedgerError: the ledger cannot be opened or created, or does not exist with create=False.
+    """
     loc = resolve_ledger(path)
     if not create:
         require_existing(loc)
@@ -472,7 +487,20 @@ class Ledger:
         the identical release twice is a no-op. Refused: an unparsable guarantee, another adjacency
         or data fingerprint than the dataset's (see :meth:`declare_version`). An uncertified release
         is recorded as such (unbounded until voided). The cap is *not* enforced here: the model
-        exists, and an unrecorded release is worse than an over-cap one (:meth:`reserve` refuses)."""
+        exists, and an unrecorded release is worse than an over-cap one (:meth:`reserve` refuses).
+
+        Args:
+            release: the release to record.
+            artefact_path: where its artefacts were written (recorded as given).
+
+        Returns:
+            The entry id (``release.id``).
+
+        Raises:
+            LedgerError: the same id is recorded with other content.
+            LedgerAdjacencyError: the dataset's releases use another adjacency.
+            DatasetIdentityError: another data fingerprint than the dataset's.
+        """
         with self._store.write():
             return self._record(release, artefact_path)
 
@@ -574,7 +602,22 @@ class Ledger:
         ``data_rows``: the rows the dataset reads (dpaudit.data.rows), declared now as keyed row
         sets (ledger.rows): the cap covers every name whose private rows meet them, from this entry
         on, before any release of ``dataset``. Without them a built-in name's cap covers every row
-        of its source (fail closed); any other name's, its name and its entries' rows."""
+        of its source (fail closed); any other name's, its name and its entries' rows.
+
+        Args:
+            dataset: the dataset name.
+            epsilon: the cap on the composed epsilon.
+            delta: the delta the cap is at.
+            include_audits: count the audits on the private data too.
+            data_rows: the rows the dataset reads (see above).
+
+        Returns:
+            The cap entry's id.
+
+        Raises:
+            UsageError: an invalid epsilon, delta or rows.
+            LedgerAuthorityError: a key other than the owner's on a signed ledger.
+        """
         check_name("dataset", dataset)
         epsilon = positive_finite("epsilon", epsilon)
         delta = open_unit("delta", delta)
@@ -602,7 +645,21 @@ class Ledger:
         releases on the children then compose in parallel. Re-declaring the identical split returns
         its entry id. Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child already
         holds a release or an open reservation: parallel composition after the fact would lower what
-        was spent."""
+        was spent.
+
+        Args:
+            dataset: the dataset name.
+            parent: the partition split.
+            children: its disjoint parts.
+            declared_by: who states that the parts are disjoint.
+
+        Returns:
+            The partition entry's id.
+
+        Raises:
+            UsageError: an invalid split.
+            LedgerAuthorityError: a child already holds a release or an open reservation.
+        """
         children = tuple(children)
         _check_split(dataset, parent, children, declared_by)
         with self._store.write():
@@ -632,7 +689,21 @@ class Ledger:
         states never-published artefacts (``published`` False) stops counting; ``published`` None
         (not stated, allowed on an unsigned ledger only) withdraws the entry but its budget stays
         spent, as a published one's. On a signed ledger ``published`` is required and the owner's
-        key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md)."""
+        key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md).
+
+        Args:
+            entry_id: the release, audit or open reservation to withdraw.
+            reason: why (recorded).
+            published: whether its artefacts were ever published.
+
+        Returns:
+            The void entry's id.
+
+        Raises:
+            UsageError: an unknown entry, one already voided or closed, or an invalid ``published``.
+            LedgerAuthorityError: on a signed ledger, ``published`` not stated or another key than
+                the owner's.
+        """
         reason = check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
@@ -677,7 +748,26 @@ class Ledger:
         caps declared included) is refused (:class:`BudgetExceededError`), as is one whose rows
         collide with another name's roles (:class:`~dpaudit.errors.RowRoleCollisionError`), and
         nothing is written. Its rows: the audited release's, else every row of a built-in name's
-        source (fail closed, ledger.rows). Returns ``audit_id``."""
+        source (fail closed, ledger.rows). Returns ``audit_id``.
+
+        Args:
+            audit_id: the audit's id.
+            dataset: the dataset whose private records the trials train on.
+            partition: its partition.
+            adjacency: the adjacency of ``event``.
+            event: what the trials compose to (None: unbounded).
+            trials: the number of trials.
+            mechanism: the audited mechanism.
+            unbounded_reason: why the trials are unbounded (with ``event`` None).
+            release_id: the audited release, if any.
+
+        Returns:
+            ``audit_id``.
+
+        Raises:
+            BudgetExceededError: releases + audits would exceed a cap that counts audits.
+            RowRoleCollisionError: the audit's rows collide with another name's roles.
+        """
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -718,7 +808,20 @@ class Ledger:
         the budget (no write). Open reservations count like releases, except ``exclude_reservations``
         (those already holding this release: a sweep's). Raises :class:`DatasetIdentityError` for an
         unknown data digest and :class:`~dpaudit.errors.RowRoleCollisionError` for a role collision;
-        every cap of a dataset sharing people with it is checked too (:mod:`.rows`)."""
+        every cap of a dataset sharing people with it is checked too (:mod:`.rows`).
+
+        Args:
+            exclude_reservations: reservation ids already holding this release.
+            **planned: the fields of a PlannedSpend (dataset, epsilon, delta, event, ...).
+
+        Returns:
+            The budget check per dataset concerned (composed epsilon, cap, whether it fits).
+
+        Raises:
+            UsageError: an invalid planned spend.
+            DatasetIdentityError: an unknown data digest.
+            RowRoleCollisionError: a role collision with another name's rows.
+        """
         with (
             result_cache.recomputed()
         ):  # a cap is decided on numbers computed here, never on a file
@@ -780,7 +883,19 @@ class Ledger:
         reservation of a run that was killed). A run that dies without closing it leaves the
         budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
         from public sizes at the target epsilon, an upper bound on the release's) is held too.
-        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
+        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows).
+
+        Args:
+            mechanism: the planned run's mechanism (recorded).
+            **planned: the fields of a PlannedSpend (as :meth:`check`).
+
+        Returns:
+            The reservation id.
+
+        Raises:
+            BudgetExceededError: the planned release would exceed a cap (nothing written).
+            UsageError: an invalid planned spend.
+        """
         plan = PlannedSpend(**planned)
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
         with self._store.write():
@@ -823,7 +938,19 @@ class Ledger:
     def settle(self, reservation_id: str, releases) -> list[str]:
         """Record the run's ``releases`` (``(Release, artefact_path)`` pairs) and close the
         reservation, in one transaction; returns the release ids. Either all of it is in the
-        ledger afterwards, or none of it (and the reservation stays open, spent)."""
+        ledger afterwards, or none of it (and the reservation stays open, spent).
+
+        Args:
+            reservation_id: the open reservation.
+            releases: ``(Release, artefact_path)`` pairs.
+
+        Returns:
+            The recorded release ids.
+
+        Raises:
+            UsageError: no open reservation with that id.
+            LedgerError: a release id already recorded with other content.
+        """
         items = [(r, None) if isinstance(r, Release) else tuple(r) for r in releases]
         with self._store.write():
             target = self._open_reservation(reservation_id)
@@ -832,7 +959,18 @@ class Ledger:
         return ids
 
     def cancel(self, reservation_id: str, reason: str) -> str:
-        """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
+        """Close a reservation whose run released nothing (failed or interrupted before publishing).
+
+        Args:
+            reservation_id: the open reservation.
+            reason: why the run released nothing (recorded).
+
+        Returns:
+            The cancel entry's id.
+
+        Raises:
+            UsageError: no open reservation with that id, or an empty reason.
+        """
         reason = check_reason(reason)
         with self._store.write():
             target = self._open_reservation(reservation_id)
@@ -882,7 +1020,20 @@ class Ledger:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition
         (:func:`.queries.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
         ``sweep``: only the releases recorded under that sweep (``remaining`` is then None: it is a
-        property of the whole dataset). ``progress``: one step per dataset composed, on stderr."""
+        property of the whole dataset). ``progress``: one step per dataset composed, on stderr.
+
+        Args:
+            dataset: only this dataset (None: all).
+            accountants: the accountants whose bounds are shown (the smallest is ``epsilon``).
+            sweep: only the releases of this sweep.
+            progress: show progress on stderr.
+
+        Returns:
+            The summary rows.
+
+        Raises:
+            UsageError: an unknown dataset or sweep.
+        """
         if dataset is not None:
             check_name("dataset", dataset)
         if sweep is not None:
@@ -915,7 +1066,18 @@ class Ledger:
         """:func:`.integrity.verify_snapshot` of one read of the store: the chain, the store's own
         checks, every entry and signature, and ``anchor`` (a head hash published earlier with
         ``ledger head``). ``owner``: the key id the ledger's first registered key must have
-        (default: the one this ledger was opened with)."""
+        (default: the one this ledger was opened with).
+
+        Args:
+            anchor: a head hash published earlier.
+            owner: the key id the first registered key must have.
+
+        Returns:
+            The report: entries, head hash and every problem found (none: intact).
+
+        Raises:
+            UsageError: an anchor that is not a 64-hex hash.
+        """
         return self._authority.verify(self._snapshot(health=True), anchor, owner)
 
     def _snapshot(self, *, health: bool = False) -> Snapshot:

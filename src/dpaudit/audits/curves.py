@@ -521,7 +521,7 @@ class _Family:
         return float(self.curve(s).fnr(self.box.fpr_upper)) - self.box.fnr_upper - CURVE_MARGIN
 
 
-def _search(fam: _Family) -> float | None:
+def _search(family: _Family) -> float | None:
     """The smallest s (relative tolerance :data:`SCALE_TOLERANCE`) whose curve the box is below,
     rounded up to one the box was verified to be below; None when none in the search range is.
 
@@ -529,15 +529,15 @@ def _search(fam: _Family) -> float | None:
     to bracket, then Brent's method; every evaluated x moves the bracket [lo (not ruled out),
     hi (ruled out)], and bisection finishes if Brent stops early.
     """
-    box = fam.box
+    box = family.box
     if not box.fnr_upper < 1.0 - box.fpr_upper - CURVE_MARGIN:
         return None  # not below the s -> infinity limit: no member can be ruled out
-    s_min, s_max = SCALE_RANGE_PROFILE if fam.profile else SCALE_RANGE_CLOSED
+    s_min, s_max = SCALE_RANGE_PROFILE if family.profile else SCALE_RANGE_CLOSED
     x_min, x_max = math.log(s_min), math.log(s_max)
     tol = math.log1p(SCALE_TOLERANCE)
-    probe = _Probe(fam)
+    probe = _Probe(family)
     probe(0.0)
-    guess = _gdp_guess(fam, x_min, x_max)
+    guess = _gdp_guess(family, x_min, x_max)
     if guess is not None and abs(guess) > tol:
         probe(guess)
     if not _bracket(probe, x_min, x_max):
@@ -556,8 +556,8 @@ class _Probe:
     """The gaps of a family evaluated so far (at x = log s) and the bracket they leave: ``lo``
     (the largest x not ruled out) and ``hi`` (the smallest x ruled out)."""
 
-    def __init__(self, fam: _Family) -> None:
-        self.fam, self.lo, self.hi = fam, -math.inf, math.inf
+    def __init__(self, family: _Family) -> None:
+        self.fam, self.lo, self.hi = family, -math.inf, math.inf
         self.memo: dict[float, float] = {}
 
     def __call__(self, x: float) -> float:
@@ -570,12 +570,12 @@ class _Probe:
         return self.memo[x]
 
 
-def _gdp_guess(fam: _Family, x_min: float, x_max: float) -> float | None:
+def _gdp_guess(family: _Family, x_min: float, x_max: float) -> float | None:
     """The Gaussian-DP guess of x = log s: f_1(a) read as mu-GDP, the box as mu_box, mu scaling
     like 1/s (clipped to the range; None when either is not a positive mu)."""
-    box = fam.box
+    box = family.box
     mu_box = float(_gdp_mu(box.fpr_upper, box.fnr_upper))
-    f1 = float(fam.base.fnr(box.fpr_upper))
+    f1 = float(family.base.fnr(box.fpr_upper))
     mu_1 = float(_gdp_mu(box.fpr_upper, f1)) if 0.0 < f1 < 1.0 else float("nan")
     if mu_box > 0 and math.isfinite(mu_1) and mu_1 > 0:
         return min(max(math.log(mu_1 / mu_box), x_min), x_max)
@@ -705,8 +705,8 @@ def curve_test(
     curve = claimed_curve(event, adj)
     s, w, sel = _check_inputs(scores, world, select)
     box = eval_box(s, w, sel, criterion=_criterion(curve), confidence=confidence)
-    fam = _Family(event, adj.value, box)
-    s_lb = _search(fam)
+    family = _Family(event, adj.value, box)
+    s_lb = _search(family)
     eps_lb = (
         0.0
         if s_lb is None
@@ -718,7 +718,7 @@ def curve_test(
     )
     # the one rule (non-strict): s_LB = 1 means the claimed event itself was verified ruled out
     violated = s_lb is not None and s_lb <= 1.0
-    if fam.profile:
+    if family.profile:
         selection = (
             "threshold and direction chosen on SELECT trials by the Gaussian-DP mu of the Clopper-Pearson box corner "
             "(a monotone proxy; the curve is the pessimistic PLD privacy profile)"
@@ -760,7 +760,7 @@ def curve_test(
         },
         "points": _eval_points(s[ev], w[ev], box.direction),
         "curve": _curve_dict(curve),
-        "curve_at_lower_bound": None if s_lb is None else _curve_dict(fam.curve(s_lb)),
+        "curve_at_lower_bound": None if s_lb is None else _curve_dict(family.curve(s_lb)),
         "select_size": int(sel.sum()),
         "eval_size": int(ev.sum()),
     }

@@ -136,15 +136,15 @@ def setting_findings(declared: dict, steps: list) -> list[Finding]:
                 {float(v) if isinstance(v, (int, float)) else repr(v) for v in off}, key=str
             )
             ran = f"{len(off)} of {len(steps)} steps ran {key} {seen[:5]}, declared {want}."
-            out.append(
-                Finding(
-                    code,
-                    ran,
-                    "the claimed event is not the executed run: its epsilon is not certified "
-                    "(the executed composition's is recorded beside it).",
-                )
-            )
+            out.append(Finding(code, ran, _NOT_THE_EXECUTED_RUN))
     return out
+
+
+#: Why a run whose steps ran at other settings than the declared ones is not certified.
+_NOT_THE_EXECUTED_RUN = (
+    "the claimed event is not the executed run: its epsilon is not certified "
+    "(the executed composition's is recorded beside it)."
+)
 
 
 def _off_setting(key: str, declared: dict, steps: list) -> tuple:
@@ -757,14 +757,12 @@ class PipelineCheck:
             self._outside.findings() if self._outside is not None else []
         )
         if self.outside_updates:
-            out.append(
-                Finding(
-                    "non-private-update",
-                    f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
-                    f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
-                    "those updates used gradients without clipping and noise: no DP, not certified.",
-                )
+            seen = (
+                f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
+                f"({self.direct_steps} calls of original_optimizer.step without clipping and noise)."
             )
+            why = "those updates used gradients without clipping and noise: no DP, not certified."
+            out.append(Finding("non-private-update", seen, why))
         if (
             self._params and self._params_moved()
         ):  # since the last DP step, or since attach when none ran
@@ -797,13 +795,9 @@ class PipelineCheck:
         out = []
         accounted = sum(int(h[2]) for h in self._claimed_history())
         if self._claimed_history() and accounted != len(self.noised):
-            out.append(
-                Finding(
-                    "noise-steps",
-                    f"{len(self.noised)} noise additions but {accounted} accounted steps.",
-                    "the accounted composition is not the executed one.",
-                )
-            )
+            seen = f"{len(self.noised)} noise additions but {accounted} accounted steps."
+            why = "the accounted composition is not the executed one."
+            out.append(Finding("noise-steps", seen, why))
         if self.unnoised_updates:
             out.append(
                 Finding(

@@ -30,20 +30,21 @@ from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, Usa
 from ..records import Release
 from ..validation import open_unit, positive_finite
 from . import budget, integrity, queries, result_cache
-from . import compose as lc
-from . import rows as lr
-from . import signing as sg
+from .signing import LEDGER_SCOPE, OWNER_ENV, PLAN_KIND, KeyRing, SigningKey, load_signing_key
+from .signing import owner_key_id, remember_seal
 from .authority import Authority
 
 # re-exported: sampler_uncertified_reason, uncertified_reason (used by mechanisms and verify)
 from .budget import PlannedSpend, check_name, check_reason  # noqa: F401
 from .budget import sampler_uncertified_reason, uncertified_reason  # noqa: F401
+from .compose import CLOSING_KINDS, DatasetState, parse_event, release_view, replay
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
 
 # re-exported: canonical_json, entry_hash (the tests rebuild entries with them)
 from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noqa: F401
 from .paths import LedgerLocation, require_existing, resolve_ledger
 from .plan_rules import recorded_plan_entry
+from .rows import ROWS_KIND, SOURCES, PeopleIndex, declare, hash_rows
 from .store_pg import PostgresStore
 
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
@@ -73,7 +74,7 @@ def _of_sweep(entries: list, sweep: str) -> list:
         if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep
     ]
     ids = {e.id for e in kept if e.kind in spends}
-    return [e for e in kept if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in ids]
+    return [e for e in kept if e.kind not in CLOSING_KINDS or e.payload.get("target") in ids]
 
 
 def _identity_hint(recorded: list[dict], data_info: dict | None) -> str:
@@ -187,7 +188,7 @@ def open_ledger(
     path: str | os.PathLike | None = None,
     *,
     busy_timeout: float = BUSY_TIMEOUT_S,
-    signing_key: "sg.SigningKey | str | None" = None,
+    signing_key: "SigningKey | str | None" = None,
     create: bool = True,
     owner: str | None = None,
 ) -> "Ledger":
@@ -233,11 +234,11 @@ class Ledger:
         path: "str | os.PathLike | LedgerLocation",
         *,
         busy_timeout: float = BUSY_TIMEOUT_S,
-        signing_key: "sg.SigningKey | str | None" = None,
+        signing_key: "SigningKey | str | None" = None,
         owner: str | None = None,
         create: bool = True,
     ) -> None:
-        owner = sg.owner_key_id(owner if owner is not None else os.environ.get(sg.OWNER_ENV))
+        owner = owner_key_id(owner if owner is not None else os.environ.get(OWNER_ENV))
         self._key_bytes: bytes | None = None
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
             self._store = PostgresStore(path, busy_timeout=float(busy_timeout), initialise=create)
@@ -248,8 +249,8 @@ class Ledger:
         self.backend = self._store.backend
         try:
             key = signing_key
-            if not isinstance(key, sg.SigningKey):
-                key = sg.load_signing_key(signing_key)
+            if not isinstance(key, SigningKey):
+                key = load_signing_key(signing_key)
         except BaseException:
             self.close()
             raise
@@ -279,7 +280,7 @@ class Ledger:
         return self._authority.append(kind, dataset, payload, entry_id)
 
     # -- signatures and seals (the rules: .authority and .signing)
-    def key_ring(self) -> sg.KeyRing:
+    def key_ring(self) -> KeyRing:
         """Registered keys and the signature policy (from the entries; signatures not re-checked)."""
         return self._authority.ring()
 
@@ -318,7 +319,7 @@ class Ledger:
             "hash": head[2],
             "sealed_through": int(sealed_through),
         }
-        sg.remember_seal(owner_entry, out["seq"], out["hash"])
+        remember_seal(owner_entry, out["seq"], out["hash"])
         return out
 
     def seal_status(self) -> dict:
@@ -338,10 +339,10 @@ class Ledger:
             seen = [
                 (r[0], r[1], r[2], json.loads(r[5]))
                 for r in self._store.rows()
-                if r[2] in (sg.PLAN_KIND, "audit")
+                if r[2] in (PLAN_KIND, "audit")
             ]
             recorded = recorded_plan_entry(payload, seen, self.path)
-            return recorded or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
+            return recorded or self._append(PLAN_KIND, LEDGER_SCOPE, payload)
 
     def head(self) -> dict:
         """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""
@@ -352,7 +353,7 @@ class Ledger:
     # -- reading
     def _entries_from_rows(self, rows) -> list[Entry]:
         out = [self._entry(*row) for row in rows]
-        closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
+        closers = {e.payload.get("target"): e for e in out if e.kind in CLOSING_KINDS}
         return [e.closed(closers.get(e.id)) for e in out]
 
     def _entry(self, seq, eid, kind, created_at, dataset, text, prev, h, *sig) -> Entry:
@@ -364,7 +365,7 @@ class Ledger:
             raise LedgerError(
                 f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`."
             ) from None
-        if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
+        if kind == ROWS_KIND:  # keyed row hashes: for set tests only, never listed
             payload = _without(payload, ("hashes",))
         signer = sig[0] if sig else None
         payload = self._public_payload(payload)
@@ -410,7 +411,7 @@ class Ledger:
     def _check_identity(
         self,
         name: str,
-        state: lc.DatasetState | None,
+        state: DatasetState | None,
         fp: str,
         data_info: dict | None,
         *,
@@ -458,14 +459,14 @@ class Ledger:
 
     def _states(
         self, dataset: str | None = None, sweep: str | None = None
-    ) -> dict[str, lc.DatasetState]:
+    ) -> dict[str, DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
         rows = [r for r in self._intact_rows() if dataset is None or r[4] == dataset]
         es = self._entries_from_rows(rows)
-        return lc.replay(es if sweep is None else _of_sweep(es, sweep))
+        return replay(es if sweep is None else _of_sweep(es, sweep))
 
-    def _state(self, dataset: str) -> lc.DatasetState:
-        return self._states(dataset).get(dataset) or lc.DatasetState(dataset)
+    def _state(self, dataset: str) -> DatasetState:
+        return self._states(dataset).get(dataset) or DatasetState(dataset)
 
     def require_sweep(self, sweep: str) -> None:
         """Raise a UsageError naming the known sweeps unless ``sweep`` has releases here."""
@@ -512,7 +513,7 @@ class Ledger:
         partition = check_name("partition", release.partition)
         adjacency = Adjacency.parse(release.adjacency).value
         if not release.non_private:
-            lc.parse_event(release.guarantee, f"guarantee of release {release.id}")
+            parse_event(release.guarantee, f"guarantee of release {release.id}")
         digest = getattr(release, "data_digest", None) or ds.get("sha256")
         tail = getattr(release, "noise_tail_delta", None)
         payload = {
@@ -632,12 +633,12 @@ class Ledger:
         footprint = None if data_rows is None else self._footprint(data_rows)
         with self._store.write():
             index = self._people_index()[1]
-            if footprint is None and dataset not in lr.SOURCES:
+            if footprint is None and dataset not in SOURCES:
                 # another name: the rows its entries read, kept when those entries are voided later
                 footprint = index.names.get(dataset)
             if footprint is not None:
                 index.collisions(dataset, footprint)
-                payload["rows"] = lr.declare(self, footprint)
+                payload["rows"] = declare(self, footprint)
             return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
@@ -794,12 +795,12 @@ class Ledger:
             )
             if isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
-            states = lc.replay(entries)
-            state = (states.get(dataset) or lc.DatasetState(dataset)).with_audits()
+            states = replay(entries)
+            state = (states.get(dataset) or DatasetState(dataset)).with_audits()
             what = f"the audit and the releases and audits on dataset {dataset!r}"
             budget.require_adjacency(state, adj, what)
-            view = lc.release_view(audit_id, dataset, payload, kind="audit")
-            budget.check_audit(states, lr.PeopleIndex.build(rows, entries, states), view, payload)
+            view = release_view(audit_id, dataset, payload, kind="audit")
+            budget.check_audit(states, PeopleIndex.build(rows, entries, states), view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
 
     # -- budget (the arithmetic: .budget)
@@ -859,7 +860,7 @@ class Ledger:
 
     def _footprint(self, data_rows) -> dict:
         """Keyed row hashes of a planned release (computed once; a dict is already hashed)."""
-        return data_rows if isinstance(data_rows, dict) else lr.hash_rows(self._key(), data_rows)
+        return data_rows if isinstance(data_rows, dict) else hash_rows(self._key(), data_rows)
 
     def preflight(self, *, exclude_reservations=(), **planned) -> dict:
         """:meth:`check`, raising its refusals (:class:`BudgetExceededError`) before any training;
@@ -919,7 +920,7 @@ class Ledger:
                 plan.data_info,
                 uncertified=str(plan.uncertified) if plan.uncertified else None,
                 noise_tail_delta=float(plan.noise_tail_delta) if plan.noise_tail_delta else None,
-                rows=None if footprint is None else lr.declare(self, footprint),
+                rows=None if footprint is None else declare(self, footprint),
             )
             return self._append("reservation", plan.dataset, payload)
 
@@ -1051,15 +1052,15 @@ class Ledger:
             states, people, accountants, whole=sweep is None, progress=progress
         )
 
-    def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
+    def _people_index(self, adjust=None) -> tuple[dict, "PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who
         shares people with whom (ledger.rows), from the verified entries."""
         rows = self._intact_rows()
         entries = self._entries_from_rows(rows)
-        states = lc.replay(entries)
+        states = replay(entries)
         if adjust is not None:
             states = {n: adjust(st) for n, st in states.items()}
-        return states, lr.PeopleIndex.build(rows, entries, states)
+        return states, PeopleIndex.build(rows, entries, states)
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
-from . import compose as lc
-from . import rows as lr
-from . import signing as sg
+from . import signing
+from .compose import DatasetState, parse_event, replay, unstable_declaration
 from .fingerprint import is_fingerprint
 from .paths import GENESIS_HASH
+from .rows import ROWS_KIND
 from .signing import Problem
 from .store import ENTRY_COLUMNS
 
@@ -31,9 +31,9 @@ ENTRY_KINDS = (
     "settle",
     "cancel",
     "version",
-    lr.ROWS_KIND,
+    ROWS_KIND,
     "audit",
-) + sg.LEDGER_KINDS
+) + signing.LEDGER_KINDS
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
 
 
@@ -158,7 +158,7 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
             not (withheld and is_withheld(r))
             and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h
         ):
-            edited = f"{sg.label(r)} was edited: its content no longer matches its hash."
+            edited = f"{signing.label(r)} was edited: its content no longer matches its hash."
             problems.append(Problem("edited", edited, seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
@@ -172,7 +172,7 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
 def _link_problem(r, prev_row, after) -> Problem:
     """Why row ``r`` does not follow ``prev_row`` (None: ``r`` is stored first); ``after``: the row
     its ``prev_hash`` names, if still there."""
-    seq, eid, prev, label = r[0], r[1], r[6], sg.label(r)
+    seq, eid, prev, label = r[0], r[1], r[6], signing.label(r)
     if after is not None and after is not r:
         return Problem(
             "reordered",
@@ -292,8 +292,8 @@ class Snapshot:
     health: list = field(default_factory=list)
 
 
-def signed_rows(rows) -> list[sg.SignedRow]:
-    return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
+def signed_rows(rows) -> list[signing.SignedRow]:
+    return [signing.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
 
 
 def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) -> VerifyReport:
@@ -310,7 +310,7 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
         + _unreadable(rows)
     )
     problems += withheld_problems(rows) if shared else []
-    ring, found = sg.check_signatures(signed_rows(readable), owner=owner)
+    ring, found = signing.check_signatures(signed_rows(readable), owner=owner)
     problems += found + authority_problems(readable)
     problems += _anchor_problems(anchor, rows)
     last_hash = rows[-1][7] if rows else GENESIS_HASH
@@ -341,7 +341,7 @@ def _anchor_problems(anchor: str | None, rows) -> list[Problem]:
     return [Problem("anchor", message + "since that head was published.")]
 
 
-def held_children(state: lc.DatasetState, children) -> list[str]:
+def held_children(state: DatasetState, children) -> list[str]:
     """The releases and open reservations of ``state`` that lie in one of ``children`` (or below)."""
     kids = set(children)
     held = []
@@ -354,7 +354,7 @@ def held_children(state: lc.DatasetState, children) -> list[str]:
     return held
 
 
-def refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
+def refuse_held_children(state: DatasetState, parent: str, children) -> None:
     """Raise LedgerAuthorityError if a release or open reservation lies in one of ``children``."""
     held = held_children(state, children)
     if held:
@@ -377,7 +377,7 @@ class _Row:
 
 def _parsed(rows) -> list[_Row]:
     """The readable entries of ``rows`` (the others are named by _unreadable)."""
-    payloads = [(r, sg.payload_of(r[5])) for r in rows]
+    payloads = [(r, signing.payload_of(r[5])) for r in rows]
     return [_Row(r[1], r[2], r[4], payload) for r, payload in payloads if payload is not None]
 
 
@@ -392,7 +392,7 @@ def partition_problems(rows) -> list[Problem]:
         if e.kind != "partition":
             continue
         parent, children = str(e.payload.get("parent")), tuple(e.payload.get("children") or ())
-        if lc.unstable_declaration(parent, str(e.payload.get("declared_by", ""))):
+        if unstable_declaration(parent, str(e.payload.get("declared_by", ""))):
             continue  # ignored by replay: composes sequentially
         held = _held_when_declared(entries[:i], e, parent, children)
         if held:
@@ -414,8 +414,8 @@ def _held_when_declared(earlier: list[_Row], e: _Row, parent: str, children) -> 
     """What ``children`` held when ``e`` declared them disjoint (empty for the identical split
     declared again, which changes nothing); an invalid declaration is itself a finding."""
     try:
-        state = lc.replay([x for x in earlier if x.dataset == e.dataset]).get(e.dataset)
-        state = state or lc.DatasetState(e.dataset)
+        state = replay([x for x in earlier if x.dataset == e.dataset]).get(e.dataset)
+        state = state or DatasetState(e.dataset)
         return [] if state.check_partition(parent, children) else held_children(state, children)
     except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
         return [f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"]
@@ -423,10 +423,10 @@ def _held_when_declared(earlier: list[_Row], e: _Row, parent: str, children) -> 
 
 def seal_problems(rows) -> list[Problem]:
     """A seal made on this machine (:func:`~.signing.remember_seal`) that is no longer in the chain."""
-    ring, _ = sg.check_signatures(signed_rows(rows), verify=False)
+    ring, _ = signing.check_signatures(signed_rows(rows), verify=False)
     if ring.owner is None:
         return []
-    seal = sg.remembered_seal(ring.keys[ring.owner].entry_id)
+    seal = signing.remembered_seal(ring.keys[ring.owner].entry_id)
     if seal is None or seal["hash"] in {r[7] for r in rows}:
         return []
     return [
@@ -451,7 +451,7 @@ def _unreadable(rows) -> list[Problem]:
             if kind not in ENTRY_KINDS:
                 raise ValueError(f"unknown kind {kind!r}")
             if kind in ("release", "reservation", "audit") and not payload.get("non_private"):
-                lc.parse_event(payload.get("guarantee"))
+                parse_event(payload.get("guarantee"))
         except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             out.append(
@@ -482,7 +482,7 @@ WITHHELD = "withheld"
 
 
 def _withheld_payload(text: str) -> str:
-    return canonical_json({WITHHELD: lr.ROWS_KIND, "set": json.loads(text).get("set")})
+    return canonical_json({WITHHELD: ROWS_KIND, "set": json.loads(text).get("set")})
 
 
 def withhold_row_sets(dump: dict) -> dict:
@@ -492,21 +492,21 @@ def withhold_row_sets(dump: dict) -> dict:
     of any private set is published, only set ids, which are hashes of keyed hashes."""
     rows = [list(r) for r in dump.get("rows") or []]
     for r in rows:
-        if r[2] == lr.ROWS_KIND:
+        if r[2] == ROWS_KIND:
             r[5] = _withheld_payload(r[5])
-    return {**dump, "fingerprint_key": None, "rows": rows, WITHHELD: lr.ROWS_KIND}
+    return {**dump, "fingerprint_key": None, "rows": rows, WITHHELD: ROWS_KIND}
 
 
 def is_withheld(row) -> bool:
     """A row-set entry whose payload a shareable export withheld (its content hash cannot be recomputed)."""
-    return row[2] == lr.ROWS_KIND and WITHHELD in (sg.payload_of(row[5]) or {})
+    return row[2] == ROWS_KIND and WITHHELD in (signing.payload_of(row[5]) or {})
 
 
 def _referenced_sets(rows) -> set:
     out = set()
     for r in rows:
         if r[2] in ("release", "reservation", "audit"):
-            spec = (sg.payload_of(r[5]) or {}).get("rows") or {}
+            spec = (signing.payload_of(r[5]) or {}).get("rows") or {}
             out.update(
                 sid for role in spec.values() if isinstance(role, dict) for sid in role.values()
             )
@@ -523,7 +523,7 @@ def withheld_problems(rows) -> list[Problem]:
             if sid in seen or sid not in referenced:
                 why = "is withheld but stands for no row set a release names once"
                 why += ": a withheld entry may only be a row set."
-                out.append(Problem("edited", f"{sg.label(r)} {why}", r[0], r[1]))
+                out.append(Problem("edited", f"{signing.label(r)} {why}", r[0], r[1]))
             seen.add(sid)
     return out
 

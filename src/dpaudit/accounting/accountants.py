@@ -47,6 +47,17 @@ def register_accountant(accountant: Accountant, *, replace: bool = False) -> Acc
     The built-ins cannot be replaced: ledgers and releases record an accountant by name, and
     "rdp" must always mean the same computation. Another user accountant of the same name is
     replaced only with ``replace=True``.
+
+    Args:
+        accountant: an object implementing the Accountant protocol.
+        replace: replace a user accountant already registered under the same name.
+
+    Returns:
+        ``accountant``, registered.
+
+    Raises:
+        UsageError: not an Accountant, an invalid or reserved name, a built-in's name, or a name
+            already registered without ``replace``.
     """
     if not isinstance(accountant, Accountant):
         raise UsageError(
@@ -73,7 +84,14 @@ def register_accountant(accountant: Accountant, *, replace: bool = False) -> Acc
 
 
 def unregister_accountant(name: str) -> None:
-    """Remove a user accountant from the registry (the built-ins stay)."""
+    """Remove a user accountant from the registry (the built-ins stay).
+
+    Args:
+        name: the user accountant's name.
+
+    Raises:
+        UsageError: a built-in, or a name that is not registered.
+    """
     if name in ACCOUNTANTS:
         raise UsageError(f"accountant must be a user-registered one, got the built-in {name!r}.")
     if name not in _REGISTRY:
@@ -90,7 +108,17 @@ def accountant_names() -> tuple[str, ...]:
 
 def get_accountant(accountant: "str | Accountant") -> Accountant:
     """The registered accountant called ``accountant``; an :class:`Accountant` object is returned
-    as it is (so unregistered accountants can be used directly)."""
+    as it is (so unregistered accountants can be used directly).
+
+    Args:
+        accountant: a registered name or an Accountant.
+
+    Returns:
+        The accountant.
+
+    Raises:
+        UsageError: an unknown name or another kind of object.
+    """
     if isinstance(accountant, str) and accountant in _REGISTRY:
         return _REGISTRY[accountant]
     if not isinstance(accountant, str) and isinstance(accountant, Accountant):
@@ -112,6 +140,17 @@ def support_error(
 
     Structural only: an accountant may still decline a supported pair at compute time for a
     numerical reason (prv far in the tails), always with :class:`UnsupportedEventError`.
+
+    Args:
+        accountant: a registered name or an Accountant.
+        event: the event to account for.
+        adjacency: the neighbouring relation.
+
+    Returns:
+        The one-line reason, or None when the pair is supported.
+
+    Raises:
+        UsageError: an unknown accountant or adjacency.
     """
     return get_accountant(accountant).support_error(event, Adjacency.parse(adjacency))
 
@@ -153,7 +192,7 @@ def _result_problem(acc: Accountant, result, adj: Adjacency, field: str, asked: 
     label, value = getattr(result, "adjacency", None), getattr(result, field, None)
     if label != adj.value:
         return f"answered for {label!r} adjacency when asked about {adj}; its result is refused"
-    if not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+    if not (isinstance(value, (int, float)) and value >= 0):  # NaN >= 0 is False: refused
         return f"returned {field} {value!r}; a bound must be a number >= 0"
     at = getattr(result, other)
     if (field == "delta" or getattr(acc, "uses_delta", True)) and not at <= asked:
@@ -188,6 +227,20 @@ def compute_epsilon(
     accountant, the event and the adjacency; for the built-ins also an accountant that supports
     the pair) when the accountant does not support ``(event, adjacency)``: the result is always
     computed under the adjacency it is labelled with, never relabelled.
+
+    Args:
+        event: the event to account for.
+        delta: in (0, 1) (ignored by accountants that do not use delta).
+        accountant: a registered name or an Accountant.
+        adjacency: the neighbouring relation the bound is for.
+
+    Returns:
+        The accountant's result, labelled with the accountant and the adjacency.
+
+    Raises:
+        UsageError: an invalid delta, accountant or adjacency.
+        UnsupportedEventError: the accountant declines the event, or its answer is not a valid
+            bound (another label, a negative or NaN epsilon, a weaker delta).
     """
     adj = Adjacency.parse(adjacency)
     acc = get_accountant(accountant)
@@ -204,7 +257,22 @@ def compute_delta(
     adjacency: AdjacencyLike = ADD_REMOVE,
 ) -> DeltaResult:
     """An upper bound on the delta of ``event`` at ``epsilon`` under ``adjacency``, for
-    accountants with a ``delta`` method (rdp, pld, pure; prv has none)."""
+    accountants with a ``delta`` method (rdp, pld, pure; prv has none).
+
+    Args:
+        event: the event to account for.
+        epsilon: >= 0, finite.
+        accountant: a registered name or an Accountant with a ``delta`` method.
+        adjacency: the neighbouring relation the bound is for.
+
+    Returns:
+        The accountant's delta bound, labelled with the accountant and the adjacency.
+
+    Raises:
+        UsageError: an invalid epsilon, accountant or adjacency.
+        UnsupportedEventError: the accountant has no ``delta`` method, declines the event, or
+            answers with an invalid bound.
+    """
     adj = Adjacency.parse(adjacency)
     acc = get_accountant(accountant)
     eps = non_negative_finite("epsilon", epsilon)
@@ -230,7 +298,21 @@ def compare(event: Event, *, delta: float, adjacency: Adjacency, names) -> tuple
     """Each accountant's result for ``event`` (``AccountantResult.to_dict``) and ``{name: reason}``
     of those that decline it. With several names, one that declines this (event, adjacency) is a
     row without epsilon, never a number computed under another adjacency; a single accountant's
-    refusal, or everyone's, raises :class:`UnsupportedEventError`."""
+    refusal, or everyone's, raises :class:`UnsupportedEventError`.
+
+    Args:
+        event: the event to account for.
+        delta: in (0, 1).
+        adjacency: the neighbouring relation.
+        names: the accountants to compare (see :func:`compared_accountants`).
+
+    Returns:
+        ``(rows, skipped)``: one row per accountant (``epsilon`` None when it declined) and the
+        reasons of those that declined.
+
+    Raises:
+        UnsupportedEventError: the only accountant, or every accountant, declines the event.
+    """
     results, skipped = [], {}
     for n in names:
         try:

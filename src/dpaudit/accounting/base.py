@@ -133,8 +133,8 @@ def branches(event: Event) -> list[list[SubsampledGaussian | PureEpsilon]]:
     if isinstance(event, (SubsampledGaussian, PureEpsilon)):
         return [[event]]
     if isinstance(event, Composed):
-        parts = [branches(e) for e in event.events]
-        total = math.prod(len(p) for p in parts)
+        parts = list(map(branches, event.events))
+        total = math.prod(map(len, parts))
         if total > _MAX_BRANCHES:
             raise UnsupportedEventError(
                 f"event tree has {total} parallel branches; at most {_MAX_BRANCHES} are supported."

@@ -69,17 +69,8 @@ def _cache_key(
     steps: int,
     adjacency: Adjacency = ADD_REMOVE,
 ) -> str:
-    orders = list(RDP_ORDERS) if accountant == "rdp" else None
-    fields = [
-        _CACHE_VERSION,
-        accountant,
-        repr(target),
-        repr(delta),
-        repr(q),
-        steps,
-        EPSILON_TOLERANCE,
-        orders,
-    ]
+    fields = [_CACHE_VERSION, accountant, repr(target), repr(delta), repr(q), steps]
+    fields += [EPSILON_TOLERANCE, list(RDP_ORDERS) if accountant == "rdp" else None]
     if accountant == "pld":
         fields.append(PLD_VALUE_DISCRETIZATION)
     if adjacency is Adjacency.REPLACE_RECORD:
@@ -159,19 +150,9 @@ class _Search:
 
     def solve(self, target: float, lo: float, hi: float, start: float, tol: float) -> tuple:
         """``(parameter, epsilon)``: bracket from ``start``, then bisect (see :func:`calibrate`)."""
-        up, down = start, None  # down: the largest parameter known to miss the target
-        while self.epsilon(up) > target:  # doubling up from start until the target is met
-            if up >= hi:
-                raise self.no_bracket(target, hi)
-            down, up = up, min(2.0 * up, hi)
-        while down is None:  # start met it: halving down while the target is still met
-            if up <= lo:
-                return up, self.epsilon(up)  # lo itself meets the target: the smallest allowed
-            below = max(up / 2.0, lo)
-            if self.epsilon(below) > target:
-                down = below
-            else:
-                up = below
+        down, up = self._bracket(target, lo, hi, start)
+        if down is None:
+            return up, self.epsilon(up)  # lo itself meets the target: the smallest allowed
         for _ in range(200):  # bisection: eps(down) > target >= eps(up)
             mid = 0.5 * (down + up)
             # stop within the tolerance; at floating-point resolution (up is the conservative
@@ -192,6 +173,21 @@ class _Search:
                 f"the certified epsilon {certified:.6g} stays below the target {target:g} because",
             )
         return up, self.epsilon(up)
+
+    def _bracket(self, target: float, lo: float, hi: float, start: float) -> tuple:
+        """``(down, up)`` with eps(down) > target >= eps(up); down None when lo meets the target."""
+        up, down = start, None  # down: the largest parameter known to miss the target
+        while self.epsilon(up) > target:  # doubling up from start until the target is met
+            if up >= hi:
+                raise self.no_bracket(target, hi)
+            down, up = up, min(2.0 * up, hi)
+        while down is None and up > lo:  # start met it: halving down while the target is met
+            below = max(up / 2.0, lo)
+            if self.epsilon(below) > target:
+                down = below
+            else:
+                up = below
+        return down, up
 
     def no_bracket(self, target: float, hi: float) -> Exception:
         """Why even ``hi`` misses the target: the accountant's declines, else too little noise."""
@@ -266,6 +262,26 @@ def calibrate(
     :class:`~dpaudit.accounting.accountants.Accountant`) does not support the event under
     ``adjacency``, or declines the parameters it would need to certify a result within the
     tolerance; :class:`CalibrationError` when even ``hi`` misses the target.
+
+    Args:
+        make_event: the event of the mechanism run with noise parameter p (epsilon must not
+            increase with p).
+        accountant: a registered accountant name or an Accountant.
+        target_epsilon: the epsilon not to exceed (> 0, finite).
+        delta: the delta of the bound, in (0, 1) (unchecked for accountants without delta).
+        adjacency: the neighbouring relation the claim is made under.
+        search: the range, start and tolerance of the search.
+        parameter_name: how messages name the parameter.
+
+    Returns:
+        The smallest certified parameter, the accountant's epsilon there (<= target_epsilon) and the
+        number of accountant calls.
+
+    Raises:
+        UsageError: an invalid target, delta, search range or make_event.
+        UnsupportedEventError: the accountant does not support the event, or declines the
+            parameters it would need to certify a result within the tolerance.
+        CalibrationError: even ``search.hi`` misses the target.
     """
     target = positive_finite("target_epsilon", target_epsilon)
     acc = get_accountant(accountant)
@@ -308,7 +324,25 @@ def calibrate_noise_multiplier(
     :func:`calibrate` of ``lambda s: SubsampledGaussian(s, sample_rate, steps)`` on
     ``[MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER]`` from 1.0, plus an on-disk cache (built-in
     accountants only: a user accountant's name is not a stable cache key; a cached value is
-    re-verified, and an unsupported pair is refused by :func:`calibrate` as ever)."""
+    re-verified, and an unsupported pair is refused by :func:`calibrate` as ever).
+
+    Args:
+        target_epsilon: the epsilon not to exceed (> 0, finite).
+        delta: in (0, 1).
+        sample_rate: the Poisson sampling rate q, in (0, 1].
+        steps: the number of steps T (>= 1).
+        accountant: a registered accountant name or an Accountant.
+        adjacency: the neighbouring relation the claim is made under.
+        use_cache: read and write the on-disk cache (cached values are re-verified).
+
+    Returns:
+        The noise multiplier and its epsilon (<= target_epsilon); ``cached``: read from the cache.
+
+    Raises:
+        UsageError: an invalid argument.
+        UnsupportedEventError: the accountant does not support the run under ``adjacency``.
+        CalibrationError: no noise multiplier up to MAX_NOISE_MULTIPLIER meets the target.
+    """
     target = positive_finite("epsilon", target_epsilon)
     delta = open_unit("delta", delta)
     q = half_open_unit("sample_rate", sample_rate)

@@ -84,13 +84,37 @@ def _pld_query(leaves: list, adjacency: AdjacencyLike, query: Callable, what: st
 
 
 def pld_epsilon(leaves: list, delta: float, adjacency: AdjacencyLike = ADD_REMOVE) -> float:
-    """Epsilon (an upper bound: pessimistic PLD) of sequentially composed leaves at ``delta``."""
+    """Epsilon (an upper bound: pessimistic PLD) of sequentially composed leaves at ``delta``.
+
+    Args:
+        leaves: subsampled-Gaussian and pure-epsilon leaves of one sequential branch.
+        delta: in (0, 1).
+        adjacency: the neighbouring relation (add/remove or replace-one).
+
+    Returns:
+        Epsilon >= 0 (+inf when delta is below the mass of infinite privacy loss).
+
+    Raises:
+        UnsupportedEventError: dp-accounting cannot bound the leaves.
+    """
     eps = _pld_query(leaves, adjacency, lambda pld: pld.get_epsilon_for_delta(delta), "epsilon")
     return max(0.0, eps)  # +inf is a valid (if useless) bound: delta below the infinite-loss mass
 
 
 def pld_delta(leaves: list, epsilon: float, adjacency: AdjacencyLike = ADD_REMOVE) -> float:
-    """Delta (an upper bound: pessimistic PLD) of sequentially composed leaves at ``epsilon``."""
+    """Delta (an upper bound: pessimistic PLD) of sequentially composed leaves at ``epsilon``.
+
+    Args:
+        leaves: subsampled-Gaussian and pure-epsilon leaves of one sequential branch.
+        epsilon: the epsilon of the bound.
+        adjacency: the neighbouring relation (add/remove or replace-one).
+
+    Returns:
+        Delta in [0, 1].
+
+    Raises:
+        UnsupportedEventError: dp-accounting cannot bound the leaves.
+    """
     delta = _pld_query(leaves, adjacency, lambda pld: pld.get_delta_for_epsilon(epsilon), "delta")
     return min(1.0, max(0.0, delta))
 

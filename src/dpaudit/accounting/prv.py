@@ -80,7 +80,20 @@ def _grid_points(leaves: list, compositions: int, delta_error: float, adj: Adjac
 
 def prv_epsilon_bounds(leaves: list, delta: float, adjacency: AdjacencyLike = ADD_REMOVE) -> tuple:
     """(lower, estimate, upper) epsilon of sequentially composed leaves (refused unless the prv
-    accountant supports them, its composition cap included)."""
+    accountant supports them, its composition cap included).
+
+    Args:
+        leaves: subsampled-Gaussian and pure-epsilon leaves of one sequential branch.
+        delta: in (0, 1).
+        adjacency: the neighbouring relation.
+
+    Returns:
+        ``(lower, estimate, upper)`` epsilon; the upper one is the bound reported.
+
+    Raises:
+        UnsupportedEventError: leaves the prv accountant does not support, or prv-accountant fails
+            on them.
+    """
     import prv_accountant as pa
 
     adj = PRV.checked_leaves(leaves, adjacency)

@@ -40,7 +40,19 @@ def _one_step_rdp(sample_rate: float, noise_multiplier: float, orders: tuple) ->
 def rdp_curve(leaves: list, orders=RDP_ORDERS, adjacency: AdjacencyLike = ADD_REMOVE) -> np.ndarray:
     """Sum of the RDP curves of sequentially composed leaves at ``orders``. T steps of one
     subsampled Gaussian have T times its one-step RDP (as Opacus's ``compute_rdp`` computes it),
-    so the one-step curve is computed once per (sample_rate, noise_multiplier) and scaled."""
+    so the one-step curve is computed once per (sample_rate, noise_multiplier) and scaled.
+
+    Args:
+        leaves: subsampled-Gaussian and pure-epsilon leaves of one sequential branch.
+        orders: the RDP orders.
+        adjacency: the neighbouring relation.
+
+    Returns:
+        The composed RDP at each order.
+
+    Raises:
+        UnsupportedEventError: a leaf the rdp accountant does not support under ``adjacency``.
+    """
     adj = RDP.checked_leaves(leaves, adjacency)
     orders = tuple(float(o) for o in orders)
     orders_arr = np.asarray(orders, dtype=float)
@@ -59,7 +71,16 @@ def rdp_curve(leaves: list, orders=RDP_ORDERS, adjacency: AdjacencyLike = ADD_RE
 
 
 def rdp_to_epsilon(curve: np.ndarray, delta: float, orders=RDP_ORDERS) -> tuple[float, float]:
-    """(epsilon, optimal order) via Opacus's conversion (Balle et al. 2020, Thm. 21)."""
+    """(epsilon, optimal order) via Opacus's conversion (Balle et al. 2020, Thm. 21).
+
+    Args:
+        curve: RDP values at ``orders``.
+        delta: in (0, 1).
+        orders: the orders of ``curve``.
+
+    Returns:
+        ``(epsilon >= 0, the order that attains it)``.
+    """
     if not np.any(curve):
         return 0.0, float(orders[0])
     with warnings.catch_warnings():
@@ -72,7 +93,16 @@ def rdp_to_delta(curve: np.ndarray, epsilon: float, orders=RDP_ORDERS) -> tuple[
     """(delta, optimal order) at ``epsilon``: the conversion of :func:`rdp_to_epsilon` (Balle et
     al. 2020, Thm. 21: eps = rdp + log((a-1)/a) - (log delta + log a)/(a-1)) solved for delta at
     each order, minimised over the orders and capped at 1. At the epsilon rdp_to_epsilon returns
-    for a delta, this gives that delta back (the optimal order is the same)."""
+    for a delta, this gives that delta back (the optimal order is the same).
+
+    Args:
+        curve: RDP values at ``orders``.
+        epsilon: the epsilon of the bound.
+        orders: the orders of ``curve``.
+
+    Returns:
+        ``(delta in [0, 1], the order that attains it)`` (order NaN when no order gives one).
+    """
     if not np.any(curve):
         return 0.0, float(orders[0])
     a = np.asarray(orders, dtype=float)

@@ -276,16 +276,17 @@ def _one_step(q: float, sigma: float, orders: list) -> dict:
     ints = sorted({int(o) for o in orders if o.is_integer()})
     counts = dict(zip(ints, _overflow_counts(tuple(ints))))
     safe = tuple(a for a in ints if counts[a] == 0)
-    rdp = (
-        {float(a): float(la) / (a - 1) for a, la in zip(safe, _log_a_int(q, sigma, safe))}
-        if safe
-        else {}
-    )
+    rdp = {float(a): float(la) / (a - 1) for a, la in zip(safe, _log_a_int(q, sigma, safe))}
     rdp.update({o: _order_value(q, sigma, o, counts) for o in orders if o not in rdp})
+    return _fill_from_reference(q, sigma, rdp)
+
+
+def _fill_from_reference(q: float, sigma: float, rdp: dict) -> dict:
+    """``rdp`` with the orders the series left open (None) taken from the reference."""
     reference = [o for o, value in rdp.items() if value is None]
     if reference:
         ref = opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=reference)
-        rdp.update(zip(reference, (float(v) for v in np.atleast_1d(ref))))
+        rdp.update(zip(reference, map(float, np.atleast_1d(ref))))
     return rdp
 
 
@@ -298,17 +299,18 @@ def _special_case(q: float, sigma: float, steps: int, orders: list) -> np.ndarra
     if q == 1.0 and normal_sigma:
         # no subsampling: the Gaussian mechanism's alpha / (2 sigma^2) (also at infinite orders)
         return np.array([o / (2 * sigma**2) for o in orders], dtype=float) * steps
-    if not (
-        math.isfinite(q)
-        and 0.0 < q < 1.0
-        and normal_sigma
-        and all(math.isfinite(o) and o > 1.0 for o in orders)
-    ):
+    if not _series_applies(q, normal_sigma, orders):
         return np.asarray(
             opacus_rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders),
             dtype=float,
         )
     return None
+
+
+def _series_applies(q: float, normal_sigma: bool, orders: list) -> bool:
+    """Whether the series covers the case: 0 < q < 1, a normal sigma, finite orders above 1."""
+    finite_orders = all(math.isfinite(o) and o > 1.0 for o in orders)
+    return math.isfinite(q) and 0.0 < q < 1.0 and normal_sigma and finite_orders
 
 
 def _order_value(q: float, sigma: float, o: float, counts: dict) -> float | None:

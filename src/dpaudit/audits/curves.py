@@ -69,6 +69,7 @@ on few trials.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -192,11 +193,8 @@ def _leaf_pld(leaf, adjacency: Adjacency, discretization: float):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
     from dp_accounting.privacy_accountant import NeighboringRelation
 
-    relation = (
-        NeighboringRelation.REPLACE_ONE
-        if adjacency is Adjacency.REPLACE_RECORD
-        else NeighboringRelation.ADD_OR_REMOVE_ONE
-    )
+    replace = adjacency is Adjacency.REPLACE_RECORD
+    relation = NeighboringRelation.REPLACE_ONE if replace else NeighboringRelation.ADD_OR_REMOVE_ONE
     if isinstance(leaf, SubsampledGaussian):
         if leaf.sample_rate >= 1.0:  # T Gaussian steps = one Gaussian with noise sigma / sqrt(T)
             return pld_lib.from_gaussian_mechanism(
@@ -257,24 +255,7 @@ def _branch_profile(
     if not act:
         eps, delta = np.zeros(1), np.zeros(1)
     else:
-        disc = _pld_discretization(tuple(act), coarse_sigma)
-        try:
-            with (
-                np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"),
-                warnings.catch_warnings(),
-            ):
-                warnings.simplefilter("ignore", RuntimeWarning)
-                pld = None
-                for leaf in act:
-                    part = _leaf_pld(leaf, adjacency, disc)
-                    pld = part if pld is None else pld.compose(part)
-                pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]  # noqa: SLF001
-                arrays = [_pmf_arrays(pmf) for pmf in pmfs]
-        except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
-            raise UnsupportedEventError(
-                f"dp-accounting's PLD could not bound these events "
-                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})."
-            ) from None
+        arrays = _branch_arrays(act, adjacency, coarse_sigma)
         top = max((float(l[p > 0].max()) if np.any(p > 0) else 0.0) for l, p, _ in arrays)
         top = max(top, 0.0)
         step = max(PROFILE_EPS_STEP, top / PROFILE_MAX_POINTS)
@@ -284,6 +265,29 @@ def _branch_profile(
     eps.setflags(write=False)
     delta.setflags(write=False)
     return eps, delta
+
+
+def _branch_arrays(act: list, adjacency: Adjacency, coarse_sigma: float) -> list:
+    """The PMF arrays of a branch's pessimistic PLD (removal, and addition unless symmetric);
+    dp-accounting's failure is a one-line UnsupportedEventError."""
+    disc = _pld_discretization(tuple(act), coarse_sigma)
+    try:
+        with (
+            np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"),
+            warnings.catch_warnings(),
+        ):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            pld = None
+            for leaf in act:
+                part = _leaf_pld(leaf, adjacency, disc)
+                pld = part if pld is None else pld.compose(part)
+            pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]  # noqa: SLF001
+            return [_pmf_arrays(pmf) for pmf in pmfs]
+    except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
+        raise UnsupportedEventError(
+            f"dp-accounting's PLD could not bound these events "
+            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})."
+        ) from None
 
 
 def profile_fnr(fpr, eps: np.ndarray, delta: np.ndarray) -> np.ndarray:
@@ -517,7 +521,7 @@ class _Family:
         return float(self.curve(s).fnr(self.box.fpr_upper)) - self.box.fnr_upper - CURVE_MARGIN
 
 
-def _search(fam: _Family) -> float | None:
+def _search(family: _Family) -> float | None:
     """The smallest s (relative tolerance :data:`SCALE_TOLERANCE`) whose curve the box is below,
     rounded up to one the box was verified to be below; None when none in the search range is.
 
@@ -525,58 +529,74 @@ def _search(fam: _Family) -> float | None:
     to bracket, then Brent's method; every evaluated x moves the bracket [lo (not ruled out),
     hi (ruled out)], and bisection finishes if Brent stops early.
     """
-    box = fam.box
+    box = family.box
     if not box.fnr_upper < 1.0 - box.fpr_upper - CURVE_MARGIN:
         return None  # not below the s -> infinity limit: no member can be ruled out
-    s_min, s_max = SCALE_RANGE_PROFILE if fam.profile else SCALE_RANGE_CLOSED
+    s_min, s_max = SCALE_RANGE_PROFILE if family.profile else SCALE_RANGE_CLOSED
     x_min, x_max = math.log(s_min), math.log(s_max)
     tol = math.log1p(SCALE_TOLERANCE)
-    lo, hi = -math.inf, math.inf
-    memo: dict[float, float] = {}
+    probe = _Probe(family)
+    probe(0.0)
+    guess = _gdp_guess(family, x_min, x_max)
+    if guess is not None and abs(guess) > tol:
+        probe(guess)
+    if not _bracket(probe, x_min, x_max):
+        # ruled out even at the bottom of the range: report that (verified) s; or none is
+        return math.exp(probe.hi) if math.isfinite(probe.hi) else None
+    if probe.hi - probe.lo > tol and probe.memo[probe.lo] < 0:
+        # not converged in maxiter: the bracket is kept by the probe, bisection finishes
+        with contextlib.suppress(RuntimeError):
+            optimize.brentq(probe, probe.lo, probe.hi, xtol=tol / 4.0, maxiter=60)
+    while probe.hi - probe.lo > tol:
+        probe((probe.lo + probe.hi) / 2.0)
+    return math.exp(probe.hi)
 
-    def g(x: float) -> float:
-        nonlocal lo, hi
-        if x not in memo:
-            memo[x] = fam.gap(x)
-            if memo[x] > 0:
-                hi = min(hi, x)
+
+class _Probe:
+    """The gaps of a family evaluated so far (at x = log s) and the bracket they leave: ``lo``
+    (the largest x not ruled out) and ``hi`` (the smallest x ruled out)."""
+
+    def __init__(self, family: _Family) -> None:
+        self.fam, self.lo, self.hi = family, -math.inf, math.inf
+        self.memo: dict[float, float] = {}
+
+    def __call__(self, x: float) -> float:
+        if x not in self.memo:
+            self.memo[x] = self.fam.gap(x)
+            if self.memo[x] > 0:
+                self.hi = min(self.hi, x)
             else:
-                lo = max(lo, x)
-        return memo[x]
+                self.lo = max(self.lo, x)
+        return self.memo[x]
 
-    g(0.0)
-    # Gaussian-DP guess: f_1(a) read as mu-GDP, the box as mu_box, mu scaling like 1/s.
+
+def _gdp_guess(family: _Family, x_min: float, x_max: float) -> float | None:
+    """The Gaussian-DP guess of x = log s: f_1(a) read as mu-GDP, the box as mu_box, mu scaling
+    like 1/s (clipped to the range; None when either is not a positive mu)."""
+    box = family.box
     mu_box = float(_gdp_mu(box.fpr_upper, box.fnr_upper))
-    f1 = float(fam.base.fnr(box.fpr_upper))
+    f1 = float(family.base.fnr(box.fpr_upper))
     mu_1 = float(_gdp_mu(box.fpr_upper, f1)) if 0.0 < f1 < 1.0 else float("nan")
     if mu_box > 0 and math.isfinite(mu_1) and mu_1 > 0:
-        guess = min(max(math.log(mu_1 / mu_box), x_min), x_max)
-        if abs(guess) > tol:
-            g(guess)
-    # Bracket: walk away from the ruled-out / not-ruled-out side with a doubling step.
+        return min(max(math.log(mu_1 / mu_box), x_min), x_max)
+    return None
+
+
+def _bracket(probe: _Probe, x_min: float, x_max: float) -> bool:
+    """Walk away from the ruled-out / not-ruled-out side with a doubling step until both are
+    found (True), or the range ends first (False)."""
     step = 0.05
-    while not (math.isfinite(lo) and math.isfinite(hi)):
-        if math.isfinite(hi):  # everything tried is ruled out: go down
-            if hi <= x_min:
-                return math.exp(
-                    hi
-                )  # ruled out even at the bottom of the range: report that (verified) s
-            g(max(hi - step, x_min))
+    while not (math.isfinite(probe.lo) and math.isfinite(probe.hi)):
+        if math.isfinite(probe.hi):  # everything tried is ruled out: go down
+            if probe.hi <= x_min:
+                return False
+            probe(max(probe.hi - step, x_min))
         else:  # nothing tried is ruled out: go up
-            if lo >= x_max:
-                return None
-            g(min(lo + step, x_max))
+            if probe.lo >= x_max:
+                return False
+            probe(min(probe.lo + step, x_max))
         step *= 2.0
-    if hi - lo > tol and memo[lo] < 0:
-        try:
-            optimize.brentq(g, lo, hi, xtol=tol / 4.0, maxiter=60)
-        except (
-            RuntimeError
-        ):  # not converged in maxiter: the bracket is kept by g, bisection finishes
-            pass
-    while hi - lo > tol:
-        g((lo + hi) / 2.0)
-    return math.exp(hi)
+    return True
 
 
 def family_ruled_out(
@@ -604,10 +624,8 @@ def _num(x):
 
 
 def _curve_dict(curve: ClaimedCurve) -> dict:
-    return {
-        "fpr": [float(v) for v in curve_grid()],
-        "fnr": [float(v) for v in curve.fnr(curve_grid())],
-    }
+    grid = curve_grid()
+    return {"fpr": [float(v) for v in grid], "fnr": [float(v) for v in curve.fnr(grid)]}
 
 
 def _eval_points(s: np.ndarray, w: np.ndarray, direction: str) -> dict:
@@ -648,11 +666,8 @@ def family_statement(family: dict) -> str:
 
     More noise (a larger noise multiplier or scale) or a smaller pure epsilon is a stronger claim;
     the evidence rules out that member and every stronger one."""
-    param, claimed, lb = (
-        family.get("parameter", "noise_scale"),
-        family.get("claimed"),
-        family.get("lower_bound"),
-    )
+    param = family.get("parameter", "noise_scale")
+    claimed, lb = family.get("claimed"), family.get("lower_bound")
     if lb is None:
         return f"no {param} ruled out (claimed {float(claimed):.4g})"
     return f"{param} {'<=' if param == 'epsilon' else '>='} {float(lb):.4g} ruled out (claimed {float(claimed):.4g})"
@@ -690,8 +705,8 @@ def curve_test(
     curve = claimed_curve(event, adj)
     s, w, sel = _check_inputs(scores, world, select)
     box = eval_box(s, w, sel, criterion=_criterion(curve), confidence=confidence)
-    fam = _Family(event, adj.value, box)
-    s_lb = _search(fam)
+    family = _Family(event, adj.value, box)
+    s_lb = _search(family)
     eps_lb = (
         0.0
         if s_lb is None
@@ -703,7 +718,7 @@ def curve_test(
     )
     # the one rule (non-strict): s_LB = 1 means the claimed event itself was verified ruled out
     violated = s_lb is not None and s_lb <= 1.0
-    if fam.profile:
+    if family.profile:
         selection = (
             "threshold and direction chosen on SELECT trials by the Gaussian-DP mu of the Clopper-Pearson box corner "
             "(a monotone proxy; the curve is the pessimistic PLD privacy profile)"
@@ -745,7 +760,7 @@ def curve_test(
         },
         "points": _eval_points(s[ev], w[ev], box.direction),
         "curve": _curve_dict(curve),
-        "curve_at_lower_bound": None if s_lb is None else _curve_dict(fam.curve(s_lb)),
+        "curve_at_lower_bound": None if s_lb is None else _curve_dict(family.curve(s_lb)),
         "select_size": int(sel.sum()),
         "eval_size": int(ev.sum()),
     }

@@ -62,27 +62,28 @@ def check_release_identity(
     if expected:
         ident = data.identity()
         for key in IDENTITY_KEYS:
-            want = expected.get(key)
-            if want is None or key not in ident:
-                continue  # not recorded by this release (older versions) or not applicable
-            got = ident[key]
-            if key in PER_PARTITION_KEYS and isinstance(want, dict):
-                # Old releases also published the training count (private); compare the published partitions.
-                want = {p: n for p, n in want.items() if p in got}
-            if got != want:
-                hint = (
-                    "pass the release's --user-ids file"
-                    if key == "n_users"
-                    else "other data, split or profile"
-                )
-                raise DataError(
-                    f"dataset {key} must equal the release's {want!r}, got {got!r} ({hint})."
-                )
+            # a key the release did not record (older versions) or that does not apply is skipped
+            if expected.get(key) is not None and key in ident:
+                _check_identity_field(key, expected[key], ident[key])
         expected_sha256 = expected_sha256 or expected.get("sha256")
     if expected_sha256 is not None and data.sha256 != expected_sha256:
         raise DataError(
             f"dataset sha256 must equal the release's {expected_sha256[:12]}..., got {data.sha256[:12]}... (other data or split)."
         )
+
+
+def _check_identity_field(key: str, want, got) -> None:
+    """One public identity field of the data must equal the release's (DataError)."""
+    if key in PER_PARTITION_KEYS and isinstance(want, dict):
+        # Old releases also published the training count (private); compare the published partitions.
+        want = {p: n for p, n in want.items() if p in got}
+    if got != want:
+        hint = (
+            "pass the release's --user-ids file"
+            if key == "n_users"
+            else "other data, split or profile"
+        )
+        raise DataError(f"dataset {key} must equal the release's {want!r}, got {got!r} ({hint}).")
 
 
 def load_target_data(target):

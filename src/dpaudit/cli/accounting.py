@@ -26,6 +26,15 @@ CalibrationAccountant = _choice("CalibrationAccountant", ("rdp", "prv", "pld"))
 AdjacencyChoice = _choice("AdjacencyChoice", [a.value for a in Adjacency])
 
 
+def _result_cells(r: dict) -> tuple:
+    """One accountant's cells after its name in the ``account`` table ("skipped": no bound)."""
+    if r["epsilon"] is None:
+        return ("skipped", "", "", "")
+    bounds = ["" if r[k] is None else f"{r[k]:.6f}" for k in ("epsilon_lower", "epsilon_estimate")]
+    order = "" if r["optimal_order"] is None else f"{r['optimal_order']:g}"
+    return (f"{r['epsilon']:.6f}", *bounds, order)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def account(
@@ -78,21 +87,7 @@ def register(app: typer.Typer) -> None:
             title=f"epsilon at delta={delta:g} ({adj.value})",
         )
         for r in results:
-            t.add_row(
-                r["accountant"],
-                *(
-                    ("skipped", "", "", "")
-                    if r["epsilon"] is None
-                    else (
-                        f"{r['epsilon']:.6f}",
-                        *(
-                            "" if r[k] is None else f"{r[k]:.6f}"
-                            for k in ("epsilon_lower", "epsilon_estimate")
-                        ),
-                        "" if r["optimal_order"] is None else f"{r['optimal_order']:g}",
-                    )
-                ),
-            )
+            t.add_row(r["accountant"], *_result_cells(r))
         print_table(t)
         for name, reason in skipped.items():
             print_message(f"{name} skipped: {reason}")

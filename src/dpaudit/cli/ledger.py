@@ -18,6 +18,7 @@ from ..ledger import book, integrity, result_cache, signing, store_pg, text
 from ..mechanisms.mixmin.tasks import TASKS, declared_rows
 from ..paths import check_new_file
 from ..records import check_out_dir, read_release
+from ..validation import open_unit, positive_finite
 from . import options
 from .common import console, emit_json, err_console, new_app, print_message, print_table
 
@@ -169,6 +170,8 @@ def register(app: typer.Typer) -> None:
     ):
         """Set a dataset's budget cap; later releases and audits that would exceed it are refused
         before they run (--exclude-audits: releases only)."""
+        # checked before the dataset's rows are read (slow); Ledger.cap checks them again
+        eps, delta = positive_finite("epsilon", eps), open_unit("delta", delta)
         with book.open_ledger(ledger, signing_key=key) as led:
             rows = _cap_rows(led, dataset, data_dir)
             eid = led.cap(dataset, eps, delta, include_audits=include_audits, data_rows=rows)

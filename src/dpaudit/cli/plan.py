@@ -98,15 +98,10 @@ def dispatch(values: dict, check) -> tuple | None:
     ``check(request)``: the audit command's checks, run before a plan is written."""
     mechanism, planned, plan, key = (values.pop(k) for k in ("mechanism", "planned", "plan", "key"))
     opacus = {k: values.pop(k) for k in _OPACUS}
-    if (
-        mechanism == "plan" and planned == "opacus"
-    ):  # dpaudit.audit_plans.OPACUS (importing it would load the audit library)
+    # "opacus": dpaudit.audit_plans.OPACUS (importing it would load the audit library)
+    if mechanism == "plan" and planned == "opacus":
         return _written(_opacus_plan(values, opacus, key), values["json_out"])
-    extra = next((k for k, v in opacus.items() if v is not None), None)
-    if extra is not None:
-        raise UsageError(
-            f"--{extra.replace('_', '-')} must only be given with `audit plan opacus`, got {opacus[extra]!r}."
-        )
+    _refuse_opacus_options(opacus)
     if plan is not None:
         _refuse_others(values, mechanism, planned, key)
         a, run = audit_plans.load_plan(plan, values["ledger"])
@@ -118,6 +113,15 @@ def dispatch(values: dict, check) -> tuple | None:
     return generic.request_from_options(
         AuditRequest, values, mechanism=_alone(mechanism, planned, key)
     ), None
+
+
+def _refuse_opacus_options(opacus: dict) -> None:
+    """The options of `audit plan opacus` are refused with any other command (UsageError)."""
+    extra = next((k for k, v in opacus.items() if v is not None), None)
+    if extra is not None:
+        raise UsageError(
+            f"--{extra.replace('_', '-')} must only be given with `audit plan opacus`, got {opacus[extra]!r}."
+        )
 
 
 def _opacus_plan(values: dict, o: dict, key) -> Path:
@@ -135,9 +139,8 @@ def _opacus_plan(values: dict, o: dict, key) -> Path:
             f"--steps or --epochs must be given with `audit plan opacus` (one of them), got {'both' if o['steps'] else 'neither'}."
         )
     q = half_open_unit("--sample-rate", o["sample_rate"])
-    steps = (
-        o["steps"] if o["steps"] is not None else round(req.settings.epochs / q)
-    )  # Opacus's steps for E epochs: E / sample rate
+    # Opacus's steps for E epochs: E / sample rate
+    steps = o["steps"] if o["steps"] is not None else round(req.settings.epochs / q)
     return audit_plans.opacus_plan(
         SubsampledGaussian(o["noise_multiplier"], q, steps),
         delta=req.delta,

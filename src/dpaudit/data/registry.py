@@ -193,7 +193,17 @@ DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    """Registry entry for ``name``; an unknown name is a :class:`UsageError` listing the allowed ones."""
+    """Registry entry for ``name``; an unknown name is a :class:`UsageError` listing the allowed ones.
+
+    Args:
+        name: the dataset name.
+
+    Returns:
+        Its registry entry.
+
+    Raises:
+        UsageError: an unknown name.
+    """
     if name not in DATASETS:
         raise UsageError(f"dataset must be one of {', '.join(DATASET_NAMES)}, got {name!r}.")
     return DATASETS[name]
@@ -239,7 +249,21 @@ def load_dataset(
     and breast-cancer). Raises :class:`UsageError` for a bad name/profile/seed and :class:`DataError` for missing or corrupt files.
 
     The result declares ``reference_size``: the definition's train size under ``profile`` (:func:`profile_split_sizes`), whatever
-    the files hold (a file with one row more or less keeps the same DP-SGD schedule)."""
+    the files hold (a file with one row more or less keeps the same DP-SGD schedule).
+
+    Args:
+        name: a registered dataset name (:data:`DATASET_NAMES`).
+        data_dir: the data directory (default ``$DPAUDIT_DATA_DIR``).
+        split_seed: the seed of the public split (None: the dataset's default).
+        profile: the preprocessing profile (None: the dataset's default).
+
+    Returns:
+        The prepared dataset with its public split.
+
+    Raises:
+        UsageError: an unknown name, profile or an invalid seed.
+        DataError: missing or corrupt files.
+    """
     info = dataset_info(name)
     profile = _check_profile(info, profile)
     seed = _check_split_seed(info, split_seed)

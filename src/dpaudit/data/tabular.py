@@ -183,17 +183,25 @@ def read_table(
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {path}: {exc}.") from None
     lines = text.splitlines()
-    start = 0
-    if header:
-        if not lines:
-            raise DataError(f"{path} is empty; expected a header {sep.join(columns)}.")
-        got = tuple(c.strip().strip('"') for c in lines[0].split(sep))
-        if got != columns:
-            raise DataError(f"{path} header must be {sep.join(columns)}, got {lines[0].strip()!r}.")
-        start = 1
-    fast = _fast_parse(lines[start:], sep, len(columns))
-    if fast is not None:
-        return {c: fast[:, j] for j, c in enumerate(columns)}
+    start = _check_header(lines, path, sep, columns) if header else 0
+    arr = _fast_parse(lines[start:], sep, len(columns))
+    if arr is None:
+        arr = _checked_parse(lines, start, path, sep, columns)
+    return {c: arr[:, j] for j, c in enumerate(columns)}
+
+
+def _check_header(lines: list[str], path: Path, sep: str, columns: tuple[str, ...]) -> int:
+    """1 (the data start after the header), once the first line is checked to name ``columns``."""
+    if not lines:
+        raise DataError(f"{path} is empty; expected a header {sep.join(columns)}.")
+    got = tuple(c.strip().strip('"') for c in lines[0].split(sep))
+    if got != columns:
+        raise DataError(f"{path} header must be {sep.join(columns)}, got {lines[0].strip()!r}.")
+    return 1
+
+
+def _checked_parse(lines: list[str], start: int, path: Path, sep: str, columns) -> np.ndarray:
+    """The rows from ``start`` on, parsed field by field (a bad field is named, with its line)."""
     rows: list[list[float]] = []
     for i in range(start, len(lines)):
         line = lines[i]
@@ -207,27 +215,14 @@ def read_table(
         rows.append([_parse_float(t, path, i + 1, c) for t, c in zip(toks, columns)])
     if not rows:
         raise DataError(f"{path} must contain at least one data row, got none.")
-    arr = np.asarray(rows, dtype=np.float64)
-    return {c: arr[:, j] for j, c in enumerate(columns)}
+    return np.asarray(rows, dtype=np.float64)
 
 
 # --------------------------------------------------------------------------- Cardio
 
 CARDIO_FILE = "cardio_train.csv"
-CARDIO_COLUMNS = (
-    "id",
-    "age",
-    "gender",
-    "height",
-    "weight",
-    "ap_hi",
-    "ap_lo",
-    "cholesterol",
-    "gluc",
-    "smoke",
-    "alco",
-    "active",
-    "cardio",
+CARDIO_COLUMNS = tuple(
+    "id age gender height weight ap_hi ap_lo cholesterol gluc smoke alco active cardio".split()
 )
 DAYS_PER_YEAR = 365.25
 

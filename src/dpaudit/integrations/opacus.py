@@ -40,7 +40,8 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_int
-from .pipeline import NOT_CERTIFIED, Finding, ParamsOutsideDP, optimizer_settings, setting_findings
+from .pipeline import NOT_CERTIFIED, Finding, ParamsOutsideDP, canary_params, optimizer_settings
+from .pipeline import setting_findings
 from .pipeline import plain_name as _plain_name
 
 np = lazy_import("numpy")
@@ -53,6 +54,46 @@ _TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
 def _at(param, flat):
     """The values of ``param`` at the flat coordinates ``flat``, on the CPU."""
     return param.detach().reshape(-1)[flat.to(param.device)].cpu()
+
+
+def _check_canary_room(named: dict, names: list[str], m: int) -> None:
+    """The tensors ``names`` must hold at least ``m`` coordinates (UsageError)."""
+    total = int(sum(named[n].numel() for n in names))
+    if m > total:
+        raise UsageError(
+            f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}."
+        )
+
+
+def _canary_sample_rate(sample_rate: float | None, data_loader) -> float:
+    """The rate each step samples a canary at: ``sample_rate``, else the loader's (Opacus's
+    ``DPDataLoader``), else ``1 / len(data_loader)`` (UsageError outside (0, 1])."""
+    if sample_rate is None:
+        if data_loader is None:
+            raise UsageError("sample_rate or data_loader must be given, got neither.")
+        sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
+    rate = float(sample_rate)
+    if not 0.0 < rate <= 1.0:
+        raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
+    return rate
+
+
+def _optimizer_noise(optimizer, params: dict) -> tuple[float, float]:
+    """``(clipping norm, noise multiplier)`` the optimizer declares, once checked, and every
+    canary tensor (``params``) among its parameters (UsageError)."""
+    norm = optimizer.max_grad_norm
+    if not isinstance(norm, (int, float)) or not norm > 0:
+        raise UsageError(f"optimizer.max_grad_norm must be one positive number, got {norm!r}.")
+    optimised = {id(p) for p in optimizer.params}
+    outside = [n for n, p in params.items() if id(p) not in optimised]
+    if outside:
+        raise UsageError(
+            f"tensors must be optimised by the DPOptimizer, got {outside[0]!r} outside its parameters."
+        )
+    sigma = optimizer.noise_multiplier
+    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma >= 0:
+        raise UsageError(f"optimizer.noise_multiplier must be one number >= 0, got {sigma!r}.")
+    return float(norm), float(sigma)
 
 
 def opacus_plan_run(
@@ -99,25 +140,27 @@ class OpacusCanaries:
         noise_seed: int | None = None,
         coins=None,
     ):
+        """Choose the canary coordinates (public) and the inclusion coins (private).
+
+        Args:
+            model: the user's module.
+            canaries: the number m of canaries (>= 2).
+            seed: the public seed of the coordinates.
+            tensors: the parameter names holding the canaries (default: all trainable).
+            noise_seed: the seed of the private canary generator (None: OS entropy).
+            coins: the m private inclusion coins (default: drawn).
+
+        Raises:
+            UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
+                than coordinates.
+        """
         m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
-        named = {_plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
-        names = list(named) if tensors is None else [str(t) for t in tensors]
-        missing = [n for n in names if n not in named]
-        if missing or not names:
-            raise UsageError(
-                f"tensors must name trainable parameters of the model ({', '.join(named)}), got {missing or names!r}."
-            )
-        total = int(sum(named[n].numel() for n in names))
-        if m > total:
-            raise UsageError(
-                f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}."
-            )
+        named, names = canary_params(model, tensors)
+        _check_canary_room(named, names, m)
         chosen = choose_coordinates(
             {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
         )
-        self.tensors = chosen.tensors
-        self.coords = chosen.coords
-        self.seed = int(seed)
+        self.tensors, self.coords, self.seed = chosen.tensors, chosen.coords, int(seed)
         self._rng = np.random.default_rng(noise_seed)  # private: coins and per-step draws
         self.included = (
             self._rng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool).reshape(m)
@@ -130,9 +173,8 @@ class OpacusCanaries:
         }
         self._params = {n: named[n] for n in self._groups}
         self._model = model
-        self._outside = (
-            None  # the model's parameters the DP optimizer does not process (set by attach)
-        )
+        # the model's parameters the DP optimizer does not process (set by attach)
+        self._outside = None
         self.sample_rate: float | None = None
         self.clipping_norm: float | None = None
         self.noise_multiplier: float | None = None
@@ -156,14 +198,28 @@ class OpacusCanaries:
     ) -> "OpacusCanaries":
         """The canaries a pre-registered plan fixes (module docstring): ``plan`` is plan.json (or
         its folder) with plan.local.json beside it, or its checked :func:`opacus_plan_run`; ``canaries`` /
-        ``tensors``, when given, must be the plan's (a run other than the planned one is refused)."""
+        ``tensors``, when given, must be the plan's (a run other than the planned one is refused).
+
+        Args:
+            model: the user's module.
+            plan: plan.json, its folder, or a checked PlanRun.
+            canaries: the planned number of canaries, if given.
+            tensors: the planned tensors, if given.
+            noise_seed: the seed of the private per-step draws.
+
+        Returns:
+            The planned canaries.
+
+        Raises:
+            UsageError: not an Opacus plan, or canaries / tensors other than the plan's.
+        """
         run = (
             plan
             if isinstance(plan, PlanRun)
             else opacus_plan_run(plan, canaries=canaries, tensors=tensors)
         )
         m, names = run.plan["audit"]["canaries"], run.plan["request"]["tensors"]
-        c = cls(
+        planned = cls(
             model,
             canaries=m,
             seed=run.seeds["public"],
@@ -171,8 +227,8 @@ class OpacusCanaries:
             noise_seed=noise_seed,
             coins=plan_coins(run.seeds["coins"], m),
         )
-        c._plan = run
-        return c
+        planned._plan = run
+        return planned
 
     @property
     def m(self) -> int:
@@ -184,41 +240,25 @@ class OpacusCanaries:
     ) -> "OpacusCanaries":
         """Inject the canaries into ``optimizer`` (an Opacus ``DPOptimizer``). The per-step canary
         sample rate: ``sample_rate``, else ``data_loader.sample_rate`` (Opacus's ``DPDataLoader``),
-        else ``1 / len(data_loader)`` -- the rate ``PrivacyEngine`` accounts with."""
-        from opacus.optimizers import DPOptimizer
+        else ``1 / len(data_loader)`` -- the rate ``PrivacyEngine`` accounts with.
 
-        if not isinstance(optimizer, DPOptimizer):
-            raise UsageError(
-                f"optimizer must be an Opacus DPOptimizer (from PrivacyEngine.make_private), got {type(optimizer).__name__}."
-            )
-        if self._optimizer is not None:
-            raise UsageError("canaries must be attached to one optimizer, got a second attach().")
-        if (
-            getattr(optimizer, "dpaudit_canaries", None) is not None
-        ):  # a second set may reuse the coordinates: twice the sensitivity
-            raise UsageError(
-                "optimizer must carry one set of canaries, got one with canaries attached (by `dpaudit audit opacus`?)."
-            )
-        if sample_rate is None:
-            if data_loader is None:
-                raise UsageError("sample_rate or data_loader must be given, got neither.")
-            sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
-        q = float(sample_rate)
-        if not 0.0 < q <= 1.0:
-            raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
-        norm = optimizer.max_grad_norm
-        if not isinstance(norm, (int, float)) or not norm > 0:
-            raise UsageError(f"optimizer.max_grad_norm must be one positive number, got {norm!r}.")
-        by_param = {id(p): p for p in optimizer.params}
-        for n, p in self._params.items():
-            if id(p) not in by_param:
-                raise UsageError(
-                    f"tensors must be optimised by the DPOptimizer, got {n!r} outside its parameters."
-                )
-        sigma = optimizer.noise_multiplier
-        if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma >= 0:
-            raise UsageError(f"optimizer.noise_multiplier must be one number >= 0, got {sigma!r}.")
-        self.sample_rate, self.clipping_norm, self.noise_multiplier = q, float(norm), float(sigma)
+        Args:
+            optimizer: the DPOptimizer of the run.
+            sample_rate: the per-step canary sample rate, in (0, 1].
+            data_loader: the run's data loader (for the default rate).
+
+        Returns:
+            These canaries, attached.
+
+        Raises:
+            UsageError: not a DPOptimizer, a second attach, canaries already on the optimizer, no
+                rate, invalid optimizer settings, canary tensors it does not optimise, or (with a
+                plan) an optimizer less private than the planned claim.
+        """
+        self._check_attachable(optimizer)
+        q = _canary_sample_rate(sample_rate, data_loader)
+        norm, sigma = _optimizer_noise(optimizer, self._params)
+        self.sample_rate, self.clipping_norm, self.noise_multiplier = q, norm, sigma
         if self._plan is not None:
             self._start_planned_run()
         self._loader, self._declared = data_loader, optimizer_settings(optimizer, data_loader, q)
@@ -235,28 +275,41 @@ class OpacusCanaries:
         self._optimizer = optimizer
         return self
 
+    def _check_attachable(self, optimizer) -> None:
+        """``optimizer`` is an Opacus DPOptimizer without canaries, and these canaries are not
+        attached yet (UsageError)."""
+        from opacus.optimizers import DPOptimizer
+
+        if not isinstance(optimizer, DPOptimizer):
+            raise UsageError(
+                f"optimizer must be an Opacus DPOptimizer (from PrivacyEngine.make_private), got {type(optimizer).__name__}."
+            )
+        if self._optimizer is not None:
+            raise UsageError("canaries must be attached to one optimizer, got a second attach().")
+        # a second set may reuse the coordinates: twice the sensitivity
+        if getattr(optimizer, "dpaudit_canaries", None) is not None:
+            raise UsageError(
+                "optimizer must carry one set of canaries, got one with canaries attached (by `dpaudit audit opacus`?)."
+            )
+
     def _start_planned_run(self) -> None:
         """The optimizer is at least as private as the planned claim (noise multiplier not below it,
         sample rate not above it: the claim holds for this run), else refused; then the run goes in the
         ledger, before training."""
-        ev, pid = self._planned_event(), self._plan.plan["id"][:12]
+        event, plan_id = self._planned_event(), self._plan.plan["id"][:12]
+        floor, ceiling = event.noise_multiplier * (1 - _TOL), event.sample_rate * (1 + _TOL)
         for flag, rule, want, ok in (
             (
                 "noise_multiplier",
                 "at least",
-                ev.noise_multiplier,
-                self.noise_multiplier >= ev.noise_multiplier * (1 - _TOL),
+                event.noise_multiplier,
+                self.noise_multiplier >= floor,
             ),
-            (
-                "sample_rate",
-                "at most",
-                ev.sample_rate,
-                self.sample_rate <= ev.sample_rate * (1 + _TOL),
-            ),
+            ("sample_rate", "at most", event.sample_rate, self.sample_rate <= ceiling),
         ):
             if not ok:
                 raise UsageError(
-                    f"{flag} must be {rule} the planned {want!r} (plan {pid}), got {getattr(self, flag)!r}."
+                    f"{flag} must be {rule} the planned {want!r} (plan {plan_id}), got {getattr(self, flag)!r}."
                 )
         self._plan.started(self.id)
 
@@ -279,17 +332,17 @@ class OpacusCanaries:
         self.steps += 1
         norm = float(now["max_grad_norm"])
         for n, (ids, flat) in self._groups.items():
-            on = active[ids]
-            if not on.any():
+            sampled_here = active[ids]
+            if not sampled_here.any():
                 continue
-            p = self._params[n]
-            sg = p.summed_grad
-            if sg is None:
+            summed = self._params[n].summed_grad
+            if summed is None:
                 raise UsageError(
                     f"parameter {n!r} must have a clipped gradient sum (p.summed_grad) at each step, got None."
                 )
-            unit = torch.full((int(on.sum()),), norm, dtype=sg.dtype, device=sg.device)
-            sg.view(-1).index_add_(0, flat[torch.as_tensor(on)], unit)
+            count = int(sampled_here.sum())
+            unit = torch.full((count,), norm, dtype=summed.dtype, device=summed.device)
+            summed.view(-1).index_add_(0, flat[torch.as_tensor(sampled_here)], unit)
 
     # ------------------------------------------------------------------ after training
     def scores(self, model: torch.nn.Module | None = None):
@@ -351,7 +404,21 @@ class OpacusCanaries:
         given. Under a plan: the planned claim, statistic and confidence (``delta`` / ``confidence``
         must not be given), written under ``out`` or the plan's folder, its digest recorded under the
         plan; a run of more than the planned steps is refused (its ``run`` entry stays in the ledger, without result).
-        ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run (its ``record`` joins the bounds)."""
+        ``pipeline``: a :class:`~dpaudit.integrations.pipeline.PipelineCheck` of the run (its ``record`` joins the bounds).
+
+        Args:
+            model: the trained model (default: the one given at construction).
+            out: the folder for one_run.json (None: not written, unless planned).
+            delta: the delta of the claim (not with a plan).
+            confidence: the confidence of the bounds (not with a plan).
+            pipeline: the PipelineCheck of the run, if any.
+
+        Returns:
+            The one-run result; not certified when the canaries or the pipeline found a problem.
+
+        Raises:
+            UsageError: invalid arguments, or a planned run of more than the planned steps.
+        """
         t0 = time.perf_counter()
         bounds = self._bounds(model, delta, confidence)
         own = self.findings(model)

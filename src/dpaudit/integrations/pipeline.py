@@ -136,15 +136,15 @@ def setting_findings(declared: dict, steps: list) -> list[Finding]:
                 {float(v) if isinstance(v, (int, float)) else repr(v) for v in off}, key=str
             )
             ran = f"{len(off)} of {len(steps)} steps ran {key} {seen[:5]}, declared {want}."
-            out.append(
-                Finding(
-                    code,
-                    ran,
-                    "the claimed event is not the executed run: its epsilon is not certified "
-                    "(the executed composition's is recorded beside it).",
-                )
-            )
+            out.append(Finding(code, ran, _NOT_THE_EXECUTED_RUN))
     return out
+
+
+#: Why a run whose steps ran at other settings than the declared ones is not certified.
+_NOT_THE_EXECUTED_RUN = (
+    "the claimed event is not the executed run: its epsilon is not certified "
+    "(the executed composition's is recorded beside it)."
+)
 
 
 def _off_setting(key: str, declared: dict, steps: list) -> tuple:
@@ -352,6 +352,20 @@ def plain_name(name: str) -> str:
     return name
 
 
+def canary_params(model, tensors) -> tuple[dict, list[str]]:
+    """``(trainable parameters by plain name, the names of those that hold canaries)``: the names
+    in ``tensors``, default all; refused (UsageError) when one is not a trainable parameter."""
+    named = {plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
+    names = list(named) if tensors is None else [str(t) for t in tensors]
+    missing = [n for n in names if n not in named]
+    if missing or not names:
+        raise UsageError(
+            f"tensors must name trainable parameters of the model ({', '.join(named)}), "
+            f"got {missing or names!r}."
+        )
+    return named, names
+
+
 class PipelineCheck:
     """Records a DP-SGD run and reports its mismatches (module docstring).
 
@@ -376,6 +390,16 @@ class PipelineCheck:
         dataset_size: int | None = None,
         data_loader=None,
     ):
+        """A check of a plain loop with its declared settings (all None for Opacus: :meth:`attach`).
+
+        Args:
+        noise_multiplier: the declared noise multiplier (a plain loop's).
+        sample_rate: the declared Poisson sample rate.
+        steps: the declared number of steps.
+        max_grad_norm: the declared clipping norm.
+        dataset_size: the number of training records.
+        data_loader: the loader whose draws are checked.
+        """
         self.sample_rate, self.dataset_size, self.data_loader = (
             sample_rate,
             dataset_size,
@@ -390,9 +414,8 @@ class PipelineCheck:
         }
         # (records, normaliser, clipping norm, backward passes) per clip call since the last noise
         self.batches: list[tuple] = []
-        self.noised: list[
-            dict
-        ] = []  # per noise addition: its settings, records, clip calls, backward passes
+        # per noise addition: its settings, records, clip calls, backward passes
+        self.noised: list[dict] = []
         self.updates = 0
         self.unnoised_updates = 0
         self._accountant, self._mark = None, 0  # noise additions at the previous update
@@ -475,7 +498,17 @@ class PipelineCheck:
         each step's are read when it adds noise, the noise each update carries is measured and the
         parameters are compared between DP steps; ``data_loader``'s sampler records its draws;
         ``accountant``: the ``PrivacyEngine``'s (its history is compared with the executed steps);
-        ``module``: the trained model, whose parameters outside the DP optimizer must not change."""
+        ``module``: the trained model, whose parameters outside the DP optimizer must not change.
+
+        Args:
+            optimizer: the DPOptimizer of the run.
+            data_loader: its data loader.
+            accountant: the PrivacyEngine's accountant, if any.
+            module: the trained model, if any.
+
+        Returns:
+            This check, recording.
+        """
         self.data_loader, self._accountant = data_loader, accountant
         self.dataset_size = len(data_loader.dataset)
         self.sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
@@ -674,10 +707,8 @@ class PipelineCheck:
         p, b = inclusion_count_test(d["counts"], steps=steps, q=q)
         if p >= FIXED_SIZE_P:
             return []
-        k, want = (
-            int((d["counts"] == b).sum()),
-            len(d["counts"]) * float(stats.binom.pmf(b, steps, q)),
-        )
+        k = int((d["counts"] == b).sum())
+        want = len(d["counts"]) * float(stats.binom.pmf(b, steps, q))
         return [
             Finding(
                 "not-poisson-records",
@@ -705,6 +736,11 @@ class PipelineCheck:
             measured = min(math.sqrt(sq / d) / c for sq, d, c in low)
             seen = f"{len(low)} of {len(self.noise_sums)} updates carried noise of std down to {measured:.4g}"
             return [_too_little_noise(seen, sigma, f"each chance below {level:.3g}")]
+        return self._pooled_noise_findings(sigma)
+
+    def _pooled_noise_findings(self, sigma: float) -> list[Finding]:
+        """All updates pooled: their squared noise over (sigma C)^2 summed is chi^2 with one degree
+        per coordinate and update; too little of it is a finding."""
         pooled = sum(sq / c**2 for sq, _, c in self.noise_sums)
         dims = sum(d for _, d, _ in self.noise_sums)
         chance = float(stats.chi2.cdf(pooled / float(sigma) ** 2, dims))
@@ -721,14 +757,12 @@ class PipelineCheck:
             self._outside.findings() if self._outside is not None else []
         )
         if self.outside_updates:
-            out.append(
-                Finding(
-                    "non-private-update",
-                    f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
-                    f"({self.direct_steps} calls of original_optimizer.step without clipping and noise).",
-                    "those updates used gradients without clipping and noise: no DP, not certified.",
-                )
+            seen = (
+                f"the DP-optimised parameters changed {self.outside_updates} times outside a DP step "
+                f"({self.direct_steps} calls of original_optimizer.step without clipping and noise)."
             )
+            why = "those updates used gradients without clipping and noise: no DP, not certified."
+            out.append(Finding("non-private-update", seen, why))
         if (
             self._params and self._params_moved()
         ):  # since the last DP step, or since attach when none ran
@@ -761,13 +795,9 @@ class PipelineCheck:
         out = []
         accounted = sum(int(h[2]) for h in self._claimed_history())
         if self._claimed_history() and accounted != len(self.noised):
-            out.append(
-                Finding(
-                    "noise-steps",
-                    f"{len(self.noised)} noise additions but {accounted} accounted steps.",
-                    "the accounted composition is not the executed one.",
-                )
-            )
+            seen = f"{len(self.noised)} noise additions but {accounted} accounted steps."
+            why = "the accounted composition is not the executed one."
+            out.append(Finding("noise-steps", seen, why))
         if self.unnoised_updates:
             out.append(
                 Finding(
@@ -855,19 +885,25 @@ class PipelineCheck:
         epsilon beside the claimed Poisson one. ``claim`` / ``claimed_epsilon``: the audited claim,
         which the script's accountant must not exceed; ``extra``: findings made elsewhere (the
         canaries'), kept when their code is not already found here. With white-box canaries that
-        observed a step, ``white_box`` holds their bound, and a bound above the claim is a finding."""
+        observed a step, ``white_box`` holds their bound, and a bound above the claim is a finding.
+
+        Args:
+            delta: the delta of the epsilons recorded.
+            accountant: the accountant of those epsilons.
+            claim: the audited claim's event, if any.
+            claimed_epsilon: its epsilon, if any.
+            extra: findings made elsewhere.
+
+        Returns:
+            The fields for the audit record: ``findings``, and the others described above.
+        """
         acc_eps = self._accountant_epsilon(delta)
-        bound = None
-        if self.canaries is not None and self.canaries.observed:
-            bound = self.canaries.audit(
-                delta=delta, accountant=accountant, claimed_epsilon=claimed_epsilon
-            )
+        bound = self._white_box_bound(delta, accountant, claimed_epsilon)
         found = list(self.findings()) + self._epsilon_findings(
             acc_eps, claim, claimed_epsilon, delta
         )
-        found += [f for f in extra if f.code not in {g.code for g in found}] + _white_box_findings(
-            bound
-        )
+        known = {g.code for g in found}
+        found += [f for f in extra if f.code not in known] + _white_box_findings(bound)
         out: dict = {"findings": [f.to_dict() for f in found]}
         if acc_eps is not None:  # the epsilon the training script itself reports
             out["accountant_epsilon"] = acc_eps
@@ -877,6 +913,14 @@ class PipelineCheck:
             return out
         out["certified"] = NOT_CERTIFIED
         return {**out, **self._figures({f.code for f in found}, delta, accountant)}
+
+    def _white_box_bound(self, delta: float, accountant: str, claimed_epsilon: float | None):
+        """The white-box canaries' bound, once they observed a step (else None)."""
+        if self.canaries is None or not self.canaries.observed:
+            return None
+        return self.canaries.audit(
+            delta=delta, accountant=accountant, claimed_epsilon=claimed_epsilon
+        )
 
     def _figures(self, codes: set, delta: float, accountant: str) -> dict:
         """The epsilons recorded beside the claim: the executed composition's when the settings or the

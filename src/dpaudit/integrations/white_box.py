@@ -31,7 +31,7 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_finite, positive_int
-from .pipeline import plain_name
+from .pipeline import canary_params
 
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -54,15 +54,22 @@ class LoopWhiteBox:
         noise_seed: int | None = None,
         null: bool = False,
     ):
+        """Choose the canary coordinates (public) for one run of the loop.
+
+        Args:
+            model: the user's module.
+            canaries: the number M of canaries (>= 2).
+            seed: the public seed of the coordinates.
+            tensors: the parameter names holding the canaries (default: all trainable).
+            noise_seed: the seed of the private per-step draws (None: OS entropy).
+            null: a no-noise control run.
+
+        Raises:
+            UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
+                than coordinates.
+        """
         m = positive_int("canaries", canaries, 2)
-        named = {plain_name(n): p for n, p in model.named_parameters() if p.requires_grad}
-        names = list(named) if tensors is None else [str(t) for t in tensors]
-        missing = [n for n in names if n not in named]
-        if missing or not names:
-            raise UsageError(
-                f"tensors must name trainable parameters of the model ({', '.join(named)}), "
-                f"got {missing or names!r}."
-            )
+        named, names = canary_params(model, tensors)
         chosen = choose_coordinates(
             {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
         )

@@ -14,7 +14,9 @@ import uuid
 
 from ..errors import LedgerAuthorityError, LedgerError, LedgerVerificationError, UsageError
 from . import integrity
-from . import signing as sg
+from .signing import KEY_KIND, LEDGER_KINDS, LEDGER_SCOPE, OWNER_KINDS, OWNER_POWERS, POLICY_KIND
+from .signing import SEAL_KIND, KeyRing, SigningKey, authority_problem, check_signatures, key_id
+from .signing import key_payload, owner_key_id, parse_public_key, seal_payload, signing_material
 from .integrity import GENESIS_HASH, Snapshot, VerifyReport, canonical_json, entry_hash
 from .paths import utc_now
 from .signing import Problem
@@ -26,7 +28,7 @@ class Authority:
     the last head whose authority check was clean (an Ed25519 check per entry per write would make
     large ledgers slow)."""
 
-    def __init__(self, store, path, key: "sg.SigningKey | None", owner: str | None) -> None:
+    def __init__(self, store, path, key: "SigningKey | None", owner: str | None) -> None:
         self.store, self.path, self.key, self.owner = store, path, key, owner
         self._verified: set[tuple[str, str]] = set()  # (id, hash) of entries whose signature held
         self._clean_head: str | None = None
@@ -51,21 +53,21 @@ class Authority:
         key = self._signer_for(kind, payload)
         if key is not None:
             signer = key.key_id
-            signature = key.sign(sg.signing_material(head[2], *columns, signer))
+            signature = key.sign(signing_material(head[2], *columns, signer))
         digest = entry_hash(head[2], *columns, signer, signature)
         self.store.insert(*columns, head[2], digest, signer, signature)
         return entry_id
 
-    def ring(self, rows=None) -> sg.KeyRing:
+    def ring(self, rows=None) -> KeyRing:
         """Registered keys and the signature policy of ``rows`` (default: every stored row;
         signatures not re-checked)."""
         rows = self.store.rows() if rows is None else rows
-        return sg.check_signatures(integrity.signed_rows(rows), verify=False)[0]
+        return check_signatures(integrity.signed_rows(rows), verify=False)[0]
 
-    def _signer_for(self, kind: str, payload: dict) -> "sg.SigningKey | None":
+    def _signer_for(self, kind: str, payload: dict) -> "SigningKey | None":
         key, ring = self.key, self.ring()
         own_id = None if key is None else key.key_id
-        if kind == sg.KEY_KIND and not ring.keys and own_id and payload.get("key_id") == own_id:
+        if kind == KEY_KIND and not ring.keys and own_id and payload.get("key_id") == own_id:
             return key  # the owner's self-signed registration
         if key is not None and key.key_id in ring.keys:
             self.require(ring, kind, payload)
@@ -73,7 +75,7 @@ class Authority:
         self._refuse_unsigned(ring, kind)
         return None
 
-    def _refuse_unsigned(self, ring: sg.KeyRing, kind: str) -> None:
+    def _refuse_unsigned(self, ring: KeyRing, kind: str) -> None:
         """Refuse an entry this ledger's key cannot sign where a signature is required."""
         key = self.key
         if ring.required_since is not None:
@@ -86,21 +88,21 @@ class Authority:
                 f"ledger {self.path} requires signed entries (since entry "
                 f"#{ring.required_since}), but {why}; nothing was written."
             )
-        if kind in sg.LEDGER_KINDS:
+        if kind in LEDGER_KINDS:
             got = "no signing key." if key is None else f"unregistered key {key.key_id}."
             raise UsageError(f"a {kind} entry must be signed by a registered key, got {got}")
 
-    def require(self, ring: sg.KeyRing, kind: str, payload: dict) -> None:
+    def require(self, ring: KeyRing, kind: str, payload: dict) -> None:
         """Refuse (:class:`LedgerAuthorityError`, nothing written) an entry this ledger's key may
         not sign (:func:`~.signing.authority_problem`, the rule ``verify`` applies when reading)."""
         kid = None if self.key is None else self.key.key_id
-        if sg.authority_problem(ring, kind, payload, kid) is None:
+        if authority_problem(ring, kind, payload, kid) is None:
             return
         got = "no signing key" if kid is None else f"key {kid}"
-        if kind in sg.OWNER_KINDS:
+        if kind in OWNER_KINDS:
             raise LedgerAuthorityError(
                 f"{kind} on signed ledger {self.path} must be signed by its owner's key "
-                f"{ring.owner}, got {got}: only the owner may {sg.OWNER_POWERS[kind]}; "
+                f"{ring.owner}, got {got}: only the owner may {OWNER_POWERS[kind]}; "
                 "nothing was written."
             )
         raise LedgerAuthorityError(
@@ -128,12 +130,12 @@ class Authority:
                 "signing key must exist to register keys, got none (create one with "
                 "`dpaudit ledger keygen`)."
             )
-        return self.key.public_raw if public_key is None else sg.parse_public_key(public_key)
+        return self.key.public_raw if public_key is None else parse_public_key(public_key)
 
     def register_key(self, raw: bytes, name: str) -> str:
         """See :meth:`~.book.Ledger.register_key` (inside the caller's write transaction)."""
         key = self.key
-        ring, kid = self.ring(), sg.key_id(raw)
+        ring, kid = self.ring(), key_id(raw)
         if kid in ring.keys:
             return ring.keys[kid].entry_id
         if not ring.keys and kid != key.key_id:
@@ -144,14 +146,14 @@ class Authority:
             )
         label = name or (key.name if kid == key.key_id else kid[:12])
         role = "member" if ring.keys else "owner"
-        return self.append(sg.KEY_KIND, sg.LEDGER_SCOPE, sg.key_payload(raw, label, role))
+        return self.append(KEY_KIND, LEDGER_SCOPE, key_payload(raw, label, role))
 
     def require_signatures(self) -> str:
         """See :meth:`~.book.Ledger.require_signatures` (inside the caller's write transaction)."""
         for r in self.store.rows():
-            if r[2] == sg.POLICY_KIND and r[8] is not None:
+            if r[2] == POLICY_KIND and r[8] is not None:
                 return r[1]
-        return self.append(sg.POLICY_KIND, sg.LEDGER_SCOPE, {"require_signatures": True})
+        return self.append(POLICY_KIND, LEDGER_SCOPE, {"require_signatures": True})
 
     def seal(self, rows) -> tuple[str, int, str]:
         """Append the owner's seal of the head after the verified ``rows`` (inside the caller's
@@ -164,7 +166,7 @@ class Authority:
                 f"register-key` first), got {self.path} with none."
             )
         seq, _, prev = self.store.head()
-        eid = self.append(sg.SEAL_KIND, sg.LEDGER_SCOPE, sg.seal_payload(seq, prev))
+        eid = self.append(SEAL_KIND, LEDGER_SCOPE, seal_payload(seq, prev))
         return eid, seq, ring.keys[ring.owner].entry_id
 
     def intact(self, snap: Snapshot) -> list:
@@ -186,12 +188,12 @@ class Authority:
 
     def verify(self, snap: Snapshot, anchor: str | None, owner: str | None) -> VerifyReport:
         """:func:`.integrity.verify_snapshot` of ``snap`` (``owner`` None: the pinned one)."""
-        owner = self.owner if owner is None else sg.owner_key_id(owner)
+        owner = self.owner if owner is None else owner_key_id(owner)
         return integrity.verify_snapshot(snap, anchor=anchor, owner=owner)
 
     def _signature_problems(self, rows) -> list[Problem]:
         done = {r[1] for r in rows if (r[1], r[7]) in self._verified}
-        _, found = sg.check_signatures(integrity.signed_rows(rows), verified=done, owner=self.owner)
+        _, found = check_signatures(integrity.signed_rows(rows), verified=done, owner=self.owner)
         if not found:
             self._verified.update((r[1], r[7]) for r in rows if r[8] is not None)
         return found

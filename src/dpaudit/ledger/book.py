@@ -30,20 +30,21 @@ from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, Usa
 from ..records import Release
 from ..validation import open_unit, positive_finite
 from . import budget, integrity, queries, result_cache
-from . import compose as lc
-from . import rows as lr
-from . import signing as sg
+from .signing import LEDGER_SCOPE, OWNER_ENV, PLAN_KIND, KeyRing, SigningKey, load_signing_key
+from .signing import owner_key_id, remember_seal
 from .authority import Authority
 
 # re-exported: sampler_uncertified_reason, uncertified_reason (used by mechanisms and verify)
 from .budget import PlannedSpend, check_name, check_reason  # noqa: F401
 from .budget import sampler_uncertified_reason, uncertified_reason  # noqa: F401
+from .compose import CLOSING_KINDS, DatasetState, parse_event, release_view, replay
 from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
 
 # re-exported: canonical_json, entry_hash (the tests rebuild entries with them)
 from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noqa: F401
 from .paths import LedgerLocation, require_existing, resolve_ledger
 from .plan_rules import recorded_plan_entry
+from .rows import ROWS_KIND, SOURCES, PeopleIndex, declare, hash_rows
 from .store_pg import PostgresStore
 
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
@@ -73,7 +74,7 @@ def _of_sweep(entries: list, sweep: str) -> list:
         if e.kind not in spends or (e.payload.get("sweep") or {}).get("name") == sweep
     ]
     ids = {e.id for e in kept if e.kind in spends}
-    return [e for e in kept if e.kind not in lc.CLOSING_KINDS or e.payload.get("target") in ids]
+    return [e for e in kept if e.kind not in CLOSING_KINDS or e.payload.get("target") in ids]
 
 
 def _identity_hint(recorded: list[dict], data_info: dict | None) -> str:
@@ -187,14 +188,29 @@ def open_ledger(
     path: str | os.PathLike | None = None,
     *,
     busy_timeout: float = BUSY_TIMEOUT_S,
-    signing_key: "sg.SigningKey | str | None" = None,
+    signing_key: "SigningKey | str | None" = None,
     create: bool = True,
     owner: str | None = None,
 ) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
     (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
-    naming it, and nothing is created (on PostgreSQL: a schema without a ledger, left uncreated)."""
+    naming it, and nothing is created (on PostgreSQL: a schema without a ledger, left uncreated).
+
+    Args:
+        path: a file path or a ``postgresql://`` URL (None: the default ledger).
+        busy_timeout: seconds to wait for another writer's lock.
+        signing_key: the analyst's key, its name or path (default: the configured key, if any).
+        create: create a missing ledger (False: refuse it).
+        owner: the owner's key id or public key, pinned from outside.
+
+    Returns:
+        The open Ledger (a context manager).
+
+    Raises:
+        UsageError: an unsupported location or signing key.
+        LedgerError: the ledger cannot be opened or created, or does not exist with create=False.
+    """
     loc = resolve_ledger(path)
     if not create:
         require_existing(loc)
@@ -218,11 +234,11 @@ class Ledger:
         path: "str | os.PathLike | LedgerLocation",
         *,
         busy_timeout: float = BUSY_TIMEOUT_S,
-        signing_key: "sg.SigningKey | str | None" = None,
+        signing_key: "SigningKey | str | None" = None,
         owner: str | None = None,
         create: bool = True,
     ) -> None:
-        owner = sg.owner_key_id(owner if owner is not None else os.environ.get(sg.OWNER_ENV))
+        owner = owner_key_id(owner if owner is not None else os.environ.get(OWNER_ENV))
         self._key_bytes: bytes | None = None
         if isinstance(path, LedgerLocation) and path.backend == "postgresql":
             self._store = PostgresStore(path, busy_timeout=float(busy_timeout), initialise=create)
@@ -233,8 +249,8 @@ class Ledger:
         self.backend = self._store.backend
         try:
             key = signing_key
-            if not isinstance(key, sg.SigningKey):
-                key = sg.load_signing_key(signing_key)
+            if not isinstance(key, SigningKey):
+                key = load_signing_key(signing_key)
         except BaseException:
             self.close()
             raise
@@ -264,7 +280,7 @@ class Ledger:
         return self._authority.append(kind, dataset, payload, entry_id)
 
     # -- signatures and seals (the rules: .authority and .signing)
-    def key_ring(self) -> sg.KeyRing:
+    def key_ring(self) -> KeyRing:
         """Registered keys and the signature policy (from the entries; signatures not re-checked)."""
         return self._authority.ring()
 
@@ -303,7 +319,7 @@ class Ledger:
             "hash": head[2],
             "sealed_through": int(sealed_through),
         }
-        sg.remember_seal(owner_entry, out["seq"], out["hash"])
+        remember_seal(owner_entry, out["seq"], out["hash"])
         return out
 
     def seal_status(self) -> dict:
@@ -323,10 +339,10 @@ class Ledger:
             seen = [
                 (r[0], r[1], r[2], json.loads(r[5]))
                 for r in self._store.rows()
-                if r[2] in (sg.PLAN_KIND, "audit")
+                if r[2] in (PLAN_KIND, "audit")
             ]
             recorded = recorded_plan_entry(payload, seen, self.path)
-            return recorded or self._append(sg.PLAN_KIND, sg.LEDGER_SCOPE, payload)
+            return recorded or self._append(PLAN_KIND, LEDGER_SCOPE, payload)
 
     def head(self) -> dict:
         """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""
@@ -337,7 +353,7 @@ class Ledger:
     # -- reading
     def _entries_from_rows(self, rows) -> list[Entry]:
         out = [self._entry(*row) for row in rows]
-        closers = {e.payload.get("target"): e for e in out if e.kind in lc.CLOSING_KINDS}
+        closers = {e.payload.get("target"): e for e in out if e.kind in CLOSING_KINDS}
         return [e.closed(closers.get(e.id)) for e in out]
 
     def _entry(self, seq, eid, kind, created_at, dataset, text, prev, h, *sig) -> Entry:
@@ -349,7 +365,7 @@ class Ledger:
             raise LedgerError(
                 f"ledger entry #{seq} ({eid}) is unreadable ({e}); run `dpaudit ledger verify`."
             ) from None
-        if kind == lr.ROWS_KIND:  # keyed row hashes: for set tests only, never listed
+        if kind == ROWS_KIND:  # keyed row hashes: for set tests only, never listed
             payload = _without(payload, ("hashes",))
         signer = sig[0] if sig else None
         payload = self._public_payload(payload)
@@ -395,7 +411,7 @@ class Ledger:
     def _check_identity(
         self,
         name: str,
-        state: lc.DatasetState | None,
+        state: DatasetState | None,
         fp: str,
         data_info: dict | None,
         *,
@@ -443,14 +459,14 @@ class Ledger:
 
     def _states(
         self, dataset: str | None = None, sweep: str | None = None
-    ) -> dict[str, lc.DatasetState]:
+    ) -> dict[str, DatasetState]:
         # Voids reference releases of the same dataset, so a per-dataset read is complete.
         rows = [r for r in self._intact_rows() if dataset is None or r[4] == dataset]
         es = self._entries_from_rows(rows)
-        return lc.replay(es if sweep is None else _of_sweep(es, sweep))
+        return replay(es if sweep is None else _of_sweep(es, sweep))
 
-    def _state(self, dataset: str) -> lc.DatasetState:
-        return self._states(dataset).get(dataset) or lc.DatasetState(dataset)
+    def _state(self, dataset: str) -> DatasetState:
+        return self._states(dataset).get(dataset) or DatasetState(dataset)
 
     def require_sweep(self, sweep: str) -> None:
         """Raise a UsageError naming the known sweeps unless ``sweep`` has releases here."""
@@ -472,7 +488,20 @@ class Ledger:
         the identical release twice is a no-op. Refused: an unparsable guarantee, another adjacency
         or data fingerprint than the dataset's (see :meth:`declare_version`). An uncertified release
         is recorded as such (unbounded until voided). The cap is *not* enforced here: the model
-        exists, and an unrecorded release is worse than an over-cap one (:meth:`reserve` refuses)."""
+        exists, and an unrecorded release is worse than an over-cap one (:meth:`reserve` refuses).
+
+        Args:
+            release: the release to record.
+            artefact_path: where its artefacts were written (recorded as given).
+
+        Returns:
+            The entry id (``release.id``).
+
+        Raises:
+            LedgerError: the same id is recorded with other content.
+            LedgerAdjacencyError: the dataset's releases use another adjacency.
+            DatasetIdentityError: another data fingerprint than the dataset's.
+        """
         with self._store.write():
             return self._record(release, artefact_path)
 
@@ -484,7 +513,7 @@ class Ledger:
         partition = check_name("partition", release.partition)
         adjacency = Adjacency.parse(release.adjacency).value
         if not release.non_private:
-            lc.parse_event(release.guarantee, f"guarantee of release {release.id}")
+            parse_event(release.guarantee, f"guarantee of release {release.id}")
         digest = getattr(release, "data_digest", None) or ds.get("sha256")
         tail = getattr(release, "noise_tail_delta", None)
         payload = {
@@ -574,7 +603,22 @@ class Ledger:
         ``data_rows``: the rows the dataset reads (dpaudit.data.rows), declared now as keyed row
         sets (ledger.rows): the cap covers every name whose private rows meet them, from this entry
         on, before any release of ``dataset``. Without them a built-in name's cap covers every row
-        of its source (fail closed); any other name's, its name and its entries' rows."""
+        of its source (fail closed); any other name's, its name and its entries' rows.
+
+        Args:
+            dataset: the dataset name.
+            epsilon: the cap on the composed epsilon.
+            delta: the delta the cap is at.
+            include_audits: count the audits on the private data too.
+            data_rows: the rows the dataset reads (see above).
+
+        Returns:
+            The cap entry's id.
+
+        Raises:
+            UsageError: an invalid epsilon, delta or rows.
+            LedgerAuthorityError: a key other than the owner's on a signed ledger.
+        """
         check_name("dataset", dataset)
         epsilon = positive_finite("epsilon", epsilon)
         delta = open_unit("delta", delta)
@@ -589,12 +633,12 @@ class Ledger:
         footprint = None if data_rows is None else self._footprint(data_rows)
         with self._store.write():
             index = self._people_index()[1]
-            if footprint is None and dataset not in lr.SOURCES:
+            if footprint is None and dataset not in SOURCES:
                 # another name: the rows its entries read, kept when those entries are voided later
                 footprint = index.names.get(dataset)
             if footprint is not None:
                 index.collisions(dataset, footprint)
-                payload["rows"] = lr.declare(self, footprint)
+                payload["rows"] = declare(self, footprint)
             return self._append("cap", dataset, payload)
 
     def declare_partition(self, dataset: str, parent: str, children, declared_by: str) -> str:
@@ -602,7 +646,21 @@ class Ledger:
         releases on the children then compose in parallel. Re-declaring the identical split returns
         its entry id. Refused (:class:`~dpaudit.errors.LedgerAuthorityError`) when a child already
         holds a release or an open reservation: parallel composition after the fact would lower what
-        was spent."""
+        was spent.
+
+        Args:
+            dataset: the dataset name.
+            parent: the partition split.
+            children: its disjoint parts.
+            declared_by: who states that the parts are disjoint.
+
+        Returns:
+            The partition entry's id.
+
+        Raises:
+            UsageError: an invalid split.
+            LedgerAuthorityError: a child already holds a release or an open reservation.
+        """
         children = tuple(children)
         _check_split(dataset, parent, children, declared_by)
         with self._store.write():
@@ -632,7 +690,21 @@ class Ledger:
         states never-published artefacts (``published`` False) stops counting; ``published`` None
         (not stated, allowed on an unsigned ledger only) withdraws the entry but its budget stays
         spent, as a published one's. On a signed ledger ``published`` is required and the owner's
-        key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md)."""
+        key must sign (:class:`~dpaudit.errors.LedgerAuthorityError`; docs/ledger.md).
+
+        Args:
+            entry_id: the release, audit or open reservation to withdraw.
+            reason: why (recorded).
+            published: whether its artefacts were ever published.
+
+        Returns:
+            The void entry's id.
+
+        Raises:
+            UsageError: an unknown entry, one already voided or closed, or an invalid ``published``.
+            LedgerAuthorityError: on a signed ledger, ``published`` not stated or another key than
+                the owner's.
+        """
         reason = check_reason(reason)
         if published is not None and not isinstance(published, bool):
             raise UsageError(f"published must be True or False, got {published!r}.")
@@ -677,7 +749,26 @@ class Ledger:
         caps declared included) is refused (:class:`BudgetExceededError`), as is one whose rows
         collide with another name's roles (:class:`~dpaudit.errors.RowRoleCollisionError`), and
         nothing is written. Its rows: the audited release's, else every row of a built-in name's
-        source (fail closed, ledger.rows). Returns ``audit_id``."""
+        source (fail closed, ledger.rows). Returns ``audit_id``.
+
+        Args:
+            audit_id: the audit's id.
+            dataset: the dataset whose private records the trials train on.
+            partition: its partition.
+            adjacency: the adjacency of ``event``.
+            event: what the trials compose to (None: unbounded).
+            trials: the number of trials.
+            mechanism: the audited mechanism.
+            unbounded_reason: why the trials are unbounded (with ``event`` None).
+            release_id: the audited release, if any.
+
+        Returns:
+            ``audit_id``.
+
+        Raises:
+            BudgetExceededError: releases + audits would exceed a cap that counts audits.
+            RowRoleCollisionError: the audit's rows collide with another name's roles.
+        """
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
@@ -704,12 +795,12 @@ class Ledger:
             )
             if isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
-            states = lc.replay(entries)
-            state = (states.get(dataset) or lc.DatasetState(dataset)).with_audits()
+            states = replay(entries)
+            state = (states.get(dataset) or DatasetState(dataset)).with_audits()
             what = f"the audit and the releases and audits on dataset {dataset!r}"
             budget.require_adjacency(state, adj, what)
-            view = lc.release_view(audit_id, dataset, payload, kind="audit")
-            budget.check_audit(states, lr.PeopleIndex.build(rows, entries, states), view, payload)
+            view = release_view(audit_id, dataset, payload, kind="audit")
+            budget.check_audit(states, PeopleIndex.build(rows, entries, states), view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
 
     # -- budget (the arithmetic: .budget)
@@ -718,7 +809,20 @@ class Ledger:
         the budget (no write). Open reservations count like releases, except ``exclude_reservations``
         (those already holding this release: a sweep's). Raises :class:`DatasetIdentityError` for an
         unknown data digest and :class:`~dpaudit.errors.RowRoleCollisionError` for a role collision;
-        every cap of a dataset sharing people with it is checked too (:mod:`.rows`)."""
+        every cap of a dataset sharing people with it is checked too (:mod:`.rows`).
+
+        Args:
+            exclude_reservations: reservation ids already holding this release.
+            **planned: the fields of a PlannedSpend (dataset, epsilon, delta, event, ...).
+
+        Returns:
+            The budget check per dataset concerned (composed epsilon, cap, whether it fits).
+
+        Raises:
+            UsageError: an invalid planned spend.
+            DatasetIdentityError: an unknown data digest.
+            RowRoleCollisionError: a role collision with another name's rows.
+        """
         with (
             result_cache.recomputed()
         ):  # a cap is decided on numbers computed here, never on a file
@@ -756,7 +860,7 @@ class Ledger:
 
     def _footprint(self, data_rows) -> dict:
         """Keyed row hashes of a planned release (computed once; a dict is already hashed)."""
-        return data_rows if isinstance(data_rows, dict) else lr.hash_rows(self._key(), data_rows)
+        return data_rows if isinstance(data_rows, dict) else hash_rows(self._key(), data_rows)
 
     def preflight(self, *, exclude_reservations=(), **planned) -> dict:
         """:meth:`check`, raising its refusals (:class:`BudgetExceededError`) before any training;
@@ -780,7 +884,19 @@ class Ledger:
         reservation of a run that was killed). A run that dies without closing it leaves the
         budget spent: fail closed. ``noise_tail_delta`` (the planned run's sampler tail, computed
         from public sizes at the target epsilon, an upper bound on the release's) is held too.
-        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows)."""
+        ``data_rows``: the rows it reads (see :meth:`check`), stored as keyed row sets (ledger.rows).
+
+        Args:
+            mechanism: the planned run's mechanism (recorded).
+            **planned: the fields of a PlannedSpend (as :meth:`check`).
+
+        Returns:
+            The reservation id.
+
+        Raises:
+            BudgetExceededError: the planned release would exceed a cap (nothing written).
+            UsageError: an invalid planned spend.
+        """
         plan = PlannedSpend(**planned)
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
         with self._store.write():
@@ -804,7 +920,7 @@ class Ledger:
                 plan.data_info,
                 uncertified=str(plan.uncertified) if plan.uncertified else None,
                 noise_tail_delta=float(plan.noise_tail_delta) if plan.noise_tail_delta else None,
-                rows=None if footprint is None else lr.declare(self, footprint),
+                rows=None if footprint is None else declare(self, footprint),
             )
             return self._append("reservation", plan.dataset, payload)
 
@@ -823,7 +939,19 @@ class Ledger:
     def settle(self, reservation_id: str, releases) -> list[str]:
         """Record the run's ``releases`` (``(Release, artefact_path)`` pairs) and close the
         reservation, in one transaction; returns the release ids. Either all of it is in the
-        ledger afterwards, or none of it (and the reservation stays open, spent)."""
+        ledger afterwards, or none of it (and the reservation stays open, spent).
+
+        Args:
+            reservation_id: the open reservation.
+            releases: ``(Release, artefact_path)`` pairs.
+
+        Returns:
+            The recorded release ids.
+
+        Raises:
+            UsageError: no open reservation with that id.
+            LedgerError: a release id already recorded with other content.
+        """
         items = [(r, None) if isinstance(r, Release) else tuple(r) for r in releases]
         with self._store.write():
             target = self._open_reservation(reservation_id)
@@ -832,7 +960,18 @@ class Ledger:
         return ids
 
     def cancel(self, reservation_id: str, reason: str) -> str:
-        """Close a reservation whose run released nothing (failed or interrupted before publishing)."""
+        """Close a reservation whose run released nothing (failed or interrupted before publishing).
+
+        Args:
+            reservation_id: the open reservation.
+            reason: why the run released nothing (recorded).
+
+        Returns:
+            The cancel entry's id.
+
+        Raises:
+            UsageError: no open reservation with that id, or an empty reason.
+        """
         reason = check_reason(reason)
         with self._store.write():
             target = self._open_reservation(reservation_id)
@@ -882,7 +1021,20 @@ class Ledger:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition
         (:func:`.queries.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
         ``sweep``: only the releases recorded under that sweep (``remaining`` is then None: it is a
-        property of the whole dataset). ``progress``: one step per dataset composed, on stderr."""
+        property of the whole dataset). ``progress``: one step per dataset composed, on stderr.
+
+        Args:
+            dataset: only this dataset (None: all).
+            accountants: the accountants whose bounds are shown (the smallest is ``epsilon``).
+            sweep: only the releases of this sweep.
+            progress: show progress on stderr.
+
+        Returns:
+            The summary rows.
+
+        Raises:
+            UsageError: an unknown dataset or sweep.
+        """
         if dataset is not None:
             check_name("dataset", dataset)
         if sweep is not None:
@@ -900,22 +1052,33 @@ class Ledger:
             states, people, accountants, whole=sweep is None, progress=progress
         )
 
-    def _people_index(self, adjust=None) -> tuple[dict, "lr.PeopleIndex"]:
+    def _people_index(self, adjust=None) -> tuple[dict, "PeopleIndex"]:
         """Every dataset's state (each passed through ``adjust`` if given) and the index of who
         shares people with whom (ledger.rows), from the verified entries."""
         rows = self._intact_rows()
         entries = self._entries_from_rows(rows)
-        states = lc.replay(entries)
+        states = replay(entries)
         if adjust is not None:
             states = {n: adjust(st) for n, st in states.items()}
-        return states, lr.PeopleIndex.build(rows, entries, states)
+        return states, PeopleIndex.build(rows, entries, states)
 
     # -- integrity
     def verify(self, *, anchor: str | None = None, owner: str | None = None) -> VerifyReport:
         """:func:`.integrity.verify_snapshot` of one read of the store: the chain, the store's own
         checks, every entry and signature, and ``anchor`` (a head hash published earlier with
         ``ledger head``). ``owner``: the key id the ledger's first registered key must have
-        (default: the one this ledger was opened with)."""
+        (default: the one this ledger was opened with).
+
+        Args:
+            anchor: a head hash published earlier.
+            owner: the key id the first registered key must have.
+
+        Returns:
+            The report: entries, head hash and every problem found (none: intact).
+
+        Raises:
+            UsageError: an anchor that is not a 64-hex hash.
+        """
         return self._authority.verify(self._snapshot(health=True), anchor, owner)
 
     def _snapshot(self, *, health: bool = False) -> Snapshot:

@@ -20,9 +20,9 @@ from ..accounting.events import Event
 from ..claims import integer, steps_accounted, steps_problem
 from ..errors import BudgetExceededError, LedgerAdjacencyError, UsageError
 from ..records import Release, public_noise_reason
-from . import compose as lc
 from . import queries
-from . import rows as lr
+from .compose import DatasetState, ReleaseView, dataset_total, fmt_epsilon, total_bounds
+from .rows import PeopleIndex, check_caps
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
@@ -66,7 +66,7 @@ class PlannedSpend:
         check_name("dataset", self.dataset)
         check_name("partition", self.partition)
 
-    def view(self, fingerprint: str) -> lc.ReleaseView:
+    def view(self, fingerprint: str) -> ReleaseView:
         """The planned spend as composition sees it (its noise tail checked to be a number >= 0)."""
         tail = float(self.noise_tail_delta)
         if not tail >= 0.0:
@@ -74,7 +74,7 @@ class PlannedSpend:
                 f"noise_tail_delta must be a number >= 0, got {self.noise_tail_delta!r}."
             )
         adjacency = Adjacency.parse(self.adjacency).value
-        return lc.ReleaseView(
+        return ReleaseView(
             "planned",
             self.dataset,
             self.partition,
@@ -137,7 +137,7 @@ def unbounded_audit_refusal(dataset: str, payload: dict, cap: str) -> str:
     )
 
 
-def require_adjacency(state: lc.DatasetState | None, adjacency: str, what: str) -> None:
+def require_adjacency(state: DatasetState | None, adjacency: str, what: str) -> None:
     """Refuse (:class:`LedgerAdjacencyError`) an ``adjacency`` other than the one ``state``'s
     entries share (``what``: the entries compared, for the message)."""
     current = None if state is None else state.adjacency()
@@ -145,7 +145,7 @@ def require_adjacency(state: lc.DatasetState | None, adjacency: str, what: str) 
         require_same(current, adjacency, what, LedgerAdjacencyError)
 
 
-def without_held(state: lc.DatasetState, held) -> lc.DatasetState:
+def without_held(state: DatasetState, held) -> DatasetState:
     """``state`` without the open reservations ``held`` (those that already hold the planned
     release)."""
     if not held:
@@ -156,15 +156,15 @@ def without_held(state: lc.DatasetState, held) -> lc.DatasetState:
 
 
 def cap_columns(
-    state: lc.DatasetState, planned: lc.ReleaseView, adjacency: str, accountants, *, allowed: bool
+    state: DatasetState, planned: ReleaseView, adjacency: str, accountants, *, allowed: bool
 ) -> dict:
     """The cap columns of :meth:`~.book.Ledger.check`: spent so far, what the planned release
     needs alone and the total with it, at the cap's delta."""
     cap_eps, cap_delta = state.cap
-    before = lc.dataset_total(state)
-    alone = lc.dataset_total(lc.DatasetState(state.name, releases=[planned]))
-    spent = lc.total_bounds(before, delta=cap_delta, adjacency=adjacency, accountants=accountants)
-    needs = lc.total_bounds(alone, delta=cap_delta, adjacency=adjacency)
+    before = dataset_total(state)
+    alone = dataset_total(DatasetState(state.name, releases=[planned]))
+    spent = total_bounds(before, delta=cap_delta, adjacency=adjacency, accountants=accountants)
+    needs = total_bounds(alone, delta=cap_delta, adjacency=adjacency)
     total = queries.total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)
     return {
         "cap": {"epsilon": cap_eps, "delta": cap_delta},
@@ -178,17 +178,17 @@ def cap_columns(
 
 
 def people_columns(
-    states: dict, index: lr.PeopleIndex, planned: lc.ReleaseView, footprint: dict, result: dict
+    states: dict, index: PeopleIndex, planned: ReleaseView, footprint: dict, result: dict
 ) -> None:
     """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
     and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
     dataset = planned.dataset
     index.collisions(dataset, footprint)
-    state = states.get(dataset) or lc.DatasetState(dataset)
+    state = states.get(dataset) or DatasetState(dataset)
     after = {**states, dataset: state.with_release(planned)}
     index = index.with_planned(dataset, footprint)
     partition = planned.partition
-    result["people"], refusal = lr.check_caps(index, states, after, dataset, partition, footprint)
+    result["people"], refusal = check_caps(index, states, after, dataset, partition, footprint)
     if refusal is not None and result["allowed"]:
         result.update(allowed=False, people_refusal=refusal)
 
@@ -203,22 +203,22 @@ def refusal(plan: PlannedSpend, checked: dict) -> str | None:
     open_held = checked.get("reservations")
     held = f" and {open_held} open reservation(s)" if open_held else ""
     why = f" ({plan.uncertified})" if plan.uncertified else ""
-    spent, needs, total = (lc.fmt_epsilon(checked[k]) for k in ("spent", "needs", "total"))
+    spent, needs, total = (fmt_epsilon(checked[k]) for k in ("spent", "needs", "total"))
     return (
         f"budget of dataset {plan.dataset!r} exceeded: {checked['releases']} release(s){held} "
         f"already spent epsilon={spent}, this release on {plan.dataset}:{plan.partition} needs "
         f"epsilon={needs}{why} alone, composed total would be epsilon={total} > cap "
-        f"epsilon={lc.fmt_epsilon(cap['epsilon'])} at delta={cap['delta']:g}; "
+        f"epsilon={fmt_epsilon(cap['epsilon'])} at delta={cap['delta']:g}; "
         "refused before training."
     )
 
 
-def check_audit(states: dict, index: lr.PeopleIndex, view: lc.ReleaseView, payload: dict) -> None:
+def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: dict) -> None:
     """Refuse (:class:`BudgetExceededError`) a planned audit that would push its dataset's releases
     and audits over a cap that includes audits, or any such cap reached through shared people
     (after its rows' role collisions, :class:`~dpaudit.errors.RowRoleCollisionError`)."""
     dataset = view.dataset
-    state = states.get(dataset) or lc.DatasetState(dataset)
+    state = states.get(dataset) or DatasetState(dataset)
     if state.cap is not None and state.cap_includes_audits:
         _check_audit_cap(state, view, payload)
     footprint = index.footprint(dataset, payload)
@@ -226,7 +226,7 @@ def check_audit(states: dict, index: lr.PeopleIndex, view: lc.ReleaseView, paylo
     after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
     planned = index.with_planned(dataset, footprint)
     partition = payload["partition"]
-    _, refused = lr.check_caps(planned, states, after, dataset, partition, footprint, what="audit")
+    _, refused = check_caps(planned, states, after, dataset, partition, footprint, what="audit")
     if refused is not None and payload["non_private"]:
         cap = "a cap that counts audits and shares its people"
         refused = unbounded_audit_refusal(dataset, payload, cap)
@@ -234,7 +234,7 @@ def check_audit(states: dict, index: lr.PeopleIndex, view: lc.ReleaseView, paylo
         raise BudgetExceededError(refused)
 
 
-def _check_audit_cap(state: lc.DatasetState, planned: lc.ReleaseView, payload: dict) -> None:
+def _check_audit_cap(state: DatasetState, planned: ReleaseView, payload: dict) -> None:
     cap_eps, cap_delta = state.cap
     adj, accountants = payload["adjacency"], queries.AUDIT_ACCOUNTANTS
     # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
@@ -247,8 +247,8 @@ def _check_audit_cap(state: lc.DatasetState, planned: lc.ReleaseView, payload: d
     if total > cap_eps:
         raise BudgetExceededError(
             f"budget of dataset {state.name!r} exceeded: its releases and {len(state.audits)} "
-            f"audit(s) already spent epsilon={lc.fmt_epsilon(spent)}, this audit's "
+            f"audit(s) already spent epsilon={fmt_epsilon(spent)}, this audit's "
             f"{payload['trials']} trials on {state.name}:{payload['partition']} would make it "
-            f"epsilon={lc.fmt_epsilon(total)} (rdp) > cap epsilon={lc.fmt_epsilon(cap_eps)} at "
+            f"epsilon={fmt_epsilon(total)} (rdp) > cap epsilon={fmt_epsilon(cap_eps)} at "
             f"delta={cap_delta:g} (the cap includes audits); refused before any trial ran."
         )

@@ -291,23 +291,27 @@ CLOSING_KINDS = ("settle", "cancel", "void")
 
 def _close(st: DatasetState, e, r: ReleaseView) -> None:
     """Apply a settle / cancel / void entry ``e`` to its target ``r``."""
-    if e.kind == "void" and r.kind != "reservation":
-        st.voided[r.id] = e.id
-    else:
-        st.closed[r.id] = e.id
-    if e.kind == "void" and e.payload.get("artefacts_published") is not False:
-        # A published artefact (or one not said to be unpublished) has spent its budget: a void takes nothing back.
-        st.published_voids.add(r.id)
-        if r.kind == "audit":  # an audit stays counted beside the releases
-            return
-        st.releases = [
-            dataclasses.replace(x, kind="release") if x.id == r.id else x for x in st.releases
-        ]
+    void = e.kind == "void"
+    closed_by = st.voided if void and r.kind != "reservation" else st.closed
+    closed_by[r.id] = e.id
+    if void and e.payload.get("artefacts_published") is not False:
+        _keep_published(st, r)
         return
-    if e.kind == "void":
+    if void:
         st.voided_views.append(r)
     st.releases = [x for x in st.releases if x.id != r.id]
     st.audits = [x for x in st.audits if x.id != r.id]
+
+
+def _keep_published(st: DatasetState, r: ReleaseView) -> None:
+    """A published artefact (or one not said to be unpublished) has spent its budget: a void takes
+    nothing back. A voided release or reservation counts as a release; an audit stays counted
+    beside the releases."""
+    st.published_voids.add(r.id)
+    if r.kind != "audit":
+        st.releases = [
+            dataclasses.replace(x, kind="release") if x.id == r.id else x for x in st.releases
+        ]
 
 
 def _state(states: dict, name: str) -> DatasetState:
@@ -407,20 +411,7 @@ def sequential(events) -> Event | None:
     """Sequential composition, flattened, with identical leaves merged (exact: steps add; see
     :func:`~dpaudit.accounting.accountants.merge_leaves`). Parallel nodes are kept as they are.
     None when nothing is spent."""
-    leaves: list = []
-    others: list = []
-    for ev in events:
-        if ev is None:
-            continue
-        stack = [ev]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, Composed):
-                stack.extend(x.events)
-            elif isinstance(x, (SubsampledGaussian, PureEpsilon)):
-                leaves.append(x)
-            else:
-                others.append(x)
+    leaves, others = _flatten(events)
     merged = merge_leaves(leaves)
     # Sorted: composition is commutative, and one canonical order lets a dataset total and a
     # partition with the same releases share one (cached) accountant call.
@@ -435,6 +426,24 @@ def sequential(events) -> Event | None:
     if not out:
         return None
     return out[0] if len(out) == 1 else Composed(tuple(out))
+
+
+def _flatten(events) -> tuple[list, list]:
+    """``(leaves, others)``: the leaves of ``events`` with every Composed node opened (None
+    skipped), and the other nodes (Parallel) as they are, in traversal order."""
+    leaves: list = []
+    others: list = []
+    for ev in events:
+        stack = [] if ev is None else [ev]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Composed):
+                stack.extend(x.events)
+            elif isinstance(x, (SubsampledGaussian, PureEpsilon)):
+                leaves.append(x)
+            else:
+                others.append(x)
+    return leaves, others
 
 
 def _par(events) -> Event | None:
@@ -535,23 +544,19 @@ def _with_subtree(
         unbounded=own.unbounded or any(k.unbounded for k in inner),
         unbounded_reasons=own.unbounded_reasons
         + tuple(x for k in inner for x in k.unbounded_reasons),
-        naive_epsilon=own.naive_epsilon
-        + sum(k.naive_epsilon for k in subs)
-        + max([k.naive_epsilon for k in kids], default=0.0),
-        naive_delta=own.naive_delta
-        + sum(k.naive_delta for k in subs)
-        + max([k.naive_delta for k in kids], default=0.0),
-        **{
-            f: getattr(own, f) + sum(getattr(k, f) for k in inner)
-            for f in (
-                "releases_subtree",
-                "non_private",
-                "reservations",
-                "uncertified",
-                "noise_tail",
-            )
-        },
+        **{f: _naive_sum(f, own, subs, kids) for f in ("naive_epsilon", "naive_delta")},
+        **{f: getattr(own, f) + sum(getattr(k, f) for k in inner) for f in _SUBTREE_SUMMED},
     )
+
+
+#: NodeTotal counts and tails that add up over a whole subtree (parallel children included).
+_SUBTREE_SUMMED = ("releases_subtree", "non_private", "reservations", "uncertified", "noise_tail")
+
+
+def _naive_sum(field: str, own: NodeTotal, subs: list[NodeTotal], kids: list[NodeTotal]) -> float:
+    """A naive total: own claims, plus the undeclared subsets' summed and the worst declared child's."""
+    subsets = sum(getattr(k, field) for k in subs)
+    return getattr(own, field) + subsets + max([getattr(k, field) for k in kids], default=0.0)
 
 
 def _own_total(everything: list[ReleaseView]) -> NodeTotal:
@@ -560,7 +565,7 @@ def _own_total(everything: list[ReleaseView]) -> NodeTotal:
     own = [r for r in everything if r.kind == "release"]  # the naive sum and counts: releases only
     # An uncertified guarantee is no guarantee: like a non-private release, it makes the subtree
     # unbounded (fail closed) until the operator voids it.
-    reasons = tuple(x for x in map(_unbounded_reason, everything) if x)
+    reasons = tuple(filter(None, map(_unbounded_reason, everything)))
     return NodeTotal(
         event=None,
         unbounded=bool(reasons),
@@ -570,10 +575,15 @@ def _own_total(everything: list[ReleaseView]) -> NodeTotal:
         naive_epsilon=sum(_claim(r.epsilon, r.non_private) for r in own),
         naive_delta=sum(_claim(r.delta, r.non_private, 0.0) + r.noise_tail_delta for r in own),
         reservations=sum(r.kind == "reservation" for r in everything),
-        uncertified=sum(bool(r.uncertified) and not r.non_private for r in own),
+        uncertified=sum(map(_uncertified, own)),
         unbounded_reasons=reasons,
         noise_tail=sum(r.noise_tail_delta for r in everything if not r.non_private),
     )
+
+
+def _uncertified(r: ReleaseView) -> bool:
+    """A private release whose guarantee is not certified."""
+    return bool(r.uncertified) and not r.non_private
 
 
 def _claim(v: float | None, non_private: bool, missing: float = math.inf) -> float:
@@ -642,6 +652,16 @@ PRV_SKIP_ABOVE_RDP_EPSILON = 40.0
 TAIL_MARGINS = (1e-9, 1e-3, 0.1, 0.5)
 
 
+#: The bounds :func:`bounds` reports (None until an accountant gives one).
+_BOUND_FIELDS = (
+    "epsilon_rdp",
+    "epsilon_prv",
+    "epsilon_prv_lower",
+    "epsilon_prv_estimate",
+    "epsilon_pure",
+)
+
+
 def bounds(
     event: Event | None,
     *,
@@ -667,22 +687,14 @@ def bounds(
     (skipping a bound can only raise the minimum); if none succeeds, the error propagates
     (never epsilon 0).
     """
-    if noise_tail > 0.0 and not unbounded and event is not None:
+    adj = adjacency or Adjacency.ADD_REMOVE_RECORD.value
+    out: dict = {"delta": delta, **dict.fromkeys(_BOUND_FIELDS), "accountant_errors": {}}
+    if unbounded or event is None:
+        return _trivial_bounds(out, event, unbounded)
+    if noise_tail > 0.0:
         return _bounds_with_tail(
             event, delta=delta, adjacency=adjacency, accountants=accountants, tau=noise_tail
         )
-    adj = adjacency or Adjacency.ADD_REMOVE_RECORD.value
-    out: dict = {
-        "delta": delta,
-        "epsilon_rdp": None,
-        "epsilon_prv": None,
-        "epsilon_prv_lower": None,
-        "epsilon_prv_estimate": None,
-        "epsilon_pure": None,
-        "accountant_errors": {},
-    }
-    if unbounded or event is None:
-        return _trivial_bounds(out, event, unbounded)
     candidates: dict[str, float] = {}
     errors = [_try_accountant(name, event, delta, adj, out, candidates) for name in accountants]
     if _pure_only(event):

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
-from . import compose as lc
-from . import rows as lr
-from . import signing as sg
+from . import signing
+from .compose import DatasetState, parse_event, replay, unstable_declaration
 from .fingerprint import is_fingerprint
 from .paths import GENESIS_HASH
+from .rows import ROWS_KIND
 from .signing import Problem
 from .store import ENTRY_COLUMNS
 
@@ -31,9 +31,9 @@ ENTRY_KINDS = (
     "settle",
     "cancel",
     "version",
-    lr.ROWS_KIND,
+    ROWS_KIND,
     "audit",
-) + sg.LEDGER_KINDS
+) + signing.LEDGER_KINDS
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
 
 
@@ -158,7 +158,7 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
             not (withheld and is_withheld(r))
             and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h
         ):
-            edited = f"{sg.label(r)} was edited: its content no longer matches its hash."
+            edited = f"{signing.label(r)} was edited: its content no longer matches its hash."
             problems.append(Problem("edited", edited, seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
@@ -172,7 +172,7 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
 def _link_problem(r, prev_row, after) -> Problem:
     """Why row ``r`` does not follow ``prev_row`` (None: ``r`` is stored first); ``after``: the row
     its ``prev_hash`` names, if still there."""
-    seq, eid, prev, label = r[0], r[1], r[6], sg.label(r)
+    seq, eid, prev, label = r[0], r[1], r[6], signing.label(r)
     if after is not None and after is not r:
         return Problem(
             "reordered",
@@ -217,32 +217,35 @@ def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
         return [
             Problem("deleted", "the chain head is missing: the ledger was altered outside dpaudit.")
         ]
-    head_seq, head_count, head_hash = head
+    _, head_count, head_hash = head
     if head_hash == last_hash and head_count == len(rows):
         return []
     if head_hash in by_hash:
-        if any(p.kind == "reordered" for p in found):
-            return []  # already named
-        tail = [r for r in rows if r[0] > by_hash[head_hash][0]]
-        if tail:
-            return [
-                Problem(
-                    "edited",
-                    f"entry #{tail[0][0]} ({tail[0][1]}) and later were added outside dpaudit (after the chain head).",
-                    tail[0][0],
-                    tail[0][1],
-                )
-            ]
-    elif head_hash != GENESIS_HASH or rows:
+        return _after_head(rows, by_hash[head_hash][0], head_count, found)
+    if head_hash != GENESIS_HASH or rows:
         return _head_entry_gone(head, rows, found)
-    if head_count != len(rows) and not any(p.kind == "deleted" for p in found):
-        return [
-            Problem(
-                "deleted",
-                f"the chain head records {head_count} entries but the ledger holds {len(rows)}.",
-            )
-        ]
-    return []
+    return _count_mismatch(head_count, rows, found)
+
+
+def _after_head(rows, head_seq: int, head_count: int, found) -> list[Problem]:
+    """The head's entry is in the table: entries after it were added outside dpaudit, or the
+    counts differ."""
+    if any(p.kind == "reordered" for p in found):
+        return []  # already named
+    tail = [r for r in rows if r[0] > head_seq]
+    if not tail:
+        return _count_mismatch(head_count, rows, found)
+    first_seq, first_id = tail[0][0], tail[0][1]
+    message = f"entry #{first_seq} ({first_id}) and later were added outside dpaudit (after the chain head)."
+    return [Problem("edited", message, first_seq, first_id)]
+
+
+def _count_mismatch(head_count: int, rows, found) -> list[Problem]:
+    """The head's entry count against the table's, unless a deletion is already named."""
+    if head_count == len(rows) or any(p.kind == "deleted" for p in found):
+        return []
+    message = f"the chain head records {head_count} entries but the ledger holds {len(rows)}."
+    return [Problem("deleted", message)]
 
 
 def _head_entry_gone(head, rows, found) -> list[Problem]:
@@ -289,8 +292,8 @@ class Snapshot:
     health: list = field(default_factory=list)
 
 
-def signed_rows(rows) -> list[sg.SignedRow]:
-    return [sg.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
+def signed_rows(rows) -> list[signing.SignedRow]:
+    return [signing.SignedRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[8], r[9]) for r in rows]
 
 
 def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) -> VerifyReport:
@@ -298,10 +301,8 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problem, never 0), every signature against the keys registered before it (``owner``: the key
     id the first registered key must have) and ``anchor`` (a head hash published earlier: the
     chain must still contain it)."""
-    rows, shared = (
-        snap.rows,
-        snap.backend == "export",
-    )  # only a bundle's shareable export may withhold row sets
+    # only a bundle's shareable export may withhold row sets
+    rows, shared = snap.rows, snap.backend == "export"
     readable = [r for r in rows if not (shared and is_withheld(r))]
     problems = (
         [Problem(k, m) for k, m in snap.health]
@@ -309,22 +310,9 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
         + _unreadable(rows)
     )
     problems += withheld_problems(rows) if shared else []
-    ring, found = sg.check_signatures(signed_rows(readable), owner=owner)
+    ring, found = signing.check_signatures(signed_rows(readable), owner=owner)
     problems += found + authority_problems(readable)
-    if anchor is not None:
-        a = anchor.strip().lower()
-        if not is_fingerprint(a):
-            raise UsageError(
-                f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}."
-            )
-        if a != GENESIS_HASH and a not in {r[7] for r in rows}:
-            problems.append(
-                Problem(
-                    "anchor",
-                    f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
-                    "since that head was published.",
-                )
-            )
+    problems += _anchor_problems(anchor, rows)
     last_hash = rows[-1][7] if rows else GENESIS_HASH
     return VerifyReport(
         snap.path,
@@ -338,7 +326,22 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     )
 
 
-def held_children(state: lc.DatasetState, children) -> list[str]:
+def _anchor_problems(anchor: str | None, rows) -> list[Problem]:
+    """``anchor`` (a head hash published earlier) must still be in the chain."""
+    if anchor is None:
+        return []
+    a = anchor.strip().lower()
+    if not is_fingerprint(a):
+        raise UsageError(
+            f"anchor must be a 64-hex head hash printed by `dpaudit ledger head`, got {anchor!r}."
+        )
+    if a == GENESIS_HASH or a in {r[7] for r in rows}:
+        return []
+    message = f"anchor {a[:16]} is not in the chain: the ledger was truncated or rewritten "
+    return [Problem("anchor", message + "since that head was published.")]
+
+
+def held_children(state: DatasetState, children) -> list[str]:
     """The releases and open reservations of ``state`` that lie in one of ``children`` (or below)."""
     kids = set(children)
     held = []
@@ -351,7 +354,7 @@ def held_children(state: lc.DatasetState, children) -> list[str]:
     return held
 
 
-def refuse_held_children(state: lc.DatasetState, parent: str, children) -> None:
+def refuse_held_children(state: DatasetState, parent: str, children) -> None:
     """Raise LedgerAuthorityError if a release or open reservation lies in one of ``children``."""
     held = held_children(state, children)
     if held:
@@ -374,7 +377,7 @@ class _Row:
 
 def _parsed(rows) -> list[_Row]:
     """The readable entries of ``rows`` (the others are named by _unreadable)."""
-    payloads = [(r, sg.payload_of(r[5])) for r in rows]
+    payloads = [(r, signing.payload_of(r[5])) for r in rows]
     return [_Row(r[1], r[2], r[4], payload) for r, payload in payloads if payload is not None]
 
 
@@ -389,18 +392,9 @@ def partition_problems(rows) -> list[Problem]:
         if e.kind != "partition":
             continue
         parent, children = str(e.payload.get("parent")), tuple(e.payload.get("children") or ())
-        if lc.unstable_declaration(parent, str(e.payload.get("declared_by", ""))):
+        if unstable_declaration(parent, str(e.payload.get("declared_by", ""))):
             continue  # ignored by replay: composes sequentially
-        try:
-            before = [x for x in entries[:i] if x.dataset == e.dataset]
-            state = lc.replay(before).get(e.dataset) or lc.DatasetState(e.dataset)
-            if state.check_partition(parent, children):
-                continue  # the identical split again: changes nothing
-            held = held_children(state, children)
-        except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
-            held = [
-                f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"
-            ]
+        held = _held_when_declared(entries[:i], e, parent, children)
         if held:
             seq = next(r[0] for r in rows if r[1] == e.id)
             out.append(
@@ -416,12 +410,23 @@ def partition_problems(rows) -> list[Problem]:
     return out
 
 
+def _held_when_declared(earlier: list[_Row], e: _Row, parent: str, children) -> list[str]:
+    """What ``children`` held when ``e`` declared them disjoint (empty for the identical split
+    declared again, which changes nothing); an invalid declaration is itself a finding."""
+    try:
+        state = replay([x for x in earlier if x.dataset == e.dataset]).get(e.dataset)
+        state = state or DatasetState(e.dataset)
+        return [] if state.check_partition(parent, children) else held_children(state, children)
+    except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
+        return [f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"]
+
+
 def seal_problems(rows) -> list[Problem]:
     """A seal made on this machine (:func:`~.signing.remember_seal`) that is no longer in the chain."""
-    ring, _ = sg.check_signatures(signed_rows(rows), verify=False)
+    ring, _ = signing.check_signatures(signed_rows(rows), verify=False)
     if ring.owner is None:
         return []
-    seal = sg.remembered_seal(ring.keys[ring.owner].entry_id)
+    seal = signing.remembered_seal(ring.keys[ring.owner].entry_id)
     if seal is None or seal["hash"] in {r[7] for r in rows}:
         return []
     return [
@@ -446,7 +451,7 @@ def _unreadable(rows) -> list[Problem]:
             if kind not in ENTRY_KINDS:
                 raise ValueError(f"unknown kind {kind!r}")
             if kind in ("release", "reservation", "audit") and not payload.get("non_private"):
-                lc.parse_event(payload.get("guarantee"))
+                parse_event(payload.get("guarantee"))
         except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             out.append(
@@ -477,7 +482,7 @@ WITHHELD = "withheld"
 
 
 def _withheld_payload(text: str) -> str:
-    return canonical_json({WITHHELD: lr.ROWS_KIND, "set": json.loads(text).get("set")})
+    return canonical_json({WITHHELD: ROWS_KIND, "set": json.loads(text).get("set")})
 
 
 def withhold_row_sets(dump: dict) -> dict:
@@ -487,21 +492,21 @@ def withhold_row_sets(dump: dict) -> dict:
     of any private set is published, only set ids, which are hashes of keyed hashes."""
     rows = [list(r) for r in dump.get("rows") or []]
     for r in rows:
-        if r[2] == lr.ROWS_KIND:
+        if r[2] == ROWS_KIND:
             r[5] = _withheld_payload(r[5])
-    return {**dump, "fingerprint_key": None, "rows": rows, WITHHELD: lr.ROWS_KIND}
+    return {**dump, "fingerprint_key": None, "rows": rows, WITHHELD: ROWS_KIND}
 
 
 def is_withheld(row) -> bool:
     """A row-set entry whose payload a shareable export withheld (its content hash cannot be recomputed)."""
-    return row[2] == lr.ROWS_KIND and WITHHELD in (sg.payload_of(row[5]) or {})
+    return row[2] == ROWS_KIND and WITHHELD in (signing.payload_of(row[5]) or {})
 
 
 def _referenced_sets(rows) -> set:
     out = set()
     for r in rows:
         if r[2] in ("release", "reservation", "audit"):
-            spec = (sg.payload_of(r[5]) or {}).get("rows") or {}
+            spec = (signing.payload_of(r[5]) or {}).get("rows") or {}
             out.update(
                 sid for role in spec.values() if isinstance(role, dict) for sid in role.values()
             )
@@ -518,7 +523,7 @@ def withheld_problems(rows) -> list[Problem]:
             if sid in seen or sid not in referenced:
                 why = "is withheld but stands for no row set a release names once"
                 why += ": a withheld entry may only be a row set."
-                out.append(Problem("edited", f"{sg.label(r)} {why}", r[0], r[1]))
+                out.append(Problem("edited", f"{signing.label(r)} {why}", r[0], r[1]))
             seen.add(sid)
     return out
 

@@ -24,20 +24,20 @@ def audits_of_target(target: dict, entries) -> list[tuple[int, str]]:
     """(seq, audit id) of every audit of ``target`` among ``entries`` ((seq, kind, payload), ledger order):
     ``audit`` entries (a release's audits by its id; a fresh run's by mechanism and dataset) and the runs
     of plans registered with the same target."""
-    planned = {
-        p.get("plan_id")
-        for _, kind, p in entries
-        if kind == "plan"
-        and p.get("stage") == "registered"
-        and same_target(target, p.get("target"))
-    }
-    out = []
-    for seq, kind, p in entries:
-        if kind == "plan" and p.get("stage") == "run" and p.get("plan_id") in planned:
-            out.append((seq, str(p.get("audit_id"))))
-        elif kind == "audit" and _audits(target, p):
-            out.append((seq, str(p.get("audit_id"))))
-    return out
+    planned = {p.get("plan_id") for _, kind, p in entries if _registers(kind, p, target)}
+    return [
+        (seq, str(p.get("audit_id")))
+        for seq, kind, p in entries
+        if (kind == "plan" and p.get("stage") == "run" and p.get("plan_id") in planned)
+        or (kind == "audit" and _audits(target, p))
+    ]
+
+
+def _registers(kind: str, p: dict, target: dict) -> bool:
+    """A ``plan`` entry that registers a plan for ``target``."""
+    return (
+        kind == "plan" and p.get("stage") == "registered" and same_target(target, p.get("target"))
+    )
 
 
 def _audits(target: dict, audit: dict) -> bool:
@@ -57,13 +57,7 @@ def recorded_plan_entry(payload: dict, entries, path) -> str | None:
     ``plan`` and ``audit`` entries as (seq, entry id, kind, payload). Refused (UsageError, nothing
     written): a malformed payload; a plan registered twice, or after an audit of its target; a run of
     an unregistered plan; a result of no recorded run, or a second result of a run with another digest."""
-    key = _key(payload)
-    named_run = (key[1] != "registered") == isinstance(key[2], str)
-    if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or not named_run:
-        raise UsageError(
-            f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a "
-            f"run, its audit_id; got {payload!r}."
-        )
+    key = _checked_key(payload)
     plans = [(eid, p) for _, eid, kind, p in entries if kind == "plan"]
     registered = any(_key(p)[:2] == (key[0], "registered") for _, p in plans)
     if registered == (key[1] == "registered"):
@@ -81,6 +75,18 @@ def recorded_plan_entry(payload: dict, entries, path) -> str | None:
 
 def _key(p: dict) -> tuple:
     return p.get("plan_id"), p.get("stage"), p.get("audit_id")
+
+
+def _checked_key(payload: dict) -> tuple:
+    """``(plan_id, stage, audit_id)`` of a plan entry's payload; a malformed one is refused."""
+    key = _key(payload)
+    named_run = (key[1] != "registered") == isinstance(key[2], str)
+    if key[1] not in PLAN_STAGES or not isinstance(key[0], str) or not named_run:
+        raise UsageError(
+            f"plan entry must have a plan_id, a stage in {', '.join(PLAN_STAGES)} and, for a "
+            f"run, its audit_id; got {payload!r}."
+        )
+    return key
 
 
 def target_label(target: dict) -> str:

@@ -153,23 +153,22 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
         or entry.get("check") != _check(key, entry["value"])
     ):
         return None
-    value = entry["value"]
-    if "refusal" in value:
-        return UnsupportedEventError(str(value["refusal"]))
-    try:
-        nums = [value[k] for k in ("epsilon", "epsilon_lower", "epsilon_estimate")]
-    except KeyError:
+    if "refusal" in entry["value"]:
+        return UnsupportedEventError(str(entry["value"]["refusal"]))
+    nums = _cached_numbers(entry["value"])
+    if nums is None:
         return None
-    if not all(isinstance(x, float) for x in nums) or not nums[0] >= 0.0:
-        return None
+    epsilon, lower, estimate = nums
     return AccountantResult(
-        accountant,
-        nums[0],
-        float(delta),
-        adjacency,
-        epsilon_lower=nums[1],
-        epsilon_estimate=nums[2],
+        accountant, epsilon, float(delta), adjacency, epsilon_lower=lower, epsilon_estimate=estimate
     )
+
+
+def _cached_numbers(value: dict) -> list[float] | None:
+    """``[epsilon, epsilon_lower, epsilon_estimate]`` of a checked entry's value; None when one is
+    missing or not a float, or epsilon is not >= 0 (NaN included)."""
+    nums = [value.get(k) for k in ("epsilon", "epsilon_lower", "epsilon_estimate")]
+    return nums if all(isinstance(x, float) for x in nums) and nums[0] >= 0.0 else None
 
 
 def store(event, delta: float, accountant: str, adjacency: str, result) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..data.rows import SOURCES
 from ..errors import AdjacencyMismatchError, RowRoleCollisionError
-from . import compose as lc
+from .compose import NodeTotal, _sequential_totals, dataset_total, fmt_epsilon, total_bounds
 
 ROWS_KIND = "rows"
 EVERY_ROW = "*"
@@ -257,7 +257,7 @@ class PeopleIndex:
         )
 
 
-def people_total(states: dict, names, audits: bool = False) -> lc.NodeTotal:
+def people_total(states: dict, names, audits: bool = False) -> NodeTotal:
     """The names' dataset totals (with their audits when ``audits``) composed sequentially (they may
     share people); one adjacency."""
     adjacencies = {
@@ -268,9 +268,9 @@ def people_total(states: dict, names, audits: bool = False) -> lc.NodeTotal:
         raise AdjacencyMismatchError(
             f"releases on datasets that share people must use one adjacency to be composed, got {shown}."
         )
-    return lc._sequential_totals(
+    return _sequential_totals(
         [
-            lc.dataset_total(states[n].with_audits() if audits else states[n])
+            dataset_total(states[n].with_audits() if audits else states[n])
             for n in names
             if n in states
         ]
@@ -302,7 +302,7 @@ def adjacency_of(states: dict, names) -> str | None:
 
 def _epsilon(states: dict, names, delta: float, audits: bool = False) -> float:
     total = people_total(states, [n for n in names if n in states], audits)
-    return lc.total_bounds(total, delta=delta, adjacency=adjacency_of(states, names))["epsilon"]
+    return total_bounds(total, delta=delta, adjacency=adjacency_of(states, names))["epsilon"]
 
 
 def check_caps(
@@ -331,9 +331,9 @@ def check_caps(
             spent = "releases and audits" if audits else "releases"
             refusal = (
                 f"budget of dataset {name!r} exceeded through shared people: the {spent} of {', '.join(group)} read rows "
-                f"{name} holds private and compose to epsilon={lc.fmt_epsilon(_epsilon(before, group, cap_delta, audits))}; with this "
-                f"{what} on {dataset}:{partition} the composed total would be epsilon={lc.fmt_epsilon(total)} > cap "
-                f"epsilon={lc.fmt_epsilon(cap_eps)} at delta={cap_delta:g}; refused before "
+                f"{name} holds private and compose to epsilon={fmt_epsilon(_epsilon(before, group, cap_delta, audits))}; with this "
+                f"{what} on {dataset}:{partition} the composed total would be epsilon={fmt_epsilon(total)} > cap "
+                f"epsilon={fmt_epsilon(cap_eps)} at delta={cap_delta:g}; refused before "
                 f"{'any trial ran' if what == 'audit' else 'training'}."
             )
     return checked, refusal

@@ -219,20 +219,27 @@ def load_signing_key(
     A key file readable by other users is refused: whoever can read it can sign as its owner."""
     explicit = which is not None or bool(os.environ.get(SIGNING_KEY_ENV))
     which = which if which is not None else (os.environ.get(SIGNING_KEY_ENV) or DEFAULT_KEY_NAME)
-    text = os.fspath(which)
+    name, path = _key_location(os.fspath(which))
+    if path.exists():
+        return SigningKey(name, path, _read_private_key(path))
+    if explicit or required:
+        raise UsageError(
+            f"signing key must be an existing key file or name, got {os.fspath(which)!r} ({path} "
+            "does not exist; create one with `dpaudit ledger keygen`)."
+        )
+    return None
+
+
+def _key_location(text: str) -> tuple[str, Path]:
+    """``(name, path)`` of a key given by its file (a path, ``*.key`` or ``~...``) or its name."""
     if os.sep in text or text.endswith(".key") or text.startswith("~"):
-        path = Path(text).expanduser()
-        name = path.stem
-    else:
-        name = _check_key_name(text)
-        path = key_dir() / f"{name}.key"
-    if not path.exists():
-        if explicit or required:
-            raise UsageError(
-                f"signing key must be an existing key file or name, got {text!r} ({path} does not exist; "
-                "create one with `dpaudit ledger keygen`)."
-            )
-        return None
+        return Path(text).expanduser().stem, Path(text).expanduser()
+    name = _check_key_name(text)
+    return name, key_dir() / f"{name}.key"
+
+
+def _read_private_key(path: Path) -> ed25519.Ed25519PrivateKey:
+    """The Ed25519 private key in ``path``; refused (LedgerError) when other users can read it."""
     try:
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
@@ -250,7 +257,7 @@ def load_signing_key(
         raise LedgerError(
             f"signing key {path} must be an Ed25519 key, got {type(private).__name__}."
         )
-    return SigningKey(name, path, private)
+    return private
 
 
 def signing_material(
@@ -505,16 +512,16 @@ def _signed_problem(
         return _void_problem(payload)
     if r.kind == SEAL_KIND:
         return _seal_problem(r, payload)
-    if r.kind == KEY_KIND:
-        raw, why = _registered_key(payload)
-        if raw is None:
-            return why
-        kid = key_id(raw)
-        if kid not in ring.keys:
-            ring.keys[kid] = RegisteredKey(
-                kid, raw, str(payload.get("name", "")), "member", r.id, r.seq, r.signer
-            )
-    return None
+    return _register_member(ring, r, payload) if r.kind == KEY_KIND else None
+
+
+def _register_member(ring: KeyRing, r: SignedRow, payload: dict) -> str | None:
+    """Adopt the member key a key entry registers (its problem when the payload holds none)."""
+    raw, why = _registered_key(payload)
+    if raw is not None:
+        name, kid = str(payload.get("name", "")), key_id(raw)
+        ring.keys.setdefault(kid, RegisteredKey(kid, raw, name, "member", r.id, r.seq, r.signer))
+    return why or None
 
 
 def _seal_file(ledger_identity: str) -> Path:

@@ -128,21 +128,25 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
+#: What psycopg's messages say when the connection to the server was lost.
+_LOST_CONNECTION = (
+    "terminating connection",
+    "server closed the connection",
+    "connection is lost",
+    "consuming input failed",
+    "the connection is closed",
+    "connection already closed",
+)
+
+
 def describe_pg_error(where: str, e: BaseException) -> str:
     """One line naming the ledger and what went wrong, for every psycopg error."""
     import psycopg
 
     msg = _first_line(e)
     low = msg.lower()
-    if (
-        isinstance(e, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown))
-        or "terminating connection" in low
-        or "server closed the connection" in low
-        or "connection is lost" in low
-        or "consuming input failed" in low
-        or "the connection is closed" in low
-        or "connection already closed" in low
-    ):
+    shutdown = isinstance(e, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown))
+    if shutdown or any(words in low for words in _LOST_CONNECTION):
         return (
             f"ledger {where}: the connection to the PostgreSQL server was lost ({msg}); the transaction in flight "
             "was rolled back by the server, so no entry is half-written. Run again; `dpaudit ledger verify` checks the ledger."
@@ -167,8 +171,7 @@ class PostgresStore(StoreBase):
     ) -> None:
         if location.backend != "postgresql":
             raise UsageError(f"location must be a postgresql:// ledger, got {location.display!r}.")
-        self.location = location
-        self.display = location.display
+        self.location, self.display = location, location.display
         self.schema = location.schema or "dpaudit"
         self.s = _q(self.schema)
         self._prefix = self.s + "."

@@ -67,6 +67,25 @@ def describe_sqlite_error(path: Path, e: BaseException) -> str:
     return f"ledger {path}: {text}."
 
 
+def _check_existing_ledger(p: Path) -> None:
+    """An existing ledger path must be an SQLite database that dpaudit may write (LedgerError)."""
+    if p.is_dir():
+        raise LedgerError(f"ledger path {p} is a directory; give a file path.")
+    try:
+        with open(p, "rb") as file:
+            head = file.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise LedgerError(f"cannot read ledger {p}: {e.strerror}.") from None
+    if head and head != _SQLITE_MAGIC:
+        raise LedgerError(
+            f"ledger {p} is not an SQLite database (corrupt or another kind of file); it was left untouched."
+        )
+    if not os.access(p, os.R_OK | os.W_OK) or not os.access(p.parent, os.W_OK):
+        raise LedgerError(
+            f"ledger {p} is read-only; dpaudit needs write access to the file and its directory (WAL mode)."
+        )
+
+
 class SqliteStore(StoreBase):
     """The rows of one ledger file."""
 
@@ -74,8 +93,7 @@ class SqliteStore(StoreBase):
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout: float = 60.0) -> None:
         self.path = Path(path)
-        self.display = str(self.path)
-        self._busy_timeout = float(busy_timeout)
+        self.display, self._busy_timeout = str(self.path), float(busy_timeout)
         self._conn: sqlite3.Connection | None = None
         self._precheck_location()
         conn = None
@@ -108,22 +126,7 @@ class SqliteStore(StoreBase):
     def _precheck_location(self) -> None:
         p = self.path
         if p.exists():
-            if p.is_dir():
-                raise LedgerError(f"ledger path {p} is a directory; give a file path.")
-            try:
-                with open(p, "rb") as f:
-                    head = f.read(len(_SQLITE_MAGIC))
-            except OSError as e:
-                raise LedgerError(f"cannot read ledger {p}: {e.strerror}.") from None
-            if head and head != _SQLITE_MAGIC:
-                raise LedgerError(
-                    f"ledger {p} is not an SQLite database (corrupt or another kind of file); it was left untouched."
-                )
-            if not os.access(p, os.R_OK | os.W_OK) or not os.access(p.parent, os.W_OK):
-                raise LedgerError(
-                    f"ledger {p} is read-only; dpaudit needs write access to the file and its directory (WAL mode)."
-                )
-            return
+            return _check_existing_ledger(p)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:

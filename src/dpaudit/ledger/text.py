@@ -126,58 +126,33 @@ def summary_table(rows: list[dict]) -> list[tuple]:
     dataset, then the dataset's audits and releases + audits after its partitions."""
     out, shown = [], {(r["dataset"], r["partition"]) for r in rows}
     for i, r in enumerate(rows):
-        whole, (parent, _, last) = r["partition"] == "*", r["partition"].rpartition("/")
-        # a child shows its last segment under its parent's row (the tree): long names leave room for the numbers
-        name = last if (r["dataset"], parent) in shown else r["partition"]
-        label = ("  " * (0 if whole else 1 + r["partition"].count("/"))) + (
-            r["dataset"] + " (total)" if whole else name
-        )
-        cap = r["cap"]
-        out.append(
-            (
-                label,
-                f"{r['releases_subtree']}" if whole else f"{r['releases']}/{r['releases_subtree']}",
-                num(r["epsilon"], 3),
-                num(r["epsilon_rdp"], 3),
-                num(r["epsilon_prv"], 3),
-                num(r["naive_epsilon"], 3),
-                f"{r['delta']:g}",
-                ""
-                if cap is None
-                else f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else ""),
-                num(r["remaining"], 3) if whole else "",
-            )
-        )
+        out.append(_summary_row(r, shown))
         total = next(x for x in rows if x["dataset"] == r["dataset"] and x["partition"] == "*")
-        if total.get("audits") and (
-            i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]
-        ):  # after the dataset's partitions
-            d = f"{total['delta']:g}"
-            out += [
-                (
-                    f"  audits ({total['audits']})",
-                    "",
-                    num(total["audit_epsilon"], 3),
-                    "",
-                    "",
-                    "",
-                    d,
-                    "",
-                    "",
-                ),
-                (
-                    "  releases + audits",
-                    "",
-                    num(total["epsilon_with_audits"], 3),
-                    "",
-                    "",
-                    "",
-                    d,
-                    "",
-                    "",
-                ),
-            ]
+        last_of_dataset = i + 1 == len(rows) or rows[i + 1]["dataset"] != r["dataset"]
+        if total.get("audits") and last_of_dataset:  # after the dataset's partitions
+            out.append(_audit_row(f"  audits ({total['audits']})", total["audit_epsilon"], total))
+            out.append(_audit_row("  releases + audits", total["epsilon_with_audits"], total))
     return out
+
+
+def _audit_row(label: str, epsilon, total: dict) -> tuple:
+    """A dataset's audit line of the summary table: only its epsilon and delta."""
+    return (label, "", num(epsilon, 3), "", "", "", f"{total['delta']:g}", "", "")
+
+
+def _summary_row(r: dict, shown: set) -> tuple:
+    """One node's cells. A child shows its last segment under its parent's row (the tree): long
+    names leave room for the numbers."""
+    whole, (parent, _, last) = r["partition"] == "*", r["partition"].rpartition("/")
+    name = last if (r["dataset"], parent) in shown else r["partition"]
+    depth = 0 if whole else 1 + r["partition"].count("/")
+    label = "  " * depth + (r["dataset"] + " (total)" if whole else name)
+    cap = r["cap"] or {}
+    cap_cell = f"{cap['epsilon']:g}" + ("+a" if cap.get("include_audits") else "") if cap else ""
+    releases = f"{r['releases_subtree']}" if whole else f"{r['releases']}/{r['releases_subtree']}"
+    numbers = [num(r[key], 3) for key in ("epsilon", "epsilon_rdp", "epsilon_prv", "naive_epsilon")]
+    left = num(r["remaining"], 3) if whole else ""
+    return (label, releases, *numbers, f"{r['delta']:g}", cap_cell, left)
 
 
 def summary_notes(rows: list[dict]) -> list[str]:
@@ -234,15 +209,20 @@ def _audit_and_void_notes(name: str, r: dict) -> list[str]:
         for why in r.get("audit_unbounded_reasons") or []
     ]
     if r.get("audits"):
-        rule = (
-            "includes them."
-            if counted
-            else (
-                "counts releases only (--exclude-audits, or a cap "
-                "written before caps counted audits)."
-            )
-        )
+        rule = _AUDITS_RULE[bool(counted)]
         out.append(f"{name}: {r['audits']} audit(s) trained on its private data; the cap {rule}")
+    return out + _void_notes(name, r)
+
+
+_AUDITS_RULE = {  # what a cap does with audits: whether it counts them
+    True: "includes them.",
+    False: "counts releases only (--exclude-audits, or a cap written before caps counted audits).",
+}
+
+
+def _void_notes(name: str, r: dict) -> list[str]:
+    """The summary's lines on a dataset's voided releases and its declared data versions."""
+    out = []
     if r.get("voided_epsilon") is not None or r.get("voided_published_releases"):
         out.append(
             f"{name}: voided, not counted: epsilon {num(r.get('voided_epsilon'), 3) or '0'} (never-published artefacts); "

@@ -45,6 +45,7 @@ from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noq
 from .paths import LedgerLocation, require_existing, resolve_ledger
 from .plan_rules import recorded_plan_entry
 from .rows import ROWS_KIND, SOURCES, PeopleIndex, declare, hash_rows
+from .store import ENTRY_COLUMNS
 from .store_pg import PostgresStore
 
 # Storage lives in store_sqlite / store_pg; re-exported here (tests patch MIGRATIONS in place).
@@ -54,6 +55,11 @@ from .store_sqlite import APPLICATION_ID, MIGRATIONS, SqliteStore, latest_schema
 BUSY_TIMEOUT_S = 60.0
 #: Public keys of a release or reservation payload that name the cause of a fingerprint change.
 _DATA_INFO = ("split_seed", "profile")
+#: Release fields a release entry's payload stores as they are.
+_RELEASE_COPIED = tuple(
+    "mechanism accountant delta noise_multiplier sample_rate steps clipping_norm "
+    "dpaudit_version".split()
+)
 
 
 def _sweep_tag(config: object) -> dict | None:
@@ -155,13 +161,7 @@ class Entry:
         return "open" if self.closed_by is None else self.closed_as
 
     def to_dict(self) -> dict:
-        head = {
-            "seq": self.seq,
-            "id": self.id,
-            "kind": self.kind,
-            "created_at": self.created_at,
-            "dataset": self.dataset,
-        }
+        head = {name: getattr(self, name) for name in ENTRY_COLUMNS[:5]}
         out = {**head, **self.payload, "prev_hash": self.prev_hash, "hash": self.hash}
         if self.signer is not None:
             out["signer"] = self.signer
@@ -248,9 +248,8 @@ class Ledger:
             self._store = SqliteStore(self.path, busy_timeout=float(busy_timeout))
         self.backend = self._store.backend
         try:
-            key = signing_key
-            if not isinstance(key, SigningKey):
-                key = load_signing_key(signing_key)
+            loaded = isinstance(signing_key, SigningKey)
+            key = signing_key if loaded else load_signing_key(signing_key)
         except BaseException:
             self.close()
             raise
@@ -281,7 +280,11 @@ class Ledger:
 
     # -- signatures and seals (the rules: .authority and .signing)
     def key_ring(self) -> KeyRing:
-        """Registered keys and the signature policy (from the entries; signatures not re-checked)."""
+        """Registered keys and the signature policy (from the entries; signatures not re-checked).
+
+        Returns:
+            The KeyRing: registered keys, owner, signature policy and seal state.
+        """
         return self._authority.ring()
 
     def register_key(self, public_key: str | None = None, name: str = "") -> str:
@@ -290,7 +293,20 @@ class Ledger:
         The first registration makes the ledger's *owner*: it registers this ledger's own signing
         key and is signed by it (``public_key`` None or that key). Every later one is signed by
         the owner's key (:class:`LedgerAuthorityError` otherwise: a member cannot add signers).
-        Registering a known key returns its entry."""
+        Registering a known key returns its entry.
+
+        Args:
+            public_key: ``ed25519:BASE64``, a PEM block or a .pub file (None: this ledger's own key).
+            name: a label recorded with the key.
+
+        Returns:
+            The key entry's id (the existing one for a known key).
+
+        Raises:
+            UsageError: an unreadable public key, no signing key, or a first key that is not
+                this ledger's own.
+            LedgerAuthorityError: a registration not signed by the owner's key.
+        """
         raw = self._authority.public_raw(public_key)
         with self._store.write():
             return self._authority.register_key(raw, name)
@@ -298,7 +314,15 @@ class Ledger:
     def require_signatures(self) -> str:
         """Record that every entry must be signed by a registered key (a signed ``policy`` entry).
         Since the owner's registration is itself the policy (see :mod:`~dpaudit.ledger.signing`),
-        this adds a statement, not a rule. Returns the policy entry's id (the existing one if set)."""
+        this adds a statement, not a rule. Returns the policy entry's id (the existing one if set).
+
+        Returns:
+            The policy entry's id.
+
+        Raises:
+            LedgerAuthorityError: on a signed ledger, a key other than the owner's.
+            LedgerError: signatures are required and this ledger's key is not registered.
+        """
         with self._store.write():
             return self._authority.require_signatures()
 
@@ -308,24 +332,35 @@ class Ledger:
         :meth:`verify` and every budget answer without an external anchor. The seal is also
         remembered on this machine (:func:`~.signing.remember_seal`), so removing it later (a
         truncation) is named here too. Owner only (:class:`LedgerAuthorityError`); a ledger with
-        no owner is refused (UsageError). Returns the seal's id, seq and hash (publish it)."""
+        no owner is refused (UsageError). Returns the seal's id, seq and hash (publish it).
+
+        Returns:
+            ``{"id", "seq", "hash", "sealed_through"}`` of the seal.
+
+        Raises:
+            UsageError: the ledger has no owner.
+            LedgerAuthorityError: a key other than the owner's.
+            LedgerVerificationError: the ledger fails verification (nothing sealed).
+        """
         with self._store.write():
             # a seal vouches for the chain before it: never for a failing one
             eid, sealed_through, owner_entry = self._authority.seal(self._intact_rows())
             head = self._store.head()
-        out = {
-            "id": eid,
-            "seq": int(head[0]),
-            "hash": head[2],
-            "sealed_through": int(sealed_through),
-        }
+        out = dict(id=eid, seq=int(head[0]), hash=head[2], sealed_through=int(sealed_through))
         remember_seal(owner_entry, out["seq"], out["hash"])
         return out
 
     def seal_status(self) -> dict:
         """How far the owner has sealed this ledger (see :class:`~.signing.KeyRing`): ``owner``,
         ``sealed_through`` (seq of the last owner-signed entry), ``last_seal`` and ``unsealed``
-        (entries after it), from the verified rows."""
+        (entries after it), from the verified rows.
+
+        Returns:
+            ``{"owner", "sealed_through", "last_seal", "unsealed"}``.
+
+        Raises:
+            LedgerVerificationError: the ledger fails verification.
+        """
         ring = self._authority.ring(self._intact_rows()).to_dict()
         return {k: ring[k] for k in ("owner", "sealed_through", "last_seal", "unsealed")}
 
@@ -334,18 +369,34 @@ class Ledger:
         under it (written before the run computes anything, so that no run can be hidden) or that
         run's result. A plan is registered once, before its runs; a stage already recorded for the
         same run (a resumed audit) returns its entry; the rules are :mod:`dpaudit.ledger.plan_rules`
-        (after any audit of its target, no registration; one result per run). Returns the entry id."""
+        (after any audit of its target, no registration; one result per run). Returns the entry id.
+
+        Args:
+            payload: the plan entry's payload (:mod:`dpaudit.audit_plans`).
+
+        Returns:
+            The plan entry's id (the existing one for a stage already recorded).
+
+        Raises:
+            UsageError: a malformed payload or a stage the plan rules refuse (a registration
+                after an audit of its target, a run of an unregistered plan).
+        """
         with self._store.write():
-            seen = [
-                (r[0], r[1], r[2], json.loads(r[5]))
-                for r in self._store.rows()
-                if r[2] in (PLAN_KIND, "audit")
-            ]
+            rows = [r for r in self._store.rows() if r[2] in (PLAN_KIND, "audit")]
+            seen = [(r[0], r[1], r[2], json.loads(r[5])) for r in rows]
             recorded = recorded_plan_entry(payload, seen, self.path)
             return recorded or self._append(PLAN_KIND, LEDGER_SCOPE, payload)
 
     def head(self) -> dict:
-        """The current head to publish (``ledger verify --anchor HASH`` checks it later)."""
+        """The current head to publish (``ledger verify --anchor HASH`` checks it later).
+
+        Returns:
+            ``{"ledger", "hash", "seq", "entries"}`` of the newest entry (the genesis hash when
+            empty).
+
+        Raises:
+            LedgerError: the ledger cannot be read.
+        """
         with self._store.read():
             h = self._store.head()
         return {"ledger": str(self.path), "hash": h[2], "seq": int(h[0]), "entries": int(h[1])}
@@ -405,7 +456,17 @@ class Ledger:
         return self._key_bytes
 
     def fingerprint(self, digest: str) -> str:
-        """The keyed fingerprint (HMAC-SHA256 under this ledger's key) of a plain data digest."""
+        """The keyed fingerprint (HMAC-SHA256 under this ledger's key) of a plain data digest.
+
+        Args:
+            digest: the plain data digest (sha256 hex).
+
+        Returns:
+            The keyed fingerprint (64 hex).
+
+        Raises:
+            LedgerError: the fingerprint key is lost while keyed entries exist.
+        """
         return keyed_fingerprint(self._key(), digest)
 
     def _check_identity(
@@ -435,12 +496,33 @@ class Ledger:
         )
 
     def entries(self, *, dataset: str | None = None, kind: str | None = None) -> list[Entry]:
-        """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``."""
+        """All entries in append order (optionally of one dataset and/or kind); voided releases carry ``voided_by``.
+
+        Args:
+            dataset: only this dataset's entries (None: all).
+            kind: only entries of this kind (None: all).
+
+        Returns:
+            The entries, with ``voided_by`` / ``closed_by`` filled in.
+
+        Raises:
+            LedgerError: an unreadable stored entry.
+        """
         es = self._entries_from_rows(self._store.rows(dataset=dataset or None))
         return [e for e in es if kind is None or e.kind == kind]
 
     def get(self, entry_id: str) -> Entry:
-        """The entry with this id (or a unique prefix of at least 6 characters)."""
+        """The entry with this id (or a unique prefix of at least 6 characters).
+
+        Args:
+            entry_id: an entry id, or a unique prefix of at least 6 characters.
+
+        Returns:
+            The entry.
+
+        Raises:
+            UsageError: no entry, or several, match.
+        """
         if not isinstance(entry_id, str) or not entry_id:
             raise UsageError(f"entry id must be a non-empty string, got {entry_id!r}.")
         matches = _matching(self.entries(), entry_id)
@@ -469,7 +551,14 @@ class Ledger:
         return self._states(dataset).get(dataset) or DatasetState(dataset)
 
     def require_sweep(self, sweep: str) -> None:
-        """Raise a UsageError naming the known sweeps unless ``sweep`` has releases here."""
+        """Raise a UsageError naming the known sweeps unless ``sweep`` has releases here.
+
+        Args:
+            sweep: the sweep name.
+
+        Raises:
+            UsageError: no release is recorded under ``sweep``.
+        """
         known = self.sweeps()
         if sweep not in known:
             allowed = ", ".join(sorted(known)) or "none recorded"
@@ -478,7 +567,11 @@ class Ledger:
             )
 
     def sweeps(self) -> dict[str, int]:
-        """Sweep name -> number of releases recorded under it (see :func:`_sweep_tag`)."""
+        """Sweep name -> number of releases recorded under it (see :func:`_sweep_tag`).
+
+        Returns:
+            ``{sweep name: releases recorded under it}``.
+        """
         names = ((e.payload.get("sweep") or {}).get("name") for e in self.entries(kind="release"))
         return dict(Counter(name for name in names if name is not None))
 
@@ -516,40 +609,27 @@ class Ledger:
             parse_event(release.guarantee, f"guarantee of release {release.id}")
         digest = getattr(release, "data_digest", None) or ds.get("sha256")
         tail = getattr(release, "noise_tail_delta", None)
+        # keyed: the plain digest of the private data is never stored (see fingerprint.py)
+        fingerprint = self.fingerprint(digest) if isinstance(digest, str) and digest else None
         payload = {
             "release_id": release.id,
-            "mechanism": release.mechanism,
             "dataset_name": name,
-            # keyed: the plain digest of the private data is never stored (see fingerprint.py)
-            "dataset_fingerprint": self.fingerprint(digest)
-            if isinstance(digest, str) and digest
-            else None,
+            "dataset_fingerprint": fingerprint,
             "partition": partition,
             "adjacency": adjacency,
             "privacy_unit": getattr(release, "privacy_unit", None),
-            "accountant": release.accountant,
+            **{field: getattr(release, field) for field in _RELEASE_COPIED},
             "guarantee": None if release.non_private else release.guarantee,
             "epsilon": math.inf if release.non_private else release.epsilon,
-            "delta": release.delta,
-            "noise_multiplier": release.noise_multiplier,
-            "sample_rate": release.sample_rate,
-            "steps": release.steps,
-            "clipping_norm": release.clipping_norm,
             "non_private": bool(release.non_private),
             "artefact_path": artefact_path,
             "release_created_at": release.created_at,
-            "dpaudit_version": release.dpaudit_version,
         }
         # the sweep tag: `ledger list --sweep NAME` shows what a whole sweep spent; the tail:
         # every composed total accounts for it (compose.bounds); rows: the reservation's set ids
-        return name, _with(
-            payload,
-            ds,
-            sweep=_sweep_tag(release.config),
-            uncertified=uncertified_reason(release),
-            noise_tail_delta=None if tail is None else float(tail),
-            rows=rows,
-        )
+        newer = {"sweep": _sweep_tag(release.config), "uncertified": uncertified_reason(release)}
+        tail = None if tail is None else float(tail)
+        return name, _with(payload, ds, noise_tail_delta=tail, rows=rows, **newer)
 
     def _record(self, release: Release, artefact_path: str | None, rows: dict | None = None) -> str:
         """:meth:`record` inside the caller's write transaction (``rows``: the reservation's, see ledger.rows)."""
@@ -624,12 +704,7 @@ class Ledger:
         delta = open_unit("delta", delta)
         if not isinstance(include_audits, bool):
             raise UsageError(f"include_audits must be True or False, got {include_audits!r}.")
-        payload = {
-            "dataset": dataset,
-            "epsilon": epsilon,
-            "delta": delta,
-            "include_audits": include_audits,
-        }
+        payload = dict(dataset=dataset, epsilon=epsilon, delta=delta, include_audits=include_audits)
         footprint = None if data_rows is None else self._footprint(data_rows)
         with self._store.write():
             index = self._people_index()[1]
@@ -665,23 +740,15 @@ class Ledger:
         _check_split(dataset, parent, children, declared_by)
         with self._store.write():
             state = self._state(dataset)
-            same = state.check_partition(parent, children) and next(
-                (
-                    e.id
-                    for e in self.entries(dataset=dataset, kind="partition")
-                    if e.payload.get("parent") == parent
-                ),
-                None,
-            )
-            if same:
-                return same
+            split = self.entries(dataset=dataset, kind="partition")
+            same = [e.id for e in split if e.payload.get("parent") == parent]
+            if state.check_partition(parent, children) and same:
+                return same[0]
             integrity.refuse_held_children(state, parent, children)
-            payload = {
-                "dataset": dataset,
-                "parent": parent,
-                "children": list(children),
-                "declared_by": declared_by.strip(),
-            }
+            declarer = declared_by.strip()
+            payload = dict(
+                dataset=dataset, parent=parent, children=list(children), declared_by=declarer
+            )
             return self._append("partition", dataset, payload)
 
     def void(self, entry_id: str, reason: str, *, published: bool | None = None) -> str:
@@ -772,27 +839,21 @@ class Ledger:
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
-        payload = {
-            "audit_id": audit_id,
-            "mechanism": str(mechanism),
-            "dataset_name": dataset,
-            "partition": partition,
-            "adjacency": adj,
-            "non_private": event is None,
-            "guarantee": None if event is None else event.to_dict(),
-            "trials": int(trials),
-            "release_id": release_id,
-            "dpaudit_version": __version__,
-        }
+        guarantee = None if event is None else event.to_dict()
+        payload = dict(audit_id=audit_id, mechanism=str(mechanism), dataset_name=dataset)
+        payload.update(partition=partition, adjacency=adj, non_private=event is None)
+        payload.update(guarantee=guarantee, trials=int(trials), release_id=release_id)
+        payload["dpaudit_version"] = __version__
         if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
             rows = self._intact_rows()
             entries = self._entries_from_rows(rows)
-            audited = next(
-                (e.payload.get("rows") for e in entries if release_id and e.id == release_id), None
-            )
+            of_release = [
+                e.payload.get("rows") for e in entries if release_id and e.id == release_id
+            ]
+            audited = next(iter(of_release), None)
             if isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
             states = replay(entries)
@@ -840,14 +901,8 @@ class Ledger:
         accountants = queries.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
         state = state.budgeted()
         view = plan.view(fp)
-        result = {
-            "dataset": dataset,
-            "partition": plan.partition,
-            "adjacency": adj,
-            "cap": None,
-            "allowed": True,
-            "fingerprint": fp or None,
-        }
+        result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None}
+        result.update(allowed=True, fingerprint=fp or None)
         if plan.data_rows is not None:
             footprint = self._footprint(plan.data_rows)
             adjust = (lambda st: budget.without_held(st, held)) if held else None
@@ -864,7 +919,19 @@ class Ledger:
 
     def preflight(self, *, exclude_reservations=(), **planned) -> dict:
         """:meth:`check`, raising its refusals (:class:`BudgetExceededError`) before any training;
-        writes nothing (:meth:`reserve` also holds the budget). Returns :meth:`check`'s dict."""
+        writes nothing (:meth:`reserve` also holds the budget). Returns :meth:`check`'s dict.
+
+        Args:
+            exclude_reservations: reservation ids already holding this release.
+            **planned: the fields of a PlannedSpend.
+
+        Returns:
+            :meth:`check`'s dict.
+
+        Raises:
+            BudgetExceededError: the planned release would exceed a cap.
+            UsageError: an invalid planned spend.
+        """
         plan = PlannedSpend(**planned)
         checked = self.check(exclude_reservations=exclude_reservations, **planned)
         refused = budget.refusal(plan, checked)
@@ -978,14 +1045,34 @@ class Ledger:
             return self._append("cancel", target.dataset, {"target": target.id, "reason": reason})
 
     def open_reservations(self, dataset: str | None = None) -> list[Entry]:
-        """Reservations not yet settled, cancelled or voided (their budget is spent)."""
+        """Reservations not yet settled, cancelled or voided (their budget is spent).
+
+        Args:
+            dataset: only this dataset's reservations (None: all).
+
+        Returns:
+            The open reservation entries.
+        """
         return [e for e in self.entries(dataset=dataset, kind="reservation") if e.closed_by is None]
 
     def declare_version(self, dataset: str, fingerprint: str, reason: str) -> str:
         """Accept data with keyed ``fingerprint`` (the 64 hex printed by the refusal) as a new version
         of ``dataset``; an already declared version returns its entry id. Privacy contract: the
         versions may share any records, so they compose *sequentially* in every total
-        (:meth:`~.compose.DatasetState.version_groups`)."""
+        (:meth:`~.compose.DatasetState.version_groups`).
+
+        Args:
+            dataset: the dataset name.
+            fingerprint: the keyed fingerprint (64 hex) of the new data.
+            reason: why the data changed (recorded).
+
+        Returns:
+            The version entry's id.
+
+        Raises:
+            UsageError: an invalid name, fingerprint or reason, or a fingerprint the dataset's
+                releases already use.
+        """
         check_name("dataset", dataset)
         fp = fingerprint.strip().lower() if isinstance(fingerprint, str) else fingerprint
         if not is_fingerprint(fp):
@@ -1002,12 +1089,8 @@ class Ledger:
                     f"fingerprint must be new to dataset {dataset!r}, got {fp[:12]}, "
                     "which its releases already use."
                 )
-            payload = {
-                "dataset": dataset,
-                "fingerprint": fp,
-                "reason": reason,
-                "previous": sorted(state.fingerprints),
-            }
+            previous = sorted(state.fingerprints)
+            payload = dict(dataset=dataset, fingerprint=fp, reason=reason, previous=previous)
             return self._append("version", dataset, payload)
 
     def summary(
@@ -1085,21 +1168,25 @@ class Ledger:
         # One read transaction, so the head and the rows are from the same snapshot.
         st = self._store
         with st.read():
-            return Snapshot(
-                str(self.path),
-                self.backend,
-                st.schema_version(),
-                st.head(),
-                st.rows(),
-                st.health() if health else [],
-            )
+            stored = (st.schema_version(), st.head(), st.rows(), st.health() if health else [])
+            return Snapshot(str(self.path), self.backend, *stored)
 
     # -- moving a ledger between backends
     def export_rows(self, *, include_key: bool = False) -> dict:
         """Everything needed to rebuild this ledger elsewhere: every stored row verbatim (hashes
         and signatures included) and, only with ``include_key``, the fingerprint key (whoever holds
         it can test a candidate dataset against the stored fingerprints). Refused if the ledger
-        fails verification."""
+        fails verification.
+
+        Args:
+            include_key: include the fingerprint key (base64).
+
+        Returns:
+            The export: format, schema version, head hash, columns, rows and the key (or None).
+
+        Raises:
+            LedgerError: the ledger fails verification (nothing exported).
+        """
         rep = self.verify()
         if not rep.ok:
             first = rep.problems[0].message.rstrip(".")
@@ -1110,7 +1197,18 @@ class Ledger:
 
     def import_rows(self, dump: dict) -> int:
         """Append the rows of :meth:`export_rows` verbatim into this *empty* ledger (one transaction);
-        the chain, hashes and signatures are kept exactly, so verify passes on both sides."""
+        the chain, hashes and signatures are kept exactly, so verify passes on both sides.
+
+        Args:
+            dump: an export of :meth:`export_rows`.
+
+        Returns:
+            The number of rows imported.
+
+        Raises:
+            UsageError: not an export, or this ledger is not empty.
+            LedgerError: the export's chain does not verify (nothing imported).
+        """
         integrity.require_export(dump)
         key = base64.b64decode(
             dump.get("fingerprint_key") or ""

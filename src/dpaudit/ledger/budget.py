@@ -74,19 +74,10 @@ class PlannedSpend:
                 f"noise_tail_delta must be a number >= 0, got {self.noise_tail_delta!r}."
             )
         adjacency = Adjacency.parse(self.adjacency).value
-        return ReleaseView(
-            "planned",
-            self.dataset,
-            self.partition,
-            adjacency,
-            None,
-            None,
-            self.event,
-            self.event is None,
-            fingerprint=fingerprint,
-            uncertified=self.uncertified,
-            noise_tail_delta=tail,
-        )
+        where = ("planned", self.dataset, self.partition, adjacency)
+        spends = (None, None, self.event, self.event is None)  # no claim of its own yet
+        known = {"fingerprint": fingerprint, "uncertified": self.uncertified}
+        return ReleaseView(*where, *spends, noise_tail_delta=tail, **known)
 
 
 def uncertified_reason(release: Release) -> str | None:

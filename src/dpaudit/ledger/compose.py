@@ -16,14 +16,8 @@ from dataclasses import dataclass, field
 
 from ..accounting.accountants import compute_epsilon, merge_leaves
 from ..accounting.adjacency import Adjacency
-from ..accounting.events import (
-    Composed,
-    Event,
-    Parallel,
-    PureEpsilon,
-    SubsampledGaussian,
-    event_from_dict,
-)
+from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
+from ..accounting.events import event_from_dict
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
 from . import result_cache
 
@@ -95,9 +89,8 @@ class DatasetState:
     parent_of: dict = field(default_factory=dict)  # child -> parent
     declared_by: dict = field(default_factory=dict)  # parent -> who declared the split
     fingerprints: set = field(default_factory=set)  # every data identity recorded under the name
-    versions: dict = field(
-        default_factory=dict
-    )  # declared extra identity -> declare-version entry id
+    #: declared extra identity -> declare-version entry id
+    versions: dict = field(default_factory=dict)
     closed: dict = field(default_factory=dict)  # reservation id -> settle / cancel / void entry id
     #: audits that trained on this dataset's private records (ReleaseView kind "audit", not voided):
     #: shown beside the releases, and counted in a cap only when that cap says so
@@ -252,20 +245,15 @@ def release_view(
     if not non_private:
         event = parse_event(payload.get("guarantee"), f"guarantee of {kind} {entry_id}")
     uncertified = payload.get("uncertified")
-    eps = payload.get("epsilon")
     tail = payload.get("noise_tail_delta")
     tail = 0.0 if tail is None else _float_or_none(tail)
-    if (
-        tail is None or not tail >= 0.0
-    ):  # unreadable or negative: no bound on the tails (fail closed)
-        tail = math.inf
+    # unreadable or negative: no bound on the tails (fail closed)
+    tail = math.inf if tail is None or not tail >= 0.0 else tail
+    where = (entry_id, dataset, str(payload["partition"]), str(payload["adjacency"]))
+    claim = (_float_or_none(payload.get("epsilon")), _float_or_none(payload.get("delta")))
     return ReleaseView(
-        entry_id,
-        dataset,
-        str(payload["partition"]),
-        str(payload["adjacency"]),
-        _float_or_none(eps),
-        _float_or_none(payload.get("delta")),
+        *where,
+        *claim,
         event,
         non_private,
         mechanism=str(payload.get("mechanism", "")),
@@ -369,16 +357,10 @@ def _partition(states: dict, by_id: dict, e, identify) -> None:
 
 #: How each entry kind changes the dataset states; ledger-wide kinds (signing keys, signature
 #: policy, row sets, audit plans, seals) spend no budget of any dataset.
-_APPLY = {
-    "release": _spend,
-    "reservation": _spend,
-    "audit": _spend,
-    "version": _version,
-    "cap": _cap,
-    "partition": _partition,
-    **dict.fromkeys(CLOSING_KINDS, _closing),
-    **dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None),
-}
+_APPLY = {"version": _version, "cap": _cap, "partition": _partition}
+_APPLY.update(dict.fromkeys(("release", "reservation", "audit"), _spend))
+_APPLY.update(dict.fromkeys(CLOSING_KINDS, _closing))
+_APPLY.update(dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None))
 
 
 def replay(entries, identify=None) -> dict[str, DatasetState]:
@@ -415,13 +397,10 @@ def sequential(events) -> Event | None:
     merged = merge_leaves(leaves)
     # Sorted: composition is commutative, and one canonical order lets a dataset total and a
     # partition with the same releases share one (cached) accountant call.
-    out: list = sorted(
-        (x for x in merged if isinstance(x, SubsampledGaussian) and x.steps > 0),
-        key=lambda x: (x.noise_multiplier, x.sample_rate),
-    )
-    out += sorted(
-        (x for x in merged if isinstance(x, PureEpsilon) and x.count > 0), key=lambda x: x.epsilon
-    )
+    gaussians = [x for x in merged if isinstance(x, SubsampledGaussian) and x.steps > 0]
+    pures = [x for x in merged if isinstance(x, PureEpsilon) and x.count > 0]
+    out: list = sorted(gaussians, key=lambda x: (x.noise_multiplier, x.sample_rate))
+    out += sorted(pures, key=lambda x: x.epsilon)
     out += others
     if not out:
         return None
@@ -475,17 +454,12 @@ class NodeTotal:
     noise_tail: float = 0.0
 
 
+#: NodeTotal counts and tails that add up over a whole subtree (parallel children included).
+_SUBTREE_SUMMED = ("releases_subtree", "non_private", "reservations", "uncertified", "noise_tail")
+
+
 #: NodeTotal fields that add up over sequentially composed totals.
-_SUMMED = (
-    "releases",
-    "releases_subtree",
-    "non_private",
-    "naive_epsilon",
-    "naive_delta",
-    "reservations",
-    "uncertified",
-    "noise_tail",
-)
+_SUMMED = ("releases", "naive_epsilon", "naive_delta", *_SUBTREE_SUMMED)
 
 
 def _sequential_totals(totals: list[NodeTotal]) -> NodeTotal:
@@ -547,10 +521,6 @@ def _with_subtree(
         **{f: _naive_sum(f, own, subs, kids) for f in ("naive_epsilon", "naive_delta")},
         **{f: getattr(own, f) + sum(getattr(k, f) for k in inner) for f in _SUBTREE_SUMMED},
     )
-
-
-#: NodeTotal counts and tails that add up over a whole subtree (parallel children included).
-_SUBTREE_SUMMED = ("releases_subtree", "non_private", "reservations", "uncertified", "noise_tail")
 
 
 def _naive_sum(field: str, own: NodeTotal, subs: list[NodeTotal], kids: list[NodeTotal]) -> float:
@@ -653,13 +623,8 @@ TAIL_MARGINS = (1e-9, 1e-3, 0.1, 0.5)
 
 
 #: The bounds :func:`bounds` reports (None until an accountant gives one).
-_BOUND_FIELDS = (
-    "epsilon_rdp",
-    "epsilon_prv",
-    "epsilon_prv_lower",
-    "epsilon_prv_estimate",
-    "epsilon_pure",
-)
+_BOUND_FIELDS = ("epsilon_rdp", "epsilon_prv", "epsilon_prv_lower", "epsilon_prv_estimate")
+_BOUND_FIELDS += ("epsilon_pure",)
 
 
 def bounds(
@@ -698,9 +663,8 @@ def bounds(
     candidates: dict[str, float] = {}
     errors = [_try_accountant(name, event, delta, adj, out, candidates) for name in accountants]
     if _pure_only(event):
-        out["epsilon_pure"] = candidates["pure"] = _cached_epsilon(
-            event, delta, "pure", adj
-        ).epsilon
+        pure = _cached_epsilon(event, delta, "pure", adj).epsilon
+        out["epsilon_pure"] = candidates["pure"] = pure
     if not candidates and "pld" not in accountants:
         # rdp and prv decline subsampled Gaussians under replace-record (their analyses are of the
         # add/remove pair; relabelling would under-report); pld analyses the replace-one pair.
@@ -723,21 +687,18 @@ def _no_bound(errors: list, reasons: dict) -> Exception:
     )
 
 
+#: The bounds an unbounded total sets to infinity (and nothing spent to 0, with the pure one).
+_HEADLINE = ("epsilon", "epsilon_rdp", "epsilon_prv")
+
+
 def _trivial_bounds(out: dict, event: Event | None, unbounded: bool) -> dict:
     """:func:`bounds` of an unbounded total (infinite) or of nothing spent (0)."""
     if unbounded:
-        out.update(
-            epsilon=math.inf,
-            epsilon_rdp=math.inf,
-            epsilon_prv=math.inf,
-            bound_by="non-private release",
-        )
+        out.update(dict.fromkeys(_HEADLINE, math.inf), bound_by="non-private release")
         if event is None or _pure_only(event):
             out["epsilon_pure"] = math.inf
         return out
-    out.update(
-        epsilon=0.0, epsilon_rdp=0.0, epsilon_prv=0.0, epsilon_pure=0.0, bound_by="nothing spent"
-    )
+    out.update(dict.fromkeys((*_HEADLINE, "epsilon_pure"), 0.0), bound_by="nothing spent")
     return out
 
 
@@ -771,14 +732,8 @@ def total_bounds(
     t: NodeTotal, *, delta: float, adjacency: str | None, accountants=("rdp", "prv")
 ) -> dict:
     """:func:`bounds` of a composed total (its event, whether it is unbounded, its noise tails)."""
-    return bounds(
-        t.event,
-        delta=delta,
-        adjacency=adjacency,
-        unbounded=t.unbounded,
-        accountants=accountants,
-        noise_tail=t.noise_tail,
-    )
+    flags = {"unbounded": t.unbounded, "noise_tail": t.noise_tail}
+    return bounds(t.event, delta=delta, adjacency=adjacency, accountants=accountants, **flags)
 
 
 def _bounds_with_tail(

@@ -23,17 +23,9 @@ from .signing import Problem
 from .store import ENTRY_COLUMNS
 
 ENTRY_KINDS = (
-    "release",
-    "void",
-    "cap",
-    "partition",
-    "reservation",
-    "settle",
-    "cancel",
-    "version",
-    ROWS_KIND,
-    "audit",
-) + signing.LEDGER_KINDS
+    *("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version"),
+    *(ROWS_KIND, "audit", *signing.LEDGER_KINDS),
+)
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
 
 
@@ -58,28 +50,11 @@ def entry_hash(
     an entry's place in the chain is fixed by ``prev_hash``). A signed entry's hash covers its
     signer and signature too (so the next entry's signature covers them); an unsigned entry
     keeps the original material, so ledgers written before signatures verify unchanged."""
+    material = [prev_hash, entry_id, kind, created_at, dataset, payload_text]
     if signer is None and signature is None:
-        material = [
-            "dpaudit-ledger-v1",
-            prev_hash,
-            entry_id,
-            kind,
-            created_at,
-            dataset,
-            payload_text,
-        ]
+        material = ["dpaudit-ledger-v1", *material]
     else:
-        material = [
-            "dpaudit-ledger-v2",
-            prev_hash,
-            entry_id,
-            kind,
-            created_at,
-            dataset,
-            payload_text,
-            signer,
-            signature,
-        ]
+        material = ["dpaudit-ledger-v2", *material, signer, signature]
     return hashlib.sha256(json.dumps(material, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
@@ -102,32 +77,20 @@ class VerifyReport:
         return not self.problems
 
     def to_dict(self) -> dict:
-        return {
-            "ledger": self.path,
-            "backend": self.backend,
-            "ok": self.ok,
-            "entries": self.entries,
-            "head_hash": self.head_hash,
-            "schema_version": self.schema_version,
-            "signatures": self.signatures,
-            "anchor": self.anchor,
-            "problems": [p.to_dict() for p in self.problems],
-        }
+        shown = ("entries", "head_hash", "schema_version", "signatures", "anchor")
+        out = {"ledger": self.path, "backend": self.backend, "ok": self.ok}
+        out.update({name: getattr(self, name) for name in shown})
+        return {**out, "problems": [p.to_dict() for p in self.problems]}
 
     def __str__(self) -> str:
-        if self.ok:
-            sig = self.signatures or {}
-            signed = (
-                f", {sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)"
-                if sig.get("keys")
-                else ""
-            )
-            anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
-            intact = (
-                f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor}"
-            )
-            return f"{intact} (head {self.head_hash[:16]})." + seal_note(sig)
-        return "\n".join(p.message for p in self.problems)
+        if not self.ok:
+            return "\n".join(p.message for p in self.problems)
+        sig = self.signatures or {}
+        keys = f"{sig.get('signed', 0)} signed by {len(sig.get('keys', []))} registered key(s)"
+        signed = f", {keys}" if sig.get("keys") else ""
+        anchor = f", contains anchor {self.anchor[:16]}" if self.anchor else ""
+        intact = f"ledger {self.path}: {self.entries} entries, hash chain intact{signed}{anchor}"
+        return f"{intact} (head {self.head_hash[:16]})." + seal_note(sig)
 
 
 def seal_note(signatures: dict) -> str:
@@ -152,21 +115,17 @@ def chain_problems(head, rows, *, withheld: bool = False) -> list[Problem]:
     by_hash = {r[7]: r for r in rows}
     prev_row = None
     for r in rows:
-        seq, eid, kind, created_at, dataset, text, prev, h = r[:8]
+        seq, eid, prev, h = r[0], r[1], r[6], r[7]
         signer, signature = (r[8], r[9]) if len(r) > 9 else (None, None)
-        if (
-            not (withheld and is_withheld(r))
-            and entry_hash(prev, eid, kind, created_at, dataset, text, signer, signature) != h
-        ):
+        skipped = withheld and is_withheld(r)
+        if not skipped and entry_hash(prev, *r[1:6], signer, signature) != h:
             edited = f"{signing.label(r)} was edited: its content no longer matches its hash."
             problems.append(Problem("edited", edited, seq, eid))
         if prev != (prev_row[7] if prev_row else GENESIS_HASH):
             problems.append(_link_problem(r, prev_row, by_hash.get(prev)))
         prev_row = r
-    problems.extend(
-        _check_head(head, rows, by_hash, prev_row[7] if prev_row else GENESIS_HASH, problems)
-    )
-    return problems
+    last_hash = prev_row[7] if prev_row else GENESIS_HASH
+    return problems + _check_head(head, rows, by_hash, last_hash, problems)
 
 
 def _link_problem(r, prev_row, after) -> Problem:
@@ -174,20 +133,12 @@ def _link_problem(r, prev_row, after) -> Problem:
     its ``prev_hash`` names, if still there."""
     seq, eid, prev, label = r[0], r[1], r[6], signing.label(r)
     if after is not None and after is not r:
-        return Problem(
-            "reordered",
-            f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
-            + (f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."),
-            seq,
-            eid,
-        )
+        now = f"after entry #{prev_row[0]} ({prev_row[1]})." if prev_row else "first."
+        message = f"{label} was reordered: it was appended after entry #{after[0]} ({after[1]}) but is now stored "
+        return Problem("reordered", message + now, seq, eid)
     if prev == GENESIS_HASH:
-        return Problem(
-            "reordered",
-            f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]}).",
-            seq,
-            eid,
-        )
+        message = f"{label} was reordered: it was the first entry but is now stored after entry #{prev_row[0]} ({prev_row[1]})."
+        return Problem("reordered", message, seq, eid)
     if prev_row is None or seq != prev_row[0] + 1:
         gone = (
             f"entry/entries between entry #{prev_row[0]} ({prev_row[1]}) and {label}"
@@ -196,19 +147,13 @@ def _link_problem(r, prev_row, after) -> Problem:
             if seq != 1
             else "the first entry/entries"
         )
-        return Problem(
-            "deleted",
-            f"{gone} were deleted: {label} follows an entry that is no longer in the ledger.",
-            seq,
-            eid,
-        )
-    return Problem(
-        "edited",
+        message = f"{gone} were deleted: {label} follows an entry that is no longer in the ledger."
+        return Problem("deleted", message, seq, eid)
+    message = (
         f"entry #{prev_row[0]} ({prev_row[2]} {prev_row[1]}) was edited and re-hashed: {label} no longer follows it "
-        "(or entries between them were deleted and the rest renumbered).",
-        prev_row[0],
-        prev_row[1],
+        "(or entries between them were deleted and the rest renumbered)."
     )
+    return Problem("edited", message, prev_row[0], prev_row[1])
 
 
 def _check_head(head, rows, by_hash, last_hash, found) -> list[Problem]:
@@ -255,25 +200,15 @@ def _head_entry_gone(head, rows, found) -> list[Problem]:
     if r is not None:
         if any(p.kind == "edited" and p.seq == head_seq for p in found):
             return []
-        return [
-            Problem(
-                "edited",
-                f"entry #{head_seq} ({r[2]} {r[1]}) was edited and re-hashed: its hash differs from the chain head.",
-                head_seq,
-                r[1],
-            )
-        ]
+        message = f"entry #{head_seq} ({r[2]} {r[1]}) was edited and re-hashed: its hash differs from the chain head."
+        return [Problem("edited", message, head_seq, r[1])]
     last = rows[-1] if rows else None
-    return [
-        Problem(
-            "deleted",
-            f"the last entry #{head_seq} was deleted: the chain head records {head_count} entries ending at entry #{head_seq}, "
-            f"but the ledger holds {len(rows)}"
-            + (f" ending at entry #{last[0]} ({last[1]})." if last else "."),
-            head_seq,
-            None,
-        )
-    ]
+    ending = f" ending at entry #{last[0]} ({last[1]})." if last else "."
+    message = (
+        f"the last entry #{head_seq} was deleted: the chain head records {head_count} entries ending at entry #{head_seq}, "
+        f"but the ledger holds {len(rows)}{ending}"
+    )
+    return [Problem("deleted", message, head_seq, None)]
 
 
 # ---------------------------------------------------------------- one snapshot
@@ -314,16 +249,8 @@ def verify_snapshot(snap: Snapshot, *, anchor: str | None, owner: str | None) ->
     problems += found + authority_problems(readable)
     problems += _anchor_problems(anchor, rows)
     last_hash = rows[-1][7] if rows else GENESIS_HASH
-    return VerifyReport(
-        snap.path,
-        len(rows),
-        last_hash,
-        snap.schema_version,
-        tuple(problems),
-        ring.to_dict(),
-        anchor,
-        snap.backend,
-    )
+    found = (snap.schema_version, tuple(problems), ring.to_dict(), anchor, snap.backend)
+    return VerifyReport(snap.path, len(rows), last_hash, *found)
 
 
 def _anchor_problems(anchor: str | None, rows) -> list[Problem]:
@@ -397,16 +324,12 @@ def partition_problems(rows) -> list[Problem]:
         held = _held_when_declared(entries[:i], e, parent, children)
         if held:
             seq = next(r[0] for r in rows if r[1] == e.id)
-            out.append(
-                Problem(
-                    "authority",
-                    f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
-                    f"after its children hold {', '.join(held)}: parallel composition would lower "
-                    "what they spent.",
-                    seq,
-                    e.id,
-                )
+            message = (
+                f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
+                f"after its children hold {', '.join(held)}: parallel composition would lower "
+                "what they spent."
             )
+            out.append(Problem("authority", message, seq, e.id))
     return out
 
 
@@ -454,11 +377,8 @@ def _unreadable(rows) -> list[Problem]:
                 parse_event(payload.get("guarantee"))
         except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            out.append(
-                Problem(
-                    "unreadable", f"entry #{seq} ({kind} {eid}) cannot be read: {msg}", seq, eid
-                )
-            )
+            message = f"entry #{seq} ({kind} {eid}) cannot be read: {msg}"
+            out.append(Problem("unreadable", message, seq, eid))
     return out
 
 
@@ -541,12 +461,9 @@ def import_chain(dump: dict) -> list:
     rows = dump.get("rows") or []
     prev = GENESIS_HASH
     for i, r in enumerate(rows, 1):
-        seq, eid, kind, created_at, dataset, text, prev_hash, h, signer, signature = r
-        if (
-            seq != i
-            or prev_hash != prev
-            or entry_hash(prev_hash, eid, kind, created_at, dataset, text, signer, signature) != h
-        ):
+        seq, eid, prev_hash, h, signer, signature = r[0], r[1], *r[6:]
+        linked = seq == i and prev_hash == prev
+        if not linked or entry_hash(prev_hash, *r[1:6], signer, signature) != h:
             raise LedgerError(
                 f"import: entry #{seq} ({eid}) does not continue the chain; nothing was imported."
             )

@@ -64,19 +64,14 @@ def people_summary(states: dict, index: PeopleIndex, accountants) -> dict:
         group = index.sharing(name)
         if not group:
             continue
-        try:
-            total = people_total(states, [name] + group)
-        except (
-            AdjacencyMismatchError
-        ):  # cannot be composed: no bound (a planned release is refused)
+        names = [name] + group
+        try:  # names that cannot be composed have no bound (a planned release is refused)
+            total = people_total(states, names)
+        except AdjacencyMismatchError:
             out[name] = {"shares_people_with": group, "epsilon_people": math.inf}
             continue
-        b = total_bounds(
-            total,
-            delta=delta_for(states[name]),
-            adjacency=adjacency_of(states, [name] + group),
-            accountants=accountants,
-        )
+        adj, delta = adjacency_of(states, names), delta_for(states[name])
+        b = total_bounds(total, delta=delta, adjacency=adj, accountants=accountants)
         out[name] = {"shares_people_with": group, "epsilon_people": b["epsilon"]}
     return out
 
@@ -134,18 +129,7 @@ def _dataset_rows(state: DatasetState, shared: dict | None, accountants, whole: 
         # names whose releases read the same people, and everything composed with them; then the
         # audits on the private data, beside the releases, counted in the cap (and ``remaining``)
         # only when the cap includes audits
-        "tail": {
-            **(
-                {
-                    "shares_people_with": shared["shares_people_with"],
-                    "epsilon_people": shared["epsilon_people"],
-                }
-                if shared
-                else {}
-            ),
-            "audits": len(state.audits),
-            **audits,
-        },
+        "tail": {**(shared or {}), "audits": len(state.audits), **audits},
     }
     rows = [_node_row(state, DATASET_SCOPE, total, bounds, {**common, **scope})]
     for p in state.tree_order():
@@ -158,16 +142,13 @@ def _dataset_rows(state: DatasetState, shared: dict | None, accountants, whole: 
             "declared_by": state.declared_by.get(p),
             "tail": {"audits": None},
         }
-        rows.append(
-            _node_row(
-                state,
-                p,
-                node,
-                total_bounds(node, delta=delta, adjacency=adj, accountants=accountants),
-                where,
-            )
-        )
+        node_bounds = total_bounds(node, delta=delta, adjacency=adj, accountants=accountants)
+        rows.append(_node_row(state, p, node, node_bounds, where))
     return rows
+
+
+#: The summary's columns on voids (the dataset row's only).
+_VOIDS = ("voided_releases", "voided_epsilon", "voided_published_releases")
 
 
 def _node_row(st: DatasetState, p: str, nt: NodeTotal, b: dict, where: dict) -> dict:
@@ -179,11 +160,9 @@ def _node_row(st: DatasetState, p: str, nt: NodeTotal, b: dict, where: dict) -> 
         "dataset": st.name,
         "partition": p,
         "node": st.name if p == DATASET_SCOPE else f"{st.name}:{p}",
-        "parent": where["parent"],
-        "children": where["children"],
-        "subsets": where["subsets"],
-        "declared_by": where["declared_by"],
-        "adjacency": where["adjacency"],
+        **{
+            key: where[key] for key in ("parent", "children", "subsets", "declared_by", "adjacency")
+        },
         "releases": nt.releases,
         "releases_subtree": nt.releases_subtree,
         "non_private_releases": nt.non_private,
@@ -191,11 +170,7 @@ def _node_row(st: DatasetState, p: str, nt: NodeTotal, b: dict, where: dict) -> 
         **b,
         "naive_epsilon": nt.naive_epsilon,
         "naive_delta": nt.naive_delta,
-        "cap": where["cap"],
-        "remaining": where["remaining"],
-        "voided_releases": where.get("voided_releases"),
-        "voided_epsilon": where.get("voided_epsilon"),
-        "voided_published_releases": where.get("voided_published_releases"),
+        **{key: where.get(key) for key in ("cap", "remaining", *_VOIDS)},
         "uncertified_releases": nt.uncertified,
         "unbounded_reasons": list(nt.unbounded_reasons),
         "open_reservations": nt.reservations,

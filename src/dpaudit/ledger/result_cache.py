@@ -43,6 +43,8 @@ _FILE = "prv_results.json"
 _FORMAT = 1
 #: Entries kept (oldest dropped first); each is ~300 bytes.
 MAX_ENTRIES = 4096
+#: The numbers an entry keeps of an answer.
+_NUMBERS = ("epsilon", "epsilon_lower", "epsilon_estimate")
 
 _fingerprint: str | None = None
 #: How many :func:`enabled` blocks (the cache is off unless a command turns it on: library callers
@@ -93,9 +95,7 @@ def _code_fingerprint() -> str:
         h = hashlib.sha256(f"dpaudit {__version__}\n".encode())
         for path in sorted((Path(__file__).parents[1] / "accounting").glob("*.py")):
             h.update(path.name.encode() + b"\0" + path.read_bytes())
-        spec = importlib.util.find_spec(
-            "prv_accountant"
-        )  # locates the package without importing it
+        spec = importlib.util.find_spec("prv_accountant")  # locates it without importing it
         roots = list(spec.submodule_search_locations or []) if spec is not None else []
         for root in roots:
             for path in sorted(Path(root).rglob("*.py")):
@@ -107,14 +107,8 @@ def _code_fingerprint() -> str:
 
 
 def _key(event, delta: float, accountant: str, adjacency: str) -> str:
-    fields = [
-        _FORMAT,
-        _code_fingerprint(),
-        accountant,
-        adjacency,
-        repr(float(delta)),
-        event.to_dict(),
-    ]
+    code = (_FORMAT, _code_fingerprint())
+    fields = [*code, accountant, adjacency, repr(float(delta)), event.to_dict()]
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -128,13 +122,8 @@ def _load() -> dict:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
-    return (
-        data
-        if isinstance(data, dict)
-        and data.get("format") == _FORMAT
-        and isinstance(data.get("entries"), dict)
-        else {}
-    )
+    ok = isinstance(data, dict) and data.get("format") == _FORMAT
+    return data if ok and isinstance(data.get("entries"), dict) else {}
 
 
 def lookup(event, delta: float, accountant: str, adjacency: str):
@@ -147,15 +136,12 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
     except (OSError, TypeError, ValueError, AttributeError):
         return None
     entry = _load().get("entries", {}).get(key)
-    if (
-        not isinstance(entry, dict)
-        or not isinstance(entry.get("value"), dict)
-        or entry.get("check") != _check(key, entry["value"])
-    ):
+    value = entry.get("value") if isinstance(entry, dict) else None
+    if not isinstance(value, dict) or entry.get("check") != _check(key, value):
         return None
-    if "refusal" in entry["value"]:
-        return UnsupportedEventError(str(entry["value"]["refusal"]))
-    nums = _cached_numbers(entry["value"])
+    if "refusal" in value:
+        return UnsupportedEventError(str(value["refusal"]))
+    nums = _cached_numbers(value)
     if nums is None:
         return None
     epsilon, lower, estimate = nums
@@ -167,7 +153,7 @@ def lookup(event, delta: float, accountant: str, adjacency: str):
 def _cached_numbers(value: dict) -> list[float] | None:
     """``[epsilon, epsilon_lower, epsilon_estimate]`` of a checked entry's value; None when one is
     missing or not a float, or epsilon is not >= 0 (NaN included)."""
-    nums = [value.get(k) for k in ("epsilon", "epsilon_lower", "epsilon_estimate")]
+    nums = [value.get(k) for k in _NUMBERS]
     return nums if all(isinstance(x, float) for x in nums) and nums[0] >= 0.0 else None
 
 
@@ -180,11 +166,8 @@ def store(event, delta: float, accountant: str, adjacency: str, result) -> None:
     elif isinstance(result, BaseException):
         return
     else:
-        value = {
-            "epsilon": float(result.epsilon),
-            "epsilon_lower": result.epsilon_lower,
-            "epsilon_estimate": result.epsilon_estimate,
-        }
+        value = {name: getattr(result, name) for name in _NUMBERS}
+        value["epsilon"] = float(result.epsilon)
         if not all(isinstance(v, float) for v in value.values()):
             return
     try:

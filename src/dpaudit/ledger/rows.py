@@ -268,13 +268,8 @@ def people_total(states: dict, names, audits: bool = False) -> NodeTotal:
         raise AdjacencyMismatchError(
             f"releases on datasets that share people must use one adjacency to be composed, got {shown}."
         )
-    return _sequential_totals(
-        [
-            dataset_total(states[n].with_audits() if audits else states[n])
-            for n in names
-            if n in states
-        ]
-    )
+    kept = [states[n] for n in names if n in states]
+    return _sequential_totals([dataset_total(st.with_audits() if audits else st) for st in kept])
 
 
 def caps_to_check(

@@ -44,9 +44,8 @@ from ..errors import LedgerError, UsageError
 from ..lazy import lazy_import
 from .fingerprint import write_secret
 
-crypto_exceptions = lazy_import(
-    "cryptography.exceptions"
-)  # ~25 ms: bound when a key is read or a signature checked
+# ~25 ms: bound when a key is read or a signature checked
+crypto_exceptions = lazy_import("cryptography.exceptions")
 serialization = lazy_import("cryptography.hazmat.primitives.serialization")
 ed25519 = lazy_import("cryptography.hazmat.primitives.asymmetric.ed25519")
 
@@ -195,11 +194,8 @@ def keygen(
         with contextlib.suppress(OSError):
             d.chmod(0o700)
         private = ed25519.Ed25519PrivateKey.generate()
-        pem = private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+        formats = (serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8)
+        pem = private.private_bytes(*formats, serialization.NoEncryption())
         write_secret(path, pem)
         key = SigningKey(name, path, private)
         (d / f"{name}.pub").write_text(key.public_text + "\n")
@@ -367,26 +363,14 @@ class KeyRing:
     reserved_by: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
-        return {
-            "owner": self.owner,
-            "required_since": self.required_since,
-            "signed": self.signed,
-            "unsigned": self.unsigned,
-            "sealed_through": self.sealed_through,
-            "last_seal": self.last_seal,
-            "unsealed": self.unsealed,
-            "keys": [
-                {
-                    "key_id": k.key_id,
-                    "name": k.name,
-                    "role": k.role,
-                    "entry": k.entry_id,
-                    "seq": k.seq,
-                    "registered_by": k.registered_by,
-                }
-                for k in self.keys.values()
-            ],
-        }
+        counts = ("owner", "required_since", "signed", "unsigned", "sealed_through", "last_seal")
+        out = {name: getattr(self, name) for name in (*counts, "unsealed")}
+        shown = ("key_id", "name", "role", "entry_id", "seq", "registered_by")
+        keys = [
+            {n.replace("entry_id", "entry"): getattr(k, n) for n in shown}
+            for k in self.keys.values()
+        ]
+        return {**out, "keys": keys}
 
     def note(self, r: "SignedRow") -> None:
         """Count ``r`` towards the sealed / unsealed tail and remember who opened a reservation."""
@@ -454,9 +438,8 @@ def _owner_problem(ring: KeyRing, r: SignedRow, payload: dict, owner: str | None
         return f"has an invalid signature by key {r.signer}: its content or the previous hash changed since it was signed."
     if owner is not None and r.signer != owner:
         return f"registers owner key {r.signer}, not the expected owner {owner}: the ledger was re-created or rewritten."
-    ring.keys[r.signer] = RegisteredKey(
-        r.signer, raw, str(payload.get("name", "")), "owner", r.id, r.seq, r.signer
-    )
+    name = str(payload.get("name", ""))
+    ring.keys[r.signer] = RegisteredKey(r.signer, raw, name, "owner", r.id, r.seq, r.signer)
     ring.owner, ring.required_since = r.signer, r.seq
     return None
 
@@ -588,10 +571,8 @@ def check_signatures(
     def ok(raw: bytes, sig: str, r: SignedRow) -> bool:
         if not verify or r.id in verified:
             return True
-        material = signing_material(
-            r.prev_hash, r.id, r.kind, r.created_at, r.dataset, r.payload_text, r.signer
-        )
-        return _signature_ok(raw, sig, material)
+        # the row's id, kind, created_at, dataset and payload text: r[1:6]
+        return _signature_ok(raw, sig, signing_material(r.prev_hash, *r[1:6], r.signer))
 
     for r in rows:
         payload = payload_of(r.payload_text) if r.kind in _READ_PAYLOAD else None

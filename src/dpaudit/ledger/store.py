@@ -1,8 +1,8 @@
 """What the two ledger stores (:mod:`.store_sqlite`, :mod:`.store_pg`) share: the entry columns,
 the tables of schema 1, reading rows, appending one and applying the schema steps. A store sets
 ``_prefix`` (its schema, qualifying the table names), ``_mark`` (its parameter placeholder),
-``display`` and ``_conn``, and provides ``execute``, ``write``, ``_in_transaction``, ``_latest``
-(its newest schema version), ``_step`` (one schema step) and ``_inserted`` (run the insert).
+``display``, ``_conn`` and ``_migrations`` (its schema steps by version), and provides ``execute``,
+``write``, ``_in_transaction`` and ``_inserted`` (run the insert).
 """
 
 from __future__ import annotations
@@ -14,17 +14,8 @@ from ..errors import LedgerError
 from .paths import GENESIS_HASH, utc_now
 
 #: Every column of an entry, in the order the ledger's rows use (both stores, the export).
-ENTRY_COLUMNS = (
-    "seq",
-    "id",
-    "kind",
-    "created_at",
-    "dataset",
-    "payload",
-    "prev_hash",
-    "hash",
-    "signer",
-    "signature",
+ENTRY_COLUMNS = tuple(
+    "seq id kind created_at dataset payload prev_hash hash signer signature".split()
 )
 
 
@@ -115,39 +106,27 @@ class StoreBase:
         )
         return int(self.execute(sql, ('%"dataset_fingerprint":"%',)).fetchone()[0])
 
-    def insert(
-        self,
-        entry_id: str,
-        kind: str,
-        created_at: str,
-        dataset: str,
-        payload_text: str,
-        prev_hash: str,
-        hash_: str,
-        signer: str | None = None,
-        signature: str | None = None,
-    ) -> int:
-        """Append one row inside :meth:`write` and advance the chain head; returns its seq."""
+    def insert(self, *row) -> int:
+        """Append one row inside :meth:`write` and advance the chain head; returns its seq.
+
+        Args:
+            *row: the values of :data:`ENTRY_COLUMNS` after ``seq`` (``signer`` and
+                ``signature`` may be left out: an unsigned entry).
+        """
         if not self._in_transaction():
             raise LedgerError(
                 f"ledger {self.display}: insert outside a write transaction (a dpaudit bug)."
             )
-        marks = ", ".join([self._mark] * (len(ENTRY_COLUMNS) - 1))
+        values = tuple(row) + (None,) * (len(ENTRY_COLUMNS) - 1 - len(row))
+        marks = ", ".join([self._mark] * len(values))
         sql = f"INSERT INTO {self._prefix}entries ({', '.join(ENTRY_COLUMNS[1:])}) VALUES ({marks})"
-        return self._inserted(
-            sql,
-            (
-                entry_id,
-                kind,
-                created_at,
-                dataset,
-                payload_text,
-                prev_hash,
-                hash_,
-                signer,
-                signature,
-            ),
-        )
+        return self._inserted(sql, values)
+
+    def _latest(self) -> int:
+        return max(self._migrations)
+
+    def _step(self, version: int) -> None:
+        self._migrations[version](self.conn)
 
     def _upgrade(self, before=None) -> None:
         """Refuse a newer schema, then (after ``before``, if given) apply the missing steps in one

@@ -36,13 +36,9 @@ from .paths import LedgerLocation
 from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
 
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
-REQUIRED_TRIGGERS = (
-    "entries_no_update",
-    "entries_no_delete",
-    "entries_no_truncate",
-    "entries_chain",
-    "chain_head_guard",
-    "chain_head_no_truncate",
+REQUIRED_TRIGGERS = tuple(
+    "entries_no_update entries_no_delete entries_no_truncate entries_chain chain_head_guard "
+    "chain_head_no_truncate".split()
 )
 CONNECT_TIMEOUT_S = 10
 
@@ -129,13 +125,9 @@ def _first_line(e: BaseException) -> str:
 
 
 #: What psycopg's messages say when the connection to the server was lost.
-_LOST_CONNECTION = (
-    "terminating connection",
-    "server closed the connection",
-    "connection is lost",
-    "consuming input failed",
-    "the connection is closed",
-    "connection already closed",
+_LOST_CONNECTION = tuple(
+    "terminating connection|server closed the connection|connection is lost|consuming input "
+    "failed|the connection is closed|connection already closed".split("|")
 )
 
 
@@ -164,6 +156,7 @@ class PostgresStore(StoreBase):
     """The rows of one ledger in a PostgreSQL schema. Not thread-safe (one per process/thread)."""
 
     backend = "postgresql"
+    _migrations = PG_MIGRATIONS
     _mark = "%s"
 
     def __init__(
@@ -340,19 +333,9 @@ class PostgresStore(StoreBase):
                 ) from None
             raise
 
-    def _latest(self) -> int:
-        return latest_schema_version()
-
     def _step(self, version: int) -> None:
         for stmt in PG_MIGRATIONS[version](self.s):
             self.conn.execute(stmt)
-
-    def _columns(self) -> set[str]:
-        rows = self.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'entries'",
-            (self.schema,),
-        ).fetchall()
-        return {r[0] for r in rows}
 
     # -- rows
     def _inserted(self, sql: str, values: tuple) -> int:

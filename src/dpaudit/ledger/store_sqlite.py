@@ -90,6 +90,7 @@ class SqliteStore(StoreBase):
     """The rows of one ledger file."""
 
     backend = "sqlite"
+    _migrations = MIGRATIONS
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout: float = 60.0) -> None:
         self.path = Path(path)
@@ -179,12 +180,6 @@ class SqliteStore(StoreBase):
             )
             self._apply_migrations(0)
 
-    def _latest(self) -> int:
-        return latest_schema_version()
-
-    def _step(self, version: int) -> None:
-        MIGRATIONS[version](self.conn)
-
     def _apply_migrations(self, current: int) -> None:
         super()._apply_migrations(current)
         self.conn.execute(f"PRAGMA user_version = {latest_schema_version()}")
@@ -252,8 +247,6 @@ class SqliteStore(StoreBase):
         integrity = [r[0] for r in self.execute("PRAGMA integrity_check").fetchall()]
         if integrity != ["ok"]:
             out.append(("integrity", f"SQLite integrity check failed: {'; '.join(integrity[:3])}."))
-        triggers = {
-            r[0] for r in self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        }
-        missing = [t for t in REQUIRED_TRIGGERS if t not in triggers]
+        rows = self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+        missing = [t for t in REQUIRED_TRIGGERS if t not in {r[0] for r in rows}]
         return out + trigger_problems(missing, "missing")

@@ -33,11 +33,8 @@ def _release(e, p) -> str:
     if p.get("uncertified"):
         what += f"  {p['uncertified']} (counts as unbounded)"
     tag = (p.get("sweep") or {}).get("name")
-    return (
-        f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}"
-        + (f"  sweep {tag}" if tag else "")
-        + _voided(e)
-    )
+    sweep = f"  sweep {tag}" if tag else ""
+    return f"{p.get('mechanism')} on {e.dataset}:{p.get('partition')}  {what}{sweep}" + _voided(e)
 
 
 def _reservation(e, p) -> str:
@@ -57,11 +54,15 @@ def _audit(e, p) -> str:
     )
 
 
+#: What a void says of its target's artefacts (not said: nothing).
+_PUBLISHED = {
+    True: "artefacts were published, budget stays spent",
+    False: "artefacts never published",
+}
+
+
 def _void(e, p) -> str:
-    said = {
-        True: "artefacts were published, budget stays spent",
-        False: "artefacts never published",
-    }.get(p.get("artefacts_published"))
+    said = _PUBLISHED.get(p.get("artefacts_published"))
     return f"voids {p.get('target')}: {p.get('reason')}" + (f" ({said})" if said else "")
 
 

@@ -9,18 +9,11 @@ import math
 
 from ..accounting.events import event_from_dict
 from ..audits.curves import family_ruled_out, family_statement
-from ..audits.verdicts import box_uppers, decision_at, upgrade, violated
+from ..audits.verdicts import box_uppers, decision_at, violated
 from ..errors import DataError, DPAuditError
 from ..records import Release
 from . import stats
-from .audit_view import (
-    STATISTICS,
-    comparison_view,
-    curve_view,
-    one_run_view,
-    statistic_of,
-    white_box_view,
-)
+from .audit_view import STATISTICS, one_run_view, white_box_view
 from .inputs import (
     Inputs,
     LoadedAudit,
@@ -74,43 +67,11 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
 
 
 #: The fields of an audit's view its entry repeats as they are.
-ENTRY_FIELDS = (
-    "id",
-    "mechanism",
-    "canary",
-    "task",
-    "dataset",
-    "adjacency",
-    "trials",
-    "eval_trials",
-    "claimed_epsilon",
-    "delta",
-    "epsilon_lower_bound",
-    "confidence",
-    "method",
-    "counts",
-    "ceiling",
-    "ceiling_source",
-    "gdp_estimate",
-    "no_noise",
-    "null",
-    "auc",
-    "seeds",
-    "missing",
-    "power",
-    "sequential",
+ENTRY_FIELDS = tuple(
+    "id mechanism canary task dataset adjacency trials eval_trials claimed_epsilon delta "
+    "epsilon_lower_bound confidence method counts ceiling ceiling_source gdp_estimate no_noise "
+    "null auc seeds missing power sequential".split()
 )
-
-
-def plan_id(record: dict) -> str | None:
-    """The id of the pre-registered plan an audit ran under: its revealed ``plan`` (dpaudit.audit_plans), or a
-    bare ``plan_id``; None without a plan."""
-    pid = (
-        (record.get("plan") or {}).get("id")
-        if isinstance(record.get("plan"), dict)
-        else record.get("plan_id")
-    )
-    return pid if isinstance(pid, str) else None
 
 
 def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note]) -> dict:
@@ -123,7 +84,7 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
         path=str(la.path),
         label=la.path.name or str(la.path),
         command=command_str(v.command),
-        plan_id=plan_id(la.record),
+        plan_id=v.plan_id,
         covers_releases=[r.id for r in covered],
         compared_claim=_compared_claim(v.claimed_epsilon, covered),
     )
@@ -258,7 +219,7 @@ def _deciding(
 
 def _family_from_counts(rec: dict, cc: dict, conf: float) -> dict:
     """The claim family ruled out by the Clopper-Pearson box corners of the stored counts."""
-    hi = box_uppers(upgrade(rec), conf)
+    hi = box_uppers(rec, conf)
     if hi is None:
         raise DataError("no box counts")
     adjacency = cc.get("adjacency") or rec.get("adjacency") or "add-remove-record"
@@ -315,7 +276,7 @@ def _status(
             )
         )
         return "incomplete"
-    if violated({**upgrade(la.record), "claimed_epsilon": claim}):
+    if violated({**la.record, "claimed_epsilon": claim}):
         return "violation"
     problem = _inconsistency(entry, lb, claim, decision)
     if problem is not None:
@@ -373,19 +334,14 @@ def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> No
     Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
-    rec = la.record
-    stat = entry["statistic"] = statistic_of(rec)
-    cp = num(rec.get("clopper_pearson_epsilon"))
-    entry["clopper_pearson_epsilon"] = (
-        cp if cp is not None or stat != "clopper-pearson" else la.view.epsilon_lower_bound
-    )
-    entry["threat_model"] = (
-        rec.get("threat_model") if isinstance(rec.get("threat_model"), str) else "final-model"
-    )
-    entry["comparison"] = comparison_view(rec.get("comparison"))
-    cv = entry["claimed_curve"] = curve_view(rec.get("claimed_curve"))
+    v = la.view
+    stat = entry["statistic"] = v.statistic
+    entry["clopper_pearson_epsilon"] = v.clopper_pearson_epsilon
+    entry["threat_model"] = v.threat_model
+    entry["comparison"] = v.comparison
+    cv = entry["claimed_curve"] = v.claimed_curve
     entry["claim_family_bound"] = _family_bound(cv)
-    if cv is None and rec.get("claimed_curve") is not None:
+    if v.claimed_curve_malformed:
         notes.append(
             Note(
                 "warning",

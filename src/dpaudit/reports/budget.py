@@ -7,9 +7,9 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from ..errors import DPAuditError, UsageError
 from ..ledger.book import open_ledger
 from ..ledger.paths import resolve_ledger
-from ..errors import DPAuditError, UsageError
 from ..records import Release
 from .inputs import LoadedRelease, Note, dataset_name, num
 from .recompute import composed
@@ -23,19 +23,9 @@ def _rows_of(rows: Any) -> list[dict]:
 # Keyed fingerprints are dropped too: with the ledger's key (which `ledger export --include-key`
 # hands out) a reader could test a candidate dataset against them. Reports show version labels. A row set's keyed row hashes
 # and their count are dropped too: the count is the private training count.
-LEDGER_ENTRY_DROP = (
-    "prev_hash",
-    "hash",
-    "guarantee",
-    "payload",
-    "artefact_path",
-    "dataset_sha256",
-    "release_created_at",
-    "dataset_fingerprint",
-    "fingerprint",
-    "previous",
-    "count",
-    "hashes",
+LEDGER_ENTRY_DROP = tuple(
+    "prev_hash hash guarantee payload artefact_path dataset_sha256 release_created_at "
+    "dataset_fingerprint fingerprint previous count hashes".split()
 )
 
 

@@ -58,7 +58,7 @@ class LoadedRelease:
 @dataclass
 class LoadedAudit:
     path: Path  # the audit directory
-    record: dict
+    record: dict  # in today's layout (AuditView.read): what the verdict functions take
     view: AuditView  # the typed fields a report reads
 
 
@@ -441,7 +441,7 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
         audit_files,
         "audit",
         shareable_audit,
-        lambda f, r: LoadedAudit(f.parent, r, AuditView.from_dict(r)),
+        lambda f, r: LoadedAudit(f.parent, *AuditView.read(r)),
         out.notes,
     )
     out.one_runs = _records(

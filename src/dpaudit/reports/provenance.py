@@ -78,7 +78,7 @@ def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
         return
     match = next((k for k, v in by.items() if name and v["name"] == name), None)
     if match is None:
-        ds = la.record.get("dataset") if isinstance(la.record.get("dataset"), dict) else {}
+        ds = la.view.dataset_info
         match = json.dumps([name, ds.get("profile")], default=str)
         by[match] = _new_entry(name, {**ds, "n_features": None, "n_classes": None})
         _add(by[match], "split_seeds", ds.get("split_seed"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..audits.power import power_cell
-from ..audits.verdicts import family_verdict, upgrade
+from ..audits.verdicts import family_verdict
 from .audit import audit_entry
 from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, fixed, num
 
@@ -590,8 +590,7 @@ def _bonferroni(inputs: Inputs, judged: list[dict], notes: list[Note], name: str
     if len(judged) <= 1:
         return None
     records = [
-        {**upgrade(inputs.audits[e["index"]].record), "claimed_epsilon": e["compared_claim"]}
-        for e in judged
+        {**inputs.audits[e["index"]].record, "claimed_epsilon": e["compared_claim"]} for e in judged
     ]
     fam = family_verdict(records)
     for e, d in zip(judged, fam["decisions"]):

@@ -55,14 +55,11 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
             and mech is not None
             and canonical_mechanism(mech) != canonical_mechanism(lr.release.mechanism)
         ):
-            notes.append(
-                Note(
-                    "error",
-                    "audit",
-                    f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
-                    f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict.",
-                )
+            text = (
+                f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
+                f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict."
             )
+            notes.append(Note("error", "audit", text))
     return links
 
 
@@ -144,13 +141,8 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
     entry["recomputed_epsilon_lower_bound"] = entry["recomputed"] = None
     if c is None or delta is None or conf is None or not 0 < conf < 1:
         if entry["ceiling"] is None:
-            notes.append(
-                Note(
-                    "warning",
-                    "audit",
-                    f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown.",
-                )
-            )
+            text = f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown."
+            notes.append(Note("warning", "audit", text))
         return None
     cp_rec = stats.epsilon_lower_bound(**c, delta=delta, confidence=conf)
     if entry["ceiling"] is None:
@@ -161,24 +153,16 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
     # the counts are the Clopper-Pearson test's: compare with the stored CP bound
     stored = entry["clopper_pearson_epsilon"]
     if stored is not None and _far(stored, cp_rec):
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: stored Clopper-Pearson eps_LB {stored:.4f} differs from the bound "
-                f"{cp_rec:.4f} recomputed from its counts (two-sided split of significance).",
-            )
+        text = (
+            f"{label}: stored Clopper-Pearson eps_LB {stored:.4f} differs from the bound "
+            f"{cp_rec:.4f} recomputed from its counts (two-sided split of significance)."
         )
+        notes.append(Note("warning", "audit", text))
     try:  # the published eps_LB and the decision, recomputed from the stored counts
         decision = decision_at(la.record, conf)
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: its decision could not be recomputed from its counts ({e}).",
-            )
-        )
+        text = f"{label}: its decision could not be recomputed from its counts ({e})."
+        notes.append(Note("warning", "audit", text))
         return None
     entry["recomputed_epsilon_lower_bound"] = decision["epsilon_lower_bound"]
     entry["recomputed"] = _deciding(la.record, conf, decision, entry["statistic"], label, notes)
@@ -196,24 +180,16 @@ def _deciding(
     try:
         fam = _family_from_counts(rec, cc, conf)
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: its claimed-curve test could not be recomputed from its counts ({e}).",
-            )
-        )
+        text = f"{label}: its claimed-curve test could not be recomputed from its counts ({e})."
+        notes.append(Note("warning", "audit", text))
         return None
     stored = (cc.get("family") or {}).get("lower_bound")
     if _differ(stored, fam["lower_bound"]):
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: stored claimed-curve result ({family_statement(cc.get('family') or {})}) differs "
-                f"from the one recomputed from its counts ({family_statement(fam)}).",
-            )
+        text = (
+            f"{label}: stored claimed-curve result ({family_statement(cc.get('family') or {})}) differs "
+            f"from the one recomputed from its counts ({family_statement(fam)})."
         )
+        notes.append(Note("warning", "audit", text))
     return {"statistic": statistic, "statement": family_statement(fam), "violated": fam["violated"]}
 
 
@@ -236,14 +212,11 @@ def _differ(stored, recomputed: float | None) -> bool:
 def _is_control(v, label: str, notes: list[Note]) -> bool:
     if v.role == "main" and v.noise and v.canary_inserted:
         return False
-    notes.append(
-        Note(
-            "info",
-            "verdict",
-            f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
-            f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it.",
-        )
+    text = (
+        f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
+        f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it."
     )
+    notes.append(Note("info", "verdict", text))
     return True
 
 
@@ -268,13 +241,8 @@ def _status(
     lb, claim = v.epsilon_lower_bound, entry["compared_claim"]
     why = _unjudgeable(lb, claim)
     if why is not None:
-        notes.append(
-            Note(
-                "error",
-                "verdict",
-                f"{label}: {why}; the verdict for {v.mechanism} is INCONCLUSIVE.",
-            )
-        )
+        text = f"{label}: {why}; the verdict for {v.mechanism} is INCONCLUSIVE."
+        notes.append(Note("error", "verdict", text))
         return "incomplete"
     if violated({**la.record, "claimed_epsilon": claim}):
         return "violation"
@@ -309,14 +277,11 @@ def _no_noise_note(nn: dict | None, label: str, notes: list[Note]) -> None:
     if nn is None:
         notes.append(Note("info", "audit", f"{label}: no no-noise control recorded."))
     elif nn.get("epsilon_lower_bound") is not None and nn["epsilon_lower_bound"] < 0.1:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: the no-noise control found almost no leakage (eps_LB {nn['epsilon_lower_bound']:.3f}); "
-                "the attack may be too weak to detect a violation.",
-            )
+        text = (
+            f"{label}: the no-noise control found almost no leakage (eps_LB {nn['epsilon_lower_bound']:.3f}); "
+            "the attack may be too weak to detect a violation."
         )
+        notes.append(Note("warning", "audit", text))
 
 
 def _family_bound(cv: dict | None) -> dict | None:
@@ -342,23 +307,17 @@ def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> No
     cv = entry["claimed_curve"] = v.claimed_curve
     entry["claim_family_bound"] = _family_bound(cv)
     if v.claimed_curve_malformed:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
-                "in [0, 1], and violated); no trade-off figure.",
-            )
+        text = (
+            f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
+            "in [0, 1], and violated); no trade-off figure."
         )
+        notes.append(Note("warning", "audit", text))
     if cv is None and stat == "claimed-curve":
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
-                "no readable claimed_curve block to check it against.",
-            )
+        text = (
+            f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
+            "no readable claimed_curve block to check it against."
         )
+        notes.append(Note("warning", "audit", text))
 
 
 #: The analyses of a one-run record (its ``statistic`` field) and their names in the report.
@@ -383,14 +342,11 @@ def _other_analysis_note(e: dict, stat: str, lbs: dict, label: str, notes: list[
         and other_lb > claim
         and e["status"] != "violation"
     ):
-        notes.append(
-            Note(
-                "warning",
-                "verdict",
-                f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
-                f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}.",
-            )
+        text = (
+            f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
+            f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}."
         )
+        notes.append(Note("warning", "verdict", text))
 
 
 def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
@@ -416,13 +372,8 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
     if _one_run_control(rec):
         e["status"] = "control"
-        notes.append(
-            Note(
-                "info",
-                "verdict",
-                f"{label} is a control run (no noise or no canary); no privacy claim applies to it.",
-            )
-        )
+        text = f"{label} is a control run (no noise or no canary); no privacy claim applies to it."
+        notes.append(Note("info", "verdict", text))
         return e
     e["status"] = _one_run_status(e, view, stat, label, notes)
     e["not_certified"] = _not_certified(rec)
@@ -523,25 +474,17 @@ def _not_certified(rec: dict) -> str | None:
 def _one_run_status(e: dict, view: dict, stat: str, label: str, notes: list[Note]) -> str:
     claim, lb = view["claimed_epsilon"], e["epsilon_lower_bound"]
     if claim is None or lb is None:
-        notes.append(
-            Note(
-                "error",
-                "verdict",
-                f"{label}: {'no claimed epsilon' if claim is None else 'no eps_LB'}; INCONCLUSIVE.",
-            )
-        )
+        text = f"{label}: {'no claimed epsilon' if claim is None else 'no eps_LB'}; INCONCLUSIVE."
+        notes.append(Note("error", "verdict", text))
         return "incomplete"
     if lb > claim:
         return "violation"
     if stat == "f-dp" and (view["fdp"] or {}).get("violated"):
-        notes.append(
-            Note(
-                "error",
-                "verdict",
-                f"{label}: its f-DP analysis says the claimed event is violated but its eps_LB "
-                f"{lb:.4f} <= claim {claim:.4f}; INCONCLUSIVE.",
-            )
+        text = (
+            f"{label}: its f-DP analysis says the claimed event is violated but its eps_LB "
+            f"{lb:.4f} <= claim {claim:.4f}; INCONCLUSIVE."
         )
+        notes.append(Note("error", "verdict", text))
         return "incomplete"
     return "no-evidence"
 

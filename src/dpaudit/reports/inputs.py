@@ -250,23 +250,15 @@ def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
         _read_store(sweep)
     except DPAuditError as e:
         sweep.error = str(e)
-        sweep.notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {where}: no tables: {e} Its releases are still checked and composed.",
-            )
-        )
+        text = f"sweep {where}: no tables: {e} Its releases are still checked and composed."
+        sweep.notes.append(Note("error", "sweep", text))
     except Exception as e:  # sqlite / json errors of a damaged store: a note, never a traceback
         sweep.error = f"{type(e).__name__}: {e}"
-        sweep.notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
-                "its releases are still checked and composed.",
-            )
+        text = (
+            f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
+            "its releases are still checked and composed."
         )
+        sweep.notes.append(Note("error", "sweep", text))
     # the releases are read even when the store is not: a release that exists spent budget
     for f in sweep.release_files:
         lr = _read_release(f, "sweep", f"sweep {sweep.name or where}: ", sweep.notes)

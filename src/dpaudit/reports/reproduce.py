@@ -29,13 +29,8 @@ def _release_entry(lr, notes: list[Note]) -> dict:
 def _audit_entry(la, notes: list[Note]) -> dict:
     cmd = command_str(la.view.command)
     if cmd is None:
-        notes.append(
-            Note(
-                "warning",
-                "reproduce",
-                f"audit {la.path} records no command; its recorded parameters are listed instead.",
-            )
-        )
+        text = f"audit {la.path} records no command; its recorded parameters are listed instead."
+        notes.append(Note("warning", "reproduce", text))
     return {
         "kind": "audit",
         "mechanism": la.view.mechanism,

@@ -168,8 +168,7 @@ def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
 
 def decision_at(rec: dict, confidence: float) -> dict:
     """The record's decision recomputed at ``confidence``: {"violated" (None: not recomputable),
-    "epsilon_lower_bound", "confidence"}."""
-    rec = upgrade(rec)
+    "epsilon_lower_bound", "confidence"}; an old layout reads as :func:`violated` reads it."""
     lb = general_epsilon_at(rec, confidence)
     if not is_private_run(rec) or rec.get("claimed_epsilon") is None:
         v: bool | None = False

@@ -9,18 +9,11 @@ import math
 
 from ..accounting.events import event_from_dict
 from ..audits.curves import family_ruled_out, family_statement
-from ..audits.verdicts import box_uppers, decision_at, upgrade, violated
+from ..audits.verdicts import box_uppers, decision_at, violated
 from ..errors import DataError, DPAuditError
 from ..records import Release
 from . import stats
-from .audit_view import (
-    STATISTICS,
-    comparison_view,
-    curve_view,
-    one_run_view,
-    statistic_of,
-    white_box_view,
-)
+from .audit_view import STATISTICS, one_run_view, white_box_view
 from .inputs import (
     Inputs,
     LoadedAudit,
@@ -62,55 +55,20 @@ def link_audits(inputs: Inputs, notes: list[Note]) -> dict[int, LoadedRelease | 
             and mech is not None
             and canonical_mechanism(mech) != canonical_mechanism(lr.release.mechanism)
         ):
-            notes.append(
-                Note(
-                    "error",
-                    "audit",
-                    f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
-                    f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict.",
-                )
+            text = (
+                f"audit {la.path} is of mechanism {mech!r} but belongs to release {lr.release.id[:12]} of "
+                f"mechanism {lr.release.mechanism!r}: it is NOT used for {lr.release.mechanism}'s verdict."
             )
+            notes.append(Note("error", "audit", text))
     return links
 
 
 #: The fields of an audit's view its entry repeats as they are.
-ENTRY_FIELDS = (
-    "id",
-    "mechanism",
-    "canary",
-    "task",
-    "dataset",
-    "adjacency",
-    "trials",
-    "eval_trials",
-    "claimed_epsilon",
-    "delta",
-    "epsilon_lower_bound",
-    "confidence",
-    "method",
-    "counts",
-    "ceiling",
-    "ceiling_source",
-    "gdp_estimate",
-    "no_noise",
-    "null",
-    "auc",
-    "seeds",
-    "missing",
-    "power",
-    "sequential",
+ENTRY_FIELDS = tuple(
+    "id mechanism canary task dataset adjacency trials eval_trials claimed_epsilon delta "
+    "epsilon_lower_bound confidence method counts ceiling ceiling_source gdp_estimate no_noise "
+    "null auc seeds missing power sequential".split()
 )
-
-
-def plan_id(record: dict) -> str | None:
-    """The id of the pre-registered plan an audit ran under: its revealed ``plan`` (dpaudit.audit_plans), or a
-    bare ``plan_id``; None without a plan."""
-    pid = (
-        (record.get("plan") or {}).get("id")
-        if isinstance(record.get("plan"), dict)
-        else record.get("plan_id")
-    )
-    return pid if isinstance(pid, str) else None
 
 
 def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Note]) -> dict:
@@ -123,7 +81,7 @@ def audit_entry(i: int, la: LoadedAudit, covered: list[Release], notes: list[Not
         path=str(la.path),
         label=la.path.name or str(la.path),
         command=command_str(v.command),
-        plan_id=plan_id(la.record),
+        plan_id=v.plan_id,
         covers_releases=[r.id for r in covered],
         compared_claim=_compared_claim(v.claimed_epsilon, covered),
     )
@@ -183,13 +141,8 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
     entry["recomputed_epsilon_lower_bound"] = entry["recomputed"] = None
     if c is None or delta is None or conf is None or not 0 < conf < 1:
         if entry["ceiling"] is None:
-            notes.append(
-                Note(
-                    "warning",
-                    "audit",
-                    f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown.",
-                )
-            )
+            text = f"{label}: no ceiling and no complete counts; whether the audit could detect a violation is unknown."
+            notes.append(Note("warning", "audit", text))
         return None
     cp_rec = stats.epsilon_lower_bound(**c, delta=delta, confidence=conf)
     if entry["ceiling"] is None:
@@ -200,24 +153,16 @@ def _recount(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> dic
     # the counts are the Clopper-Pearson test's: compare with the stored CP bound
     stored = entry["clopper_pearson_epsilon"]
     if stored is not None and _far(stored, cp_rec):
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: stored Clopper-Pearson eps_LB {stored:.4f} differs from the bound "
-                f"{cp_rec:.4f} recomputed from its counts (two-sided split of significance).",
-            )
+        text = (
+            f"{label}: stored Clopper-Pearson eps_LB {stored:.4f} differs from the bound "
+            f"{cp_rec:.4f} recomputed from its counts (two-sided split of significance)."
         )
+        notes.append(Note("warning", "audit", text))
     try:  # the published eps_LB and the decision, recomputed from the stored counts
         decision = decision_at(la.record, conf)
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: its decision could not be recomputed from its counts ({e}).",
-            )
-        )
+        text = f"{label}: its decision could not be recomputed from its counts ({e})."
+        notes.append(Note("warning", "audit", text))
         return None
     entry["recomputed_epsilon_lower_bound"] = decision["epsilon_lower_bound"]
     entry["recomputed"] = _deciding(la.record, conf, decision, entry["statistic"], label, notes)
@@ -235,30 +180,22 @@ def _deciding(
     try:
         fam = _family_from_counts(rec, cc, conf)
     except (DPAuditError, ValueError, KeyError, TypeError) as e:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: its claimed-curve test could not be recomputed from its counts ({e}).",
-            )
-        )
+        text = f"{label}: its claimed-curve test could not be recomputed from its counts ({e})."
+        notes.append(Note("warning", "audit", text))
         return None
     stored = (cc.get("family") or {}).get("lower_bound")
     if _differ(stored, fam["lower_bound"]):
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: stored claimed-curve result ({family_statement(cc.get('family') or {})}) differs "
-                f"from the one recomputed from its counts ({family_statement(fam)}).",
-            )
+        text = (
+            f"{label}: stored claimed-curve result ({family_statement(cc.get('family') or {})}) differs "
+            f"from the one recomputed from its counts ({family_statement(fam)})."
         )
+        notes.append(Note("warning", "audit", text))
     return {"statistic": statistic, "statement": family_statement(fam), "violated": fam["violated"]}
 
 
 def _family_from_counts(rec: dict, cc: dict, conf: float) -> dict:
     """The claim family ruled out by the Clopper-Pearson box corners of the stored counts."""
-    hi = box_uppers(upgrade(rec), conf)
+    hi = box_uppers(rec, conf)
     if hi is None:
         raise DataError("no box counts")
     adjacency = cc.get("adjacency") or rec.get("adjacency") or "add-remove-record"
@@ -275,14 +212,11 @@ def _differ(stored, recomputed: float | None) -> bool:
 def _is_control(v, label: str, notes: list[Note]) -> bool:
     if v.role == "main" and v.noise and v.canary_inserted:
         return False
-    notes.append(
-        Note(
-            "info",
-            "verdict",
-            f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
-            f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it.",
-        )
+    text = (
+        f"{label} is a control run (role {v.role}, noise {'on' if v.noise else 'off'}, "
+        f"canary {'inserted' if v.canary_inserted else 'not inserted'}); no privacy claim applies to it."
     )
+    notes.append(Note("info", "verdict", text))
     return True
 
 
@@ -307,15 +241,10 @@ def _status(
     lb, claim = v.epsilon_lower_bound, entry["compared_claim"]
     why = _unjudgeable(lb, claim)
     if why is not None:
-        notes.append(
-            Note(
-                "error",
-                "verdict",
-                f"{label}: {why}; the verdict for {v.mechanism} is INCONCLUSIVE.",
-            )
-        )
+        text = f"{label}: {why}; the verdict for {v.mechanism} is INCONCLUSIVE."
+        notes.append(Note("error", "verdict", text))
         return "incomplete"
-    if violated({**upgrade(la.record), "claimed_epsilon": claim}):
+    if violated({**la.record, "claimed_epsilon": claim}):
         return "violation"
     problem = _inconsistency(entry, lb, claim, decision)
     if problem is not None:
@@ -348,14 +277,11 @@ def _no_noise_note(nn: dict | None, label: str, notes: list[Note]) -> None:
     if nn is None:
         notes.append(Note("info", "audit", f"{label}: no no-noise control recorded."))
     elif nn.get("epsilon_lower_bound") is not None and nn["epsilon_lower_bound"] < 0.1:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: the no-noise control found almost no leakage (eps_LB {nn['epsilon_lower_bound']:.3f}); "
-                "the attack may be too weak to detect a violation.",
-            )
+        text = (
+            f"{label}: the no-noise control found almost no leakage (eps_LB {nn['epsilon_lower_bound']:.3f}); "
+            "the attack may be too weak to detect a violation."
         )
+        notes.append(Note("warning", "audit", text))
 
 
 def _family_bound(cv: dict | None) -> dict | None:
@@ -373,36 +299,25 @@ def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> No
     Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
-    rec = la.record
-    stat = entry["statistic"] = statistic_of(rec)
-    cp = num(rec.get("clopper_pearson_epsilon"))
-    entry["clopper_pearson_epsilon"] = (
-        cp if cp is not None or stat != "clopper-pearson" else la.view.epsilon_lower_bound
-    )
-    entry["threat_model"] = (
-        rec.get("threat_model") if isinstance(rec.get("threat_model"), str) else "final-model"
-    )
-    entry["comparison"] = comparison_view(rec.get("comparison"))
-    cv = entry["claimed_curve"] = curve_view(rec.get("claimed_curve"))
+    v = la.view
+    stat = entry["statistic"] = v.statistic
+    entry["clopper_pearson_epsilon"] = v.clopper_pearson_epsilon
+    entry["threat_model"] = v.threat_model
+    entry["comparison"] = v.comparison
+    cv = entry["claimed_curve"] = v.claimed_curve
     entry["claim_family_bound"] = _family_bound(cv)
-    if cv is None and rec.get("claimed_curve") is not None:
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
-                "in [0, 1], and violated); no trade-off figure.",
-            )
+    if v.claimed_curve_malformed:
+        text = (
+            f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
+            "in [0, 1], and violated); no trade-off figure."
         )
+        notes.append(Note("warning", "audit", text))
     if cv is None and stat == "claimed-curve":
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
-                "no readable claimed_curve block to check it against.",
-            )
+        text = (
+            f"{label}: eps_LB is said to come from the claimed-curve statistic but the record holds "
+            "no readable claimed_curve block to check it against."
         )
+        notes.append(Note("warning", "audit", text))
 
 
 #: The analyses of a one-run record (its ``statistic`` field) and their names in the report.
@@ -427,14 +342,11 @@ def _other_analysis_note(e: dict, stat: str, lbs: dict, label: str, notes: list[
         and other_lb > claim
         and e["status"] != "violation"
     ):
-        notes.append(
-            Note(
-                "warning",
-                "verdict",
-                f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
-                f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}.",
-            )
+        text = (
+            f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
+            f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}."
         )
+        notes.append(Note("warning", "verdict", text))
 
 
 def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
@@ -460,13 +372,8 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
     if _one_run_control(rec):
         e["status"] = "control"
-        notes.append(
-            Note(
-                "info",
-                "verdict",
-                f"{label} is a control run (no noise or no canary); no privacy claim applies to it.",
-            )
-        )
+        text = f"{label} is a control run (no noise or no canary); no privacy claim applies to it."
+        notes.append(Note("info", "verdict", text))
         return e
     e["status"] = _one_run_status(e, view, stat, label, notes)
     e["not_certified"] = _not_certified(rec)
@@ -567,25 +474,17 @@ def _not_certified(rec: dict) -> str | None:
 def _one_run_status(e: dict, view: dict, stat: str, label: str, notes: list[Note]) -> str:
     claim, lb = view["claimed_epsilon"], e["epsilon_lower_bound"]
     if claim is None or lb is None:
-        notes.append(
-            Note(
-                "error",
-                "verdict",
-                f"{label}: {'no claimed epsilon' if claim is None else 'no eps_LB'}; INCONCLUSIVE.",
-            )
-        )
+        text = f"{label}: {'no claimed epsilon' if claim is None else 'no eps_LB'}; INCONCLUSIVE."
+        notes.append(Note("error", "verdict", text))
         return "incomplete"
     if lb > claim:
         return "violation"
     if stat == "f-dp" and (view["fdp"] or {}).get("violated"):
-        notes.append(
-            Note(
-                "error",
-                "verdict",
-                f"{label}: its f-DP analysis says the claimed event is violated but its eps_LB "
-                f"{lb:.4f} <= claim {claim:.4f}; INCONCLUSIVE.",
-            )
+        text = (
+            f"{label}: its f-DP analysis says the claimed event is violated but its eps_LB "
+            f"{lb:.4f} <= claim {claim:.4f}; INCONCLUSIVE."
         )
+        notes.append(Note("error", "verdict", text))
         return "incomplete"
     return "no-evidence"
 

@@ -2,8 +2,9 @@
 evidence blocks (``claimed_curve``, ``comparison``, ``statistic``) and one-run records (one_run.json).
 
 Loader layer, tolerant as :mod:`.inputs` says: a block absent, malformed or of the wrong type reads
-as None; nothing here recomputes a bound. :meth:`AuditView.from_dict` reads a record after the
-named schema migrations of :data:`MIGRATIONS`, so no reader downstream guesses key names.
+as None; nothing here recomputes a bound. :meth:`AuditView.read` is the one reader of an audit
+record: it migrates the record once (old layouts: :func:`dpaudit.audits.verdicts.upgrade`; foreign
+key names: :data:`KEY_ALIASES`), so no report module reads raw keys or guesses key names.
 """
 
 from __future__ import annotations
@@ -17,18 +18,9 @@ from ..claims import integer, number as num
 from ..grouped import Grouped
 
 #: Keys a complete audit record should carry (missing ones are listed in an info note).
-EXPECTED_AUDIT_KEYS = (
-    "mechanism",
-    "canary",
-    "runs",
-    "claimed_epsilon",
-    "delta",
-    "epsilon_lower_bound",
-    "confidence",
-    "method",
-    "counts",
-    "ceiling",
-    "controls",
+EXPECTED_AUDIT_KEYS = tuple(
+    "mechanism canary runs claimed_epsilon delta epsilon_lower_bound confidence method counts "
+    "ceiling controls".split()
 )
 #: Today's key -> the names older or foreign writers used for it (first non-null wins).
 KEY_ALIASES = {
@@ -52,17 +44,6 @@ def _aliases(rec: dict, aliases: dict[str, tuple[str, ...]] = KEY_ALIASES) -> di
         if out.get(key) is None:
             out[key] = next((rec[k] for k in olds if rec.get(k) is not None), out.get(key))
     return out
-
-
-#: Named migrations, applied in order to every record (a claimed-curve record written before the
-#: general bound published its claim family's epsilon as eps_LB).
-MIGRATIONS = (("general-bound", upgrade), ("key-aliases", _aliases))
-
-
-def migrate(record: dict) -> dict:
-    for _name, step in MIGRATIONS:
-        record = step(record)
-    return record
 
 
 def counts_of(value: Any) -> dict | None:
@@ -217,14 +198,20 @@ def _role(role: Any) -> str:
 
 @dataclass(frozen=True)
 class AuditOrigin:
-    """What an audit record says it audited and how to re-create it."""
+    """What an audit record says it audited, how to re-create it and under which plan."""
 
     task: str | None
     dataset: str | None
+    dataset_info: dict  # the record's dataset object ({} when it names the dataset only)
     seeds: Any
     command: str | list | None
     release_id: str | None
     release_path: str | None
+    plan_id: str | None  # the pre-registered plan it ran under (dpaudit.audit_plans)
+    config: dict | None
+    parameters: dict  # the recorded audit parameters (:data:`AUDIT_PARAMETERS`) as written
+    dpaudit_version: Any
+    git_commit: Any
 
 
 @dataclass(frozen=True)
@@ -249,6 +236,17 @@ class AuditEvidence:
     auc: float | None
     no_noise: dict | None
     null: dict | None
+    statistic: str  # the one that decided eps_LB (:func:`statistic_of`)
+    clopper_pearson_epsilon: float | None  # old Clopper-Pearson records: their eps_LB
+    threat_model: str
+    comparison: dict | None  # :func:`comparison_view`
+    claimed_curve: dict | None  # :func:`curve_view`
+    claimed_curve_malformed: bool  # a claimed_curve block is there but cannot be drawn
+
+
+#: The audit parameters a report lists when an audit records no command.
+AUDIT_PARAMETERS = ("canary", "runs", "confidence", "delta", "claimed_epsilon", "select_fraction")
+AUDIT_PARAMETERS += ("task", "dataset")
 
 
 @dataclass(frozen=True)
@@ -279,25 +277,32 @@ class AuditView(Grouped):
     sequential: dict | None = None  # a sequential audit's stop (None: fixed N)
 
     @classmethod
-    def from_dict(cls, record: dict) -> "AuditView":
-        rec = migrate(record)
+    def read(cls, record: dict) -> tuple[dict, AuditView]:
+        """The one reader of an audit record: the record migrated once to today's layout (what the
+        verdict functions of :mod:`dpaudit.audits.verdicts` take) and its typed view.
+
+        Args:
+            record: an audit.json dict of any version or writer (foreign key names, wrong types).
+
+        Returns:
+            (the record in today's layout, its view); nothing raises on a malformed record: an
+            unreadable value reads as None, so the verdict it would decide is INCONCLUSIVE.
+        """
+        today = upgrade(record)
+        rec = _aliases(today)
         counts = counts_of(rec.get("counts"))
         trials, eval_trials = _trials(rec.get("runs"), counts, rec.get("eval_size"))
         roc = roc_of(rec.get("roc"))
-        release_id, release_path = _release_ref(rec)
-        return cls.of(
+        view = cls.of(
             id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
             mechanism=name_of(rec.get("mechanism")),
             canary=name_of(rec.get("canary")),
-            task=name_of(rec.get("task")),
-            dataset=name_of(rec.get("dataset")),
             trials=trials,
             eval_trials=eval_trials,
             claimed_epsilon=num(rec.get("claimed_epsilon")),
             delta=num(rec.get("delta")),
             epsilon_lower_bound=num(rec.get("epsilon_lower_bound")),
             confidence=num(rec.get("confidence")),
-            method=name_of(rec.get("method")),
             counts=counts,
             ceiling=num(rec.get("ceiling")),
             ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
@@ -307,19 +312,57 @@ class AuditView(Grouped):
             canary_inserted=rec.get("canary_inserted", True) is True,
             direction="less" if rec.get("direction") == "less" else "greater",
             adjacency=_str(rec.get("adjacency")),
-            no_noise=control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]),
-            null=control_of(rec.get("controls"), CONTROL_NAMES["null"]),
             roc=roc,
             auc=_auc(rec.get("auc"), roc),
-            seeds=rec.get("seeds"),
-            command=rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
-            release_id=release_id,
-            release_path=release_path,
             missing=[k for k in EXPECTED_AUDIT_KEYS if k not in record],
             epsilon_lower_bound_note=rec.get("epsilon_lower_bound_note"),
             power=power_of(rec.get("power")),
             sequential=_dict(rec.get("sequential")),
+            parameters={k: today[k] for k in AUDIT_PARAMETERS if k in today},  # as written
+            **_origin(rec),
+            **_evidence(rec),
         )
+        return today, view
+
+
+def _origin(rec: dict) -> dict:
+    """The view's origin fields of ``rec`` (migrated)."""
+    release_id, release_path = _release_ref(rec)
+    plan = rec.get("plan")
+    plan_id = plan.get("id") if isinstance(plan, dict) else rec.get("plan_id")
+    return {
+        "task": name_of(rec.get("task")),
+        "dataset": name_of(rec.get("dataset")),
+        "dataset_info": _dict(rec.get("dataset")) or {},
+        "seeds": rec.get("seeds"),
+        "command": rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
+        "release_id": release_id,
+        "release_path": release_path,
+        "plan_id": _str(plan_id),
+        "config": _dict(rec.get("config")),
+        "dpaudit_version": rec.get("dpaudit_version"),
+        "git_commit": rec.get("git_commit"),
+    }
+
+
+def _evidence(rec: dict) -> dict:
+    """The view's evidence fields of ``rec`` (migrated) besides the ROC."""
+    statistic = statistic_of(rec)
+    cp = num(rec.get("clopper_pearson_epsilon"))
+    if cp is None and statistic == "clopper-pearson":
+        cp = num(rec.get("epsilon_lower_bound"))  # before the claimed curve: eps_LB is the CP one
+    curve, threat = curve_view(rec.get("claimed_curve")), _str(rec.get("threat_model"))
+    return {
+        "method": name_of(rec.get("method")),
+        "no_noise": control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]),
+        "null": control_of(rec.get("controls"), CONTROL_NAMES["null"]),
+        "statistic": statistic,
+        "clopper_pearson_epsilon": cp,
+        "threat_model": "final-model" if threat is None else threat,
+        "comparison": comparison_view(rec.get("comparison")),
+        "claimed_curve": curve,
+        "claimed_curve_malformed": curve is None and rec.get("claimed_curve") is not None,
+    }
 
 
 #: The statistics an audit.json may name as the one that decided its eps_LB.

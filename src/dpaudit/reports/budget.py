@@ -7,9 +7,9 @@ import os
 from collections import defaultdict
 from typing import Any
 
+from ..errors import DPAuditError, UsageError
 from ..ledger.book import open_ledger
 from ..ledger.paths import resolve_ledger
-from ..errors import DPAuditError, UsageError
 from ..records import Release
 from .inputs import LoadedRelease, Note, dataset_name, num
 from .recompute import composed
@@ -23,19 +23,9 @@ def _rows_of(rows: Any) -> list[dict]:
 # Keyed fingerprints are dropped too: with the ledger's key (which `ledger export --include-key`
 # hands out) a reader could test a candidate dataset against them. Reports show version labels. A row set's keyed row hashes
 # and their count are dropped too: the count is the private training count.
-LEDGER_ENTRY_DROP = (
-    "prev_hash",
-    "hash",
-    "guarantee",
-    "payload",
-    "artefact_path",
-    "dataset_sha256",
-    "release_created_at",
-    "dataset_fingerprint",
-    "fingerprint",
-    "previous",
-    "count",
-    "hashes",
+LEDGER_ENTRY_DROP = tuple(
+    "prev_hash hash guarantee payload artefact_path dataset_sha256 release_created_at "
+    "dataset_fingerprint fingerprint previous count hashes".split()
 )
 
 
@@ -59,14 +49,11 @@ def _no_ledger(
     if explicit:
         raise UsageError(f"ledger must be an existing ledger database, got {str(ledger_path)!r}.")
     if datasets:
-        notes.append(
-            Note(
-                "warning",
-                "budget",
-                f"no ledger at {path}: pass --ledger PATH to show the spent and remaining budget; "
-                "only the composition of the releases in this report is shown.",
-            )
+        text = (
+            f"no ledger at {path}: pass --ledger PATH to show the spent and remaining budget; "
+            "only the composition of the releases in this report is shown."
         )
+        notes.append(Note("warning", "budget", text))
     out["ledger"] = None
     return out
 
@@ -91,14 +78,11 @@ def _read_ledger(
                 summary.extend(_rows_of(ledger.summary(dataset=name)))
                 entries.extend(_rows_of(ds_entries))
             except UsageError:
-                notes.append(
-                    Note(
-                        "warning",
-                        "budget",
-                        f"dataset {name!r} is not recorded in ledger {path}: its releases were not "
-                        "accounted there.",
-                    )
+                text = (
+                    f"dataset {name!r} is not recorded in ledger {path}: its releases were not "
+                    "accounted there."
                 )
+                notes.append(Note("warning", "budget", text))
         return summary, entries, _verify(ledger)
 
 
@@ -121,24 +105,16 @@ def _budget_notes(
     recorded = {_release_id(e) for e in entries} - {None}
     for rid in release_ids:
         if rid not in recorded and (entries or summary):
-            notes.append(
-                Note(
-                    "warning",
-                    "budget",
-                    f"release {rid[:12]} is not in ledger {path}: its budget use is not accounted there.",
-                )
-            )
+            text = f"release {rid[:12]} is not in ledger {path}: its budget use is not accounted there."
+            notes.append(Note("warning", "budget", text))
     for row in summary:
         rem = num(row.get("remaining"))
         if rem is not None and rem < 0:
-            notes.append(
-                Note(
-                    "error",
-                    "budget",
-                    f"dataset {row.get('dataset')} partition {row.get('partition')}: budget exceeded "
-                    f"(remaining {rem:.4f}).",
-                )
+            text = (
+                f"dataset {row.get('dataset')} partition {row.get('partition')}: budget exceeded "
+                f"(remaining {rem:.4f})."
             )
+            notes.append(Note("error", "budget", text))
 
 
 def _release_versions(entries: list[dict]) -> dict[str, str]:

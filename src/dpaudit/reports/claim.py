@@ -92,14 +92,11 @@ def _claim_notes(r, check, secure: bool | None, notes: list[Note]) -> None:
     if check.steps_reason is not None:
         notes.append(Note("error", "claim", f"{who}: {check.steps_reason}."))
     if secure is False and not r.non_private:
-        notes.append(
-            Note(
-                "error",
-                "claim",
-                f"{who}: noise derived from a published seed: not private (anyone can "
-                "recompute the noise and test membership exactly); the ledger counts it as unbounded.",
-            )
+        text = (
+            f"{who}: noise derived from a published seed: not private (anyone can "
+            "recompute the noise and test membership exactly); the ledger counts it as unbounded."
         )
+        notes.append(Note("error", "claim", text))
 
 
 def _sampler(r) -> str:

@@ -58,7 +58,7 @@ class LoadedRelease:
 @dataclass
 class LoadedAudit:
     path: Path  # the audit directory
-    record: dict
+    record: dict  # in today's layout (AuditView.read): what the verdict functions take
     view: AuditView  # the typed fields a report reads
 
 
@@ -250,23 +250,15 @@ def load_sweep(sweep: LoadedSweep) -> LoadedSweep:
         _read_store(sweep)
     except DPAuditError as e:
         sweep.error = str(e)
-        sweep.notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {where}: no tables: {e} Its releases are still checked and composed.",
-            )
-        )
+        text = f"sweep {where}: no tables: {e} Its releases are still checked and composed."
+        sweep.notes.append(Note("error", "sweep", text))
     except Exception as e:  # sqlite / json errors of a damaged store: a note, never a traceback
         sweep.error = f"{type(e).__name__}: {e}"
-        sweep.notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
-                "its releases are still checked and composed.",
-            )
+        text = (
+            f"sweep {where}: no tables: its store {sweep.store} is unreadable ({sweep.error}); "
+            "its releases are still checked and composed."
         )
+        sweep.notes.append(Note("error", "sweep", text))
     # the releases are read even when the store is not: a release that exists spent budget
     for f in sweep.release_files:
         lr = _read_release(f, "sweep", f"sweep {sweep.name or where}: ", sweep.notes)
@@ -441,7 +433,7 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
         audit_files,
         "audit",
         shareable_audit,
-        lambda f, r: LoadedAudit(f.parent, r, AuditView.from_dict(r)),
+        lambda f, r: LoadedAudit(f.parent, *AuditView.read(r)),
         out.notes,
     )
     out.one_runs = _records(

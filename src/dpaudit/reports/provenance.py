@@ -61,15 +61,12 @@ def _add_release(
         or ds.get("user_ids_sha256")
         or (isinstance(ds.get("source_files"), dict) and ds["source_files"])
     ):
-        notes.append(
-            Note(
-                "warning",
-                "provenance",
-                f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
-                "hashes of its private data in release.json, which tell neighbouring datasets apart; "
-                "this report does not repeat them; do not republish that file.",
-            )
+        text = (
+            f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
+            "hashes of its private data in release.json, which tell neighbouring datasets apart; "
+            "this report does not repeat them; do not republish that file."
         )
+        notes.append(Note("warning", "provenance", text))
 
 
 def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
@@ -78,7 +75,7 @@ def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
         return
     match = next((k for k, v in by.items() if name and v["name"] == name), None)
     if match is None:
-        ds = la.record.get("dataset") if isinstance(la.record.get("dataset"), dict) else {}
+        ds = la.view.dataset_info
         match = json.dumps([name, ds.get("profile")], default=str)
         by[match] = _new_entry(name, {**ds, "n_features": None, "n_classes": None})
         _add(by[match], "split_seeds", ds.get("split_seed"))
@@ -108,14 +105,11 @@ def provenance(
         )
     for e in by.values():
         if len(e["data_versions"]) > 1:
-            notes.append(
-                Note(
-                    "warning",
-                    "provenance",
-                    f"dataset {e['name']}: its releases used {len(e['data_versions'])} different data "
-                    "versions in the ledger (different private data under one name).",
-                )
+            text = (
+                f"dataset {e['name']}: its releases used {len(e['data_versions'])} different data "
+                "versions in the ledger (different private data under one name)."
             )
+            notes.append(Note("warning", "provenance", text))
     for la in audits:
         _add_audit(by, la)
     return list(by.values())

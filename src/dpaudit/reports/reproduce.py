@@ -7,18 +7,6 @@ from .claim import noise_label
 from .inputs import Inputs, Note, command_str
 
 
-AUDIT_PARAMETERS = (
-    "canary",
-    "runs",
-    "confidence",
-    "delta",
-    "claimed_epsilon",
-    "select_fraction",
-    "task",
-    "dataset",
-)
-
-
 def _release_entry(lr, notes: list[Note]) -> dict:
     cmd = command_str(lr.release.command)
     if cmd is None:
@@ -41,14 +29,8 @@ def _release_entry(lr, notes: list[Note]) -> dict:
 def _audit_entry(la, notes: list[Note]) -> dict:
     cmd = command_str(la.view.command)
     if cmd is None:
-        notes.append(
-            Note(
-                "warning",
-                "reproduce",
-                f"audit {la.path} records no command; its recorded parameters are listed instead.",
-            )
-        )
-    cfg = la.record.get("config") if isinstance(la.record.get("config"), dict) else None
+        text = f"audit {la.path} records no command; its recorded parameters are listed instead."
+        notes.append(Note("warning", "reproduce", text))
     return {
         "kind": "audit",
         "mechanism": la.view.mechanism,
@@ -57,10 +39,9 @@ def _audit_entry(la, notes: list[Note]) -> dict:
         "command": cmd,
         "seed": la.view.seeds,
         "noise": None,
-        "dpaudit_version": la.record.get("dpaudit_version"),
-        "git_commit": la.record.get("git_commit"),
-        "parameters": {k: la.record.get(k) for k in AUDIT_PARAMETERS if k in la.record}
-        | ({"config": cfg} if cfg else {}),
+        "dpaudit_version": la.view.dpaudit_version,
+        "git_commit": la.view.git_commit,
+        "parameters": la.view.parameters | ({"config": la.view.config} if la.view.config else {}),
     }
 
 

@@ -63,41 +63,29 @@ def _accounting_notes(
     notes: list[Note],
 ) -> None:
     for p in problems[:MAX_LISTED]:
-        notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {name}: release {p['release_id'][:12]} ({p['mechanism']}, {p['path']}): "
-                f"ACCOUNTING MISMATCH: {p['message']}.",
-            )
+        text = (
+            f"sweep {name}: release {p['release_id'][:12]} ({p['mechanism']}, {p['path']}): "
+            f"ACCOUNTING MISMATCH: {p['message']}."
         )
+        notes.append(Note("error", "sweep", text))
     if len(problems) > MAX_LISTED:
-        notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {name}: {len(problems) - MAX_LISTED} more releases with an ACCOUNTING MISMATCH "
-                "(all listed in the JSON report).",
-            )
+        text = (
+            f"sweep {name}: {len(problems) - MAX_LISTED} more releases with an ACCOUNTING MISMATCH "
+            "(all listed in the JSON report)."
         )
+        notes.append(Note("error", "sweep", text))
     if unverified:
-        notes.append(
-            Note(
-                "warning",
-                "sweep",
-                f"sweep {name}: {len(unverified)} of {checked} release claims could not be recomputed "
-                f"(first: {unverified[0]['message']}).",
-            )
+        text = (
+            f"sweep {name}: {len(unverified)} of {checked} release claims could not be recomputed "
+            f"(first: {unverified[0]['message']})."
         )
+        notes.append(Note("warning", "sweep", text))
     if reproducible:
-        notes.append(
-            Note(
-                "warning",
-                "sweep",
-                f"sweep {name}: {reproducible} release(s) used noise derived from a published "
-                "seed: not private; the ledger counts them as unbounded.",
-            )
+        text = (
+            f"sweep {name}: {reproducible} release(s) used noise derived from a published "
+            "seed: not private; the ledger counts them as unbounded."
         )
+        notes.append(Note("warning", "sweep", text))
 
 
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
@@ -217,14 +205,11 @@ def _compose_into(
     row.update({acc: r["epsilon"] for acc, r in res.items()})
     row["errors"].update({acc: r["error"] for acc, r in res.items() if r["error"]})
     if res and row["rdp"] is None:
-        notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {sweep_name}: composition of {row['dataset']}/{row['partition']} failed with rdp: "
-                f"{row['errors'].get('rdp')}",
-            )
+        text = (
+            f"sweep {sweep_name}: composition of {row['dataset']}/{row['partition']} failed with rdp: "
+            f"{row['errors'].get('rdp')}"
         )
+        notes.append(Note("error", "sweep", text))
 
 
 def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
@@ -408,23 +393,17 @@ def _ledger_block(
     missing = sorted(release_ids - {_rid(e) for e in entries})
     out["missing"], out["missing_ids"] = len(missing), missing
     if missing:
-        notes.append(
-            Note(
-                "warning",
-                "sweep",
-                f"sweep {name}: {len(missing)} of {len(release_ids)} releases are not in ledger "
-                f"{ledger_path}: their budget use is not accounted there.",
-            )
+        text = (
+            f"sweep {name}: {len(missing)} of {len(release_ids)} releases are not in ledger "
+            f"{ledger_path}: their budget use is not accounted there."
         )
+        notes.append(Note("warning", "sweep", text))
     if out["tagged_elsewhere"]:
-        notes.append(
-            Note(
-                "info",
-                "sweep",
-                f"sweep {name}: the ledger holds {out['tagged_elsewhere']} release(s) tagged with this sweep "
-                "that are not in its folder (composed below with the rest).",
-            )
+        text = (
+            f"sweep {name}: the ledger holds {out['tagged_elsewhere']} release(s) tagged with this sweep "
+            "that are not in its folder (composed below with the rest)."
         )
+        notes.append(Note("info", "sweep", text))
     groups: dict[tuple, list] = {}
     for e in ours:
         groups.setdefault(
@@ -447,28 +426,22 @@ def _tables_note(sweep: LoadedSweep, tables: dict, notes: list[Note]) -> str:
     try:
         saved = read_json(f, "sweep tables")
     except DPAuditError:
-        notes.append(
-            Note(
-                "info",
-                "sweep",
-                f"sweep {sweep.name}: {f} is unreadable; the tables here are recomputed from the store.",
-            )
+        text = (
+            f"sweep {sweep.name}: {f} is unreadable; the tables here are recomputed from the store."
         )
+        notes.append(Note("info", "sweep", text))
         return "unreadable"
     keys = ("tasks_with_results", "cells", "contrasts")
     a = json.dumps({k: _json_safe(saved.get(k)) for k in keys}, sort_keys=True)
     b = json.dumps({k: _json_safe(tables.get(k)) for k in keys}, sort_keys=True)
     if a == b:
         return "matches"
-    notes.append(
-        Note(
-            "info",
-            "sweep",
-            f"sweep {sweep.name}: {f} differs from the store (written when "
-            f"{saved.get('tasks_with_results')} tasks had finished, now {tables.get('tasks_with_results')}); "
-            "the tables here are recomputed from the store.",
-        )
+    text = (
+        f"sweep {sweep.name}: {f} differs from the store (written when "
+        f"{saved.get('tasks_with_results')} tasks had finished, now {tables.get('tasks_with_results')}); "
+        "the tables here are recomputed from the store."
     )
+    notes.append(Note("info", "sweep", text))
     return "differs"
 
 
@@ -481,22 +454,14 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
             if stale
             else ""
         )
-        notes.append(
-            Note(
-                "warning",
-                "sweep",
-                f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
-                f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}.",
-            )
+        text = (
+            f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
+            f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."
         )
+        notes.append(Note("warning", "sweep", text))
     if c["pending"]:
-        notes.append(
-            Note(
-                "info",
-                "sweep",
-                f"sweep {name}: {c['pending']} task(s) still pending: the tables cover finished tasks only.",
-            )
-        )
+        text = f"sweep {name}: {c['pending']} task(s) still pending: the tables cover finished tasks only."
+        notes.append(Note("info", "sweep", text))
 
 
 def _from_store(r: dict) -> dict:
@@ -517,25 +482,19 @@ def _release_file_notes(
     sweep: LoadedSweep, name: str, missing: list[dict], orphans: set[str], notes: list[Note]
 ) -> None:
     if missing:
-        notes.append(
-            Note(
-                "error",
-                "sweep",
-                f"sweep {name}: {len(missing)} release(s) recorded by its store have no readable release.json "
-                f"under {sweep.path} (first: {missing[0]['release_id'][:12]}); they are composed from the "
-                "parameters the store kept and cannot be checked.",
-            )
+        text = (
+            f"sweep {name}: {len(missing)} release(s) recorded by its store have no readable release.json "
+            f"under {sweep.path} (first: {missing[0]['release_id'][:12]}); they are composed from the "
+            "parameters the store kept and cannot be checked."
         )
+        notes.append(Note("error", "sweep", text))
     if orphans:
-        notes.append(
-            Note(
-                "warning",
-                "sweep",
-                f"sweep {name}: {len(orphans)} release(s) under {sweep.path} belong to no finished task "
-                "of its store (e.g. a task that failed after training); they spent budget and are "
-                "composed and checked with the rest.",
-            )
+        text = (
+            f"sweep {name}: {len(orphans)} release(s) under {sweep.path} belong to no finished task "
+            "of its store (e.g. a task that failed after training); they spent budget and are "
+            "composed and checked with the rest."
         )
+        notes.append(Note("warning", "sweep", text))
 
 
 def _release_sets(sweep: LoadedSweep) -> tuple[set[str], set[str], list[dict], set[str]]:

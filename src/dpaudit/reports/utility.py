@@ -118,13 +118,8 @@ def _curve(
         rels = by_eps[eps]
         ms, seeds = _metric_stats(rels), _seeds(rels)
         if len(seeds) < len(rels):
-            notes.append(
-                Note(
-                    "info",
-                    "utility",
-                    f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds.",
-                )
-            )
+            text = f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds."
+            notes.append(Note("info", "utility", text))
         rows.append(
             {
                 "mechanism": rels[0].mechanism,
@@ -192,12 +187,7 @@ def utility(releases: list[LoadedRelease], notes: list[Note]) -> dict:
 
 def _utility_notes(private: bool, reference: bool, rows: list[dict], notes: list[Note]) -> None:
     if private and not reference:
-        notes.append(
-            Note(
-                "info",
-                "utility",
-                "no non-private reference release among the inputs (train one with --non-private).",
-            )
-        )
+        text = "no non-private reference release among the inputs (train one with --non-private)."
+        notes.append(Note("info", "utility", text))
     if any(not r["metrics"] for r in rows):
         notes.append(Note("warning", "utility", "some releases record no numeric metrics."))

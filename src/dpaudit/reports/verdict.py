@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..audits.power import power_cell
-from ..audits.verdicts import family_verdict, upgrade
+from ..audits.verdicts import family_verdict
 from .audit import audit_entry
 from .inputs import Inputs, LoadedRelease, Note, canonical_mechanism, fixed, num
 
@@ -138,13 +138,8 @@ def _groups(inputs: Inputs, notes: list[Note]) -> dict[str, _Group]:
     for i, la in enumerate(inputs.audits):
         mech = la.view.mechanism
         if mech is None:
-            notes.append(
-                Note(
-                    "error",
-                    "verdict",
-                    f"audit {la.path} names no mechanism; it is matched to no release and cannot support any verdict.",
-                )
-            )
+            text = f"audit {la.path} names no mechanism; it is matched to no release and cannot support any verdict."
+            notes.append(Note("error", "verdict", text))
         group(mech if mech is not None else "unknown").named(mech).audits.append(i)
     return groups
 
@@ -153,24 +148,18 @@ def _like_for_like(la, r, notes: list[Note]) -> None:
     """Warn when an audit and the release it covers differ in delta or adjacency."""
     ad, rd = la.view.delta, num(r.delta)
     if ad is not None and rd is not None and not _close(ad, rd, 1e-9):
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"audit {la.path} bounds epsilon at delta={ad:g} but release {r.id[:12]} claims "
-                f"delta={rd:g}; the comparison is only exact at equal delta.",
-            )
+        text = (
+            f"audit {la.path} bounds epsilon at delta={ad:g} but release {r.id[:12]} claims "
+            f"delta={rd:g}; the comparison is only exact at equal delta."
         )
+        notes.append(Note("warning", "audit", text))
     aa = la.view.adjacency
     if aa and str(aa) != str(r.adjacency):
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"audit {la.path} uses adjacency {aa} but release {r.id[:12]} claims "
-                f"{r.adjacency}; the comparison is not like for like.",
-            )
+        text = (
+            f"audit {la.path} uses adjacency {aa} but release {r.id[:12]} claims "
+            f"{r.adjacency}; the comparison is not like for like."
         )
+        notes.append(Note("warning", "audit", text))
 
 
 def _entries(
@@ -191,24 +180,18 @@ def _entries(
 def _uncovered(g: _Group, covered_ids: set[str], any_release: bool, notes: list[Note]) -> list:
     """The group's private releases no audit covers (each a warning)."""
     if g.audits and not g.releases and (g.non_private or any_release) and g.key != "unknown":
-        notes.append(
-            Note(
-                "warning",
-                "verdict",
-                f"audit(s) of {g.name} match no private release of {g.name} among the inputs; "
-                "the verdict uses the audits' own claimed epsilon.",
-            )
+        text = (
+            f"audit(s) of {g.name} match no private release of {g.name} among the inputs; "
+            "the verdict uses the audits' own claimed epsilon."
         )
+        notes.append(Note("warning", "verdict", text))
     uncovered = [r for r in g.releases if r.id not in covered_ids]
     for r in uncovered:
-        notes.append(
-            Note(
-                "warning",
-                "verdict",
-                f"release {r.id[:12]} ({r.mechanism}, eps={fixed(num(r.epsilon))}) has no audit "
-                "among the inputs (none of its mechanism at its epsilon).",
-            )
+        text = (
+            f"release {r.id[:12]} ({r.mechanism}, eps={fixed(num(r.epsilon))}) has no audit "
+            "among the inputs (none of its mechanism at its epsilon)."
         )
+        notes.append(Note("warning", "verdict", text))
     return uncovered
 
 
@@ -539,25 +522,19 @@ def _covered(la, link: LoadedRelease | None, key: str, notes: list[Note]) -> lis
     one guessed from a nearby epsilon; none when it records none among the inputs."""
     if link is None or canonical_mechanism(link.release.mechanism) != key:
         if la.view.mechanism is not None:
-            notes.append(
-                Note(
-                    "info",
-                    "audit",
-                    f"audit {la.path} records no release among the inputs; it is judged against the claim it "
-                    "records itself and covers no release.",
-                )
+            text = (
+                f"audit {la.path} records no release among the inputs; it is judged against the claim it "
+                "records itself and covers no release."
             )
+            notes.append(Note("info", "audit", text))
         return []
     own, rel = la.view.claimed_epsilon, num(link.release.epsilon)
     if own is not None and rel is not None and not _close(own, rel, CLAIM_MATCH_RTOL):
-        notes.append(
-            Note(
-                "warning",
-                "audit",
-                f"audit {la.path} tested claimed epsilon {fixed(own)} but its release {link.release.id[:12]} "
-                f"claims {fixed(rel)}: it does not audit that claim and covers no release.",
-            )
+        text = (
+            f"audit {la.path} tested claimed epsilon {fixed(own)} but its release {link.release.id[:12]} "
+            f"claims {fixed(rel)}: it does not audit that claim and covers no release."
         )
+        notes.append(Note("warning", "audit", text))
         return []
     return [link.release]
 
@@ -590,8 +567,7 @@ def _bonferroni(inputs: Inputs, judged: list[dict], notes: list[Note], name: str
     if len(judged) <= 1:
         return None
     records = [
-        {**upgrade(inputs.audits[e["index"]].record), "claimed_epsilon": e["compared_claim"]}
-        for e in judged
+        {**inputs.audits[e["index"]].record, "claimed_epsilon": e["compared_claim"]} for e in judged
     ]
     fam = family_verdict(records)
     for e, d in zip(judged, fam["decisions"]):

@@ -38,17 +38,9 @@ from ..records import RELEASE_FILE, Release, now_utc, read_json, write_json_atom
 SCHEMA = "dpaudit.bundle/1"
 BUNDLE_FILE, LEDGER_FILE = "bundle.json", "ledger.json"
 #: Release fields that must equal the release's ledger entry (the ledger's entry is signed).
-RELEASE_FIELDS = (
-    "mechanism",
-    "guarantee",
-    "epsilon",
-    "delta",
-    "accountant",
-    "adjacency",
-    "noise_multiplier",
-    "sample_rate",
-    "steps",
-    "clipping_norm",
+RELEASE_FIELDS = tuple(
+    "mechanism guarantee epsilon delta accountant adjacency noise_multiplier sample_rate steps "
+    "clipping_norm".split()
 )
 _TOL = 1e-9
 

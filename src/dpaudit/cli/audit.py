@@ -27,13 +27,8 @@ from ..validation import positive_int
 from . import audit_opacus, audit_white_box, generic, plan as plan_cli
 from .audit_render import render_one_run, show
 from .common import ROUTES, console, default_workers, emit_json, exit_on_violation, note
-from .common import new_out, out_or_fresh, recorded_argv
+from .common import NOT_RECORDED, new_out, out_or_fresh, recorded_argv
 
-#: Options that say how, where or in what format an audit runs, never what it computes: left out
-#: of the recorded command line.
-NOT_RECORDED = tuple(
-    "json_out workers executor scheduler ledger planned plan key fail_on_violation".split()
-)
 
 _DOC = (
     "Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any "

@@ -29,7 +29,7 @@ from ..progress import JobProgress
 from ..records import read_release
 from ..requests import AuditRequest
 from ..validation import positive_int
-from .common import console, emit_json, print_message, print_table, recorded_argv
+from .common import NOT_RECORDED, console, emit_json, print_message, print_table, recorded_argv
 
 #: Models with both audits; the DP-SGD heads have the white-box one.
 MODELS = ("dp-dense", "dp-cnn")
@@ -119,13 +119,8 @@ def run(a: AuditRequest, plan=None):
     noise = (
         NoiseSource("reproducible", seed=a.seed) if a.trials.reproducible_noise else NoiseSource()
     )
-    command = shlex.join(
-        recorded_argv(
-            values={"out": out},
-            always=("canaries", "threat_model", "confidence", "seed"),
-            omit=("json_out", "workers", "executor", "scheduler", "ledger", "fail_on_violation"),
-        )
-    )
+    always = ("canaries", "threat_model", "confidence", "seed")
+    command = shlex.join(recorded_argv(values={"out": out}, always=always, omit=NOT_RECORDED))
     with JobProgress("steps") as bar:
         result = white_box_audit(
             model,

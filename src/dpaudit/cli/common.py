@@ -397,6 +397,13 @@ def keyword(name: str, annotation: Any, option: Any) -> Parameter:
     return Parameter(name, Parameter.KEYWORD_ONLY, annotation=annotation, default=option)
 
 
+#: Options of ``dpaudit audit`` that say how, where or in what format an audit runs, never what it
+#: computes (nor the plan-writing argument): left out of its recorded command line.
+NOT_RECORDED = tuple(
+    "json_out workers executor scheduler ledger planned plan key fail_on_violation".split()
+)
+
+
 def recorded_argv(
     ctx: Any = None, *, values: Optional[dict] = None, always=(), omit=(), last=("out",)
 ) -> list[str]:

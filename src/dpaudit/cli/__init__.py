@@ -64,14 +64,8 @@ COMMAND_FAMILIES: dict[str, str] = {
 }
 #: The family modules in the order they register (the order of the commands in ``dpaudit --help``).
 FAMILIES = {
-    "accounting": accounting,
-    "train": train,
-    "ledger": ledger,
-    "audit": audit,
-    "bundle": bundle,
-    "report": report,
-    "sweep": sweep,
-    "mixmin": mixmin,
+    m.__name__.rsplit(".", 1)[1]: m
+    for m in (accounting, train, ledger, audit, bundle, report, sweep, mixmin)
 }
 FAMILY_ORDER = tuple(FAMILIES)
 
@@ -89,9 +83,8 @@ def _lazy_group(group_info, **conv) -> Any:
         return typer.main.get_group_from_info(group_info, **conv)
     inst.registered_commands, inst.registered_groups = [], []
     try:
-        group = typer.main.get_group_from_info(
-            group_info, **conv
-        )  # the group itself: callback, help, options
+        # the group itself: callback, help, options
+        group = typer.main.get_group_from_info(group_info, **conv)
     finally:
         inst.registered_commands, inst.registered_groups = commands, groups
     group.commands = LazyCommands(_builders(commands, groups, **conv))
@@ -147,10 +140,7 @@ class _RootTyper(typer.Typer):
 
     def _load(self, families) -> None:
         """Register ``families`` (module names under dpaudit.cli) not yet registered, in FAMILY_ORDER."""
-        for family in sorted(
-            set(families) - self._loaded,
-            key=lambda f: FAMILY_ORDER.index(f) if f in FAMILY_ORDER else len(FAMILY_ORDER),
-        ):
+        for family in sorted(set(families) - self._loaded, key=FAMILY_ORDER.index):
             module = FAMILIES[family]
             before = {k: len(v) for k, v in self._raw.items()}
             self._registering += 1
@@ -164,19 +154,19 @@ class _RootTyper(typer.Typer):
             for info in self._raw["registered_groups"][before["registered_groups"] :]:
                 self.registered_by[typer.main.solve_typer_info_defaults(info).name] = family
 
-    def _conv(self) -> dict:
-        return {
+    def _builders(self) -> dict[str, Callable[[], Any]]:
+        """Builders of every command registered so far, with this app's conversion settings."""
+        conv = {
             "pretty_exceptions_short": self.pretty_exceptions_short,
             "rich_markup_mode": self.rich_markup_mode,
             "suggest_commands": self.suggest_commands,
         }
+        return _builders(self._raw["registered_commands"], self._raw["registered_groups"], **conv)
 
     def _build(self, name: str):
         family = COMMAND_FAMILIES.get(name)
         self._load([family] if family else FAMILY_ORDER)
-        builder = _builders(
-            self._raw["registered_commands"], self._raw["registered_groups"], **self._conv()
-        ).get(name)
+        builder = self._builders().get(name)
         if builder is None:
             raise KeyError(name)
         return builder()
@@ -185,10 +175,8 @@ class _RootTyper(typer.Typer):
         """The root click group; each top-level command is converted when it is first looked up."""
         shell = typer.Typer.__new__(typer.Typer)
         shell.__dict__.update(self.__dict__)
-        shell.registered_commands, shell.registered_groups = (
-            [],
-            [],
-        )  # the callback (--version) and the group's settings only
+        # the callback (--version) and the group's settings only
+        shell.registered_commands, shell.registered_groups = [], []
         group = _fast_options(typer.main.get_command(shell))
         group.commands = LazyCommands(
             {name: (lambda name=name: self._build(name)) for name in COMMAND_FAMILIES},
@@ -199,10 +187,7 @@ class _RootTyper(typer.Typer):
     def _missing(self) -> dict[str, Callable[[], Any]]:
         """Builders of the names COMMAND_FAMILIES does not list (none, unless a family added one)."""
         self._load(FAMILY_ORDER)
-        every = _builders(
-            self._raw["registered_commands"], self._raw["registered_groups"], **self._conv()
-        )
-        return {n: b for n, b in every.items() if n not in COMMAND_FAMILIES}
+        return {n: b for n, b in self._builders().items() if n not in COMMAND_FAMILIES}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         argv = kwargs.get("args", args[0] if args else None)

@@ -56,11 +56,9 @@ def register(app: typer.Typer) -> None:
         positive_int("steps", steps)
         open_unit("delta", delta)
         adj = Adjacency.parse(adjacency.value)
-        names = (
-            accountants.compared_accountants(adj)
-            if accountant is AccountantChoice.all
-            else [accountant.value]
-        )
+        names = [accountant.value]
+        if accountant is AccountantChoice.all:
+            names = accountants.compared_accountants(adj)
         results, skipped = accountants.compare(
             SubsampledGaussian(noise_multiplier, sample_rate, steps),
             delta=delta,
@@ -70,22 +68,15 @@ def register(app: typer.Typer) -> None:
         for r in results:
             r.update(noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
         if json_out:
-            ok = [r for r in results if r["epsilon"] is not None]
-            emit_json(
-                {
-                    **(ok[0] if len(results) == 1 else {**ok[0], "results": results}),
-                    **({"skipped": skipped} if skipped else {}),
-                }
-            )
+            record = dict([r for r in results if r["epsilon"] is not None][0])
+            if len(results) > 1:
+                record["results"] = results
+            if skipped:
+                record["skipped"] = skipped
+            emit_json(record)
             return
-        t = Table(
-            "accountant",
-            "epsilon",
-            "lower",
-            "estimate",
-            "order",
-            title=f"epsilon at delta={delta:g} ({adj.value})",
-        )
+        heads = ("accountant", "epsilon", "lower", "estimate", "order")
+        t = Table(*heads, title=f"epsilon at delta={delta:g} ({adj.value})")
         for r in results:
             t.add_row(r["accountant"], *_result_cells(r))
         print_table(t)
@@ -116,11 +107,8 @@ def register(app: typer.Typer) -> None:
             name = accountant.value
         else:
             half_open_unit("sample_rate", sample_rate)
-            name = (
-                "rdp"
-                if accountants.supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj)
-                else "pld"
-            )
+            rdp = accountants.supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj)
+            name = "rdp" if rdp else "pld"
         c = calibration.calibrate_noise_multiplier(
             target_epsilon=eps,
             delta=delta,
@@ -151,12 +139,7 @@ def register(app: typer.Typer) -> None:
         if json_out:
             emit_json(s.to_dict())
             return
-        t = Table(
-            "batches_per_epoch",
-            "sample_rate",
-            "steps",
-            "normalizer",
-            title=f"DP-SGD schedule for N0={n}, B={batch_size}, E={epochs}",
-        )
+        heads = ("batches_per_epoch", "sample_rate", "steps", "normalizer")
+        t = Table(*heads, title=f"DP-SGD schedule for N0={n}, B={batch_size}, E={epochs}")
         t.add_row(str(s.batches_per_epoch), f"{s.sample_rate:.8g}", str(s.steps), str(s.normalizer))
         print_table(t)

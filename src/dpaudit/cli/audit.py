@@ -6,7 +6,6 @@ their Requests); parsing and rendering only."""
 from __future__ import annotations
 
 import inspect
-import os
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -19,30 +18,17 @@ from ..audits import engine
 from ..catalogue import ALIASES, CATALOGUE, lookup, names
 from ..errors import UsageError
 from ..ledger.paths import resolve_ledger
-from ..paths import check_new_folder, fresh_folder
 from ..progress import phase
-from ..records import check_out_dir, read_release
+from ..records import read_release
 from ..reports import tradeoff
 from ..requests import THREAT_MODELS, WHITE_BOX_THREAT_MODELS, AuditRequest
 from ..sweeps.executors import check_executor_args, make_executor
 from ..validation import positive_int
 from . import audit_opacus, audit_white_box, generic, plan as plan_cli
 from .audit_render import render_one_run, show
-from .common import ROUTES, console, emit_json, exit_on_violation, note, recorded_argv
+from .common import ROUTES, console, default_workers, emit_json, exit_on_violation, note
+from .common import NOT_RECORDED, new_out, out_or_fresh, recorded_argv
 
-#: Options that say how, where or in what format an audit runs, never what it computes: left out
-#: of the recorded command line.
-NOT_RECORDED = (
-    "json_out",
-    "workers",
-    "executor",
-    "scheduler",
-    "ledger",
-    "planned",
-    "plan",
-    "key",
-    "fail_on_violation",
-)
 
 _DOC = (
     "Empirical privacy audit: the claimed event's trade-off curve tested (what the claim's family rules out decides), eps_LB for any "
@@ -50,16 +36,11 @@ _DOC = (
 )
 
 
-def _default_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
-
-
 def register(app: typer.Typer) -> None:
     # `dpaudit audit NAME` of catalogue entries with their own request options goes to its generic command.
     generic.register_audit(app)
-    ROUTES[("audit", "opacus")] = (
-        audit_opacus.click_command
-    )  # `dpaudit audit opacus SCRIPT.py -- ARGS`: your own Opacus script
+    # `dpaudit audit opacus SCRIPT.py -- ARGS`: your own Opacus script
+    ROUTES[("audit", "opacus")] = audit_opacus.click_command
     # The MECHANISM names from the catalogue (auditable entries; aliases in parentheses).
     mechanisms = ", ".join(
         n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "")
@@ -96,15 +77,12 @@ def _check(a: AuditRequest) -> None:
     """What is checked before any data is loaded or a cluster is started."""
     check_executor_args(a.trials.executor, a.trials.scheduler, a.trials.workers)
     positive_int("runs", a.runs, engine.MIN_RUNS)
-    if (
-        a.out is not None
-    ):  # before any training: a bad --out (or one holding results) must not throw a long run away
-        check_new_folder(check_out_dir(a.out, name="out"), name="out")
+    if a.out is not None:  # before any training: a bad --out must not throw a long run away
+        new_out(a.out)
     _check_threat_model(a)
     one_run_auditing.audit_device(a)
-    if (
-        a.release is not None and a.settings.reference_size is not None
-    ):  # a release's schedule: from its recorded N0
+    # a release's schedule: from its recorded N0
+    if a.release is not None and a.settings.reference_size is not None:
         raise UsageError(
             "reference_size must not be given with --release (the release records its own), "
             f"got {a.settings.reference_size}."
@@ -140,7 +118,7 @@ def run(a: AuditRequest, plan=None) -> None:
         return exit_on_violation(a.output.fail_on_violation, [_one_run(a, plan)])
     phase("building the audit target (loading the data, preparing features)")
     t, release_id, release_path = _target(a)
-    out = Path(a.out) if a.out is not None else _fresh_default(a, _default_out(a, t))
+    out = out_or_fresh(a.out, _default_out(a, t), a.output.json_out)
     resolved, always = _recorded(a, t, out)
     kwargs = dict(
         runs=a.runs,
@@ -164,17 +142,10 @@ def run(a: AuditRequest, plan=None) -> None:
     final_dir = out / "final-model"
     audits = [(t, kwargs)]
     if a.threat_model != "final-model":
-        final_cmd = recorded_argv(
-            values={**resolved, "threat_model": "final-model", "out": final_dir},
-            always=always,
-            omit=NOT_RECORDED,
-        )
-        audits.append(
-            (
-                t.with_threat_model("final-model"),
-                {**kwargs, "out_dir": final_dir, "command": shlex.join(final_cmd)},
-            )
-        )
+        values = {**resolved, "threat_model": "final-model", "out": final_dir}
+        final_cmd = shlex.join(recorded_argv(values=values, always=always, omit=NOT_RECORDED))
+        final = {**kwargs, "out_dir": final_dir, "command": final_cmd}
+        audits.append((t.with_threat_model("final-model"), final))
     results = _run_all(a, audits, engine.run_audit)
     show(results, [kw["out_dir"] for _, kw in audits], json_out=a.output.json_out)
     _note_unbounded_control(t, a, results)
@@ -190,20 +161,16 @@ def _default_out(a: AuditRequest, t) -> Path:
         "-no-noise": a.no_noise,
         f"-{a.threat_model}": a.threat_model != "final-model",
     }
-    return Path("audits") / (
-        f"{t.mechanism}-{data}-{t.canary}" + "".join(k for k, on in suffixes.items() if on)
-    )
+    suffix = "".join(k for k, on in suffixes.items() if on)
+    return Path("audits") / f"{t.mechanism}-{data}-{t.canary}{suffix}"
 
 
 def _note_unbounded_control(t, a: AuditRequest, results) -> None:
     """One line when a no-noise control trained on the private data: the ledger now counts the
     dataset's releases + audits as infinite (a cap that counts audits would have refused it)."""
     scope = t.private_data()
-    if (
-        a.output.json_out
-        or scope is None
-        or not any("no-noise" in (r.controls or {}) for r in results)
-    ):
+    controlled = any("no-noise" in (r.controls or {}) for r in results)
+    if a.output.json_out or scope is None or not controlled:
         return
     note(
         f"the no-noise control trained on {scope['dataset']!r} without DP noise: its releases + audits "
@@ -212,21 +179,11 @@ def _note_unbounded_control(t, a: AuditRequest, results) -> None:
     )
 
 
-def _fresh_default(a: AuditRequest, default: Path) -> Path:
-    """The default folder, or a fresh ``-2``, ``-3``, ... beside it when an earlier audit holds it (said in one line)."""
-    out = fresh_folder(default)
-    if out != default and not a.output.json_out:
-        note(f"{default} holds an earlier audit (never overwritten): writing to {out}")
-    return out
-
-
 def _command(plan, **recorded) -> str:
     """The recorded command: the plan's run, or the options that re-create the audit."""
-    return shlex.join(
-        ["dpaudit", "audit", "--plan", plan.path]
-        if plan is not None
-        else recorded_argv(omit=NOT_RECORDED, **recorded)
-    )
+    if plan is not None:
+        return shlex.join(["dpaudit", "audit", "--plan", plan.path])
+    return shlex.join(recorded_argv(omit=NOT_RECORDED, **recorded))
 
 
 def _note_runs(plan, json_out: bool) -> None:
@@ -240,12 +197,8 @@ def _target(a: AuditRequest):
     """(target, release id, release path) of a fresh audit or of ``--release``."""
     if a.release is None:
         t = auditing.target_for(a)
-        if (
-            not a.output.json_out
-            and a.data.task is None
-            and a.data.dataset is None
-            and a.mechanism != "gaussian"
-        ):
+        given = a.data.task is not None or a.data.dataset is not None
+        if not (a.output.json_out or given or a.mechanism == "gaussian"):
             note(
                 f"no --task/--dataset given: auditing {a.mechanism} on the embedded {t.describe().get('dataset')}."
             )
@@ -255,9 +208,8 @@ def _target(a: AuditRequest):
                 f"profile must not be given with --release (the release records its own), got {a.data.profile!r}."
             )
         rel = read_release(a.release)
-        auditing.check_release_unit(
-            rel, a.settings.privacy_unit, a.settings.records_per_user
-        )  # the release decides the privacy unit
+        # the release decides the privacy unit
+        auditing.check_release_unit(rel, a.settings.privacy_unit, a.settings.records_per_user)
         t = auditing.target_from_release(
             rel,
             canary=a.canary,
@@ -275,63 +227,38 @@ def _recorded(a: AuditRequest, t, out: Path):
     """The recorded command's resolved values and always-written options: every parameter as
     parsed, the defaults this audit resolved (canary, epsilon) written out, so that it re-creates
     the audit under later defaults too."""
-    fresh = a.release is None
-    resolved = {
-        "canary": t.canary,
-        "out": out,
-        "epsilon": None
-        if not fresh
-        else (a.epsilon if a.epsilon is not None else lookup(a.mechanism).default_epsilon),
-    }
-    always = (
-        ("canary", "runs", "confidence", "seed")
-        + (("epsilon", "delta") if fresh else ())
-        + (("width",) if fresh and lookup(a.mechanism).family == "dp-elm" else ())
-    )
-    return resolved, always
+    always = ("canary", "runs", "confidence", "seed")
+    if a.release is not None:
+        return {"canary": t.canary, "out": out, "epsilon": None}, always
+    entry = lookup(a.mechanism)
+    epsilon = entry.default_epsilon if a.epsilon is None else a.epsilon
+    always += ("epsilon", "delta") + (("width",) if entry.family == "dp-elm" else ())
+    return {"canary": t.canary, "out": out, "epsilon": epsilon}, always
 
 
 def _run_all(a: AuditRequest, audits, run_audit) -> list:
+    workers = a.trials.workers or default_workers()
     if a.trials.executor != "dask":
-        return [
-            run_audit(t, workers=a.trials.workers or _default_workers(), **kw) for t, kw in audits
-        ]
+        return [run_audit(t, workers=workers, **kw) for t, kw in audits]
     # The executor changes where chunks run, never what they compute: same chunks, same noise.
+    if a.trials.scheduler:
+        where, workers = f"scheduler {a.trials.scheduler}", None
+    else:
+        where = f"LocalCluster of {workers} workers on 127.0.0.1"
     if not a.output.json_out:
-        note(
-            "executor dask: "
-            + (
-                f"scheduler {a.trials.scheduler}"
-                if a.trials.scheduler
-                else f"LocalCluster of {a.trials.workers or _default_workers()} workers on 127.0.0.1"
-            )
-        )
-    with make_executor(
-        "dask",
-        scheduler=a.trials.scheduler,
-        workers=None if a.trials.scheduler else (a.trials.workers or _default_workers()),
-    ) as ex:
+        note(f"executor dask: {where}")
+    with make_executor("dask", scheduler=a.trials.scheduler, workers=workers) as ex:
         return [run_audit(t, executor=ex, **kw) for t, kw in audits]
 
 
 def _one_run(a: AuditRequest, plan=None):
     """``--one-run``: one training run with M canaries (dpaudit/one_run_auditing.py), one_run.json."""
-    data = (
-        a.data.dataset
-        or a.data.task
-        or (read_release(a.release).dataset if a.release is not None else None)
-    )
-    out = (
-        Path(a.out)
-        if a.out is not None
-        else _fresh_default(
-            a,
-            Path("audits")
-            / (
-                f"{a.mechanism}-{generic.data_label(data)}-one-run{'-no-noise' if a.no_noise else ''}"
-            ),
-        )
-    )
+    data = a.data.dataset or a.data.task
+    if not data and a.release is not None:
+        data = read_release(a.release).dataset
+    suffix = "-no-noise" if a.no_noise else ""
+    default = Path("audits") / f"{a.mechanism}-{generic.data_label(data)}-one-run{suffix}"
+    out = out_or_fresh(a.out, default, a.output.json_out)
     cmd = _command(
         plan, values={"out": out}, always=("canaries", "one_run_kind", "confidence", "seed")
     )
@@ -360,18 +287,13 @@ def _check_threat_model(a: AuditRequest) -> None:
         return
     if a.threat_model in WHITE_BOX_THREAT_MODELS:
         return audit_white_box.check(a)
-    head = (
-        a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
-    )  # unknown: the build step names the allowed ones
+    # unknown: the build step names the allowed ones
+    head = a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
     if not head or a.settings.privacy_unit != "record" or one_run:
-        what = "--one-run" if one_run else _not_trajectory(a, head)
+        what = audit_white_box.refused_what(a, one_run, head)
         raise UsageError(
             f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {a.threat_model!r}."
         )
-
-
-def _not_trajectory(a: AuditRequest, head: bool) -> str:
-    return f"--privacy-unit {a.settings.privacy_unit}" if head else a.mechanism
 
 
 def _with_threat_model(t, mechanism: str, threat_model: str):

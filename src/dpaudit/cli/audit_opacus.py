@@ -14,10 +14,8 @@ from rich.text import Text
 from ..audit_outputs import shareable_one_run
 from ..integrations import opacus_script
 from .audit_render import render_one_run
-from ..paths import check_new_folder, fresh_folder
 from ..progress import phase
-from ..records import check_out_dir
-from .common import console, emit_json, new_app, note, print_message
+from .common import console, emit_json, new_app, new_out, note, out_or_fresh, print_message
 
 _HELP = (
     "One-run audit of your own Opacus training script, run unchanged in this process with ARGS (after `--`): canaries and the "
@@ -62,9 +60,8 @@ def command(
 ) -> None:
     out = _new_out(script, out, plan, json_out)
     phase(f"running {script} (your training script) with canaries")
-    with (
-        contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext()
-    ):  # --json: stdout holds the record alone
+    # --json: stdout holds the record alone
+    with contextlib.redirect_stdout(sys.stderr) if json_out else contextlib.nullcontext():
         result, where = opacus_script.audit_script(
             script,
             args or (),
@@ -90,11 +87,10 @@ def command(
     if b.get("executed"):
         ran = b["executed"]
         console.print(f"the executed steps: eps {ran['epsilon']} ({ran['label']})", highlight=False)
-    if b.get("no_amplification"):
-        console.print(
-            f"without amplification: eps {b['no_amplification']['epsilon']:.3f} ({b['no_amplification']['label']})",
-            highlight=False,
-        )
+    plain = b.get("no_amplification")
+    if plain:
+        said = f"eps {plain['epsilon']:.3f} ({plain['label']})"
+        console.print(f"without amplification: {said}", highlight=False)
     console.print(f"pipeline: {b.get('certified', 'no findings')}", highlight=False)
 
 
@@ -102,14 +98,10 @@ def _new_out(script: Path, out, plan, json_out: bool):
     """Before the script runs: an explicit --out holding results is refused; the default folder, when an earlier run
     holds it, becomes a fresh ``-2``, ... (one line); under a plan, its folder (a second run is refused by the plan)."""
     if out is not None:
-        return check_new_folder(check_out_dir(out, name="out"), name="out")
+        return new_out(out)
     if plan is not None:
         return None
-    default = Path("audits") / f"opacus-{Path(script).stem}"
-    fresh = fresh_folder(default)
-    if fresh != default and not json_out:
-        note(f"{default} holds an earlier audit (never overwritten): writing to {fresh}")
-    return fresh
+    return out_or_fresh(None, Path("audits") / f"opacus-{Path(script).stem}", json_out)
 
 
 def click_command():

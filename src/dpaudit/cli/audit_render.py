@@ -18,9 +18,8 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
     """Print an audit (one JSON object, or its tables) and write its figures; a second result is
     the final-model audit run beside a trajectory audit (in ``out_dirs[1]``)."""
     if json_out:
-        d = shareable_audit(
-            results[0].to_dict()
-        )  # what audit.json holds; the rest is in audit_local.json
+        # what audit.json holds; the rest is in audit_local.json
+        d = shareable_audit(results[0].to_dict())
         d["audit_dir"] = str(out_dirs[0])
         if len(results) > 1:
             d["final_model"] = {
@@ -33,9 +32,8 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
     render(results[0], Path(out_dirs[0]))
     if len(results) > 1:
         render_threat_models(results[0], results[1], Path(out_dirs[1]))
-    for r, out in zip(
-        results, out_dirs
-    ):  # the trade-off figure beside audit.json; none without a claimed event
+    # the trade-off figure beside audit.json; none without a claimed event
+    for r, out in zip(results, out_dirs):
         path = tradeoff.write_tradeoff_png(r.to_dict(), Path(out))
         if path is not None:
             console.print(f"wrote {path}")
@@ -43,35 +41,17 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
 
 def render_one_run(result, out: Path) -> None:
     b = result.bounds
-    table = Table(
-        "analysis",
-        "eps_LB",
-        "claim",
-        "ceiling",
-        "guesses",
-        "correct",
-        title=f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries ({b['included']} included), "
-        f"{b['confidence']:.0%} confidence",
-    )
-    st, fdp = b["steinke"], b.get("fdp")
-    name = "steinke (eps, delta)" + ("" if result.noise else ", no noise")
-    table.add_row(
-        name,
-        _fmt(st["epsilon_lower_bound"]),
-        _fmt(b.get("claimed_epsilon")),
-        _fmt(st["ceiling"]),
-        str(st["guesses"]),
-        str(st["correct"]),
-    )
+    title = f"one-run audit: {result.mechanism}, {b['canaries']} {b['kind']} canaries "
+    title += f"({b['included']} included), {b['confidence']:.0%} confidence"
+    table = Table("analysis", "eps_LB", "claim", "ceiling", "guesses", "correct", title=title)
+    st, fdp, claim = b["steinke"], b.get("fdp"), _fmt(b.get("claimed_epsilon"))
+    quiet = "" if result.noise else ", no noise"
+    guesses = (str(st["guesses"]), str(st["correct"]))
+    cells = (_fmt(st["epsilon_lower_bound"]), claim, _fmt(st["ceiling"]), *guesses)
+    table.add_row(f"steinke (eps, delta){quiet}", *cells)
     if fdp and fdp.get("epsilon_lower_bound") is not None:
-        table.add_row(
-            "f-DP (claimed curve)" + ("" if result.noise else ", no noise"),
-            _fmt(fdp["epsilon_lower_bound"]),
-            _fmt(b.get("claimed_epsilon")),
-            _fmt(fdp.get("ceiling")),
-            "",
-            "",
-        )
+        cells = (_fmt(fdp["epsilon_lower_bound"]), claim, _fmt(fdp.get("ceiling")), "", "")
+        table.add_row(f"f-DP (claimed curve){quiet}", *cells)
     print_table(table)
     console.print(
         f"deciding statistic: {result.statistic}"
@@ -79,14 +59,11 @@ def render_one_run(result, out: Path) -> None:
     )
     if fdp and fdp.get("unavailable"):
         console.print(f"f-DP analysis not computed: {fdp['unavailable']}.")
+    lb = f"{result.epsilon_lower_bound:.3f}"
     if result.violated:
-        console.print(
-            f"[bold red]VIOLATION:[/] eps_LB {result.epsilon_lower_bound:.3f} > claimed {_fmt(b.get('claimed_epsilon'))}"
-        )
+        console.print(f"[bold red]VIOLATION:[/] eps_LB {lb} > claimed {claim}")
     elif result.noise:
-        console.print(
-            f"no evidence of a violation: eps_LB {result.epsilon_lower_bound:.3f} <= claimed {_fmt(b.get('claimed_epsilon'))}"
-        )
+        console.print(f"no evidence of a violation: eps_LB {lb} <= claimed {claim}")
     console.print(escape(power_line(result.power)))
     console.print(
         f"wrote {out / 'one_run.json'} (shareable) and {out / 'one_run_local.json'} (not for publication)"
@@ -124,9 +101,11 @@ def _statistic_line(result) -> str:
             "mechanism (the SELECT rule's EVAL counts and every threshold on all trials)"
         )
     acc = (result.claimed_curve or {}).get("accountant", "")
+    family = fam.get("family_epsilon")
+    family = _fmt(None if family is None else float(family))
     return (
         f"statistic: claimed-curve: {fam['statement']}, decides the verdict (family epsilon "
-        f"{_fmt(None if fam.get('family_epsilon') is None else float(fam['family_epsilon']))}, {acc} accountant: a statement about the claim's family only); "
+        f"{family}, {acc} accountant: a statement about the claim's family only); "
         "eps_LB bounds any mechanism"
     )
 
@@ -154,12 +133,10 @@ def _comparison_cells(r) -> tuple[str, str, str]:
         return "—" if t is None else f"{float(t['tpr']):.3f}"
 
     a = comp.get("auroc")
-    auroc = (
-        "—"
-        if not a
-        else f"{float(a['auc']):.2f} [{float(a['interval'][0]):.2f}, {float(a['interval'][1]):.2f}]"
-    )
-    return tpr(0.001), tpr(0.01), auroc
+    if not a:
+        return tpr(0.001), tpr(0.01), "—"
+    low, high = (float(x) for x in a["interval"])
+    return tpr(0.001), tpr(0.01), f"{float(a['auc']):.2f} [{low:.2f}, {high:.2f}]"
 
 
 def _gdp_cell(r) -> str:

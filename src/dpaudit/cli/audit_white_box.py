@@ -29,7 +29,7 @@ from ..progress import JobProgress
 from ..records import read_release
 from ..requests import AuditRequest
 from ..validation import positive_int
-from .common import console, emit_json, print_message, print_table, recorded_argv
+from .common import NOT_RECORDED, console, emit_json, print_message, print_table, recorded_argv
 
 #: Models with both audits; the DP-SGD heads have the white-box one.
 MODELS = ("dp-dense", "dp-cnn")
@@ -43,23 +43,21 @@ def check(a: AuditRequest) -> None:
     """What is checked before any data is loaded."""
     models = _models(a.threat_model)
     if a.mechanism not in models or a.settings.privacy_unit != "record" or a.protocol.one_run:
-        what = (
-            "--one-run"
-            if a.protocol.one_run
-            else (
-                f"--privacy-unit {a.settings.privacy_unit}"
-                if a.mechanism in models
-                else a.mechanism
-            )
-        )
-        names = ", ".join(MODELS) + (
-            " and the DP-SGD heads" if a.threat_model == "white-box" else ""
-        )
+        what = refused_what(a, a.protocol.one_run, a.mechanism in models)
+        heads = " and the DP-SGD heads" if a.threat_model == "white-box" else ""
         raise UsageError(
             f"threat model for {what} must be final-model or trajectory ({a.threat_model}: "
-            f"{names}, record level, without --one-run), got {a.threat_model!r}."
+            f"{', '.join(MODELS)}{heads}, record level, without --one-run), got {a.threat_model!r}."
         )
     positive_int("canaries", a.protocol.canaries, 2)
+
+
+def refused_what(a: AuditRequest, one_run: bool, model_allowed: bool) -> str:
+    """What a refused threat model is refused for: --one-run, else the privacy unit of an allowed
+    model, else the mechanism."""
+    if one_run:
+        return "--one-run"
+    return f"--privacy-unit {a.settings.privacy_unit}" if model_allowed else a.mechanism
 
 
 def _head_setup(a: AuditRequest, rel):
@@ -121,13 +119,8 @@ def run(a: AuditRequest, plan=None):
     noise = (
         NoiseSource("reproducible", seed=a.seed) if a.trials.reproducible_noise else NoiseSource()
     )
-    command = shlex.join(
-        recorded_argv(
-            values={"out": out},
-            always=("canaries", "threat_model", "confidence", "seed"),
-            omit=("json_out", "workers", "executor", "scheduler", "ledger", "fail_on_violation"),
-        )
-    )
+    always = ("canaries", "threat_model", "confidence", "seed")
+    command = shlex.join(recorded_argv(values={"out": out}, always=always, omit=NOT_RECORDED))
     with JobProgress("steps") as bar:
         result = white_box_audit(
             model,
@@ -154,33 +147,17 @@ def run(a: AuditRequest, plan=None):
 
 
 def _render(result, out: Path) -> None:
-    table = Table(
-        "run",
-        "eps_LB",
-        "claim",
-        "sigma_hi",
-        "d_lo",
-        "q_lo",
-        "steps",
-        "observations",
-        title=f"{result.main.threat_model} audit, {result.main.confidence:.0%} confidence",
-    )
+    heads = ("run", "eps_LB", "claim", "sigma_hi", "d_lo", "q_lo", "steps", "observations")
+    title = f"{result.main.threat_model} audit, {result.main.confidence:.0%} confidence"
+    table = Table(*heads, title=title)
     for role, b in result.bounds.items():
-        table.add_row(
-            role,
-            f"{b.epsilon_lb:.3f}",
-            f"{b.claimed_epsilon:.3f}",
-            f"{b.noise_upper:.4f}",
-            f"{b.sensitivity_lower:.4f}",
-            f"{b.sample_rate_lower:.5f}",
-            str(b.steps),
-            str(b.observations),
-        )
+        cells = (f"{b.epsilon_lb:.3f}", f"{b.claimed_epsilon:.3f}", f"{b.noise_upper:.4f}")
+        cells += (f"{b.sensitivity_lower:.4f}", f"{b.sample_rate_lower:.5f}")
+        table.add_row(role, *cells, str(b.steps), str(b.observations))
     print_table(table)
     for role, ok in result.controls_ok().items():
-        console.print(
-            f"{role} control: {'as expected' if ok else '[bold red]FAILED[/] (the audit cannot be trusted)'}"
-        )
+        state = "as expected" if ok else "[bold red]FAILED[/] (the audit cannot be trusted)"
+        console.print(f"{role} control: {state}")
     m = result.main
     verdict = "[bold red]VIOLATION:[/]" if m.violation else "no evidence of a violation:"
     console.print(

@@ -28,9 +28,8 @@ def register(app: typer.Typer) -> None:
         json_out: bool = options.json_out(),
     ) -> None:
         """Collect what a reviewer needs to verify a claim: releases, audits and their plans (shareable parts only), the ledger's export and head."""
-        check_out_dir(
-            out, name="out"
-        )  # /proc, a file, a read-only place: one line before anything is read
+        # /proc, a file, a read-only place: one line before anything is read
+        check_out_dir(out, name="out")
         made = reports.make_bundle(inputs, ledger=ledger, out=out)
         if json_out:
             emit_json({"bundle": str(out), **made})
@@ -68,21 +67,13 @@ def register(app: typer.Typer) -> None:
             )
         else:
             t = Table("check", "subject", "result", "detail", width=min(console.width, 80))
+            marks = {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}
             for c in checks:
-                t.add_row(
-                    c.name,
-                    c.subject,
-                    {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}.get(
-                        c.status, "[yellow]note[/]"
-                    ),
-                    c.detail,
-                )
+                t.add_row(c.name, c.subject, marks.get(c.status, "[yellow]note[/]"), c.detail)
             console.print(t)
-            console.print(
-                f"{sum(c.status == 'FAIL' for c in checks)} of {len(checks)} checks failed."
-                if bad
-                else f"all {len(checks)} checks passed.",
-                highlight=False,
-            )
+            said = f"all {len(checks)} checks passed."
+            if bad:
+                said = f"{sum(c.status == 'FAIL' for c in checks)} of {len(checks)} checks failed."
+            console.print(said, highlight=False)
         if bad:
             raise typer.Exit(1)

@@ -38,8 +38,9 @@ from typer.core import TyperCommand, TyperGroup
 from ..console import console, err_console, print_message  # noqa: F401
 from ..errors import DPAuditError
 from ..integrations.opacus_script import warning_lines
+from ..paths import check_new_folder, fresh_folder
 from ..progress import heartbeat
-from ..records import _json_safe
+from ..records import _json_safe, check_out_dir
 from .coercion import install
 
 
@@ -123,9 +124,8 @@ def flag_names(message: str, command: Any) -> str:
     flags.update({a: flags[b] for a, b in FLAG_ALIASES.items() if b in flags and a not in flags})
 
     def spell(m: re.Match) -> str:
-        return (
-            flags.get(m.group(0), m.group(0)) if m.start() == 0 or "_" in m.group(0) else m.group(0)
-        )
+        word = m.group(0)
+        return flags.get(word, word) if m.start() == 0 or "_" in word else word
 
     # quoted parts are values (paths, names typed by the user): left as they are
     return "".join(
@@ -141,26 +141,23 @@ class DPAuditGroup(TyperGroup):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        if not isinstance(
-            self.commands, LazyCommands
-        ):  # built eagerly (typer.main.get_command): the same converters as lazily
+        # built eagerly (typer.main.get_command): the same converters as lazily
+        if not isinstance(self.commands, LazyCommands):
             _fast_options(self)
 
     def list_commands(self, ctx):
         return list(self.commands)  # names only: a lazy group builds a command when it is looked up
 
     def resolve_command(self, ctx, args):
+        # builds args[0] (its family) first: it may add ROUTES (dpaudit audit NAME)
         if len(args) >= 2 and isinstance(self.commands, LazyCommands):
-            self.commands.get(
-                args[0]
-            )  # builds args[0] (its family) first: it may add ROUTES (dpaudit audit NAME)
+            self.commands.get(args[0])
         if len(args) >= 2 and (args[0], args[1]) in ROUTES:
             found = f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
         else:
             found = super().resolve_command(ctx, args)
-        ctx.meta["dpaudit.command"] = found[
-            1
-        ]  # the innermost one wins: its flags name the parameters in errors
+        # the innermost one wins: its flags name the parameters in errors
+        ctx.meta["dpaudit.command"] = found[1]
         return found
 
     def make_context(self, info_name, args, parent=None, **extra):
@@ -174,12 +171,11 @@ class DPAuditGroup(TyperGroup):
             with _progress_of(ctx), _one_line_warnings(ctx):
                 return super().invoke(ctx)
         except DPAuditError as e:
-            msg = (
-                flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command"))
-                if str(e)
-                else type(e).__name__
-            )
-            msg = f"{msg} {e.hint}" if e.hint and e.hint not in msg else msg
+            msg = type(e).__name__
+            if str(e):
+                msg = flag_names(str(e).splitlines()[0], ctx.meta.get("dpaudit.command"))
+            if e.hint and e.hint not in msg:
+                msg = f"{msg} {e.hint}"
             _error(msg)
             raise typer.Exit(2) from None
         except ClickUsageError as e:
@@ -278,11 +274,9 @@ def _param_name(param: Any, hint: Optional[str]) -> str:
 def usage_line(e: ClickUsageError) -> str:
     """``e`` as one "{name} must be {rule}, got {value}." line (click's words where nothing better is known)."""
     ctx = getattr(e, "ctx", None)
-    where = (
-        f"`{' '.join(['dpaudit', *ctx.command_path.split()[1:]])} --help`"
-        if ctx is not None
-        else "`dpaudit --help`"
-    )
+    where = "`dpaudit --help`"
+    if ctx is not None:
+        where = f"`{' '.join(['dpaudit', *ctx.command_path.split()[1:]])} --help`"
     if isinstance(e, NoSuchOption):
         near = (
             f"one of {', '.join(e.possibilities)}" if e.possibilities else f"an option of {where}"
@@ -383,10 +377,8 @@ def _help_format(format_help: Callable) -> Callable:
     return wrapped
 
 
-TyperCommand.format_help, TyperGroup.format_help = (
-    _help_format(TyperCommand.format_help),
-    _help_format(TyperGroup.format_help),
-)
+TyperCommand.format_help = _help_format(TyperCommand.format_help)
+TyperGroup.format_help = _help_format(TyperGroup.format_help)
 
 
 def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
@@ -403,6 +395,13 @@ def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
 def keyword(name: str, annotation: Any, option: Any) -> Parameter:
     """A keyword-only parameter of a generated command, its typer ``option`` as its default."""
     return Parameter(name, Parameter.KEYWORD_ONLY, annotation=annotation, default=option)
+
+
+#: Options of ``dpaudit audit`` that say how, where or in what format an audit runs, never what it
+#: computes (nor the plan-writing argument): left out of its recorded command line.
+NOT_RECORDED = tuple(
+    "json_out workers executor scheduler ledger planned plan key fail_on_violation".split()
+)
 
 
 def recorded_argv(
@@ -451,6 +450,27 @@ def _spelt(p: Any, value: Any) -> list[str]:
     if not (value or p.secondary_opts):
         raise ValueError(f"flag {p.opts[0]} has no off spelling, got {value!r}.")
     return [p.opts[0] if value else p.secondary_opts[0]]
+
+
+def new_out(out: Any) -> Path:
+    """An explicit ``--out``, refused (one line) before any work when it cannot be written or holds results."""
+    return check_new_folder(check_out_dir(out, name="out"), name="out")
+
+
+def out_or_fresh(out: Any, default: Path, quiet: bool) -> Path:
+    """``--out`` as given, else ``default`` or a fresh ``-2``, ``-3``, ... beside it when an earlier
+    audit holds it (said in one line unless ``quiet``): results are never overwritten."""
+    if out is not None:
+        return Path(out)
+    fresh = fresh_folder(default)
+    if fresh != default and not quiet:
+        note(f"{default} holds an earlier audit (never overwritten): writing to {fresh}")
+    return fresh
+
+
+def default_workers() -> int:
+    """Worker processes of a local audit when ``--workers`` is not given: two at most."""
+    return max(1, min(2, os.cpu_count() or 1))
 
 
 def exit_on_violation(fail: bool, results: list) -> None:

@@ -29,19 +29,21 @@ from ..ledger import result_cache
 from ..ledger.book import open_ledger
 from ..ledger.paths import resolve_ledger
 from ..mechanisms import registry
-from ..paths import check_new_folder, fresh_folder
-from ..records import check_out_dir, read_release
+from ..records import read_release
 from ..requests import REQUEST_TYPES, AuditRequest, flag_of
 from ..threads import set_threads
 from . import options
 from .audit_render import show
 from .common import (
     ROUTES,
+    default_workers,
     emit_json,
     exit_on_violation,
     keyword,
     new_app,
+    new_out,
     note,
+    out_or_fresh,
     print_message,
     recorded_argv,
     say,
@@ -161,13 +163,10 @@ def _print_release(rel, shown) -> None:
         for line in shown[1]:
             print_message(Text.from_markup(line))
         return
-    claim = (
-        "no privacy claim (non-private)"
-        if rel.non_private
-        else (
-            f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, {rel.accountant}, {rel.adjacency}"
-        )
-    )
+    claim = "no privacy claim (non-private)"
+    if not rel.non_private:
+        claim = f"epsilon={rel.epsilon:.4f} (target {rel.target_epsilon:g}), delta={rel.delta:g}, "
+        claim += f"{rel.accountant}, {rel.adjacency}"
     dataset = (rel.dataset or {}).get("name")
     print_message(Text.assemble((rel.mechanism, "bold"), f" on {dataset}: {claim}"))
     if rel.metrics:
@@ -208,9 +207,8 @@ def make_train_command(entry):
     params = request_parameters(rtype) + [
         p for p in _run_parameters(entry.name, rtype) if p.name not in {f.name for f in fields}
     ]
-    named = {
-        f.name: entry.name for f in fields if f.metadata.get("positional")
-    }  # the model a per-model command releases
+    # the model a per-model command releases
+    named = {f.name: entry.name for f in fields if f.metadata.get("positional")}
 
     def command(**kwargs):
         out, ledger, json_out, seed_file, threads = (
@@ -222,10 +220,8 @@ def make_train_command(entry):
             set_threads(threads)
         mech = registry.mechanism(entry.name)
         request = mech.validate(request)  # a refusal comes before any note about defaults
-        for line in _default_notes(rtype) + mech.notes(
-            request
-        ):  # on stderr: --json output stays clean
-            note(line)
+        for line in _default_notes(rtype) + mech.notes(request):
+            note(line)  # on stderr: --json output stays clean
         # prv answers of the same public computations come from the on-disk cache (ledger/result_cache.py)
         with releasing.secret_noise_seed(seed_file), result_cache.enabled():
             rel = releasing.release(
@@ -249,9 +245,8 @@ def register_train(train_app: typer.Typer) -> None:
         entry = CATALOGUE[name]
         if not taken & {name, *entry.aliases}:
             command = make_train_command(entry)
-            for i, shown in enumerate(
-                (*entry.aliases, name)
-            ):  # an alias (e.g. mixmin) is the name shown in help
+            # an alias (e.g. mixmin) is the name shown in help
+            for i, shown in enumerate((*entry.aliases, name)):
                 train_app.command(shown, help=command.__doc__, hidden=i > 0)(command)
 
 
@@ -259,22 +254,9 @@ def register_train(train_app: typer.Typer) -> None:
 
 
 #: The AuditRequest options a generic ``audit NAME`` command adds to its request's own.
-_AUDIT_OPTIONS = (
-    "runs",
-    "confidence",
-    "release",
-    "out",
-    "no_noise",
-    "controls",
-    "control_runs",
-    "workers",
-    "chunk_size",
-    "seed",
-    "reproducible_noise",
-    "data_dir",
-    "ledger",
-    "json_out",
-    "fail_on_violation",
+_AUDIT_OPTIONS = tuple(
+    "runs confidence release out no_noise controls control_runs workers chunk_size seed "
+    "reproducible_noise data_dir ledger json_out fail_on_violation".split()
 )
 
 
@@ -301,7 +283,7 @@ def make_audit_command(entry):
     def command(**kwargs):
         audit = {k: kwargs.pop(k) for k in list(kwargs) if k not in field_names}
         if audit["out"] is not None:  # before any training: an --out holding results is refused
-            check_new_folder(check_out_dir(audit["out"], name="out"), name="out")
+            new_out(audit["out"])
         canary = audit["canary"].value if audit.get("canary") is not None else None
         request = request_from_options(rtype, kwargs)
         target, release_id, release_path = _audit_target(entry.name, request, audit, canary)
@@ -321,7 +303,7 @@ def make_audit_command(entry):
             command=_audit_command(entry.name, target, out),
             release_id=release_id,
             release_path=release_path,
-            workers=audit["workers"] or max(1, min(2, os.cpu_count() or 1)),
+            workers=audit["workers"] or default_workers(),
             ledger_path=audit.get("ledger"),
         )
         show([result], [out], json_out=audit["json_out"])
@@ -376,16 +358,9 @@ def _audit_folder(audit: dict, t) -> Path:
     """``--out`` (checked before any work), else the default folder named after the mechanism, the data and
     the canary, or a fresh ``-2``, ``-3``, ... beside an earlier audit's (said in one line): results are never
     overwritten."""
-    if audit["out"] is not None:
-        return Path(audit["out"])
-    default = (
-        Path("audits") / f"{t.mechanism}-{data_label(t.describe().get('dataset'))}-{t.canary}"
-        f"{'-no-noise' if audit['no_noise'] else ''}"
-    )
-    out = fresh_folder(default)
-    if out != default and not audit["json_out"]:
-        note(f"{default} holds an earlier audit (never overwritten): writing to {out}")
-    return out
+    suffix = "-no-noise" if audit["no_noise"] else ""
+    name = f"{t.mechanism}-{data_label(t.describe().get('dataset'))}-{t.canary}{suffix}"
+    return out_or_fresh(audit["out"], Path("audits") / name, audit["json_out"])
 
 
 def audit_click_command(name: str):

@@ -45,10 +45,8 @@ def register(app: typer.Typer) -> None:
         t.add_column("quantity")
         t.add_column("value", justify="right")
         t.add_row("statistics-limited size 4/alpha^2", f"{p.statistics_limited_size:,.1f}")
-        t.add_row(
-            "privacy-limited size 2 sqrt(k ln(1/delta))/(eps alpha)",
-            f"{p.privacy_limited_size:,.1f}",
-        )
+        privacy_limited = "privacy-limited size 2 sqrt(k ln(1/delta))/(eps alpha)"
+        t.add_row(privacy_limited, f"{p.privacy_limited_size:,.1f}")
         t.add_row("required size", f"{p.required_size:,.1f}")
         t.add_row("regime", p.regime)
         t.add_row("epsilon crossover", f"{p.epsilon_crossover:.4f}")

@@ -14,16 +14,15 @@ import typer
 from .. import audit_plans
 from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
-from ..requests import AuditRequest
+from ..requests import AuditRequest, flag_of
 from ..validation import half_open_unit
 from . import generic
-from .common import emit_json, print_message
+from .common import emit_json, keyword, print_message
 
 #: What --plan leaves to the command line: how the result is printed and the ledger that registered the
 #: plan (its entries go there), never what is computed.
 _FREE = ("json_out", "ledger")
-#: `audit plan opacus`: its own options, and the audit command's options it takes (any other is refused).
-_OPACUS = ("noise_multiplier", "sample_rate", "steps", "tensors")
+#: `audit plan opacus`: the audit command's options it takes (any other is refused).
 _OPACUS_TAKES = (
     "delta",
     "canaries",
@@ -35,60 +34,45 @@ _OPACUS_TAKES = (
     "json_out",
 )
 
-_P = inspect.Parameter
+_PLAN_HELP = (
+    "Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
+    "no other option but --ledger and --json may be given."
+)
+_KEY_HELP = (
+    "audit plan: your Ed25519 signing key (name or path; default $DPAUDIT_SIGNING_KEY or "
+    "'default'), registered in the ledger."
+)
+#: `audit plan opacus`: its own options (name, type, help).
+_OPACUS_OPTIONS = (
+    ("noise_multiplier", float, "Opacus's noise multiplier."),
+    ("sample_rate", float, "Opacus's sample rate (1 / batches per epoch)."),
+    ("steps", int, "optimizer steps (or --epochs E: E / sample rate)."),
+    (
+        "tensors",
+        str,
+        "comma-separated parameter names holding the canaries (default: all trainable).",
+    ),
+)
+_OPACUS = tuple(name for name, _, _ in _OPACUS_OPTIONS)
+
+
+def _option(flag: str, help_text: str) -> typer.models.OptionInfo:
+    return typer.Option(None, flag, show_default=False, help=help_text)
+
+
 #: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
 PARAMETERS = [
-    _P(
+    inspect.Parameter(
         "planned",
-        _P.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
         annotation=Optional[str],
         default=typer.Argument(None, hidden=True, metavar="MECHANISM"),
     ),
-    _P(
-        "plan",
-        _P.KEYWORD_ONLY,
-        annotation=Optional[Path],
-        default=typer.Option(
-            None,
-            "--plan",
-            show_default=False,
-            help="Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
-            "no other option but --ledger and --json may be given.",
-        ),
-    ),
-    _P(
-        "key",
-        _P.KEYWORD_ONLY,
-        annotation=Optional[str],
-        default=typer.Option(
-            None,
-            "--key",
-            show_default=False,
-            help="audit plan: your Ed25519 signing key (name or path; default $DPAUDIT_SIGNING_KEY or "
-            "'default'), registered in the ledger.",
-        ),
-    ),
+    keyword("plan", Optional[Path], _option("--plan", _PLAN_HELP)),
+    keyword("key", Optional[str], _option("--key", _KEY_HELP)),
     *[
-        _P(
-            n,
-            _P.KEYWORD_ONLY,
-            annotation=Optional[t],
-            default=typer.Option(None, "--" + n.replace("_", "-"), show_default=False, help=h),
-        )
-        for n, t, h in (
-            ("noise_multiplier", float, "audit plan opacus: Opacus's noise multiplier."),
-            (
-                "sample_rate",
-                float,
-                "audit plan opacus: Opacus's sample rate (1 / batches per epoch).",
-            ),
-            ("steps", int, "audit plan opacus: optimizer steps (or --epochs E: E / sample rate)."),
-            (
-                "tensors",
-                str,
-                "audit plan opacus: comma-separated parameter names holding the canaries (default: all trainable).",
-            ),
-        )
+        keyword(n, Optional[t], _option("--" + n.replace("_", "-"), f"audit plan opacus: {h}"))
+        for n, t, h in _OPACUS_OPTIONS
     ],
 ]
 
@@ -181,7 +165,7 @@ def _given(req: AuditRequest, keep) -> list[tuple[str, object]]:
     """(flag, value) of each option given on the command line (not at its default), other than ``keep``."""
     given = req.to_dict()
     return [
-        (f.metadata.get("flag") or "--" + f.name.replace("_", "-"), given[f.name])
+        (flag_of(f), given[f.name])
         for f in AuditRequest.option_fields()
         if f.name not in ("mechanism", *keep) and given[f.name] != f.default
     ]
@@ -190,23 +174,15 @@ def _given(req: AuditRequest, keep) -> list[tuple[str, object]]:
 def _written(path: Path, json_out: bool) -> None:
     plan = json.loads(path.read_text())
     if json_out:
-        return emit_json(
-            {
-                "plan": str(path),
-                "id": plan["id"],
-                "commitment": plan["commitment"],
-                "statistic": plan["audit"]["statistic"],
-            }
-        )
+        fields = {"id": plan["id"], "commitment": plan["commitment"]}
+        return emit_json({"plan": str(path), **fields, "statistic": plan["audit"]["statistic"]})
     a = plan["audit"]
     what = (
         f"{a['trials']} trials" if a["kind"] == "trials" else f"one run, {a['canaries']} canaries"
     )
-    run = (
-        f"dpaudit audit --plan {path}"
-        if plan["mechanism"] != "opacus"
-        else f"dpaudit audit opacus SCRIPT.py --plan {path} -- ARGS (or OpacusCanaries.from_plan(model, {str(path)!r}) in the script)"
-    )
+    run = f"dpaudit audit --plan {path}"
+    if plan["mechanism"] == "opacus":
+        run = f"dpaudit audit opacus SCRIPT.py --plan {path} -- ARGS (or OpacusCanaries.from_plan(model, {str(path)!r}) in the script)"
     print_message(
         f"plan {plan['id']}: {plan['mechanism']}, {what}, "
         f"statistic {a['statistic']}; seeds committed, signed by {plan['signer']['key_id'][:12]}, registered in the ledger.\n"

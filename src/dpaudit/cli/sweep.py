@@ -6,7 +6,6 @@ The command is generated from :class:`dpaudit.sweeps.request.SweepRequest` (one 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import typing
 from enum import Enum
 from typing import List, Optional
@@ -20,6 +19,7 @@ from ..console import wrap_width, wrap_words
 from ..requests import flag_of
 from ..sweeps.request import SweepRequest
 from .common import console, emit_json, keyword, print_table, note
+from .generic import make_command
 
 
 def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
@@ -40,17 +40,17 @@ def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
 
 
 def _request(values: dict) -> SweepRequest:
-    def plain(v):
-        return v.value if isinstance(v, Enum) else tuple(v) if isinstance(v, list) else v
-
-    return SweepRequest(
-        **{
-            k: ()
-            if v is None and isinstance(SweepRequest.__dataclass_fields__[k].default, tuple)
-            else plain(v)
-            for k, v in values.items()
-        }
-    )
+    """Parsed options as a SweepRequest: choices as strings, repeated options as tuples (none: ())."""
+    kwargs = {}
+    for k, v in values.items():
+        if isinstance(v, Enum):
+            v = v.value
+        elif isinstance(v, list):
+            v = tuple(v)
+        elif v is None and isinstance(SweepRequest.__dataclass_fields__[k].default, tuple):
+            v = ()
+        kwargs[k] = v
+    return SweepRequest(**kwargs)
 
 
 def _print_tables(tables: dict, json_out: bool) -> None:
@@ -85,32 +85,10 @@ def _print_plan(result: dict, json_out: bool) -> None:
 
 
 def _print_run(summary, result: dict) -> None:
-    t = Table(
-        "tasks",
-        "done",
-        "failed",
-        "pending",
-        "ran now",
-        "failed now",
-        "skipped (finished)",
-        "seconds",
-        title=f"sweep {summary.name}",
-    )
-    t.add_row(
-        *map(
-            str,
-            (
-                summary.tasks,
-                summary.done,
-                summary.failed,
-                summary.pending,
-                summary.ran,
-                summary.ran_failed,
-                summary.skipped_finished,
-            ),
-        ),
-        f"{summary.seconds:.1f}",
-    )
+    heads = "tasks,done,failed,pending,ran now,failed now,skipped (finished),seconds".split(",")
+    t = Table(*heads, title=f"sweep {summary.name}")
+    counts = ("tasks", "done", "failed", "pending", "ran", "ran_failed", "skipped_finished")
+    t.add_row(*(str(getattr(summary, k)) for k in counts), f"{summary.seconds:.1f}")
     print_table(t)
     for f in summary.failures[:10]:
         note(
@@ -139,10 +117,9 @@ def sweep(**values) -> None:
         return
     spec = r.checked()
     if not r.json_out:
+        at = f" at {r.scheduler}" if r.scheduler else ""
         note(
-            f"sweep {spec.name}: executor {r.executor}"
-            + (f" at {r.scheduler}" if r.scheduler else "")
-            + f", output {sweeps.sweep_dir(r.out, spec.name)}"
+            f"sweep {spec.name}: executor {r.executor}{at}, output {sweeps.sweep_dir(r.out, spec.name)}"
         )
     summary, result = sweeps.run_request(r, spec, progress=not r.json_out)
     for k, v in summary.skipped_datasets.items():
@@ -158,6 +135,4 @@ def sweep(**values) -> None:
 def register(app: typer.Typer) -> None:
     hints = typing.get_type_hints(SweepRequest)
     params = [_parameter(f, hints[f.name]) for f in dataclasses.fields(SweepRequest)]
-    sweep.__signature__ = inspect.Signature(params)
-    sweep.__annotations__ = {p.name: p.annotation for p in params}
-    app.command()(sweep)
+    app.command()(make_command(sweep, params, "sweep", sweep.__doc__))

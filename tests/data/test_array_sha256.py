@@ -82,3 +82,14 @@ def test_a_dataset_with_other_arrays_is_hashed_anew_not_given_the_loaders_digest
         x, *(six[k] for k in ("y_train", "x_val", "y_val", "x_test", "y_test"))
     )
     assert data.sha256 != _dataset()[0].sha256
+
+
+def test_a_failed_background_update_raises_rather_than_give_a_partial_digest():
+    import pytest
+
+    from dpaudit.data.base import BackgroundDigest
+
+    job = BackgroundDigest()
+    job.add(np.arange(3), np.array([None], dtype=object))  # object arrays have no bytes to hash
+    with pytest.raises(TypeError):
+        job.digest_of(job.arrays)

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import mmap
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,19 +59,21 @@ class BackgroundDigest:
     :meth:`add`; :meth:`digest_of` answers only for the very arrays that were added."""
 
     def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool, self._hash, self.arrays = ThreadPoolExecutor(1), hashlib.sha256(), ()
+        self._pool, self._hash = ThreadPoolExecutor(1), hashlib.sha256()
+        self._fed, self.arrays = [], ()
 
     def add(self, *arrays) -> None:
         self.arrays += arrays
-        self._pool.submit(_fed, self._hash, arrays)  # one worker: fed in the order added
+        self._fed.append(self._pool.submit(_fed, self._hash, arrays))  # one worker: in order
 
     def digest_of(self, arrays) -> str | None:
         """The digest if ``arrays`` are the added ones (the same objects), else None."""
         if len(arrays) != len(self.arrays) or any(a is not b for a, b in zip(arrays, self.arrays)):
             return None
-        return self._pool.submit(self._hash.hexdigest).result()
+        for fed in self._fed:
+            fed.result()  # re-raises a failed update: never the digest of part of the data
+        self._pool.shutdown()
+        return self._hash.hexdigest()
 
 
 def empty_small_pages(shape, dtype) -> np.ndarray:
@@ -143,8 +146,8 @@ class PreparedDataset:
         """Unkeyed digest of the prepared data (all three splits). LOCAL ONLY: it tells neighbouring datasets apart exactly, so it
         is never published; releases carry it as ``Release.data_digest`` and the ledger stores only a keyed fingerprint of it."""
         arrays = (self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test)
-        job = self.digest_job and self.digest_job.digest_of(arrays)
-        return job or array_sha256(*arrays)
+        known = self.digest_job and self.digest_job.digest_of(arrays)
+        return known or array_sha256(*arrays)
 
     @property
     def user_ids_sha256(self) -> str | None:

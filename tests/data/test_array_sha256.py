@@ -46,3 +46,50 @@ def test_known_digest():
         == "b438c5d786e1b613aa64ec714cb7157d230f98c8d68854da82b4f471d73c9acf"
     )
     assert array_sha256(np.zeros(0, dtype=np.int64)) == hashlib.sha256(b"int64(0,)").hexdigest()
+
+
+def _dataset(**arrays):
+    import dataclasses
+
+    from dpaudit.data.base import BackgroundDigest, PreparedDataset
+
+    rng = np.random.default_rng(0)
+    six = {
+        p + s: rng.random((9, 4)).astype(np.float32) if p == "x" else np.arange(9)
+        for s in ("_train", "_val", "_test")
+        for p in ("x", "y")
+    }
+    job = BackgroundDigest()
+    for s in ("_train", "_val", "_test"):
+        job.add(six["x" + s], six["y" + s])
+    data = PreparedDataset("d", "tabular", **six, n_classes=2, split_seed=1, digest_job=job)
+    return dataclasses.replace(data, **arrays), six
+
+
+def test_background_digest_is_array_sha256_of_the_added_arrays():
+    data, six = _dataset()
+    order = [six[k] for k in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test")]
+    assert data.digest_job.digest_of(order) == array_sha256(*order) == data.sha256
+
+
+def test_a_dataset_with_other_arrays_is_hashed_anew_not_given_the_loaders_digest():
+    # A neighbouring dataset made with dataclasses.replace keeps the loader's job: its digest
+    # must be its own (a shared one would merge two datasets' budgets in the ledger).
+    x = np.ones((9, 4), dtype=np.float32)
+    data, six = _dataset(x_train=x)
+    assert data.digest_job.digest_of((x,)) is None
+    assert data.sha256 == array_sha256(
+        x, *(six[k] for k in ("y_train", "x_val", "y_val", "x_test", "y_test"))
+    )
+    assert data.sha256 != _dataset()[0].sha256
+
+
+def test_a_failed_background_update_raises_rather_than_give_a_partial_digest():
+    import pytest
+
+    from dpaudit.data.base import BackgroundDigest
+
+    job = BackgroundDigest()
+    job.add(np.arange(3), np.array([None], dtype=object))  # object arrays have no bytes to hash
+    with pytest.raises(TypeError):
+        job.digest_of(job.arrays)

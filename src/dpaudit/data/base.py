@@ -6,6 +6,7 @@ import functools
 import hashlib
 import mmap
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,15 +39,41 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
 
 def array_sha256(*arrays: np.ndarray) -> str:
     """SHA-256 over the bytes, dtypes and shapes of prepared arrays (the dataset's identity)."""
+    return _fed(hashlib.sha256(), arrays).hexdigest()
+
+
+def _fed(h, arrays):
     import numpy as np
 
-    h = hashlib.sha256()
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(str(a.dtype).encode())
         h.update(str(a.shape).encode())
         h.update(a.reshape(-1).view(np.uint8))  # the bytes tobytes() gives, without copying them
-    return h.hexdigest()
+    return h
+
+
+class BackgroundDigest:
+    """:func:`array_sha256` of arrays added in order, hashed on one thread as they are added
+    (hashlib releases the GIL, so loading goes on meanwhile). The arrays must not change after
+    :meth:`add`; :meth:`digest_of` answers only for the very arrays that were added."""
+
+    def __init__(self) -> None:
+        self._pool, self._hash = ThreadPoolExecutor(1), hashlib.sha256()
+        self._fed, self.arrays = [], ()
+
+    def add(self, *arrays) -> None:
+        self.arrays += arrays
+        self._fed.append(self._pool.submit(_fed, self._hash, arrays))  # one worker: in order
+
+    def digest_of(self, arrays) -> str | None:
+        """The digest if ``arrays`` are the added ones (the same objects), else None."""
+        if len(arrays) != len(self.arrays) or any(a is not b for a, b in zip(arrays, self.arrays)):
+            return None
+        for fed in self._fed:
+            fed.result()  # re-raises a failed update: never the digest of part of the data
+        self._pool.shutdown()
+        return self._hash.hexdigest()
 
 
 def empty_small_pages(shape, dtype) -> np.ndarray:
@@ -58,14 +85,17 @@ def empty_small_pages(shape, dtype) -> np.ndarray:
     with ordinary pages), and in a virtual machine whose memory the host has not backed yet it took
     0.06-1.0 s for the 560 MB of an MNIST run against a steady 0.28 s with ordinary pages
     (BENCHMARKS.md, section 4). An anonymous ``mmap`` carries no such advice; the array keeps the
-    map alive through ``.base``.
+    map alive through ``.base``. Its pages are mapped at once (``MAP_POPULATE``, where the system
+    has it): one kernel pass costs less CPU than a fault per page on first write (both callers
+    write every element).
     """
     import numpy as np
 
     dtype = np.dtype(dtype)
     count = int(np.prod(shape))
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
     return np.frombuffer(
-        mmap.mmap(-1, max(count * dtype.itemsize, 1)), dtype=dtype, count=count
+        mmap.mmap(-1, max(count * dtype.itemsize, 1), flags=flags), dtype=dtype, count=count
     ).reshape(shape)
 
 
@@ -100,6 +130,8 @@ class PreparedDataset:
     #: The source rows each partition reads (:mod:`dpaudit.data.rows`): the ledger budgets the people behind them across dataset
     #: names. LOCAL ONLY (never in release.json); empty: unknown.
     rows: tuple = ()
+    #: The loader's :class:`BackgroundDigest` of the six arrays, or None (:attr:`sha256` hashes).
+    digest_job: BackgroundDigest | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_features(self) -> int:
@@ -113,9 +145,9 @@ class PreparedDataset:
     def sha256(self) -> str:
         """Unkeyed digest of the prepared data (all three splits). LOCAL ONLY: it tells neighbouring datasets apart exactly, so it
         is never published; releases carry it as ``Release.data_digest`` and the ledger stores only a keyed fingerprint of it."""
-        return array_sha256(
-            self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test
-        )
+        arrays = (self.x_train, self.y_train, self.x_val, self.y_val, self.x_test, self.y_test)
+        known = self.digest_job and self.digest_job.digest_of(arrays)
+        return known or array_sha256(*arrays)
 
     @property
     def user_ids_sha256(self) -> str | None:

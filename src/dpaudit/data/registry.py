@@ -34,7 +34,7 @@ from .tabular import (
     load_cardio_raw,
     load_heart_raw,
 )
-from .base import PreparedDataset, resolve_data_dir
+from .base import BackgroundDigest, PreparedDataset, resolve_data_dir
 from .files import sums_note
 from .rows import SOURCES, TEST_OFFSET, row_sets
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
@@ -360,21 +360,19 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
             + "."
         )
     tr, va = train_val_indices(len(y_tr), seed, 85)
+    # Apply the profile per partition so memory stays at one float copy of each; each finished
+    # partition is hashed (the dataset's digest) while the next is prepared.
+    digest, (x_train, shape) = BackgroundDigest(), apply_profile(x_tr[tr], profile)
+    digest.add(x_train, y_tr[tr])
+    digest.add(apply_profile(x_tr[va], profile)[0], y_tr[va])
+    digest.add(apply_profile(x_te, profile)[0], y_te)
     test_ids = TEST_OFFSET[which] + np.arange(len(y_te))
     rows = row_sets(SOURCES[which], {"train": tr, "val": va, "test": test_ids})
-    # Apply the profile per partition so memory stays at one float copy of each.
-    x_train, shape = apply_profile(x_tr[tr], profile)
-    x_val, _ = apply_profile(x_tr[va], profile)
-    x_test, _ = apply_profile(x_te, profile)
     return PreparedDataset(
         name=info.name,
         kind="image",
-        x_train=x_train,
-        y_train=y_tr[tr],
-        x_val=x_val,
-        y_val=y_tr[va],
-        x_test=x_test,
-        y_test=y_te,
+        **dict(zip(("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"), digest.arrays)),
+        digest_job=digest,
         n_classes=10,
         split_seed=seed,
         profile=profile,

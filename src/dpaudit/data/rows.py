@@ -49,4 +49,6 @@ def row_sets(source: str, partitions: dict, private: str = "train") -> tuple[Row
 
 
 def _ids(ids) -> tuple:
-    return tuple(int(i) for i in (ids.tolist() if hasattr(ids, "tolist") else ids))
+    if getattr(getattr(ids, "dtype", None), "kind", "") in ("i", "u"):  # tolist: Python ints
+        return tuple(ids.tolist())
+    return tuple(map(int, ids.tolist() if hasattr(ids, "tolist") else ids))

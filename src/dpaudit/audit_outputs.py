@@ -1,4 +1,4 @@
-"""What an audit may publish, and what stays with the operator (issue 23, point 5).
+"""What an audit may publish, and what stays with the operator.
 
 An audit runs the mechanism many times on the private data, so everything it computes is a function of that data, and the
 release's DP claim covers none of it. As a release does with ``local.json`` (:mod:`dpaudit.records`), an audit therefore writes

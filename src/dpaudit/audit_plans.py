@@ -1,4 +1,4 @@
-"""Pre-registered audits (issue 27): what an audit will do, fixed, signed and in the ledger before it runs.
+"""Pre-registered audits: what an audit will do, fixed, signed and in the ledger before it runs.
 
 A black-box audit can be gamed: run it many times, or pick the statistic after seeing the scores. The walk-through is in
 docs/review-walkthrough.md (and docs/one_run.md for Opacus): :func:`make_plan` writes the signed ``plan.json`` (committing to

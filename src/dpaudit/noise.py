@@ -32,7 +32,7 @@ Four sources (``NOISE_SOURCES``):
 The Gaussian sampler (every source, every DP path: :data:`GAUSSIAN_SAMPLER`). torch's own ``torch.randn`` is not used for DP
 noise: on CPU its float32 draws (tensors of 16 or more elements) are Box–Muller on 24-bit uniforms, so every pair has radius at
 most sqrt(48 ln 2) = 5.768 sigma. Truncated noise makes some outputs of a shifted sum impossible under the neighbour, a floor
-under delta that issue 13 estimated at 4.2e-5 for the MNIST DP-RVFL release (claimed delta 1e-5). Instead, every Gaussian value is
+under delta that an earlier review estimated at 4.2e-5 for the MNIST DP-RVFL release (claimed delta 1e-5). Instead, every Gaussian value is
 Box–Muller (:func:`box_muller`) on uniforms drawn by this module:
 
 - u1 in (0, 1] from 53 bits: u1 = 1 - k 2^-53 with k uniform on {0, ..., 2^53 - 1}; the lowest cell (u1 = 2^-53, probability
@@ -72,7 +72,7 @@ of attainable outputs is not shift-invariant, so low bits can leak (Mironov 2012
 the exact discrete sampler of :mod:`dpaudit.mechanisms.elm.laplace`, which draws only integers from :meth:`random_bytes`. (2) The
 numpy/torch generators of the ``os-entropy`` and ``reproducible`` sources are not cryptographically secure (see above).
 (3) Releases made before this sampler (float32 ``torch.randn``) carry no tail statement and
-their recorded delta does not include their tail (issue 13 estimated a floor of about 4.2e-5 under the MNIST DP-RVFL headline
+their recorded delta does not include their tail (an earlier review estimated a floor of about 4.2e-5 under the MNIST DP-RVFL headline
 run's claimed 1e-5); the ledger counts them as 0."""
 
 from __future__ import annotations

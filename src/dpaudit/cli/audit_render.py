@@ -71,7 +71,7 @@ def render_one_run(result, out: Path) -> None:
 
 
 def render_threat_models(trajectory, final, final_dir: Path) -> None:
-    """Both threat models' eps_LB, side by side (issue 15 part 3)."""
+    """Both threat models' eps_LB, side by side."""
     for name, r in (("trajectory", trajectory), ("final-model", final)):
         console.print(f"{name}: {_verdict_line(r)}")
     console.print(f"wrote the final-model audit to {final_dir / 'audit.json'}")

@@ -165,9 +165,8 @@ class OpacusCanaries:
         self.included = (
             self._rng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool).reshape(m)
         )
-        self._groups = {
-            n: (ids, flat) for n, ids, flat in chosen.by_tensor()
-        }  # parameter name -> (canary ids, coordinates)
+        # parameter name -> (canary ids, coordinates)
+        self._groups = {n: (ids, flat) for n, ids, flat in chosen.by_tensor()}
         self._theta0 = {
             n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()
         }

@@ -597,6 +597,10 @@ class ElmTarget(AuditTarget):
         }
 
 
+#: The release fields ``dpaudit train dp-elm --json`` shows of the claim, in order.
+_SUMMARY_CLAIM = "adjacency accountant target_epsilon epsilon delta noise_source seed".split()
+
+
 class DPELMMechanism(MechanismBase):
     """Laplace DP-ELM on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy
     contract: module docstring). Run by :func:`dpaudit.releasing.release`: the budget of
@@ -765,13 +769,7 @@ class DPELMMechanism(MechanismBase):
             "noise_scale": cfg["noise_scale"],
             "sampler": cfg["sampler"],
             "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],
-            "adjacency": rel.adjacency,
-            "accountant": rel.accountant,
-            "target_epsilon": rel.target_epsilon,
-            "epsilon": rel.epsilon,
-            "delta": rel.delta,
-            "noise_source": rel.noise_source,
-            "seed": rel.seed,
+            **{k: getattr(rel, k) for k in _SUMMARY_CLAIM},
             "solver": cfg["solver"],
             "metrics": rel.metrics,
             "timings": rel.timings,
@@ -818,34 +816,26 @@ class DPELMMechanism(MechanismBase):
                 "release must be private to be audited, got a non-private dp-elm release."
             )
         r = plan.request
-        rel = (
-            {}
-            if release is None
-            else dict(
+        fields = {
+            "dataset": plan.data_name,
+            "data_dir": r.data_dir,
+            "width": int(r.width),
+            "epsilon": float(plan.target_epsilon),
+            "canary": canary,
+            "seed": plan.seed,
+            "sampler": r.sampler,
+            "adjacency": r.adjacency,
+            "profile": plan.dataset.get("profile", r.profile),
+            "split_seed": plan.dataset.get("split_seed", r.split_seed),
+        }
+        if release is not None:  # the release's recorded claim and data identity are audited
+            fields.update(
                 epsilon=float(release.epsilon),
                 accountant=release.accountant,
                 expected_identity=release.dataset,
                 expected_sha256=(release.dataset or {}).get("sha256"),
             )
-        )
-        t = ElmTarget(
-            **{
-                **dict(
-                    dataset=plan.data_name,
-                    data_dir=r.data_dir,
-                    width=int(r.width),
-                    epsilon=float(plan.target_epsilon),
-                    canary=canary,
-                    seed=plan.seed,
-                    sampler=r.sampler,
-                    adjacency=r.adjacency,
-                    profile=plan.dataset.get("profile", r.profile),
-                    split_seed=plan.dataset.get("split_seed", r.split_seed),
-                ),
-                **rel,
-            }
-        )
-        return prepared(t, no_noise)
+        return prepared(ElmTarget(**fields), no_noise)
 
 
 MECHANISM = DPELMMechanism()

@@ -66,11 +66,10 @@ class GaussianMechanism(MechanismBase):
         """The Gaussian audit target of this plan: its sigma, delta and seed.
 
         Args:
-            plan: the plan audited.
+            plan: the plan audited (its event's sigma is the target's).
             canary: the canary kind.
-            release: unused (the claim is the plan's event).
-            user_ids: unused.
-            no_noise: build the no-noise control.
+            release, user_ids: unused: a synthetic claim, no data of its own.
+            no_noise: the no-noise control instead.
 
         Returns:
             The prepared GaussianTarget (its planted ``broken_noise_factor`` kept).

@@ -609,7 +609,7 @@ def release(
     progress=None,
     prepared=None,
 ):
-    """Make one release of ``mechanism`` (a :class:`~dpaudit.mechanisms.contract.Mechanism` or
+    """Make one release of ``mechanism`` (a :class:`~dpaudit.mechanisms.contract.MechanismBase` or
     its catalogue name) for ``request``: the one order every release follows.
 
     1. validate the request (``mechanism.validate``), and an explicit ``out_dir`` (a bad one

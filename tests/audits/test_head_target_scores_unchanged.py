@@ -6,11 +6,13 @@ before the change, with their recorded set-up, under reproducible noise: built d
 the no-noise control.
 """
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dpaudit.mechanisms.dpsgd.core import DPSGDConfig
 from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
@@ -77,3 +79,23 @@ def test_head_target_takes_the_plan_as_it_is():
     assert target.plan is plan and target.release is None
     assert target._config == DPSGDConfig.from_dict(plan.config["dp_sgd"])
     assert target.claimed_event == plan.event
+
+
+def test_user_level_target_reads_the_old_release_checks_from_the_release(tmp_path):
+    # Built from a plan and a release alone (no checksum passed in), the target still refuses
+    # user ids other than the ones an old release's recorded checksum and user count name.
+    from dpaudit.errors import DataError
+    from dpaudit.mechanisms.dpsgd.user_head_audit import UserHeadTarget
+
+    old = read_release(OLD / "rvfl-user.json")
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(1797) // 4)  # the file the release was made with
+    request = dataclasses.replace(release_request(old), user_ids=str(ids))
+    plan = MECHANISM.plan_of_release(request, old)
+    fields = dict(release=old, records_per_user=2, user_ids=ids)
+    target = UserHeadTarget.of_plan(plan, "max-clip", **fields)
+    assert target.expected_n_users == 315 and target.reference_size == 315
+    target.prepare()
+    forged = old.replace(dataset={**old.dataset, "user_ids_sha256": "0" * 64})
+    with pytest.raises(DataError, match="user ids sha256 must equal the release's 000000000000"):
+        UserHeadTarget.of_plan(plan, "max-clip", **{**fields, "release": forged}).prepare()

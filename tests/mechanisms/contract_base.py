@@ -39,7 +39,7 @@ from dpaudit.audits.engine import run_audit
 from dpaudit.catalogue import lookup
 from dpaudit.errors import DataError
 from dpaudit.mechanisms import registry
-from dpaudit.mechanisms.contract import Mechanism, ReleasePlan
+from dpaudit.mechanisms.contract import MechanismBase, ReleasePlan
 from dpaudit.noise import NoiseSource
 from dpaudit.records import read_release
 from dpaudit.release_compat import release_request
@@ -258,7 +258,7 @@ class MechanismContract:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def mechanism(cls) -> Mechanism:
+    def mechanism(cls) -> MechanismBase:
         return registry.mechanism(cls.name)
 
     @pytest.fixture(scope="class")

@@ -165,9 +165,8 @@ class OpacusCanaries:
         self.included = (
             self._rng.random(m) < 0.5 if coins is None else np.asarray(coins, dtype=bool).reshape(m)
         )
-        self._groups = {
-            n: (ids, flat) for n, ids, flat in chosen.by_tensor()
-        }  # parameter name -> (canary ids, coordinates)
+        # parameter name -> (canary ids, coordinates)
+        self._groups = {n: (ids, flat) for n, ids, flat in chosen.by_tensor()}
         self._theta0 = {
             n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()
         }
@@ -347,7 +346,14 @@ class OpacusCanaries:
     # ------------------------------------------------------------------ after training
     def scores(self, model: torch.nn.Module | None = None):
         """:class:`~dpaudit.audits.one_run.OneRunScores` of the trained model (default: the
-        parameters seen at construction): ``-(theta_T - theta_0)[j]``."""
+        parameters seen at construction): ``-(theta_T - theta_0)[j]``.
+
+        Args:
+            model: the trained model to score (None: the parameters seen at construction).
+
+        Returns:
+            The OneRunScores of every canary, with its public description.
+        """
         if model is None:
             params = self._params
         else:
@@ -366,7 +372,14 @@ class OpacusCanaries:
 
     def claim(self):
         """The event Opacus's run claims: SubsampledGaussian(noise multiplier, sample rate, steps
-        seen by the hook)."""
+        seen by the hook).
+
+        Returns:
+            The claimed SubsampledGaussian event.
+
+        Raises:
+            UsageError: the canaries were never attached.
+        """
         if self._optimizer is None and self.sample_rate is None:
             raise UsageError(
                 "canaries must be attached and trained with before claim(), got no attached optimizer."
@@ -451,7 +464,14 @@ class OpacusCanaries:
         """What the canaries alone see against their claim: steps run at settings other than the
         declared ones (read at every step), parameters of the model changed outside the DP optimizer's
         steps (no clipping, no noise), and a scored ``model`` whose canary coordinates are not the
-        DP-trained ones."""
+        DP-trained ones.
+
+        Args:
+            model: the scored model, if any.
+
+        Returns:
+            The findings (:class:`~dpaudit.integrations.pipeline.Finding`), empty when none.
+        """
         out = setting_findings(self._declared, self.executed)
         out += self._outside.findings() if self._outside is not None else []
         named = {} if model is None else {_plain_name(n): p for n, p in model.named_parameters()}

@@ -142,10 +142,8 @@ def _run_hooked(path: Path, args: list[str], run, canaries, tensors, seed) -> di
         return made
 
     argv, path0 = sys.argv, sys.path[0]
-    sys.argv, sys.path[0] = (
-        [str(path), *args],
-        str(path.resolve().parent),
-    )  # as `python SCRIPT ARGS` sees them
+    # as `python SCRIPT ARGS` sees them
+    sys.argv, sys.path[0] = ([str(path), *args], str(path.resolve().parent))
     PrivacyEngine.make_private = make_private
     try:
         runpy.run_path(str(path), run_name="__main__")

@@ -93,9 +93,8 @@ def inclusion_count_test(counts, *, steps: int, q: float) -> tuple[float, int]:
     counts = np.asarray(counts, dtype=np.int64)
     n = counts.size
     tail = stats.binom.sf(np.arange(steps + 1) - 1, steps, q)  # P[Bin(steps, q) >= b]
-    top = (
-        int(np.argmax(tail * n < 1e-9)) if (tail * n < 1e-9).any() else steps
-    )  # later cells: expected empty
+    # later cells: expected empty
+    top = int(np.argmax(tail * n < 1e-09)) if (tail * n < 1e-09).any() else steps
     p = np.append(stats.binom.pmf(np.arange(top), steps, q), tail[top])
     below = np.bincount(np.minimum(counts, top), minlength=top + 1)[:top]
     seen = np.append(below, int((counts >= top).sum()))
@@ -201,12 +200,8 @@ def _note_draw(drawn: dict, batch) -> None:
     try:
         idx = np.asarray(batch, dtype=np.int64).reshape(-1)
         np.add.at(drawn["counts"], idx, 1)
-    except (
-        TypeError,
-        ValueError,
-        IndexError,
-    ):  # keys that are not record positions: counts unknown
-        drawn["readable"] = False
+    except (TypeError, ValueError, IndexError):
+        drawn["readable"] = False  # keys that are not record positions: counts unknown
 
 
 def trained_from_draws(trained, drawn) -> bool:
@@ -400,11 +395,9 @@ class PipelineCheck:
         dataset_size: the number of training records.
         data_loader: the loader whose draws are checked.
         """
-        self.sample_rate, self.dataset_size, self.data_loader = (
-            sample_rate,
-            dataset_size,
-            data_loader,
-        )
+        self.sample_rate = sample_rate
+        self.dataset_size = dataset_size
+        self.data_loader = data_loader
         self.history = None if steps is None else [(noise_multiplier, sample_rate, int(steps))]
         self.max_grad_norm = max_grad_norm
         self.declared = {
@@ -440,7 +433,18 @@ class PipelineCheck:
         clipped=None,
     ) -> None:
         """One batch of ``batch_size`` records clipped at ``max_grad_norm`` (``passes`` backward passes);
-        ``clipped``: the clipped sum the next noise is drawn around (white-box canaries join it in place)."""
+        ``clipped``: the clipped sum the next noise is drawn around (white-box canaries join it in place).
+
+        Args:
+            batch_size: the records of the batch.
+            max_grad_norm: the clipping norm applied.
+            normaliser: the divisor of the clipped sum (None: a sum).
+            passes: backward passes behind the batch.
+            clipped: the clipped sum, for white-box canaries.
+
+        Raises:
+            UsageError: ``clipped`` given while no white-box canaries watch this check.
+        """
         self.batches.append((int(batch_size), normaliser, float(max_grad_norm), int(passes)))
         if clipped is not None:
             self._white_box().before_noise(clipped)
@@ -463,7 +467,18 @@ class PipelineCheck:
     ) -> None:
         """One noise addition of std ``noise_multiplier * max_grad_norm`` to the clipped sum
         (``sample_rate``: the rate its batch was drawn at, default the declared one; ``noisy``: the
-        noisy sum, before any scaling, when ``clip`` was given the clipped one)."""
+        noisy sum, before any scaling, when ``clip`` was given the clipped one).
+
+        Args:
+            noise_multiplier: the noise multiplier of this addition.
+            max_grad_norm: the clipping norm it is scaled by.
+            sample_rate: the rate its batch was drawn at.
+            expected_batch_size: the expected batch size, if any.
+            noisy: the noisy sum, for white-box canaries.
+
+        Raises:
+            UsageError: ``noisy`` missing after ``clip`` was given the clipped sum.
+        """
         if noisy is not None or (self.canaries is not None and self.canaries.pending):
             if noisy is None:
                 raise UsageError(
@@ -522,11 +537,9 @@ class PipelineCheck:
         return self
 
     def _wrap(self, optimizer) -> None:
-        clip, noise, inner = (
-            optimizer.clip_and_accumulate,
-            optimizer.add_noise,
-            optimizer.original_optimizer,
-        )
+        clip = optimizer.clip_and_accumulate
+        noise = optimizer.add_noise
+        inner = optimizer.original_optimizer
         original_step = inner.step
         mean = optimizer.loss_reduction == "mean"
 
@@ -565,11 +578,9 @@ class PipelineCheck:
                 self._snapshot()
             return out
 
-        optimizer.clip_and_accumulate, optimizer.add_noise, inner.step = (
-            clip_and_accumulate,
-            add_noise,
-            step,
-        )
+        optimizer.clip_and_accumulate = clip_and_accumulate
+        optimizer.add_noise = add_noise
+        inner.step = step
 
     def _measure_noise(self, optimizer, mean: bool) -> None:
         """The noise this update carries: p.grad (Opacus's mean scaling undone) minus the clipped sum
@@ -609,7 +620,11 @@ class PipelineCheck:
 
     def findings(self) -> tuple[Finding, ...]:
         """Every mismatch found so far (module docstring); the parameters are compared with the last
-        DP step's now."""
+        DP step's now.
+
+        Returns:
+            The findings (:class:`Finding`), empty for a run that matches its accounting.
+        """
         return tuple(
             self._sampler_findings()
             + self._draw_findings()
@@ -763,9 +778,8 @@ class PipelineCheck:
             )
             why = "those updates used gradients without clipping and noise: no DP, not certified."
             out.append(Finding("non-private-update", seen, why))
-        if (
-            self._params and self._params_moved()
-        ):  # since the last DP step, or since attach when none ran
+        # moved since the last DP step, or since attach when none ran
+        if self._params and self._params_moved():
             out.append(
                 Finding(
                     "changed-after-training",
@@ -838,7 +852,11 @@ class PipelineCheck:
 
     def executed_event(self):
         """The composition the run executed: one SubsampledGaussian per run of equal (noise
-        multiplier, sample rate)."""
+        multiplier, sample rate).
+
+        Returns:
+            The executed event (a Composed one when the settings changed).
+        """
         parts = [SubsampledGaussian(s, q, t) for s, q, t in self._executed_history()]
         return parts[0] if len(parts) == 1 else Composed(tuple(parts))
 
@@ -855,7 +873,14 @@ class PipelineCheck:
 
     # ------------------------------------------------------------------ honest figures
     def epochs(self) -> int:
-        """Passes over the data: ceil(records processed / N)."""
+        """Passes over the data: ceil(records processed / N).
+
+        Returns:
+            The number of passes, at least 1.
+
+        Raises:
+            UsageError: the dataset size is unknown.
+        """
         if not self.dataset_size:
             raise UsageError(
                 "dataset_size must be known (attach a data loader or pass it), got None."
@@ -866,7 +891,11 @@ class PipelineCheck:
         """Sound without amplification for batches where each record is in at most one batch per epoch
         (shuffled fixed-size batches; sum of clipped gradients, add/remove of one record leaving the
         others' batches unchanged): the Gaussian mechanism of the smallest executed noise multiplier
-        composed over :meth:`epochs`."""
+        composed over :meth:`epochs`.
+
+        Returns:
+            ``SubsampledGaussian(sigma_min, 1, epochs)``.
+        """
         sigma = min(x["noise_multiplier"] for x in self.noised)
         return SubsampledGaussian(sigma, 1.0, self.epochs())
 
@@ -992,9 +1021,7 @@ _EPS_ROUNDING = 1e-6
 def _epsilon_or_none(event, delta: float, accountant: str) -> float | None:
     try:
         return float(compute_epsilon(event, delta=delta, accountant=accountant).epsilon)
-    except (
-        DPAuditError
-    ):  # a setting the accountant does not cover (e.g. noise multiplier 0): no figure
+    except DPAuditError:  # a setting the accountant does not cover (noise multiplier 0)
         return None
 
 

@@ -87,6 +87,12 @@ class LoopWhiteBox:
         ``noise(..., noisy=)`` feed :meth:`before_noise` and :meth:`after_noise`, and its ``record``
         holds this bound.
 
+        Args:
+            check: the PipelineCheck of the loop.
+
+        Returns:
+            These canaries, watching.
+
         Raises:
             UsageError: a setting not declared, or canaries already watching ``check``.
         """
@@ -255,7 +261,19 @@ class OpacusWhiteBox(LoopWhiteBox):
     ) -> "OpacusWhiteBox":
         """Hook ``optimizer`` (an Opacus ``DPOptimizer``); the canary rate is ``sample_rate``, else the
         loader's ``sample_rate``, else ``1 / len(data_loader)``: the rate Opacus accounts with. The
-        claim is read now: a noise multiplier changed later is what the audit then sees."""
+        claim is read now: a noise multiplier changed later is what the audit then sees.
+
+        Args:
+            optimizer: the DPOptimizer of the run.
+            sample_rate: the canary rate (default: the loader's).
+            data_loader: the run's data loader.
+
+        Returns:
+            These canaries, attached.
+
+        Raises:
+            UsageError: not a DPOptimizer, or already attached.
+        """
         from opacus.optimizers import DPOptimizer
 
         if not isinstance(optimizer, DPOptimizer) or self._optimizer is not None:

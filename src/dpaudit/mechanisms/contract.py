@@ -1,7 +1,7 @@
 """The mechanism contract: what every releasing mechanism provides to the one release skeleton.
 
-A mechanism is a module exposing ``MECHANISM``, an object satisfying :class:`Mechanism` (hooks
-listed there, defaults in :class:`MechanismBase`); :func:`dpaudit.releasing.release` runs them in
+A mechanism is a module exposing ``MECHANISM``, an object satisfying :class:`MechanismBase` (hooks
+and their defaults listed there); :func:`dpaudit.releasing.release` runs them in
 the one order every release follows (``docs/architecture.md``). ``audit_target`` builds the
 audit of the same plan, so the code that is released is the code that is audited.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import data as registry
 from ..errors import DataError, UsageError
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-li
 
 @dataclass(frozen=True)
 class DataInfo:
-    """The public facts about a dataset that :meth:`Mechanism.plan` may use.
+    """The public facts about a dataset that ``MechanismBase.plan`` may use.
 
     ``reference_size``: the declared, public size of the training partition (the dataset
     definition's; :attr:`~dpaudit.data.base.PreparedDataset.reference_size`), None when nothing
@@ -175,7 +175,7 @@ class ReleasePlan(Grouped):
 
 @dataclass(frozen=True)
 class RunOutput:
-    """What :meth:`Mechanism.run` returns: facts of the run on the private data.
+    """What ``MechanismBase.run`` returns: facts of the run on the private data.
 
     ``arrays`` (name -> numpy array) are written to ``weights_name`` (``.npz``) unless ``save``
     is given: ``save(out_dir)`` writes the artefacts itself (e.g. a torch ``state_dict``).
@@ -214,70 +214,26 @@ class PartitionDeclaration:
     declared_by: str
 
 
-@runtime_checkable
-class Mechanism(Protocol):
-    """The contract (module docstring); every hook is declared here, with its default in
-    :class:`MechanismBase` (a mechanism subclasses it and overrides what it needs)."""
+class MechanismBase:
+    """The contract (module docstring): every hook, with its default; a mechanism subclasses it,
+    overrides what it needs (so callers never probe for a hook) and provides:
+
+    - ``name`` and ``request_type``;
+    - ``plan(request, info: DataInfo) -> ReleasePlan``: the release's plan from the request and
+      the data's public facts only;
+    - ``run(plan, data, noise, *, progress) -> RunOutput``: the plan executed on the private
+      ``data``, every noise value drawn from ``noise``.
+    """
 
     name: str
     request_type: type
     #: True: ``artefacts["out_dir"]`` names the release folder (as DP-ELM releases always have).
-    record_out_dir: bool
-    #: True: ``load(request, ledger_path=...)`` gets the ledger (e.g. a keyed fingerprint).
-    load_uses_ledger: bool
-
-    def load(self, request) -> Any: ...
-
-    def plan(self, request, info: DataInfo) -> ReleasePlan: ...
-
-    def run(self, plan: ReleasePlan, data, noise, *, progress) -> RunOutput: ...
-
-    def validate(self, request):
-        """Checks before anything is loaded; returns the (possibly normalised) request."""
-
-    def data_info(self, request, data) -> DataInfo:
-        """The public facts of the loaded data the plan is computed from."""
-
-    def default_out_dir(self, plan: ReleasePlan):
-        """Where a release goes when no ``out_dir`` is given."""
-
-    def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
-        """The release's recorded command (derived, never parsed back)."""
-
-    def link_releases(self, plan: ReleasePlan, releases: list) -> list:
-        """Multi-release plans: the parts' releases before publishing (e.g. one naming another)."""
-
-    def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
-        """Multi-release plans: after every part is published (e.g. a summary file)."""
-
-    def notes(self, request) -> list[str]:
-        """One-line notes for people on ``request`` before it runs (``dpaudit train`` prints them)."""
-
-    def summary(self, release, ledger=None) -> tuple[dict, list[str]] | None:
-        """What ``dpaudit train`` prints of ``release`` (recorded in ``ledger``, a path or None for the
-        default): (its ``--json`` object, its lines); None: the release record and the generic lines."""
-
-    def plan_of_audit(self, request) -> ReleasePlan:
-        """The plan of a fresh audit of ``request`` (the release's code path on the auditor's data)."""
-
-    def plan_of_release(self, request, release) -> ReleasePlan:
-        """The plan ``release`` was made with, rebuilt from its ``request``; refused (DataError)
-        unless it is the release's (:func:`check_plan_matches_release`)."""
-
-    def audit_target(
-        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
-    ):
-        """The prepared audit target of ``plan`` (``release``: the Release being audited, whose
-        recorded values the target reads; ``no_noise``: the noiseless control as the target)."""
-
-
-class MechanismBase:
-    """The defaults of :class:`Mechanism`'s optional hooks (so callers never probe for them)."""
-
     record_out_dir = False
+    #: True: ``load(request, ledger_path=...)`` gets the ledger (e.g. a keyed fingerprint).
     load_uses_ledger = False
 
     def validate(self, request):
+        """Checks before anything is loaded; returns the (possibly normalised) request."""
         return request
 
     def load(self, request, prepared=None):
@@ -294,36 +250,44 @@ class MechanismBase:
         return prepared
 
     def data_info(self, request, data) -> DataInfo:
+        """The public facts of the loaded data the plan is computed from."""
         return DataInfo.from_prepared(data)
 
     def default_out_dir(self, plan: ReleasePlan):
-        """``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``."""
+        """Where a release goes when no ``out_dir`` is given:
+        ``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``."""
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
         return Path("runs") / f"{plan.mechanism}-{plan.data_name}-seed{plan.seed}-{eps}"
 
     def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
-        """From the request (:meth:`dpaudit.requests.Request.command`)."""
+        """The release's recorded command (derived from the request, never parsed back)."""
         return plan.request.command(out=out_dir) if hasattr(plan.request, "command") else None
 
     def link_releases(self, plan: ReleasePlan, releases: list) -> list:
+        """Multi-release plans: the parts' releases before publishing (e.g. one naming another)."""
         return releases
 
     def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
-        return None
+        """Multi-release plans: after every part is published (e.g. a summary file)."""
 
     def notes(self, request) -> list[str]:
+        """One-line notes for people on ``request`` before it runs (``dpaudit train`` prints them)."""
         return []
 
     def summary(self, release, ledger=None) -> tuple[dict, list[str]] | None:
+        """What ``dpaudit train`` prints of ``release`` (recorded in ``ledger``, a path or None for the
+        default): (its ``--json`` object, its lines); None: the release record and the generic lines."""
         return None
 
     def plan_of_audit(self, request) -> ReleasePlan:
-        """Validate, load (public facts of the data), plan: the release's code path."""
+        """The plan of a fresh audit of ``request``: validate, load (public facts of the data),
+        plan, the release's code path on the auditor's data."""
         request = self.validate(request)
         return self.plan(request, self.data_info(request, self.load(request)))
 
     def plan_of_release(self, request, release) -> ReleasePlan:
-        """From the request and the loaded data's public facts, as the release was planned."""
+        """The plan ``release`` was made with, rebuilt from its ``request``; refused (DataError)
+        unless it is the release's (:func:`check_plan_matches_release`)."""
         plan = self.plan_of_audit(request)
         check_plan_matches_release(plan, release)
         return plan
@@ -331,6 +295,8 @@ class MechanismBase:
     def audit_target(
         self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
     ):
+        """The prepared audit target of ``plan`` (``release``: the Release being audited, whose
+        recorded values the target reads; ``no_noise``: the noiseless control as the target)."""
         raise UsageError(f"mechanism must be auditable (an audit_target), got {plan.mechanism!r}.")
 
 

@@ -11,15 +11,15 @@ from .elm import mechanism as dp_elm
 from .dpsgd import mechanism as dpsgd_release
 from .simple import gaussian, noisy_sum
 from .mixmin import mechanism as mixmin_pipeline
-from .contract import Mechanism
+from .contract import MechanismBase
 
 #: Every mechanism object by its ``name``; a new mechanism adds its module here.
-IMPLEMENTATIONS: dict[str, Mechanism] = {
+IMPLEMENTATIONS: dict[str, MechanismBase] = {
     m.MECHANISM.name: m.MECHANISM
     for m in (dpsgd_release, dp_elm, mixmin_pipeline, noisy_sum, gaussian)
 }
 
 
-def mechanism(name: str) -> Mechanism:
+def mechanism(name: str) -> MechanismBase:
     """The mechanism object of catalogue name (or alias) ``name``; UsageError naming the allowed names."""
     return IMPLEMENTATIONS[lookup(name).implementation]

@@ -87,9 +87,8 @@ class DPSGDMechanism(MechanismBase):
 
     # ------------------------------------------------------------------ contract
     def validate(self, r: DPSGDRequest) -> DPSGDRequest:
-        if (
-            r.privacy_unit == "record" and self.user_ids is not None
-        ):  # never ignore a request for user-level privacy
+        # never ignore a request for user-level privacy
+        if r.privacy_unit == "record" and self.user_ids is not None:
             raise UsageError(
                 "privacy_unit must be 'user' when user ids or records_per_user are given, got 'record'."
             )
@@ -144,7 +143,20 @@ class DPSGDMechanism(MechanismBase):
 
     def plan(self, r: DPSGDRequest, info: DataInfo) -> ReleasePlan:
         """Public quantities only: the schedule of the unit's declared reference size (never
-        ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event."""
+        ``info.n_train`` / ``info.n_users``, the private counts), sigma, the event.
+
+        Args:
+            r: the validated DP-SGD request (model, unit, epsilon, delta, schedule, optimizer).
+            info: the dataset's public description (sizes declared, never counted).
+
+        Returns:
+            The ReleasePlan: sigma, the SubsampledGaussian event (None when non-private), the steps
+            and the training config (``plan.config``) the run and the audit both use.
+
+        Raises:
+            UsageError: a setting outside its range or a claim the schedule cannot meet.
+            DataError: a user-level request on data without user ids.
+        """
         spec = MODELS[r.model]
         user = r.privacy_unit == "user"
         reference_size, adjacency, setup = _unit_schedule(r, info, user)
@@ -247,7 +259,19 @@ class DPSGDMechanism(MechanismBase):
     def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
         """The release's plan (checked, :func:`~dpaudit.mechanisms.contract.check_plan_matches_release`). A
         user-level release predating recorded reference sizes is replayed from its recorded ``n_users``;
-        one that names its user-ids file only in its command line (never parsed) needs ``r.user_ids``."""
+        one that names its user-ids file only in its command line (never parsed) needs ``r.user_ids``.
+
+        Args:
+            r: the release's request (:func:`~dpaudit.release_compat.release_request`).
+            release: the Release whose plan is rebuilt.
+
+        Returns:
+            The plan, equal to the one the release published.
+
+        Raises:
+            UsageError: an old user-level release audited without its user-ids file.
+            DataError: the rebuilt plan differs from the release's.
+        """
         if r.privacy_unit == "user":
             if (
                 r.user_ids is None
@@ -272,7 +296,17 @@ class DPSGDMechanism(MechanismBase):
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd.module_training` /
-        :mod:`dpaudit.mechanisms.dpsgd.user_level`) and evaluate on the test partition."""
+        :mod:`dpaudit.mechanisms.dpsgd.user_level`) and evaluate on the test partition.
+
+        Args:
+            plan: the plan, executed as it is (``plan.steps`` noisy steps).
+            data: the prepared private dataset.
+            noise: the private NoiseSource, the only source of the noise.
+            progress: an optional progress callback.
+
+        Returns:
+            The RunOutput: steps executed, test metrics, weights and public arrays, timings.
+        """
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
         config = self.dpsgd_config(plan)
@@ -448,7 +482,21 @@ class DPSGDMechanism(MechanismBase):
         model's holds the plan as it is (:meth:`HeadAuditTarget.of_plan`: its sigma, schedule,
         optimizer settings, public seed and dataset) and the ``release``, whose recorded claim, event, accountant, identity, sigma and schedule (for old
         releases they are the truth). ``user_ids``: a user-level audit's (default: the request's
-        file; none: a public grouping into users of G). ``no_noise``: the no-noise control."""
+        file; none: a public grouping into users of G). ``no_noise``: the no-noise control.
+
+        Args:
+            plan: the plan audited, taken as it is.
+            canary: the canary kind.
+            release: the Release audited (None: a fresh plan's claim).
+            user_ids: a user-level audit's user ids (array or .npy path).
+            no_noise: build the no-noise control.
+
+        Returns:
+            The prepared AuditTarget.
+
+        Raises:
+            UsageError: a non-private head plan (no claim to audit).
+        """
         r: DPSGDRequest = plan.request
         if MODELS[r.model].family != "head":
             target = ModuleTarget.of_plan(plan, canary, release=release)
@@ -459,16 +507,12 @@ class DPSGDMechanism(MechanismBase):
             )
         if plan.privacy_unit != "user":
             return prepared(HeadTarget.of_plan(plan, canary, release=release), no_noise)
-        identity = {} if release is None else (release.dataset or {})
         t = UserHeadTarget.of_plan(
             plan,
             canary,
             release=release,
             records_per_user=int(r.records_per_user),
             user_ids=r.user_ids if user_ids is None else user_ids,
-            reference_size=int(plan.config["reference_size"]),
-            expected_user_ids_sha256=identity.get("user_ids_sha256"),
-            expected_n_users=None if release is None else (release.config or {}).get("n_users"),
         )
         return prepared(t, no_noise)
 
@@ -513,9 +557,7 @@ def _unit_schedule(r: DPSGDRequest, info: DataInfo, user: bool):
             f"dataset {info.name} must be split by users for privacy_unit 'user', got no user ids."
         )
     reference_size = planned_reference_size(
-        r.reference_size,
-        None if user else info.reference_size,
-        unit="user" if user else "record",
+        r.reference_size, None if user else info.reference_size, unit="user" if user else "record"
     )
     adjacency = USER_ADJACENCY if user else RECORD_ADJACENCY
     setup = requested_schedule(r, info, reference_size, adjacency, r.non_private)

@@ -149,9 +149,8 @@ def _train_on_device(
     clip = not config.non_private
     module.train()
 
-    def clipped_sum(
-        ps, idx, seg=None, k=None
-    ):  # frozen parameters: the module's own, outside the clipped norm
+    # frozen parameters: the module's own, outside the clipped norm
+    def clipped_sum(ps, idx, seg=None, k=None):
         total = module_clipped_sum(
             module,
             dict(zip(names, ps)),

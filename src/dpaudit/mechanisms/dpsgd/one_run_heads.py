@@ -152,9 +152,8 @@ def _gradient_canaries(
         -1, 2
     )
     pool = np.concatenate([free, added])
-    coords = pool[
-        np.sort(public_rng(seed, _TAG_COORDS).permutation(len(pool))[:m])
-    ]  # public, distinct
+    # public, distinct
+    coords = pool[np.sort(public_rng(seed, _TAG_COORDS).permutation(len(pool))[:m])]
     d1 = z.shape[1] + 1
     grads = sparse.csr_matrix(
         (np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1)

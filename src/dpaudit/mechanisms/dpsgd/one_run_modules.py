@@ -26,10 +26,7 @@ from ...validation import positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
 
 # the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
-from .head_audit import (
-    NO_NOISE_MULTIPLIER,
-    dead_features,
-)
+from .head_audit import NO_NOISE_MULTIPLIER, dead_features
 from .models import BUILDERS, build_module
 from .schedule import audit_reference_size, plan_schedule
 
@@ -73,13 +70,8 @@ class GradientCanaries:
         for t in self.tensors:
             ids = np.array([k for k, (n, _) in enumerate(self.coords) if n == t], dtype=np.int64)
             if ids.size:
-                out.append(
-                    (
-                        t,
-                        ids,
-                        torch.as_tensor(np.array([self.coords[k][1] for k in ids], dtype=np.int64)),
-                    )
-                )
+                flat = np.array([self.coords[k][1] for k in ids], dtype=np.int64)
+                out.append((t, ids, torch.as_tensor(flat)))
         return out
 
 
@@ -140,15 +132,12 @@ class DiracCanaries:
         rng: np.random.Generator,
     ):
         index = {n: i for i, n in enumerate(names)}
-        self.groups = [
-            (index[t], ids, flat) for t, ids, flat in canaries.by_tensor()
-        ]  # (parameter index, canary ids, coordinates)
-        self.included, self.q, self.c, self.rng = (
-            np.asarray(included, dtype=bool),
-            sample_rate,
-            float(clipping_norm),
-            rng,
-        )
+        # (parameter index, canary ids, coordinates)
+        self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]
+        self.included = np.asarray(included, dtype=bool)
+        self.q = sample_rate
+        self.c = float(clipping_norm)
+        self.rng = rng
 
     def draw(self) -> np.ndarray:
         return self.included & (self.rng.random(self.included.size) < self.q)
@@ -182,17 +171,11 @@ def _data_parts(data):
     held-out pool (test, then validation rows) for input canaries."""
     if isinstance(data, str):
         data = load_dataset(data)
-    x_pool = (
-        np.concatenate([data.x_test, data.x_val])
-        if getattr(data, "x_val", None) is not None and len(data.x_val)
-        else data.x_test
-    )
-    y_pool = (
-        np.concatenate([data.y_test, data.y_val])
-        if getattr(data, "y_val", None) is not None and len(data.y_val)
-        else data.y_test
-    )
-    return data, x_pool, y_pool
+    pools = []
+    for part in ("x", "y"):
+        test, val = getattr(data, f"{part}_test"), getattr(data, f"{part}_val", None)
+        pools.append(np.concatenate([test, val]) if val is not None and len(val) else test)
+    return data, *pools
 
 
 def modules_one_run(

@@ -159,9 +159,8 @@ def _progress_callable(progress, steps: int, eps_of: Callable[[int], float] | No
 
     def cb(done, total):
         now = time.monotonic()
-        if (
-            done < total and now - shown[0] < 0.1
-        ):  # shown at most every 0.1 s (each epsilon is an RDP conversion)
+        # shown at most every 0.1 s (each epsilon is an RDP conversion)
+        if done < total and now - shown[0] < 0.1:
             return
         shown[0] = now
         bar.update(task, completed=done, info=f"eps spent {eps_of(done):.3f}" if eps_of else None)

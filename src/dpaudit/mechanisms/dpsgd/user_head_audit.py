@@ -103,16 +103,16 @@ class UserHeadTarget(HeadAuditTarget):
 
     records_per_user: int = 1
     user_ids: object | None = field(default=None, repr=False)
-    expected_user_ids_sha256: str | None = None  # an old release's user-id checksum
-    expected_n_users: int | None = None  # an old release's recorded number of training users
-    reference_size: int | None = (
-        None  # public N0: the declared number of training users (the schedule's)
-    )
+    #: Public N0, the declared number of training users the schedule is built from (default:
+    #: the plan's).
+    reference_size: int | None = None
     adjacency: str = ADJACENCY
 
     def __post_init__(self) -> None:
         super().__post_init__()
         positive_int("records_per_user", self.records_per_user)
+        if self.reference_size is None and self.plan is not None:
+            self.reference_size = int(self.plan.config["reference_size"])
         if self.reference_size is None:  # before any data are loaded
             raise UsageError(
                 "reference_size must be given (--reference-size: the public number of training "
@@ -121,6 +121,16 @@ class UserHeadTarget(HeadAuditTarget):
             )
         positive_int("reference_size", self.reference_size)
         one_of("adjacency", self.adjacency, (ADJACENCY,))
+
+    @property
+    def expected_user_ids_sha256(self) -> str | None:
+        """An old release's unkeyed user-id checksum (new releases publish none)."""
+        return (self.expected_identity or {}).get("user_ids_sha256")
+
+    @property
+    def expected_n_users(self) -> int | None:
+        """An old release's recorded number of training users (new ones record only N0)."""
+        return None if self.release is None else (self.release.config or {}).get("n_users")
 
     # ------------------------------------------------------------------ public set-up (once)
     def _load(self):

@@ -91,13 +91,11 @@ class StepObserver:
         index = {n: i for i, n in enumerate(names)}
         # the loop's buffers are NumPy arrays (heads) or tensors over them (modules): work on the arrays
         self.groups = [(index[t], ids, flat.numpy()) for t, ids, flat in canaries.by_tensor()]
-        self.included, self.q, self.c, self.rng, self.scale = (
-            np.asarray(included, dtype=bool),
-            config.sample_rate,
-            float(config.clipping_norm),
-            rng,
-            float(scale),
-        )
+        self.included = np.asarray(included, dtype=bool)
+        self.q = config.sample_rate
+        self.c = float(config.clipping_norm)
+        self.rng = rng
+        self.scale = float(scale)
         # hidden state: nothing kept
         shape = (self.included.size, config.steps) if observe else (self.included.size, 0)
         self.observe = observe
@@ -116,9 +114,8 @@ class StepObserver:
         for p, ids, flat in self.groups:
             view = np.asarray(sums[p]).reshape(-1)  # shares the buffer (C-ordered)
             if self.observe:
-                self.others[ids, self.t] = view[
-                    flat
-                ]  # the other records' clipped sum, before the canaries
+                # the other records' clipped sum, before the canaries
+                self.others[ids, self.t] = view[flat]
             on = hit[ids]
             k = int(on.sum())
             if k:

@@ -107,6 +107,22 @@ def privacy_analyses(width: int, epsilon: float) -> dict:
     }
 
 
+def _covering_analyses(width: int, epsilon: float, adjacency: str) -> dict:
+    """Both analyses of the scale, refusing one that does not cover the claim under ``adjacency``."""
+    analyses = privacy_analyses(width, epsilon)
+    covered = analyses[adjacency]["epsilon"]
+    if covered > epsilon * (1 + 1e-12):
+        raise UsageError(
+            f"noise scale must cover epsilon {epsilon} under {adjacency}, got {covered}."
+        )
+    return analyses
+
+
+def _uncertified(sampler: str) -> str | None:
+    """Why a private release's sampler is uncertified (textbook Laplace), or None."""
+    return None if sampler_guarantee(sampler).certified else sampler_uncertified_reason(sampler)
+
+
 @dataclass(frozen=True)
 class ElmFeatures:
     """The public random hidden layer: ``sigmoid(x @ weight + bias)``, N(0, 1) entries."""
@@ -469,12 +485,10 @@ class ElmTarget(AuditTarget):
     delta: float = 0.0
     accountant: str = "pure"  # the release's accountant: epsilon of PureEpsilon(epsilon) is epsilon
     default_chunk_size: int = 250
-    expected_sha256: str | None = (
-        None  # an old release's data checksum; a different dataset is refused
-    )
-    expected_identity: dict | None = (
-        None  # the release's public dataset identity; a different one is refused
-    )
+    # an old release's data checksum; a different dataset is refused
+    expected_sha256: str | None = None
+    # the release's public dataset identity; a different one is refused
+    expected_identity: dict | None = None
     prepared: object | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -583,6 +597,10 @@ class ElmTarget(AuditTarget):
         }
 
 
+#: The release fields ``dpaudit train dp-elm --json`` shows of the claim, in order.
+_SUMMARY_CLAIM = "adjacency accountant target_epsilon epsilon delta noise_source seed".split()
+
+
 class DPELMMechanism(MechanismBase):
     """Laplace DP-ELM on the mechanism contract (:mod:`dpaudit.mechanisms.contract`; privacy
     contract: module docstring). Run by :func:`dpaudit.releasing.release`: the budget of
@@ -602,34 +620,24 @@ class DPELMMechanism(MechanismBase):
         return r
 
     def plan(self, r, info):
-        """Public quantities only: the event, the noise scale and the analyses of ``width``."""
-        width, non_private, sampler, adjacency = (
-            int(r.width),
-            bool(r.non_private),
-            r.sampler,
-            r.adjacency,
-        )
-        epsilon = None if non_private else float(r.epsilon)
-        event = None if non_private else PureEpsilon(epsilon)
-        analyses = None
-        if not non_private:
-            analyses = privacy_analyses(width, epsilon)
-            if analyses[adjacency]["epsilon"] > epsilon * (
-                1 + 1e-12
-            ):  # the scale must cover the claim
-                raise UsageError(
-                    f"noise scale must cover epsilon {epsilon} under {adjacency}, got {analyses[adjacency]['epsilon']}."
-                )
-        # A non-private release (event None) and one with an uncertified sampler (textbook
-        # Laplace) count as unbounded in the ledger.
-        uncertified = (
-            None
-            if non_private or sampler_guarantee(sampler).certified
-            else sampler_uncertified_reason(sampler)
-        )
-        n_values = width * width + width * int(
-            info.n_classes
-        )  # entries of H^T H and H^T Y (public sizes)
+        """Public quantities only: the event, the noise scale and the analyses of ``width``.
+
+        Args:
+            r: the validated :class:`~dpaudit.requests.DPELMRequest`.
+            info: the dataset's public description (name, identity, classes, split seed).
+
+        Returns:
+            The :class:`ReleasePlan`: one pure ``epsilon`` event (None when non-private) under
+            ``r.adjacency``, one step, delta 0, the Laplace scale ``L (L + 2) / epsilon``.
+
+        Raises:
+            UsageError: the scale does not cover ``epsilon`` under the adjacency claimed.
+        """
+        width, sampler, adjacency = int(r.width), r.sampler, r.adjacency
+        private = not r.non_private
+        epsilon = float(r.epsilon) if private else None
+        analyses = _covering_analyses(width, epsilon, adjacency) if private else None
+        n_values = width * width + width * int(info.n_classes)  # entries of H^T H and H^T Y
         return ReleasePlan(
             mechanism=NAME,
             request=r,
@@ -637,20 +645,21 @@ class DPELMMechanism(MechanismBase):
             partition="train",
             adjacency=adjacency,
             accountant=ACCOUNTANT,
-            event=event,
+            event=PureEpsilon(epsilon) if private else None,
             target_epsilon=epsilon,
             delta=0.0,
             steps=1,
             seed=int(r.seed),
             data_name=info.name,
-            uncertified=uncertified,
+            # Non-private and uncertified-sampler releases count as unbounded in the ledger.
+            uncertified=_uncertified(sampler) if private else None,
             config={
                 "model": NAME,
                 "width": width,
-                "noise_scale": None if non_private else noise_scale(width, epsilon),
+                "noise_scale": noise_scale(width, epsilon) if private else None,
                 "noise_scale_formula": "L (L + 2) / epsilon on every entry of H^T H and H^T Y",
-                "sampler": None if non_private else sampler,
-                "sampler_guarantee": None if non_private else sampler_guarantee(sampler).to_dict(),
+                "sampler": sampler if private else None,
+                "sampler_guarantee": sampler_guarantee(sampler).to_dict() if private else None,
                 "claim_adjacency": adjacency,
                 "analyses": analyses,
                 "targets": "one-hot",
@@ -663,11 +672,20 @@ class DPELMMechanism(MechanismBase):
                 "validation_used": False,
             },
             release_fields=_noise_tail_fields(
-                sampler, non_private, epsilon if epsilon is not None else math.inf, n_values
+                sampler, not private, epsilon if private else math.inf, n_values
             ),
         )
 
     def run(self, plan, data, noise, *, progress=None):
+        """Args:
+            plan: the plan, executed as it is (one noisy release of the statistics).
+            data: the prepared private dataset.
+            noise: the private NoiseSource, the only source of the Laplace noise.
+            progress: unused (one step).
+
+        Returns:
+            The RunOutput: test metrics, the output weights and the public random features, timings.
+        """
         r = plan.request
         width, seed, sampler = int(r.width), int(r.seed), r.sampler
         private = plan.event is not None
@@ -751,13 +769,7 @@ class DPELMMechanism(MechanismBase):
             "noise_scale": cfg["noise_scale"],
             "sampler": cfg["sampler"],
             "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],
-            "adjacency": rel.adjacency,
-            "accountant": rel.accountant,
-            "target_epsilon": rel.target_epsilon,
-            "epsilon": rel.epsilon,
-            "delta": rel.delta,
-            "noise_source": rel.noise_source,
-            "seed": rel.seed,
+            **{k: getattr(rel, k) for k in _SUMMARY_CLAIM},
             "solver": cfg["solver"],
             "metrics": rel.metrics,
             "timings": rel.timings,
@@ -784,40 +796,46 @@ class DPELMMechanism(MechanismBase):
         self, plan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
     ):
         """The DP-ELM audit target of this plan (:class:`ElmTarget`): its width, epsilon, sampler,
-        adjacency, seed and dataset; a ``release``'s claim, accountant and dataset identity."""
+        adjacency, seed and dataset; a ``release``'s claim, accountant and dataset identity.
+
+        Args:
+            plan: the plan audited, taken as it is.
+            canary: the canary kind.
+            release: the Release audited (None: the plan's claim).
+            user_ids: unused (record-level only).
+            no_noise: build the no-noise control.
+
+        Returns:
+            The prepared :class:`ElmTarget`.
+
+        Raises:
+            UsageError: a non-private plan (no claim to audit).
+        """
         if plan.event is None:
             raise UsageError(
                 "release must be private to be audited, got a non-private dp-elm release."
             )
         r = plan.request
-        rel = (
-            {}
-            if release is None
-            else dict(
+        fields = {
+            "dataset": plan.data_name,
+            "data_dir": r.data_dir,
+            "width": int(r.width),
+            "epsilon": float(plan.target_epsilon),
+            "canary": canary,
+            "seed": plan.seed,
+            "sampler": r.sampler,
+            "adjacency": r.adjacency,
+            "profile": plan.dataset.get("profile", r.profile),
+            "split_seed": plan.dataset.get("split_seed", r.split_seed),
+        }
+        if release is not None:  # the release's recorded claim and data identity are audited
+            fields.update(
                 epsilon=float(release.epsilon),
                 accountant=release.accountant,
                 expected_identity=release.dataset,
                 expected_sha256=(release.dataset or {}).get("sha256"),
             )
-        )
-        t = ElmTarget(
-            **{
-                **dict(
-                    dataset=plan.data_name,
-                    data_dir=r.data_dir,
-                    width=int(r.width),
-                    epsilon=float(plan.target_epsilon),
-                    canary=canary,
-                    seed=plan.seed,
-                    sampler=r.sampler,
-                    adjacency=r.adjacency,
-                    profile=plan.dataset.get("profile", r.profile),
-                    split_seed=plan.dataset.get("split_seed", r.split_seed),
-                ),
-                **rel,
-            }
-        )
-        return prepared(t, no_noise)
+        return prepared(ElmTarget(**fields), no_noise)
 
 
 MECHANISM = DPELMMechanism()

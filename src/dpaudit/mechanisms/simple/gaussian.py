@@ -35,6 +35,15 @@ class GaussianMechanism(MechanismBase):
         )
 
     def plan(self, request: GaussianRequest, info: DataInfo) -> ReleasePlan:
+        """The one Gaussian release of sigma calibrated exactly for (epsilon, delta).
+
+        Args:
+            request: the Gaussian request (epsilon, delta, seed).
+            info: the synthetic dataset's description.
+
+        Returns:
+            The ReleasePlan of ``SubsampledGaussian(sigma, 1, 1)`` under the PLD accountant.
+        """
         sigma = calibrate_exact(request.epsilon, request.delta)
         return ReleasePlan(
             mechanism=NAME,
@@ -54,6 +63,17 @@ class GaussianMechanism(MechanismBase):
     def audit_target(
         self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
     ):
+        """The Gaussian audit target of this plan: its sigma, delta and seed.
+
+        Args:
+            plan: the plan audited (its event's sigma is the target's).
+            canary: the canary kind.
+            release, user_ids: unused: a synthetic claim, no data of its own.
+            no_noise: the no-noise control instead.
+
+        Returns:
+            The prepared GaussianTarget (its planted ``broken_noise_factor`` kept).
+        """
         r = plan.request
         return prepared(
             GaussianTarget(

@@ -61,7 +61,15 @@ class NoisySum(MechanismBase):
         return request
 
     def plan(self, request: NoisySumRequest, info: DataInfo) -> ReleasePlan:
-        """Public quantities only: sigma from (epsilon, delta) and the accountant; d from the schema."""
+        """Public quantities only: sigma from (epsilon, delta) and the accountant; d from the schema.
+
+        Args:
+            request: the noisy-sum request (epsilon, delta, C, accountant).
+            info: the dataset's public description (dimension, declared size N0).
+
+        Returns:
+            The ReleasePlan of ``SubsampledGaussian(sigma, 1, 1)`` (None when non-private).
+        """
         d = int(info.n_features)
         c = float(request.clipping_norm)
         if request.non_private:
@@ -117,6 +125,17 @@ class NoisySum(MechanismBase):
         )
 
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
+        """The clipped rows' sum plus N(0, (sigma C)^2 I_d) noise from ``noise``.
+
+        Args:
+            plan: the plan, executed as it is.
+            data: the prepared private dataset.
+            noise: the private NoiseSource.
+            progress: unused (one step).
+
+        Returns:
+            The RunOutput with the noisy sum; its metric only when the data declare N0.
+        """
         c = plan.config["clipping_norm"]
         total = clipped_rows(data.x_train, c).sum(axis=0)
         if plan.event is not None:
@@ -143,7 +162,22 @@ class NoisySum(MechanismBase):
         """The plain Gaussian audit target (:mod:`dpaudit.audits.gaussian`) of this plan: the
         release's sigma, C and d, on N0 synthetic public records (the plan's reference size). Its
         ``claimed_event`` is the plan's event; the exact (analytic Gaussian) epsilon of sigma is
-        the claim the audit checks (it never exceeds the release's accountant bound)."""
+        the claim the audit checks (it never exceeds the release's accountant bound).
+
+        Args:
+            plan: the plan audited.
+            canary: the canary kind.
+            release: unused (the claim is the plan's event).
+            user_ids: unused.
+            no_noise: build the no-noise control.
+
+        Returns:
+            The prepared GaussianTarget.
+
+        Raises:
+            UsageError: a non-private plan.
+            DataError: the target's event differs from the plan's.
+        """
         if plan.event is None:
             raise UsageError(
                 "release must be private to be audited (a noisy-sum claim), got a non-private release."

@@ -17,6 +17,7 @@ class Grouped:
         """Flat construction, for a record declared ``@dataclass(frozen=True, init=False)`` (the
         dataclass's own ``__init__`` replaces this one otherwise): a group's fields may be given by
         their own names (over the group, when both are), so ``dataclasses.replace`` takes them too."""
+        put_in_groups(self.GROUPS, values)
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _field_value(self, f, values))
         if values:
@@ -57,13 +58,23 @@ class Grouped:
         return type(self).of(**{**self.flat(), **changes})
 
 
+def put_in_groups(groups: dict, values: dict) -> None:
+    """Move the members of each group (``groups``: field name -> record type) that ``values`` gives
+    by their own names into that group's record, over a record given for the group (``values``
+    changed in place): flat keywords for :class:`Grouped` records and for requests."""
+    for name, kind in groups.items():
+        own = {f.name: values.pop(f.name) for f in dataclasses.fields(kind) if f.name in values}
+        if own:
+            given = values.get(name)
+            values[name] = kind(**own) if given is None else dataclasses.replace(given, **own)
+
+
 def _field_value(record: Grouped, f, values: dict):
-    """The value of field ``f`` taken out of ``values`` (a group: from its own and flat names)."""
+    """The value of field ``f`` taken out of ``values`` (a group not given: all its defaults)."""
     group = record.GROUPS.get(f.name)
     if group is not None:
-        own = {g.name: values.pop(g.name) for g in dataclasses.fields(group) if g.name in values}
         given = values.pop(f.name, None)
-        return group(**own) if given is None else dataclasses.replace(given, **own)
+        return group() if given is None else given
     if f.name in values:
         return values.pop(f.name)
     if f.default is not dataclasses.MISSING:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from .errors import DataError, UsageError
+from .grouped import put_in_groups
 from .validation import one_of, open_unit, positive_finite, positive_int
 
 _MISSING = dataclasses.MISSING
@@ -89,12 +90,7 @@ class _FlatKeywords(type):
     ``dataclasses.replace`` changes it so), merged into its group's record."""
 
     def __call__(cls, *args, **kwargs):
-        for group in _groups(cls):
-            members = [m.name for m in fields(group.metadata["group"])]
-            given = {name: kwargs.pop(name) for name in members if name in kwargs}
-            if given:
-                record = kwargs.get(group.name) or group.default_factory()
-                kwargs[group.name] = dataclasses.replace(record, **given)
+        put_in_groups({group.name: group.metadata["group"] for group in _groups(cls)}, kwargs)
         return super().__call__(*args, **kwargs)
 
 

@@ -387,7 +387,7 @@ def test_soundness_subsampled_gaussian_exact_privacy_loss_200_seeds():
             subsampled_lr_scores(rng, w, sigma, q, steps),
             w,
             sel,
-            criterion=curves._criterion(curve),
+            criterion=curves.criterion_for(curve),
         )
         boxes.append((b.fpr_upper, b.fnr_upper))
     fpr_hi, fnr_hi = np.array(boxes).T

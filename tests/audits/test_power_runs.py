@@ -34,16 +34,7 @@ def _gaussian_counts(mu: float, m: int) -> list[tuple[int, int]]:
 
 def _fdp_at(claim, counts, m: int) -> float:
     """The one-run record's own f-DP eps_LB at these counts (one_run._fdp_block)."""
-    block = one_run._fdp_block(
-        counts,
-        one_run.guess_grid(m),
-        m,
-        claim=claim,
-        delta=DELTA,
-        alpha=0.05,
-        accountant="rdp",
-        adjacency="add-remove-record",
-    )
+    block = one_run._fdp_block(counts, m, claim, DELTA, 0.05, "rdp", "add-remove-record")
     return block["epsilon_lower_bound"]
 
 

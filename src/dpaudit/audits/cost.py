@@ -23,10 +23,8 @@ def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
         trials += int(n)
         ev = getattr(t, "claimed_event", None)
         if not t.noise:
-            reason = (
-                reason
-                or f"{'the no-noise control' if role == 'no-noise' else 'the audit'} trains without DP noise"
-            )
+            who = "the no-noise control" if role == "no-noise" else "the audit"
+            reason = reason or f"{who} trains without DP noise"
         elif ev is None:
             reason = reason or "the trials' privacy event is unknown (no claimed event)"
         elif t.uncertified_sampler:

@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from ..accounting.accountants import branches, compute_epsilon, get_accountant, merge_leaves
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
-from ..errors import DataError, UnsupportedEventError, UsageError
+from ..errors import UnsupportedEventError, UsageError
 from ..lazy import lazy_import
 from ..validation import open_unit, positive_finite
 from . import stats
@@ -196,20 +196,16 @@ def _leaf_pld(leaf, adjacency: Adjacency, discretization: float):
     replace = adjacency is Adjacency.REPLACE_RECORD
     relation = NeighboringRelation.REPLACE_ONE if replace else NeighboringRelation.ADD_OR_REMOVE_ONE
     if isinstance(leaf, SubsampledGaussian):
-        if leaf.sample_rate >= 1.0:  # T Gaussian steps = one Gaussian with noise sigma / sqrt(T)
-            return pld_lib.from_gaussian_mechanism(
-                standard_deviation=float(leaf.noise_multiplier) / math.sqrt(leaf.steps),
-                sensitivity=1.0,
-                value_discretization_interval=discretization,
-                neighboring_relation=relation,
-            )
-        return pld_lib.from_gaussian_mechanism(
-            standard_deviation=float(leaf.noise_multiplier),
+        full = leaf.sample_rate >= 1.0  # T Gaussian steps = one Gaussian with noise sigma / sqrt(T)
+        sigma = float(leaf.noise_multiplier)
+        pld = pld_lib.from_gaussian_mechanism(
+            standard_deviation=sigma / math.sqrt(leaf.steps) if full else sigma,
             sensitivity=1.0,
-            sampling_prob=float(leaf.sample_rate),
+            sampling_prob=1.0 if full else float(leaf.sample_rate),
             value_discretization_interval=discretization,
             neighboring_relation=relation,
-        ).self_compose(int(leaf.steps))
+        )
+        return pld if full else pld.self_compose(int(leaf.steps))
     return pld_lib.from_privacy_parameters(
         common.DifferentialPrivacyParameters(float(leaf.epsilon), 0.0),
         value_discretization_interval=discretization,
@@ -384,11 +380,7 @@ class ClaimedCurve:
 
     def fnr(self, fpr) -> np.ndarray:
         """f(FPR): vectorised, non-increasing, in [0, 1]. FPR must lie in [0, 1]."""
-        a = np.asarray(fpr, dtype=float)
-        if a.size and not (np.all(np.isfinite(a)) and a.min() >= 0.0 and a.max() <= 1.0):
-            raise UsageError(
-                f"fpr must be in [0, 1], got values from {float(np.nanmin(a))!r} to {float(np.nanmax(a))!r}."
-            )
+        a = _rates("fpr", fpr)
         adj = Adjacency.parse(self.adjacency)
         out = np.min([_branch_fnr(b, adj, a, self.coarse_sigma) for b in self._branches()], axis=0)
         return np.clip(out, 0.0, 1.0)
@@ -396,13 +388,18 @@ class ClaimedCurve:
     def violated_by(self, fpr_upper, fnr_upper) -> np.ndarray:
         """True where the box [0, fpr_upper] x [0, fnr_upper] lies strictly below the curve
         (fnr_upper < f(fpr_upper) by more than float rounding, :data:`CURVE_MARGIN`)."""
-        a = np.asarray(fpr_upper, dtype=float)
-        b = np.asarray(fnr_upper, dtype=float)
-        if b.size and not (np.all(np.isfinite(b)) and b.min() >= 0.0 and b.max() <= 1.0):
-            raise UsageError(
-                f"fnr_upper must be in [0, 1], got values from {float(np.nanmin(b))!r} to {float(np.nanmax(b))!r}."
-            )
-        return np.asarray(b < self.fnr(a) - CURVE_MARGIN)
+        b = _rates("fnr_upper", fnr_upper)
+        return np.asarray(b < self.fnr(np.asarray(fpr_upper, dtype=float)) - CURVE_MARGIN)
+
+
+def _rates(name: str, values) -> np.ndarray:
+    """``values`` as a float array, refused unless every one is in [0, 1]."""
+    x = np.asarray(values, dtype=float)
+    if x.size and not (np.all(np.isfinite(x)) and x.min() >= 0.0 and x.max() <= 1.0):
+        raise UsageError(
+            f"{name} must be in [0, 1], got values from {float(np.nanmin(x))!r} to {float(np.nanmax(x))!r}."
+        )
+    return x
 
 
 def claimed_curve(
@@ -452,17 +449,9 @@ def _check_inputs(scores, world, select) -> tuple[np.ndarray, np.ndarray, np.nda
         raise UsageError(
             f"scores, world and select must have the same length, got {s.size}, {w.size} and {sel.size}."
         )
-    bad = int(np.sum(~np.isfinite(s)))
-    if bad:
-        raise DataError(
-            f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken)."
-        )
-    for name, part in (("SELECT", sel), ("EVAL", ~sel)):
-        n_in, n_out = int(np.sum(w & part)), int(np.sum(~w & part))
-        if n_in < 1 or n_out < 1:
-            raise UsageError(
-                f"{name} trials per world must be >= 1, got {n_in} with and {n_out} without the canary."
-            )
+    stats.finite_scores(s)
+    for name, part in (("SELECT ", sel), ("EVAL ", ~sel)):
+        stats._require_worlds(int(np.sum(w & part)), int(np.sum(~w & part)), name)
     return s, w, sel
 
 
@@ -475,7 +464,9 @@ def select_rule(scores, labels, *, criterion: str, confidence: float = 0.95) -> 
     )[:2]
 
 
-def _criterion(curve: ClaimedCurve) -> str:
+def criterion_for(curve: ClaimedCurve) -> str:
+    """How SELECT chooses the rule for ``curve`` (fixed-N and sequential tests alike): the pure
+    epsilon of the box corner for one pure-epsilon claim, else its Gaussian-DP mu."""
     return "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
 
 
@@ -635,30 +626,56 @@ def _eval_points(s: np.ndarray, w: np.ndarray, direction: str) -> dict:
     pos, neg = np.sort(o[w]), np.sort(o[~w])
     fpr = (neg.size - np.searchsorted(neg, t, side="left")) / neg.size  # predicted in iff o >= t
     fnr = np.searchsorted(pos, t, side="left") / pos.size
-    if fpr.size > MAX_POINTS:
-        idx = np.unique(np.linspace(0, fpr.size - 1, MAX_POINTS).round().astype(int))
-        fpr, fnr = fpr[idx], fnr[idx]
+    fpr, fnr = stats.thinned(MAX_POINTS, fpr, fnr)
     return {"fpr": [float(v) for v in fpr], "fnr": [float(v) for v in fnr]}
 
 
 def _family_parameter(event: Event, s: float | None) -> dict:
+    """The family member at scale ``s`` in the claim's own units (None: no member ruled out)."""
     if isinstance(event, SubsampledGaussian):
-        return {
-            "parameter": "noise_multiplier",
-            "claimed": float(event.noise_multiplier),
-            "lower_bound": None if s is None else float(event.noise_multiplier * s),
-        }
-    if isinstance(event, PureEpsilon):
-        return {
-            "parameter": "epsilon",
-            "claimed": float(event.epsilon),
-            "lower_bound": None if s is None else float(event.epsilon / s),
-        }
+        name, claimed, at = "noise_multiplier", event.noise_multiplier, lambda: claimed * s
+    elif isinstance(event, PureEpsilon):
+        name, claimed, at = "epsilon", event.epsilon, lambda: claimed / s
+    else:
+        name, claimed, at = "noise_scale", 1.0, lambda: s
     return {
-        "parameter": "noise_scale",
-        "claimed": 1.0,
-        "lower_bound": None if s is None else float(s),
+        "parameter": name,
+        "claimed": float(claimed),
+        "lower_bound": None if s is None else float(at()),
     }
+
+
+def member_epsilon(event: Event, s: float | None, *, delta: float, accountant, adjacency) -> float:
+    """Epsilon at ``delta`` of the family member ``scale_event(event, s)`` by ``accountant``;
+    0.0 when no member is ruled out (``s`` None)."""
+    if s is None:
+        return 0.0
+    member = event if s == 1.0 else scale_event(event, s)
+    return float(
+        compute_epsilon(member, delta=delta, accountant=accountant, adjacency=adjacency).epsilon
+    )
+
+
+def ruled_out(event: Event, found: tuple, counts: tuple, rule: tuple, rates: tuple) -> dict:
+    """The claimed-curve block's findings: ``found`` (s_LB, the family member's epsilon, violated),
+    the chosen ``rule`` (threshold, direction), its EVAL ``counts`` (fp, n_out, fn, n_in) and box
+    ``rates`` (fpr, fnr, fpr_upper, fnr_upper)."""
+    s_lb, eps_lb, violated = found
+    return {
+        "family": _family_parameter(event, s_lb),
+        "scale_lower_bound": None if s_lb is None else float(s_lb),
+        "family_epsilon": _num(eps_lb),
+        "violated": bool(violated),
+        "counts": dict(zip(("fp", "n_out", "fn", "n_in"), counts)),
+        "threshold": _num(rule[0]),
+        "direction": rule[1],
+        "point": dict(zip(("fpr", "fnr", "fpr_upper", "fnr_upper"), map(float, rates))),
+    }
+
+
+def curve_at(event: Event, adjacency, s: float | None) -> dict | None:
+    """The reported curve of the family member at scale ``s`` (None: no member ruled out)."""
+    return None if s is None else _curve_dict(claimed_curve(scale_event(event, s), adjacency))
 
 
 def family_statement(family: dict) -> str:
@@ -704,18 +721,10 @@ def curve_test(
         raise UnsupportedEventError(reason)
     curve = claimed_curve(event, adj)
     s, w, sel = _check_inputs(scores, world, select)
-    box = eval_box(s, w, sel, criterion=_criterion(curve), confidence=confidence)
+    box = eval_box(s, w, sel, criterion=criterion_for(curve), confidence=confidence)
     family = _Family(event, adj.value, box)
     s_lb = _search(family)
-    eps_lb = (
-        0.0
-        if s_lb is None
-        else float(
-            compute_epsilon(
-                scale_event(event, s_lb), delta=delta, accountant=acc, adjacency=adj
-            ).epsilon
-        )
-    )
+    eps_lb = member_epsilon(event, s_lb, delta=delta, accountant=acc, adjacency=adj)
     # the one rule (non-strict): s_LB = 1 means the claimed event itself was verified ruled out
     violated = s_lb is not None and s_lb <= 1.0
     if family.profile:
@@ -732,6 +741,8 @@ def curve_test(
         "for other mechanisms); violated: s = 1 is ruled out."
     )
     ev = ~sel
+    counts = (int(round(box.fpr * box.n_out)), box.n_out, int(round(box.fnr * box.n_in)), box.n_in)
+    rates = (box.fpr, box.fnr, box.fpr_upper, box.fnr_upper)
     return {
         "statistic": "claimed-curve",
         "method": method,
@@ -740,27 +751,10 @@ def curve_test(
         "adjacency": adj.value,
         "delta": float(delta),
         "confidence": float(confidence),
-        "family": _family_parameter(event, s_lb),
-        "scale_lower_bound": None if s_lb is None else float(s_lb),
-        "family_epsilon": _num(eps_lb),
-        "violated": bool(violated),
-        "counts": {
-            "fp": int(round(box.fpr * box.n_out)),
-            "n_out": box.n_out,
-            "fn": int(round(box.fnr * box.n_in)),
-            "n_in": box.n_in,
-        },
-        "threshold": _num(box.threshold),
-        "direction": box.direction,
-        "point": {
-            "fpr": float(box.fpr),
-            "fnr": float(box.fnr),
-            "fpr_upper": float(box.fpr_upper),
-            "fnr_upper": float(box.fnr_upper),
-        },
+        **ruled_out(event, (s_lb, eps_lb, violated), counts, (box.threshold, box.direction), rates),
         "points": _eval_points(s[ev], w[ev], box.direction),
         "curve": _curve_dict(curve),
-        "curve_at_lower_bound": None if s_lb is None else _curve_dict(family.curve(s_lb)),
+        "curve_at_lower_bound": curve_at(event, adj, s_lb),
         "select_size": int(sel.sum()),
         "eval_size": int(ev.sum()),
     }

@@ -53,9 +53,8 @@ class GaussianTarget(AuditTarget):
     dimension: int = 8
     n_records: int = 100
     seed: int = 0
-    broken_noise_factor: float = (
-        1.0  # > 1 divides the noise; the claim is NOT changed (test target)
-    )
+    # > 1 divides the noise; the claim is NOT changed (test target)
+    broken_noise_factor: float = 1.0
     noise: bool = True
     mechanism: str = "gaussian"
     adjacency: str = "add-remove-record"

@@ -33,11 +33,10 @@ import functools
 import math
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from ..accounting.accountants import compute_epsilon
 from ..audit_outputs import ONE_RUN_LOCAL_FILE, local_document, split_one_run
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
@@ -45,7 +44,8 @@ from ..noise import public_rng
 from ..records import _json_safe, write_json_atomic
 from ..validation import one_of, open_unit
 from . import curves
-from .curves import claimed_curve, scale_event
+from .curves import claimed_curve, member_epsilon, scale_event
+from .stats import bisect
 
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
@@ -96,13 +96,9 @@ class OneRunScores:
     info: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        s = (
-            np.asarray(self.scores, dtype=np.float64).reshape(-1)
-            if np.ndim(self.scores) <= 1
-            else None
-        )
-        if s is None:
+        if np.ndim(self.scores) > 1:
             raise UsageError(f"scores must be a 1-d array, got shape {np.shape(self.scores)}.")
+        s = np.asarray(self.scores, dtype=np.float64).reshape(-1)
         inc = np.asarray(self.included)
         if inc.ndim != 1 or inc.size != s.size:
             raise UsageError(
@@ -197,13 +193,7 @@ def steinke_epsilon(
         lo, hi = hi, 2.0 * hi
         if hi > 1e3:  # cannot happen for r >= 1 (the binomial tail tends to 1); guard anyway
             return lo
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if steinke_p_value(m, r, v, mid, delta) <= significance:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return bisect(lambda e: steinke_p_value(m, r, v, e, delta) <= significance, lo, hi, tol=tol)[0]
 
 
 # --------------------------------------------------------------------- f-DP: Mahloujifar et al.
@@ -405,18 +395,9 @@ def one_run_bounds(
     }
     fdp = None
     if claim is not None:
-        fdp = _fdp_block(
-            counts,
-            grid,
-            m,
-            claim=claim,
-            delta=delta,
-            alpha=alpha,
-            accountant=accountant,
-            adjacency=adjacency,
-        )
+        fdp = _fdp_block(counts, m, claim, delta, alpha, accountant, adjacency)
         if claimed_epsilon is None:
-            claimed_epsilon = _epsilon_of(claim, delta, accountant, adjacency)
+            claimed_epsilon = _epsilon_of(claim, 1.0, delta, accountant, adjacency)
     return {
         "schema": SCHEMA,
         "canaries": m,
@@ -432,15 +413,15 @@ def one_run_bounds(
     }
 
 
-def _epsilon_of(event, delta: float, accountant: str, adjacency: str) -> float:
-    return float(
-        compute_epsilon(event, delta=delta, accountant=accountant, adjacency=adjacency).epsilon
-    )
+def _epsilon_of(claim, s, delta: float, accountant: str, adjacency: str) -> float:
+    """Epsilon of the claim's family member at scale ``s`` (0.0 for None: none ruled out)."""
+    return member_epsilon(claim, s, delta=delta, accountant=accountant, adjacency=adjacency)
 
 
 def _fdp_block(
-    counts, grid, m: int, *, claim, delta: float, alpha: float, accountant: str, adjacency: str
+    counts, m: int, claim, delta: float, alpha: float, accountant: str, adjacency: str
 ) -> dict:
+    """The f-DP analysis of the grid's (guesses, correct) ``counts`` against ``claim``'s family."""
     closed = claimed_curve(claim, adjacency=adjacency).closed_form is not None
     scale_range = curves.SCALE_RANGE_CLOSED if closed else curves.SCALE_RANGE_PROFILE
 
@@ -462,9 +443,7 @@ def _fdp_block(
             "unavailable": found["unavailable"],
         }
     s_lb = found["scale_lower_bound"]
-    eps_lb = (
-        0.0 if s_lb is None else _epsilon_of(scale_event(claim, s_lb), delta, accountant, adjacency)
-    )
+    eps_lb = _epsilon_of(claim, s_lb, delta, accountant, adjacency)
     ceiling = None
     if closed:  # a profile (PLD) curve costs seconds per scale: its ceiling is not searched
         top = fdp_family_search(
@@ -474,16 +453,11 @@ def _fdp_block(
             significance=alpha,
             scale_range=scale_range,
         )
-        c_s = top.get("scale_lower_bound")
-        ceiling = (
-            0.0
-            if c_s is None
-            else _epsilon_of(scale_event(claim, c_s), delta, accountant, adjacency)
-        )
+        ceiling = _epsilon_of(claim, top.get("scale_lower_bound"), delta, accountant, adjacency)
     method = (
         f"Mahloujifar, Melis & Chaudhuri (2024): the same guesses tested against the claimed trade-off curve of "
         f"scale_event(claim, s) with the recursive bound on the number of correct guesses of an f-DP mechanism, "
-        f"Bonferroni over the {len(grid)} (k+, k-) grid points at significance {alpha:g}; scale_lower_bound = the smallest "
+        f"Bonferroni over the {len(counts)} (k+, k-) grid points at significance {alpha:g}; scale_lower_bound = the smallest "
         f"s ruled out (log-bisection to {tol:g} relative, reported at a rejected s); eps_LB = epsilon of "
         f"scale_event(claim, s_LB) at delta with the {accountant} accountant."
     )
@@ -506,36 +480,20 @@ def recompute_bounds(
     """The eps_LB of both analyses recomputed from a one_run.json's stored counts (the guesses and
     correct guesses at each point of the public grid) alone: {"steinke": eps, "fdp": eps or None
     (no ``claim`` event)}. A grid other than :func:`guess_grid`'s is a DataError."""
-    m, delta, alpha = (
-        int(rec["canaries"]),
-        float(rec["delta"]),
-        _significance(float(rec["confidence"])),
-    )
+    m, delta = int(rec["canaries"]), float(rec["delta"])
+    alpha = _significance(float(rec["confidence"]))
     rows = rec["steinke"]["per_grid"]
-    grid, counts = (
-        [(int(g["k_pos"]), int(g["k_neg"])) for g in rows],
-        [(int(g["guesses"]), int(g["correct"])) for g in rows],
-    )
+    grid = [(int(g["k_pos"]), int(g["k_neg"])) for g in rows]
+    counts = [(int(g["guesses"]), int(g["correct"])) for g in rows]
     if grid != guess_grid(m):
         raise DataError(f"one-run grid must be the public grid of {m} canaries, got {grid}.")
     steinke = max(
         steinke_epsilon(m, r, v, delta=delta, significance=alpha / len(grid)) for r, v in counts
     )
-    fdp = (
-        None
-        if claim is None
-        else _fdp_block(
-            counts,
-            grid,
-            m,
-            claim=claim,
-            delta=delta,
-            alpha=alpha,
-            accountant=accountant,
-            adjacency=adjacency,
-        )["epsilon_lower_bound"]
-    )
-    return {"steinke": float(steinke), "fdp": fdp}
+    if claim is None:
+        return {"steinke": float(steinke), "fdp": None}
+    fdp = _fdp_block(counts, m, claim, delta, alpha, accountant, adjacency)
+    return {"steinke": float(steinke), "fdp": fdp["epsilon_lower_bound"]}
 
 
 def audit_one_run(
@@ -567,12 +525,10 @@ class OneRunResult:
     release_id: str | None = None
     release_path: str | None = None
     timings: dict = field(default_factory=dict)
-    id: str = field(
-        default_factory=lambda: uuid.uuid4().hex
-    )  # the ledger's audit entry (and plan run) of this run
-    plan: dict | None = (
-        None  # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
-    )
+    # the ledger's audit entry (and plan run) of this run
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # a pre-registered run: plan id, revealed salt and seeds (dpaudit.audit_plans)
+    plan: dict | None = None
     power: dict | None = None  # what this m can detect (dpaudit.audits.power_runs.one_run_power_of)
 
     @property
@@ -601,16 +557,8 @@ class OneRunResult:
 
     def to_dict(self) -> dict:
         d = dict(self.bounds)
+        d.update((f.name, getattr(self, f.name)) for f in fields(self)[1:])  # all but the bounds
         d.update(
-            mechanism=self.mechanism,
-            noise=self.noise,
-            command=self.command,
-            release_id=self.release_id,
-            release_path=self.release_path,
-            timings=dict(self.timings),
-            id=self.id,
-            plan=self.plan,
-            power=self.power,
             statistic=self.statistic,
             epsilon_lower_bound=self.epsilon_lower_bound,
             violated=self.violated,

@@ -36,6 +36,7 @@ gives the same record for one-run and white-box audits.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -44,7 +45,7 @@ from ..lazy import lazy_import
 from ..errors import DataError, UnsupportedEventError
 from ..validation import open_unit, positive_int
 from . import sequential, stats
-from .curves import ClaimedCurve, scale_event
+from .curves import ClaimedCurve, _gdp_mu, gaussian_fnr, scale_event
 
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
@@ -72,10 +73,10 @@ class AuditPower:
     estimator: str
     claimed_epsilon: float | None
     ceiling: float | None
-    at_claim: float | None
-    detectable: bool
-    smallest_factor: float | None
-    trials_for_90: int | None
+    at_claim: float | None = None
+    detectable: bool = True
+    smallest_factor: float | None = None
+    trials_for_90: int | None = None
     eval_in: int | None = None
     eval_out: int | None = None
     sequential: bool = False
@@ -162,18 +163,12 @@ def eval_sizes(
     return rest(n_in), rest(n_out)
 
 
-class _Uppers:
+def _uppers(confidence: float, sequential_mode: bool):
     """Upper bounds on a rate from (errors, trials) as the audit computes them."""
-
-    def __init__(self, confidence: float, sequential_mode: bool):
-        self.confidence, self.sequential = confidence, sequential_mode
-
-    def __call__(self, k, n):
-        if self.sequential:
-            return sequential.anytime_upper(
-                k, np.full(np.shape(k), n), (1.0 - self.confidence) / 2.0
-            )
-        return stats.cp_upper(k, np.full(np.shape(k), n), self.confidence, split=2)
+    if sequential_mode:
+        alpha = (1.0 - confidence) / 2.0
+        return lambda k, n: sequential.anytime_upper(k, np.full(np.shape(k), n), alpha)
+    return lambda k, n: stats.cp_upper(k, np.full(np.shape(k), n), confidence, split=2)
 
 
 def _fp_grid(n_out: int) -> np.ndarray:
@@ -193,16 +188,12 @@ class _Statistic:
 
     @property
     def name(self) -> str:
-        return (
-            "claimed-curve (Gaussian-DP)"
-            if self.mu is not None
-            else "eps_LB of the box (clopper-pearson)"
-        )
+        gaussian = self.mu is not None
+        return "claimed-curve (Gaussian-DP)" if gaussian else "eps_LB of the box (clopper-pearson)"
 
     def of(self, fpr_hi, fnr_hi) -> np.ndarray:
         if self.mu is not None:
-            with np.errstate(over="ignore", invalid="ignore"):
-                return np.nan_to_num(-special.ndtri(fpr_hi) - special.ndtri(fnr_hi), nan=-np.inf)
+            return np.nan_to_num(_gdp_mu(fpr_hi, fnr_hi), nan=-np.inf)
         return np.asarray(stats.epsilon_from_rates(fpr_hi, fnr_hi, self.delta))
 
     def epsilon(self, value: float) -> float:
@@ -215,15 +206,11 @@ class _Statistic:
         return self.mu if self.mu is not None else self.claimed
 
 
-def _expected_best(stat: _Statistic, fnr_of, n_in: int, n_out: int, uppers: _Uppers) -> float:
+def _expected_best(stat: _Statistic, fnr_of, n_in: int, n_out: int, uppers) -> float:
     """The best statistic over rules at the expected counts of a mechanism with curve ``fnr_of``."""
     k = _fp_grid(n_out)
     fn = np.round(n_in * np.clip(fnr_of(k / n_out), 0.0, 1.0))
     return float(np.max(stat.of(uppers(k, n_out), uppers(fn, n_in))))
-
-
-def _gaussian_fnr(mu: float):
-    return lambda a: special.ndtr(-special.ndtri(a) - mu)
 
 
 def _tabulated(fnr):
@@ -270,7 +257,7 @@ def audit_power(
     :class:`dpaudit.audits.curves.ClaimedCurve`; None: the (``claimed_epsilon``, ``delta``) point)."""
     trials = positive_int("trials", trials, sequential.SELECT_TRIALS + 2 if sequential_mode else 4)
     confidence = open_unit("confidence", confidence)
-    uppers = _Uppers(confidence, sequential_mode)
+    uppers = _uppers(confidence, sequential_mode)
     n_in, n_out = eval_sizes(
         trials, select_fraction=select_fraction, sequential_mode=sequential_mode
     )
@@ -287,16 +274,12 @@ def audit_power(
         factor_name=factor_name(curve),
         factor_note=None if curve is not None else NO_EVENT_NOTE,
     )
-    claim_fnr = (
-        _tabulated(curve.fnr)
-        if curve is not None
-        else (None if claimed_epsilon is None else _point_curve(claimed_epsilon, delta))
-    )
+    claim_fnr = None if claimed_epsilon is None else _point_curve(claimed_epsilon, delta)
+    if curve is not None:
+        claim_fnr = _tabulated(curve.fnr)
     target = stat.claim_value()
     if claim_fnr is None or target is None:
-        return AuditPower(
-            **base, at_claim=None, detectable=True, smallest_factor=None, trials_for_90=None
-        )
+        return AuditPower(**base)
     at_claim = _expected_best(stat, claim_fnr, n_in, n_out, uppers)
     detectable = perfect > target
 
@@ -336,7 +319,7 @@ def smallest_factor(curve, caught) -> float | None:
     mu, as_gaussian = gdp_mu(curve), None
     if mu is not None:
         as_gaussian = largest_holding(
-            lambda k: caught(_gaussian_fnr(proxy_mu(curve, mu, k))),
+            lambda k: caught(functools.partial(gaussian_fnr, mu=proxy_mu(curve, mu, k))),
             0.5,
             low=MIN_FACTOR,
             high=1.0,
@@ -355,16 +338,11 @@ def smallest_factor(curve, caught) -> float | None:
     # coarse answer): that answer, one tolerance lower, is lowered on the member's own curve until
     # caught there (a PLD below 1/16 of the noise explodes)
     k = curve_search(caught, lambda k: member(k, COARSE_SIGMA), guess, low=1.0 / 16.0, high=1.0)
-    return (
-        None
-        if k is None
-        else largest_holding(
-            lambda x: caught(member(x)),
-            k / (1.0 + PROFILE_TOLERANCE),
-            low=1.0 / 16.0,
-            high=k,
-            tolerance=PROFILE_TOLERANCE,
-        )
+    if k is None:
+        return None
+    tol = PROFILE_TOLERANCE
+    return largest_holding(
+        lambda x: caught(member(x)), k / (1.0 + tol), low=1.0 / 16.0, high=k, tolerance=tol
     )
 
 
@@ -432,11 +410,8 @@ def proxy_mu(curve, mu: float, scale: float) -> float:
     never a result. mu / scale, exact for a Gaussian claim; a profile claim of subsampled Gaussians:
     the central limit theorem's mu, sqrt(sum q^2 T (e^(1/sigma^2) - 1)), moved from the claim to
     the member and calibrated to the claim's own reading ``mu``."""
-    leaves = (
-        []
-        if curve.closed_form is not None
-        else [leaf for leaf in _leaves(curve.event) if getattr(leaf, "steps", 0) > 0]
-    )
+    leaves = [] if curve.closed_form is not None else _leaves(curve.event)
+    leaves = [leaf for leaf in leaves if getattr(leaf, "steps", 0) > 0]
     if not leaves or not all(isinstance(leaf, SubsampledGaussian) for leaf in leaves):
         return mu / scale
     return mu * math.exp(min(_log_clt_mu(leaves, scale) - _log_clt_mu(leaves, 1.0), 700.0))
@@ -497,7 +472,7 @@ def largest_holding(
 
 
 def _trials_for(
-    stat: _Statistic, claim_fnr, uppers: _Uppers, select_fraction: float, sequential_mode: bool
+    stat: _Statistic, claim_fnr, uppers, select_fraction: float, sequential_mode: bool
 ) -> int | None:
     """Smallest N (to 1 %) whose at-claim statistic reaches TARGET_SHARE of the claim, in epsilon units."""
     goal = TARGET_SHARE * stat.epsilon(stat.claim_value())

@@ -32,13 +32,13 @@ from __future__ import annotations
 import functools
 import math
 
-from ..accounting.accountants import compute_epsilon
 from ..accounting.events import SubsampledGaussian, event_from_dict
 from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import open_unit, positive_int
 from . import one_run, white_box
-from .curves import SCALE_RANGE_PROFILE, ClaimedCurve, claimed_curve, scale_event
+from .curves import SCALE_RANGE_PROFILE, ClaimedCurve, claimed_curve, gaussian_fnr, member_epsilon
+from .curves import scale_event
 from .power import (
     COARSE_SIGMA,
     MAX_CANARIES,
@@ -46,7 +46,6 @@ from .power import (
     NO_EVENT_NOTE,
     TARGET_SHARE,
     AuditPower,
-    _gaussian_fnr,
     _point_curve,
     curve_search,
     factor_name,
@@ -85,9 +84,7 @@ def curve_values(fnr):
 class _OneRun:
     """The one-run record's deciding analysis at given counts (:func:`one_run.one_run_bounds`)."""
 
-    def __init__(
-        self, m: int, claim, *, delta: float, confidence: float, accountant: str, adjacency: str
-    ):
+    def __init__(self, m: int, claim, delta: float, confidence: float, accountant, adjacency):
         self.m, self.claim, self.delta, self.alpha = m, claim, delta, 1.0 - confidence
         self.accountant, self.adjacency = accountant, adjacency
         self.curve = None if claim is None else claimed_curve(claim, adjacency)
@@ -136,6 +133,11 @@ class _OneRun:
             return False
         return any(one_run.fdp_rejects(vals, m, r, v, self.each(m)) for r, v in counts)
 
+    def rejects_gdp(self, mu: float, u: float, m: int, counts) -> bool:
+        """The test rules out the claim read as mu-GDP moved to scale 1 / u (.power.proxy_mu)."""
+        fnr = functools.partial(gaussian_fnr, mu=proxy_mu(self.curve, mu, 1.0 / u))
+        return self.rejects(("gdp", u), fnr, m, counts)
+
     def rejects_member(self, s: float, m: int, counts) -> bool:
         """The test rules out the family member at scale s: a profile family's on its coarse curve
         (lower, so a member it rules out, the audit's own curve rules out too)."""
@@ -151,60 +153,48 @@ class _OneRun:
 
     def epsilon(self, s: float) -> float:
         if s not in self.epsilons:
-            event = scale_event(self.claim, s)
-            result = compute_epsilon(
-                event, delta=self.delta, adjacency=self.adjacency, accountant=self.accountant
+            self.epsilons[s] = member_epsilon(
+                self.claim,
+                s,
+                delta=self.delta,
+                accountant=self.accountant,
+                adjacency=self.adjacency,
             )
-            self.epsilons[s] = float(result.epsilon)
         return self.epsilons[s]
 
     def fdp_epsilon(self, m: int, counts) -> float:
         """eps_LB of the f-DP family search at these counts (u = 1 / s; a scale that was evaluated,
         searched from the claim read as mu-GDP moved along the family by .power.proxy_mu)."""
         low, high = _SCALE_RANGE if self.closed else SCALE_RANGE_PROFILE
-        mu = gdp_mu(self.curve)
-        proxy = (
-            None
-            if mu is None
-            else largest_holding(
-                lambda u: self.rejects(
-                    ("gdp", u), _gaussian_fnr(proxy_mu(self.curve, mu, 1.0 / u)), m, counts
-                ),
-                1.0,
-                low=1.0 / high,
-                high=1.0 / low,
-            )
-        )
+        span = {"low": 1.0 / high, "high": 1.0 / low}
+        mu, proxy = gdp_mu(self.curve), None
+        if mu is not None:
+            proxy = largest_holding(lambda u: self.rejects_gdp(mu, u, m, counts), 1.0, **span)
         if self.closed:
-            u = largest_holding(
-                lambda u: self.rejects_member(1.0 / u, m, counts),
-                proxy or 1.0,
-                low=1.0 / high,
-                high=1.0 / low,
-            )
+            member = lambda u: self.rejects_member(1.0 / u, m, counts)  # noqa: E731
+            u = largest_holding(member, proxy or 1.0, **span)
         else:
-            u = curve_search(
-                lambda fnr: self.rejects(None, fnr, m, counts),
-                lambda u: self.coarse(1.0 / u),
-                proxy or 1.0,
-                low=1.0 / high,
-                high=1.0 / low,
-            )
+            holds = lambda fnr: self.rejects(None, fnr, m, counts)  # noqa: E731
+            u = curve_search(holds, lambda u: self.coarse(1.0 / u), proxy or 1.0, **span)
         return 0.0 if u is None else self.epsilon(1.0 / u)
 
     def statistic(self, m: int, counts) -> float:
         return self.fdp_epsilon(m, counts) if self.fdp else self.steinke(m, counts)
 
+    @property
+    def perfect(self) -> list[tuple[int, int]]:
+        """(guesses, correct) with every guess of the grid right."""
+        return [(2 * k, 2 * k) for k, _ in one_run.guess_grid(self.m)]
+
     def ceiling(self) -> float | None:
         """Every guess right; None for an f-DP PLD claim (not searched, as the record's)."""
-        perfect = [(2 * k, 2 * k) for k, _ in one_run.guess_grid(self.m)]
         if not self.fdp:
-            return self.steinke(self.m, perfect)
-        return self.fdp_epsilon(self.m, perfect) if self.closed else None
+            return self.steinke(self.m, self.perfect)
+        return self.fdp_epsilon(self.m, self.perfect) if self.closed else None
 
     def detectable(self, claim_fnr, claimed_epsilon: float) -> bool:
         """Every guess right rules the claim out."""
-        perfect = [(2 * k, 2 * k) for k, _ in one_run.guess_grid(self.m)]
+        perfect = self.perfect
         if self.fdp:
             return self.rejects(1.0, claim_fnr, self.m, perfect)
         return self.steinke_above(self.m, perfect, claimed_epsilon)
@@ -235,9 +225,7 @@ def one_run_power(
     """
     m = positive_int("canaries", canaries, 2)
     delta, confidence = open_unit("delta", delta), open_unit("confidence", confidence)
-    run = _OneRun(
-        m, claim, delta=delta, confidence=confidence, accountant=accountant, adjacency=adjacency
-    )
+    run = _OneRun(m, claim, delta, confidence, accountant, adjacency)
     if claimed_epsilon is None and claim is not None:
         claimed_epsilon = run.epsilon(1.0)
     base = dict(
@@ -251,9 +239,7 @@ def one_run_power(
         factor_note=None if claim is not None else NO_EVENT_NOTE,
     )
     if claim is None and claimed_epsilon is None:
-        return AuditPower(
-            **base, at_claim=None, detectable=True, smallest_factor=None, trials_for_90=None
-        )
+        return AuditPower(**base)
     claim_fnr = run.curve.fnr if claim is not None else _point_curve(claimed_epsilon, delta)
     claim_values = run.values(1.0, claim_fnr)
     detectable = run.detectable(claim_fnr, claimed_epsilon)
@@ -328,33 +314,20 @@ def one_run_power_of(bounds: dict) -> dict:
     :func:`one_run_power` at its canaries, claim, delta and confidence."""
     fdp = bounds.get("fdp") or {}
     claim = event_from_dict(fdp["event"]) if isinstance(fdp.get("event"), dict) else None
-    return dict(
-        _one_run_power(
-            int(bounds["canaries"]),
-            float(bounds["delta"]),
-            float(bounds["confidence"]),
-            claim,
-            fdp.get("accountant") or "rdp",
-            fdp.get("adjacency") or "add-remove-record",
-            bounds.get("claimed_epsilon"),
-        )
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _one_run_power(
-    m: int, delta: float, confidence: float, claim, accountant: str, adjacency: str, claimed_epsilon
-) -> dict:
-    """Cached: the line depends on the public configuration only (a PLD claim's costs seconds)."""
-    return one_run_power(
-        m,
-        delta=delta,
-        confidence=confidence,
+    line = _cached_one_run_power(
+        int(bounds["canaries"]),
+        delta=float(bounds["delta"]),
+        confidence=float(bounds["confidence"]),
         claim=claim,
-        accountant=accountant,
-        adjacency=adjacency,
-        claimed_epsilon=claimed_epsilon,
-    ).to_dict()
+        accountant=fdp.get("accountant") or "rdp",
+        adjacency=fdp.get("adjacency") or "add-remove-record",
+        claimed_epsilon=bounds.get("claimed_epsilon"),
+    )
+    return line.to_dict()
+
+
+#: Cached: the line depends on the public configuration only (a PLD claim's costs seconds).
+_cached_one_run_power = functools.lru_cache(maxsize=64)(one_run_power)
 
 
 # ---------------------------------------------------------------- white-box and crafted-final
@@ -409,14 +382,9 @@ def white_box_power(
         estimator=f"{threat_model} (chi-square noise, sensitivity, rate)",
         claimed_epsilon=claim_eps,
         ceiling=None,
-        at_claim=_finite(at(1.0, m)),
-        detectable=True,
+        at_claim=white_box._finite_or_none(at(1.0, m)),
         smallest_factor=factor,
         trials_for_90=needed,
         unit="canaries",
         kind=threat_model,
     )
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None

@@ -36,13 +36,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..accounting import compute_epsilon
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import open_unit, positive_int
 from . import stats
-from .curves import _curve_dict, _num, claimed_curve, family_ruled_out, scale_event, select_rule
+from .curves import curve_at, family_ruled_out, member_epsilon, ruled_out
+from .curves import criterion_for, select_rule  # noqa: F401 - criterion_for: the engine's name here
 
 np = lazy_import("numpy")
 special = lazy_import("scipy.special")
@@ -55,7 +55,6 @@ BATCH = 20
 SELECT_TRIALS = 40
 #: Weight (in trials) of the SELECT rate in each prior: Beta(PRIOR + weight * (rate, 1 - rate)).
 PRIOR_WEIGHT = 20.0
-STOP_REASONS = ("violation", "futility", "completed")
 METHOD = (
     "sequential claimed-curve test: threshold and direction chosen on the first SELECT trials, then fixed; "
     "beta-binomial mixture confidence sequences (Jeffreys prior) on the EVAL false-positive and false-negative "
@@ -82,9 +81,8 @@ def anytime_upper(errors, trials, alpha: float, prior=PRIOR):
         raise UsageError(
             f"errors must be in [0, trials], got errors={errors!r}, trials={trials!r}."
         )
-    lo = np.where(
-        n > 0, k / np.maximum(n, 1.0), 1.0
-    )  # the interval holds its minimiser's side: search above k/n
+    # the interval holds its minimiser's side: search above k/n
+    lo = np.where(n > 0, k / np.maximum(n, 1.0), 1.0)
     hi = np.ones_like(lo)
     mix = _log_mixture_constant(k, n, prior)
     # log M is convex in p with its minimum at k/n and +inf at p = 1 (when k < n): bisect the upper root
@@ -103,18 +101,13 @@ def _upper_one(k: float, n: float, level: float, prior) -> float:
     if k >= n:
         return 1.0
     a, b = prior
-    mix = (
-        math.lgamma(a + k)
-        + math.lgamma(b + n - k)
-        - math.lgamma(a + b + n)
-        - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
-    )
-    lo, hi = k / n, 1.0
-    for _ in range(64):
-        mid = (lo + hi) / 2.0
-        lik = (k * math.log(mid) if k > 0 else 0.0) + (n - k) * math.log1p(-mid)
-        lo, hi = (mid, hi) if mix - lik < level else (lo, mid)
-    return hi
+    log_prior = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    mix = math.lgamma(a + k) + math.lgamma(b + n - k) - math.lgamma(a + b + n) - log_prior
+
+    def inside(p: float) -> bool:
+        return mix - ((k * math.log(p) if k > 0 else 0.0) + (n - k) * math.log1p(-p)) < level
+
+    return stats.bisect(inside, k / n, 1.0)[1]
 
 
 def _centred(rate: float) -> tuple[float, float]:
@@ -175,6 +168,11 @@ class Look:
     futile: bool
 
     @property
+    def counts(self) -> tuple[int, int, int, int]:
+        """(fp, n_out, fn, n_in) of the EVAL trials so far."""
+        return self.fp, self.n_out, self.fn, self.n_in
+
+    @property
     def stop(self) -> str | None:
         return "violation" if self.violated else ("futility" if self.futile else None)
 
@@ -192,19 +190,15 @@ class SequentialTest:
         self.curve, self.plan, self.criterion = curve, plan, criterion
         self.alpha = (1.0 - open_unit("confidence", confidence)) / 2.0
         self.rule: tuple[float, str] | None = None
-        self.priors: tuple[tuple[float, float], tuple[float, float]] = (
-            PRIOR,
-            PRIOR,
-        )  # (FPR, FNR) mixing priors
+        self.priors: tuple = (PRIOR, PRIOR)  # (FPR, FNR) mixing priors, each Beta(a, b)
 
     def choose(self, select_scores) -> tuple[float, str]:
         """Fix the rule on the SELECT trials (the plan's first ``select_trials``)."""
         w = self.plan.world[: self.plan.select_trials]
         s = np.asarray(select_scores, float)
         self.rule = select_rule(s, w, criterion=self.criterion, confidence=1.0 - 2.0 * self.alpha)
-        if (
-            PRIOR_WEIGHT > 0
-        ):  # centre each prior on the rule's SELECT rate: chosen before any EVAL trial
+        # centre each prior on the rule's SELECT rate: chosen before any EVAL trial
+        if PRIOR_WEIGHT > 0:
             tp, fp, tn, fn = stats.confusion(s, w, *self.rule)
             self.priors = (_centred(fp / (fp + tn)), _centred(fn / (fn + tp)))
         return self.rule
@@ -218,21 +212,16 @@ class SequentialTest:
         w = self.plan.world[sel:t]
         tp, fp, tn, fn = stats.confusion(s[sel:], w, *self.rule) if t > sel else (0, 0, 0, 0)
         n_in, n_out = tp + fn, tn + fp
-        u_f, u_n = (
+        u_f, u_n = self.box(fp, n_out, fn, n_in)
+        violated = bool(self.curve.violated_by(u_f, u_n))
+        futile = not violated and self._futile(t, fp, fn)
+        return Look(t, fp, n_out, fn, n_in, float(u_f), float(u_n), violated, futile)
+
+    def box(self, fp: int, n_out: int, fn: int, n_in: int) -> tuple:
+        """The anytime-valid upper ends (FPR, FNR) of these EVAL counts."""
+        return (
             anytime_upper(fp, n_out, self.alpha, self.priors[0]),
             anytime_upper(fn, n_in, self.alpha, self.priors[1]),
-        )
-        violated = bool(self.curve.violated_by(u_f, u_n))
-        return Look(
-            t,
-            fp,
-            n_out,
-            fn,
-            n_in,
-            float(u_f),
-            float(u_n),
-            violated,
-            not violated and self._futile(t, fp, fn),
         )
 
     def _futile(self, t: int, fp: int, fn: int) -> bool:
@@ -241,9 +230,8 @@ class SequentialTest:
         later = later[later > t]
         if later.size == 0:
             return False  # the last look: the run completes, nothing is left to be futile about
-        if not self._futile_at(
-            later[-1:], fp, fn
-        ):  # the usual case, one evaluation: the last look still can
+        # the usual case, one evaluation: the last look still can
+        if not self._futile_at(later[-1:], fp, fn):
             return False
         return self._futile_at(later, fp, fn)
 
@@ -252,13 +240,9 @@ class SequentialTest:
         sel = self.plan.select_trials
         n_in = np.cumsum(self.plan.world[sel:])[looks[::-1] - sel - 1]
         n_out = looks[::-1] - sel - n_in
-        for i, o in zip(
-            n_in.tolist(), n_out.tolist()
-        ):  # latest first: the likeliest to still allow a violation
-            if self.curve.violated_by(
-                anytime_upper(fp, o, self.alpha, self.priors[0]),
-                anytime_upper(fn, i, self.alpha, self.priors[1]),
-            ):
+        # latest first: the likeliest to still allow a violation
+        for i, o in zip(n_in.tolist(), n_out.tolist()):
+            if self.curve.violated_by(*self.box(fp, o, fn, i)):
                 return False
         return True
 
@@ -293,12 +277,6 @@ def box_at(block: dict, confidence: float) -> tuple[float, float]:
     )
 
 
-def criterion_for(curve) -> str:
-    """How SELECT chooses the rule for ``curve``, as the fixed-N test does: the pure epsilon of the
-    box corner for one pure-epsilon claim, else its Gaussian-DP mu."""
-    return "pure-epsilon" if curve.closed_form == "pure" else "gdp-mu"
-
-
 def record(plan: SequentialPlan, test: SequentialTest, look: Look, reason: str) -> dict:
     """audit.json "sequential": the mode, the trials used and why the audit stopped."""
     return {
@@ -310,7 +288,7 @@ def record(plan: SequentialPlan, test: SequentialTest, look: Look, reason: str) 
         "select_trials": plan.select_trials,
         "looks": int(np.sum(plan.looks() <= look.trials)),
         "direction": test.rule[1],
-        "counts": {"fp": look.fp, "n_out": look.n_out, "fn": look.fn, "n_in": look.n_in},
+        "counts": dict(zip(("fp", "n_out", "fn", "n_in"), look.counts)),
         "fpr_upper": look.fpr_upper,
         "fnr_upper": look.fnr_upper,
         "violated": look.violated,
@@ -324,9 +302,7 @@ def ceiling(plan: SequentialPlan, test: SequentialTest, delta: float) -> float:
     """The largest eps_LB a full sequential run can report: no error in any EVAL trial up to the end."""
     n_in = int(plan.world[plan.select_trials :].sum())
     n_out = plan.max_trials - plan.select_trials - n_in
-    u_f = anytime_upper(0, n_out, test.alpha, test.priors[0])
-    u_n = anytime_upper(0, n_in, test.alpha, test.priors[1])
-    return float(stats.epsilon_from_rates(u_f, u_n, delta))
+    return float(stats.epsilon_from_rates(*test.box(0, n_out, 0, n_in), delta))
 
 
 def audit_fields(
@@ -345,34 +321,14 @@ def audit_fields(
     with these): eps_LB, the claimed-curve block, counts and box of the sequential rule, the ceiling."""
     fam = family_ruled_out(event, adjacency, look.fpr_upper, look.fnr_upper)
     s_lb = fam["scale_lower_bound"]
-    fam_eps = (
-        0.0
-        if s_lb is None
-        else float(
-            compute_epsilon(
-                scale_event(event, s_lb), delta=delta, accountant=accountant, adjacency=adjacency
-            ).epsilon
-        )
-    )
+    fam_eps = member_epsilon(event, s_lb, delta=delta, accountant=accountant, adjacency=adjacency)
+    upper = (look.fpr_upper, look.fnr_upper)
+    rates = (look.fp / max(look.n_out, 1), look.fn / max(look.n_in, 1), *upper)
     curve = {
         **block,
         "method": METHOD,
-        "family": {k: fam[k] for k in ("parameter", "claimed", "lower_bound")},
-        "scale_lower_bound": s_lb,
-        "family_epsilon": _num(fam_eps),
-        "violated": bool(look.violated),
-        "counts": {"fp": look.fp, "n_out": look.n_out, "fn": look.fn, "n_in": look.n_in},
-        "threshold": _num(test.rule[0]),
-        "direction": test.rule[1],
-        "point": {
-            "fpr": look.fp / max(look.n_out, 1),
-            "fnr": look.fn / max(look.n_in, 1),
-            "fpr_upper": look.fpr_upper,
-            "fnr_upper": look.fnr_upper,
-        },
-        "curve_at_lower_bound": None
-        if s_lb is None
-        else _curve_dict(claimed_curve(scale_event(event, s_lb), adjacency)),
+        **ruled_out(event, (s_lb, fam_eps, look.violated), look.counts, test.rule, rates),
+        "curve_at_lower_bound": curve_at(event, adjacency, s_lb),
     }
     return {
         "epsilon_lower_bound": epsilon_at_stop(look, delta),

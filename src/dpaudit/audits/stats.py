@@ -32,13 +32,17 @@ from dataclasses import dataclass
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..noise import public_rng
-from ..validation import non_negative_finite, one_of, open_unit, positive_finite
+from ..validation import non_negative_finite, one_of, open_unit, positive_finite, positive_int
 
 np = lazy_import("numpy")
+optimize = lazy_import("scipy.optimize")
 special = lazy_import("scipy.special")
 
 DIRECTIONS = ("greater", "less")
-GDP_FALLBACK_DELTA = 1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims  # "greater": predict "canary in" when score >= threshold
+# "greater": predict "canary in" when score >= threshold
+GDP_FALLBACK_DELTA = (
+    1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims
+)
 
 
 def _check_delta(delta: float) -> float:
@@ -66,10 +70,14 @@ def cp_upper(errors, trials, confidence: float = 0.95, *, split: int = 2):
         raise UsageError(
             f"errors must be in [0, trials] with trials >= 1, got errors={errors!r}, trials={trials!r}."
         )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        upper = special.betainccinv(k + 1.0, np.maximum(n - k, 1.0), a)
-    upper = np.where(k >= n, 1.0, upper)
+    upper = np.where(k >= n, 1.0, _cp_quantile(k, n, a))
     return float(upper) if np.ndim(upper) == 0 else np.asarray(upper, dtype=float)
+
+
+def _cp_quantile(k, n, a):
+    """The (1 - a) quantile of Beta(k + 1, n - k) (n - k floored at 1; the caller sets k = n to 1)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return special.betainccinv(k + 1.0, np.maximum(n - k, 1.0), a)
 
 
 def epsilon_from_rates(fpr_hi, fnr_hi, delta: float):
@@ -107,22 +115,11 @@ def epsilon_lower_bound(
 ) -> Bound:
     """eps_LB at ``confidence`` from a test's confusion counts (positives = canary-in trials)."""
     delta = _check_delta(delta)
-    n_neg, n_pos = tn + fp, tp + fn
-    if n_neg < 1 or n_pos < 1:
-        raise UsageError(
-            f"trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary."
-        )
+    n_pos, n_neg = _require_worlds(tp + fn, tn + fp)
     fpr_hi = cp_upper(fp, n_neg, confidence)
     fnr_hi = cp_upper(fn, n_pos, confidence)
-    return Bound(
-        epsilon_from_rates(fpr_hi, fnr_hi, delta),
-        fpr_hi,
-        fnr_hi,
-        int(tp),
-        int(fp),
-        int(tn),
-        int(fn),
-    )
+    counts = (int(tp), int(fp), int(tn), int(fn))
+    return Bound(epsilon_from_rates(fpr_hi, fnr_hi, delta), fpr_hi, fnr_hi, *counts)
 
 
 def ceiling(n_in: int, n_out: int, *, delta: float, confidence: float = 0.95) -> float:
@@ -136,22 +133,42 @@ def ceiling(n_in: int, n_out: int, *, delta: float, confidence: float = 0.95) ->
     ).epsilon
 
 
+def bisect(holds, lo: float, hi: float, *, tol: float = 0.0, steps: int = 64) -> tuple:
+    """The last bracket (lo, hi) of halving [lo, hi] ``steps`` times, or until it is no wider than
+    ``tol``, keeping ``holds`` true at lo and false at hi (the one bisection of the audits)."""
+    for _ in range(steps):
+        if hi - lo <= tol:
+            break
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+    return lo, hi
+
+
 def _check_scores(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(scores, dtype=float).ravel()
     y = np.asarray(labels, dtype=bool).ravel()
     if s.shape != y.shape:
         raise UsageError(f"scores and labels must have the same length, got {s.size} and {y.size}.")
+    return finite_scores(s), y
+
+
+def finite_scores(s: np.ndarray) -> np.ndarray:
+    """``s``, refused (DataError) when any score is not finite."""
     bad = int(np.sum(~np.isfinite(s)))
     if bad:
         raise DataError(
             f"scores must be finite, got {bad} non-finite of {s.size} (the mechanism diverged or the score is broken)."
         )
-    return s, y
+    return s
 
 
 def _worlds(y: np.ndarray, what: str = "") -> tuple[int, int]:
     """(canary-in, canary-out) trial counts of the labels ``y``; UsageError unless both are >= 1."""
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    return _require_worlds(int(y.sum()), int((~y).sum()), what)
+
+
+def _require_worlds(n_pos: int, n_neg: int, what: str = "") -> tuple[int, int]:
+    """(n_pos, n_neg), refused unless both worlds have at least one trial."""
     if n_pos < 1 or n_neg < 1:
         raise UsageError(
             f"{what}trials per world must be >= 1, got {n_pos} with and {n_neg} without the canary."
@@ -185,9 +202,8 @@ def rule_counts(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 class Threshold:
     threshold: float
     direction: str
-    select_epsilon: (
-        float  # eps_LB of this rule on the SELECT trials (biased upwards; for information)
-    )
+    # eps_LB of this rule on the SELECT trials (biased upwards; for information)
+    select_epsilon: float
 
 
 def best_rule(
@@ -239,10 +255,7 @@ def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) ->
     o = s if direction == "greater" else -s
     if y.all() or (~y).all():
         raise UsageError("ROC needs trials from both worlds.")
-    fpr, tpr = roc_vertices(o, y)
-    if fpr.size > max_points:
-        idx = np.unique(np.linspace(0, fpr.size - 1, max_points).round().astype(int))
-        fpr, tpr = fpr[idx], tpr[idx]
+    fpr, tpr = thinned(max_points, *roc_vertices(o, y))
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     return {
         "fpr": fpr.tolist(),
@@ -251,15 +264,22 @@ def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) ->
     }
 
 
+def thinned(max_points: int, *rates: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Equal-length ``rates`` at no more than ``max_points`` evenly spaced indices (both ends kept)."""
+    if rates[0].size <= max_points:
+        return rates
+    idx = np.unique(np.linspace(0, rates[0].size - 1, max_points).round().astype(int))
+    return tuple(r[idx] for r in rates)
+
+
 def roc_vertices(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(fpr, tpr) of the rules "score >= t" over the distinct scores t, highest first, starting at
     (0, 0); points in the middle of a straight segment are left out (the corners and both ends
     remain), which is what scikit-learn's ``roc_curve(drop_intermediate=True)`` returns."""
     order = np.argsort(-scores, kind="mergesort")
     s, y = scores[order], labels[order]
-    last = np.r_[
-        np.flatnonzero(s[1:] != s[:-1]), s.size - 1
-    ]  # last index of each run of equal scores
+    # last index of each run of equal scores
+    last = np.r_[np.flatnonzero(s[1:] != s[:-1]), s.size - 1]
     tps = np.cumsum(y)[last].astype(float)
     fps = (last + 1) - tps
     if tps.size > 2:
@@ -296,11 +316,10 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     hi = max(1.0, mu * mu)
     while gdp_delta(hi, mu) > delta:
         hi *= 2.0
-    from scipy.optimize import brentq
-
-    return float(
-        brentq(lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12, maxiter=500)
+    root = optimize.brentq(
+        lambda e: gdp_delta(e, mu) - delta, 0.0, hi, xtol=1e-14, rtol=1e-12, maxiter=500
     )
+    return float(root)
 
 
 def gdp_mu_for_epsilon(epsilon: float, delta: float) -> float:
@@ -310,11 +329,10 @@ def gdp_mu_for_epsilon(epsilon: float, delta: float) -> float:
     lo, hi = 1e-8, 1.0
     while gdp_delta(epsilon, hi) < delta:
         hi *= 2.0
-    from scipy.optimize import brentq
-
-    return float(
-        brentq(lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500)
+    root = optimize.brentq(
+        lambda m: gdp_delta(epsilon, m) - delta, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500
     )
+    return float(root)
 
 
 def mann_whitney_u(x, y) -> float:
@@ -324,9 +342,8 @@ def mann_whitney_u(x, y) -> float:
     v = np.concatenate([x, y])
     order = np.argsort(v, kind="mergesort")
     sv = v[order]
-    starts = np.flatnonzero(
-        np.r_[True, sv[1:] != sv[:-1]]
-    )  # first position of each run of equal values
+    # first position of each run of equal values
+    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
     ends = np.r_[starts[1:], sv.size]
     mid = (starts + ends + 1) / 2.0  # mean of the 1-based ranks starts+1 .. ends
     ranks = np.empty(v.size)
@@ -377,8 +394,8 @@ def gdp_estimate(scores, labels, direction: str, *, delta: float, confidence: fl
         "epsilon_interval": [gdp_epsilon(mu_lo, delta_used), gdp_epsilon(mu_hi, delta_used)],
         "interval_confidence": confidence,
         "significant": mu_lo > 0.0,  # False: indistinguishable from no leakage at this confidence
-        "saturated": auc
-        >= clip,  # perfect separation: mu (and eps) only bounded by the trial count
+        # perfect separation: mu (and eps) only bounded by the trial count
+        "saturated": auc >= clip,
         "trials": n_pos + n_neg,
     }
 
@@ -521,21 +538,16 @@ def auroc_bootstrap(
     confidence = open_unit("confidence", confidence)
     s, y = _check_scores(scores, labels)
     one_of("direction", direction, DIRECTIONS)
-    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 1:
-        raise UsageError(f"resamples must be an integer >= 1, got {resamples!r}.")
+    b = positive_int("resamples", resamples)
     n_pos, n_neg = _worlds(y)
     o = s if direction == "greater" else -s
     u, codes = np.unique(o, return_inverse=True)
     codes = codes.ravel()
     n_u = u.size
     pos_codes, neg_codes = codes[y], codes[~y]
-    auc = float(
-        _auc_from_codes(
-            np.bincount(pos_codes, minlength=n_u), np.bincount(neg_codes, minlength=n_u)
-        )
-    )
+    counts = [np.bincount(world, minlength=n_u) for world in (pos_codes, neg_codes)]
+    auc = float(_auc_from_codes(*counts))
     rng = public_rng(seed, TAG_AUROC_BOOTSTRAP)
-    b = int(resamples)
     offs = (np.arange(b) * n_u)[:, None]
 
     def weights(c: np.ndarray, n: int) -> np.ndarray:
@@ -613,9 +625,7 @@ LEVEL_STEPS = 60
 def _cp_table(n: int, a: float) -> np.ndarray:
     """u_k(a) for k = 0..n (1 at k = n), read-only: kept for the next band with this level (a
     report recomputes every audit's band at one or two levels)."""
-    k = np.arange(n + 1, dtype=float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        u = special.betainccinv(k + 1.0, np.maximum(n - k, 1.0), a)
+    u = _cp_quantile(np.arange(n + 1, dtype=float), float(n), a)
     u[-1] = 1.0
     u = np.maximum.accumulate(u)  # non-decreasing in k (guards rounding at the far end)
     u.flags.writeable = False
@@ -810,15 +820,13 @@ def band_bound(scores, labels, *, delta: float, confidence: float = 0.95) -> dic
         "trials_per_world": {"in": n_pos, "out": n_neg},
         "calibration": BAND_CALIBRATION,
     }
-    eps, direction, (fp_k, fn_k) = band_epsilon(
-        record, delta=delta, confidence=confidence, best=True
-    )
+    eps, direction, cell = band_epsilon(record, delta=delta, confidence=confidence, best=True)
     share = _band_share(confidence)
     return {
         "epsilon_lower_bound": eps,
         "direction": direction,
-        "fp_at_most": fp_k,
-        "fn_at_most": fn_k,
+        "fp_at_most": cell[0],
+        "fn_at_most": cell[1],
         **record,
         "per_bound_significance": {"in": band_level(n_pos, share), "out": band_level(n_neg, share)},
         "delta": delta,

@@ -78,11 +78,8 @@ def _check_identity_field(key: str, want, got) -> None:
         # Old releases also published the training count (private); compare the published partitions.
         want = {p: n for p, n in want.items() if p in got}
     if got != want:
-        hint = (
-            "pass the release's --user-ids file"
-            if key == "n_users"
-            else "other data, split or profile"
-        )
+        users = key == "n_users"
+        hint = "pass the release's --user-ids file" if users else "other data, split or profile"
         raise DataError(f"dataset {key} must equal the release's {want!r}, got {got!r} ({hint}).")
 
 

@@ -46,6 +46,7 @@ from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..validation import open_unit, positive_int
+from .stats import bisect
 
 np = lazy_import("numpy")
 stats = lazy_import("scipy.stats")
@@ -242,22 +243,18 @@ def step_bound(
     """eps_LB of the ``white-box`` threat model (module docstring) from every step of every canary.
     ``claimed_epsilon``: the release's claim (default: ``claimed`` by ``accountant``)."""
     _check_claim(claimed, delta, confidence)
-    s_hi, d_lo, q_lo = step_statistics(obs, confidence)
-    eps = family_epsilon(s_hi, d_lo, q_lo, obs.steps, delta=delta, accountant=accountant)
-    return WhiteBoxBound(
-        "white-box",
-        eps,
-        _claimed_epsilon(claimed, delta, accountant, claimed_epsilon),
-        delta,
-        confidence,
-        accountant,
-        s_hi,
-        d_lo,
-        q_lo,
-        obs.steps,
-        int(obs.values.size),
-        claimed,
-    )
+    found = (*step_statistics(obs, confidence), obs.steps)
+    return _bound("white-box", found, obs, claimed, delta, accountant, confidence, claimed_epsilon)
+
+
+def _bound(
+    threat_model, found, obs, claimed, delta, accountant, confidence, claimed_epsilon
+) -> WhiteBoxBound:
+    """The record of a threat model's confidence bounds ``found`` = (s_hi, d_lo, q_lo, T)."""
+    eps = family_epsilon(*found, delta=delta, accountant=accountant)
+    claim_eps = _claimed_epsilon(claimed, delta, accountant, claimed_epsilon)
+    parts = (delta, confidence, accountant, *found, int(obs.values.size), claimed)
+    return WhiteBoxBound(threat_model, eps, claim_eps, *parts)
 
 
 def final_sensitivity_lower(
@@ -279,11 +276,8 @@ def final_sensitivity_lower(
     hi = 1.0
     while excess(hi) < 0.0:
         hi *= 2.0
-    lo = 0.0
-    for _ in range(60):  # bisection to float precision; the reported d is one the mean rules in
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if excess(mid) < 0.0 else (lo, mid)
-    return lo
+    # bisection to float precision; the reported d is one the mean rules in
+    return bisect(lambda d: excess(d) < 0.0, 0.0, hi, steps=60)[0]
 
 
 def final_statistics(obs: FinalObservations, rate: float, confidence: float) -> tuple[float, float]:
@@ -308,22 +302,10 @@ def final_bound(
     """eps_LB of the ``crafted-final`` threat model (module docstring): s from the withheld
     canaries, d from the inserted ones' mean at the claimed rate q; significance halved."""
     _check_claim(claimed, delta, confidence)
-    q, t = float(claimed.sample_rate), obs.steps
-    s_hi, d_lo = final_statistics(obs, q, confidence)
-    eps = family_epsilon(s_hi, d_lo, q, t, delta=delta, accountant=accountant)
-    return WhiteBoxBound(
-        "crafted-final",
-        eps,
-        _claimed_epsilon(claimed, delta, accountant, claimed_epsilon),
-        delta,
-        confidence,
-        accountant,
-        s_hi,
-        d_lo,
-        q,
-        t,
-        int(obs.values.size),
-        claimed,
+    q = float(claimed.sample_rate)
+    found = (*final_statistics(obs, q, confidence), q, obs.steps)
+    return _bound(
+        "crafted-final", found, obs, claimed, delta, accountant, confidence, claimed_epsilon
     )
 
 

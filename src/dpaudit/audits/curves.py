@@ -167,9 +167,8 @@ def _branch_form(leaves: tuple, adjacency: Adjacency) -> tuple[str, float | None
     if all(isinstance(leaf, SubsampledGaussian) and leaf.sample_rate >= 1.0 for leaf in act):
         # Gaussians compose exactly: mu^2 adds. Replace-one moves the sum by 2C (sensitivity 2).
         factor = 2.0 if adjacency is Adjacency.REPLACE_RECORD else 1.0
-        return "gaussian", factor * math.sqrt(
-            sum(leaf.steps / leaf.noise_multiplier**2 for leaf in act)
-        )
+        mu_squared = sum(leaf.steps / leaf.noise_multiplier**2 for leaf in act)
+        return "gaussian", factor * math.sqrt(mu_squared)
     if len(act) == 1 and isinstance(act[0], PureEpsilon) and act[0].count == 1:
         return "pure", float(act[0].epsilon)
     return "profile", None
@@ -180,10 +179,8 @@ def _pld_discretization(leaves: tuple, coarse_sigma: float = 0.5) -> float:
     (the audit's 0.5), where the Gaussian privacy losses (range ~ 1/sigma^2) would make the PLD
     large and slow (see :data:`PLD_DISCRETIZATION`). Pure-epsilon losses are bounded by the
     epsilons: never coarsened."""
-    worst = 1.0
-    for leaf in leaves:
-        if isinstance(leaf, SubsampledGaussian):
-            worst = max(worst, coarse_sigma / leaf.noise_multiplier)
+    gaussians = [leaf for leaf in leaves if isinstance(leaf, SubsampledGaussian)]
+    worst = max([1.0] + [coarse_sigma / leaf.noise_multiplier for leaf in gaussians])
     return min(PLD_MAX_DISCRETIZATION, PLD_DISCRETIZATION * worst * worst)
 
 
@@ -273,10 +270,8 @@ def _branch_arrays(act: list, adjacency: Adjacency, coarse_sigma: float) -> list
             warnings.catch_warnings(),
         ):
             warnings.simplefilter("ignore", RuntimeWarning)
-            pld = None
-            for leaf in act:
-                part = _leaf_pld(leaf, adjacency, disc)
-                pld = part if pld is None else pld.compose(part)
+            parts = [_leaf_pld(leaf, adjacency, disc) for leaf in act]
+            pld = functools.reduce(lambda left, right: left.compose(right), parts)
             pmfs = [pld._pmf_remove] if pld._symmetric else [pld._pmf_remove, pld._pmf_add]  # noqa: SLF001
             return [_pmf_arrays(pmf) for pmf in pmfs]
     except (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError) as e:
@@ -491,25 +486,29 @@ def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95)
 
 
 class _Family:
-    """Curves of scale_event(event, s), cached per s, and the box test against them."""
+    """The family scale_event(event, s) against the box. Called at x = log s: the gap
+    f_s(FPR_hi) - FNR_hi - margin (> 0 iff the box is below the curve of s), memoised, and the
+    bracket the gaps leave: ``lo`` (the largest x not ruled out), ``hi`` (the smallest ruled out)."""
 
     def __init__(self, event: Event, adjacency: str, box: Box):
         self.event, self.adjacency, self.box = event, adjacency, box
         self.base = claimed_curve(event, adjacency)
         self.profile = self.base.closed_form is None
-        self._curves: dict[float, ClaimedCurve] = {}
+        self.lo, self.hi = -math.inf, math.inf
+        self.memo: dict[float, float] = {}
 
-    def curve(self, s: float) -> ClaimedCurve:
-        if s not in self._curves:
-            self._curves[s] = (
+    def __call__(self, x: float) -> float:
+        if x not in self.memo:
+            s = math.exp(x)
+            curve = (
                 self.base if s == 1.0 else claimed_curve(scale_event(self.event, s), self.adjacency)
             )
-        return self._curves[s]
-
-    def gap(self, x: float) -> float:
-        """f_s(FPR_hi) - FNR_hi - margin at s = e^x: > 0 iff the box is below the curve of s."""
-        s = math.exp(x)
-        return float(self.curve(s).fnr(self.box.fpr_upper)) - self.box.fnr_upper - CURVE_MARGIN
+            self.memo[x] = float(curve.fnr(self.box.fpr_upper)) - self.box.fnr_upper - CURVE_MARGIN
+            if self.memo[x] > 0:
+                self.hi = min(self.hi, x)
+            else:
+                self.lo = max(self.lo, x)
+        return self.memo[x]
 
 
 def _search(family: _Family) -> float | None:
@@ -526,39 +525,20 @@ def _search(family: _Family) -> float | None:
     s_min, s_max = SCALE_RANGE_PROFILE if family.profile else SCALE_RANGE_CLOSED
     x_min, x_max = math.log(s_min), math.log(s_max)
     tol = math.log1p(SCALE_TOLERANCE)
-    probe = _Probe(family)
-    probe(0.0)
+    family(0.0)
     guess = _gdp_guess(family, x_min, x_max)
     if guess is not None and abs(guess) > tol:
-        probe(guess)
-    if not _bracket(probe, x_min, x_max):
+        family(guess)
+    if not _bracket(family, x_min, x_max):
         # ruled out even at the bottom of the range: report that (verified) s; or none is
-        return math.exp(probe.hi) if math.isfinite(probe.hi) else None
-    if probe.hi - probe.lo > tol and probe.memo[probe.lo] < 0:
-        # not converged in maxiter: the bracket is kept by the probe, bisection finishes
+        return math.exp(family.hi) if math.isfinite(family.hi) else None
+    if family.hi - family.lo > tol and family.memo[family.lo] < 0:
+        # not converged in maxiter: the bracket is kept by the family's gaps, bisection finishes
         with contextlib.suppress(RuntimeError):
-            optimize.brentq(probe, probe.lo, probe.hi, xtol=tol / 4.0, maxiter=60)
-    while probe.hi - probe.lo > tol:
-        probe((probe.lo + probe.hi) / 2.0)
-    return math.exp(probe.hi)
-
-
-class _Probe:
-    """The gaps of a family evaluated so far (at x = log s) and the bracket they leave: ``lo``
-    (the largest x not ruled out) and ``hi`` (the smallest x ruled out)."""
-
-    def __init__(self, family: _Family) -> None:
-        self.fam, self.lo, self.hi = family, -math.inf, math.inf
-        self.memo: dict[float, float] = {}
-
-    def __call__(self, x: float) -> float:
-        if x not in self.memo:
-            self.memo[x] = self.fam.gap(x)
-            if self.memo[x] > 0:
-                self.hi = min(self.hi, x)
-            else:
-                self.lo = max(self.lo, x)
-        return self.memo[x]
+            optimize.brentq(family, family.lo, family.hi, xtol=tol / 4.0, maxiter=60)
+    while family.hi - family.lo > tol:
+        family((family.lo + family.hi) / 2.0)
+    return math.exp(family.hi)
 
 
 def _gdp_guess(family: _Family, x_min: float, x_max: float) -> float | None:
@@ -573,7 +553,7 @@ def _gdp_guess(family: _Family, x_min: float, x_max: float) -> float | None:
     return None
 
 
-def _bracket(probe: _Probe, x_min: float, x_max: float) -> bool:
+def _bracket(probe: _Family, x_min: float, x_max: float) -> bool:
     """Walk away from the ruled-out / not-ruled-out side with a doubling step until both are
     found (True), or the range ends first (False)."""
     step = 0.05

@@ -104,12 +104,11 @@ class OneRunScores:
             raise UsageError(
                 f"included must be a 1-d array of the scores' length {s.size}, got shape {inc.shape}."
             )
-        if inc.dtype != bool:
-            if not np.all(np.isin(inc, (0, 1))):
-                raise UsageError(
-                    f"included must hold booleans (or 0/1), got values {sorted(set(np.unique(inc).tolist()))[:5]}."
-                )
-            inc = inc.astype(bool)
+        if inc.dtype != bool and not np.all(np.isin(inc, (0, 1))):
+            raise UsageError(
+                f"included must hold booleans (or 0/1), got values {sorted(set(np.unique(inc).tolist()))[:5]}."
+            )
+        inc = inc.astype(bool)
         if s.size < 2:
             raise UsageError(f"canaries must be at least 2, got {s.size}.")
         if not np.all(np.isfinite(s)):
@@ -286,18 +285,16 @@ def fdp_family_search(
     scale that was tested and rejected (bisection's right end): sound, conservative by at most the
     bisection width. ``None`` when even the largest scale is not rejected."""
     each = significance / max(1, len(counts))
-    cache: dict[float, bool] = {}
 
     class _NotConvex(Exception):
         pass
 
+    @functools.cache  # each scale is tested once (a refused curve raises again: never cached)
     def rejects(s: float) -> bool:
-        if s not in cache:
-            vals, convex = _curve_values(curve_at(s))
-            if not convex:
-                raise _NotConvex(s)
-            cache[s] = any(fdp_rejects(vals, m, c1, v, each) for c1, v in counts)
-        return cache[s]
+        vals, convex = _curve_values(curve_at(s))
+        if not convex:
+            raise _NotConvex(s)
+        return any(fdp_rejects(vals, m, c1, v, each) for c1, v in counts)
 
     try:
         return _search(rejects, tolerance, scale_range)
@@ -337,10 +334,7 @@ def _search(
             hi, step = s, step * step
     while hi / lo > 1.0 + tolerance:
         mid = math.sqrt(lo * hi)
-        if rejects(mid):
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if rejects(mid) else (mid, hi)
     return {"scale_lower_bound": hi, "violated": violated}
 
 
@@ -433,14 +427,13 @@ def _fdp_block(
         counts, m, curve_at=curve_at, significance=alpha, scale_range=scale_range, tolerance=tol
     )
     if "unavailable" in found:
+        why = found["unavailable"]
         return {
-            "method": "not computed: "
-            + found["unavailable"]
-            + " (the f-DP recursion needs a convex trade-off curve).",
+            "method": f"not computed: {why} (the f-DP recursion needs a convex trade-off curve).",
             "event": claim.to_dict(),
             "epsilon_lower_bound": None,
             "violated": False,
-            "unavailable": found["unavailable"],
+            "unavailable": why,
         }
     s_lb = found["scale_lower_bound"]
     eps_lb = _epsilon_of(claim, s_lb, delta, accountant, adjacency)

@@ -103,11 +103,10 @@ class _OneRun:
         return self.alpha / len(one_run.guess_grid(m))
 
     def steinke(self, m: int, counts) -> float:
+        each, tol = self.each(m), _STEINKE_TOLERANCE
+        steinke = one_run.steinke_epsilon
         return max(
-            one_run.steinke_epsilon(
-                m, r, v, delta=self.delta, significance=self.each(m), tol=_STEINKE_TOLERANCE
-            )
-            for r, v in counts
+            steinke(m, r, v, delta=self.delta, significance=each, tol=tol) for r, v in counts
         )
 
     def steinke_above(self, m: int, counts, epsilon: float) -> bool:
@@ -275,22 +274,17 @@ def _canaries_for(run: _OneRun, claim_values, claimed_epsilon: float) -> int | N
     test at the expected counts rules out the family member whose epsilon is that share (its scale
     evaluated, at most the true one: then eps_LB >= the share)."""
     goal = TARGET_SHARE * claimed_epsilon
-    if not run.fdp:
-        return smallest_size(
-            lambda m: run.steinke_above(m, expected_counts(claim_values, m), goal),
-            2,
-            MAX_CANARIES,
-            first=64,
-        )
-    s_goal = _goal_scale(run, claimed_epsilon, goal)
-    if s_goal is None:
+    s_goal = _goal_scale(run, claimed_epsilon, goal) if run.fdp else None
+    if run.fdp and s_goal is None:
         return None
-    return smallest_size(
-        lambda m: run.rejects_member(s_goal, m, expected_counts(claim_values, m)),
-        2,
-        MAX_CANARIES,
-        first=64,
-    )
+
+    def reached(m: int) -> bool:
+        counts = expected_counts(claim_values, m)
+        return (
+            run.rejects_member(s_goal, m, counts) if run.fdp else run.steinke_above(m, counts, goal)
+        )
+
+    return smallest_size(reached, 2, MAX_CANARIES, first=64)
 
 
 def _goal_scale(run: _OneRun, claimed_epsilon: float, goal: float) -> float | None:

@@ -147,8 +147,7 @@ def plan_sequential(
     world = np.zeros(max_trials, dtype=bool)
     for start in range(0, max_trials, batch):
         size = min(batch, max_trials - start)
-        block = np.zeros(size, dtype=bool)
-        block[: (size + 1) // 2] = True
+        block = np.arange(size) < (size + 1) // 2  # half in (the extra one of an odd batch too)
         world[start : start + size] = block[rng.permutation(size)]
     return SequentialPlan(world=world, batch=batch, select_trials=select_trials)
 

@@ -87,9 +87,8 @@ def epsilon_from_rates(fpr_hi, fnr_hi, delta: float):
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.log(np.maximum(1.0 - delta - fnr, 0.0)) - np.log(fpr)
         b = np.log(np.maximum(1.0 - delta - fpr, 0.0)) - np.log(fnr)
-    eps = np.maximum(
-        0.0, np.fmax(np.nan_to_num(a, nan=0.0, neginf=0.0), np.nan_to_num(b, nan=0.0, neginf=0.0))
-    )
+    finite = functools.partial(np.nan_to_num, nan=0.0, neginf=0.0)
+    eps = np.maximum(0.0, np.fmax(finite(a), finite(b)))
     return float(eps) if np.ndim(eps) == 0 else eps
 
 
@@ -239,10 +238,9 @@ def select_threshold(scores, labels, *, delta: float, confidence: float = 0.95) 
     """Choose threshold and direction on SELECT trials: the rule with the largest eps_LB there (:func:`best_rule`)."""
     s, y = _check_scores(scores, labels)
     _worlds(y, "SELECT ")
-    threshold, direction, eps = best_rule(
-        s, y, lambda fpr_hi, fnr_hi: epsilon_from_rates(fpr_hi, fnr_hi, delta), confidence
+    return Threshold(
+        *best_rule(s, y, lambda fpr, fnr: epsilon_from_rates(fpr, fnr, delta), confidence)
     )
-    return Threshold(threshold=threshold, direction=direction, select_epsilon=eps)
 
 
 def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) -> dict:
@@ -256,12 +254,8 @@ def roc(scores, labels, direction: str = "greater", *, max_points: int = 512) ->
     if y.all() or (~y).all():
         raise UsageError("ROC needs trials from both worlds.")
     fpr, tpr = thinned(max_points, *roc_vertices(o, y))
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
-    return {
-        "fpr": fpr.tolist(),
-        "tpr": tpr.tolist(),
-        "auc": mann_whitney_u(o[y], o[~y]) / (n_pos * n_neg),
-    }
+    auc = mann_whitney_u(o[y], o[~y]) / (int(y.sum()) * int((~y).sum()))
+    return {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": auc}
 
 
 def thinned(max_points: int, *rates: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -489,10 +483,7 @@ def tpr_at_fpr(
     (nothing predicted in) always qualifies, so TPR is 0 when no other rule does.
     """
     confidence = open_unit("confidence", confidence)
-    s, y = _check_scores(scores, labels)
-    one_of("direction", direction, DIRECTIONS)
-    n_pos, n_neg = _worlds(y)
-    o = s if direction == "greater" else -s
+    o, y, n_pos, n_neg = _oriented(scores, labels, direction)
     _, tp, fp, _ = rule_counts(o, y)
     out = []
     for target in targets:
@@ -511,6 +502,14 @@ def tpr_at_fpr(
             }
         )
     return out
+
+
+def _oriented(scores, labels, direction: str) -> tuple:
+    """(score oriented so that higher means "in", labels, n_pos, n_neg), all checked."""
+    s, y = _check_scores(scores, labels)
+    one_of("direction", direction, DIRECTIONS)
+    n_pos, n_neg = _worlds(y)
+    return (s if direction == "greater" else -s), y, n_pos, n_neg
 
 
 def _auc_from_codes(pos_w: np.ndarray, neg_w: np.ndarray) -> np.ndarray:
@@ -536,11 +535,8 @@ def auroc_bootstrap(
     each resample is a weight vector over the distinct scores, and the AUC is a cumulative sum.
     """
     confidence = open_unit("confidence", confidence)
-    s, y = _check_scores(scores, labels)
-    one_of("direction", direction, DIRECTIONS)
     b = positive_int("resamples", resamples)
-    n_pos, n_neg = _worlds(y)
-    o = s if direction == "greater" else -s
+    o, y, n_pos, n_neg = _oriented(scores, labels, direction)
     u, codes = np.unique(o, return_inverse=True)
     codes = codes.ravel()
     n_u = u.size
@@ -768,10 +764,7 @@ def _solved_level(n: int, share: float) -> float:
     x, last = min(max(target - 2.0 * math.log1p(math.log(n)), lo), hi), None
     for _ in range(LEVEL_STEPS):
         gap = math.log(max(crossing_probability(n, math.exp(x)), 1e-300)) - target
-        if gap <= 0.0:
-            lo = x
-        else:
-            hi = x
+        lo, hi = (x, hi) if gap <= 0.0 else (lo, x)
         if -3e-6 < gap <= -1e-6 or hi - lo <= 1e-4:
             break
         x, last = _secant_step(x, gap, last, (lo, hi)), (x, gap)

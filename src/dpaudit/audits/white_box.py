@@ -96,10 +96,8 @@ class FinalObservations:
             raise UsageError(
                 f"final observations must be finite (canaries,) arrays of one shape, got {v.shape} and {inc.shape}."
             )
-        for name, k in (
-            ("inserted canaries", int(inc.sum())),
-            ("withheld canaries", int((~inc).sum())),
-        ):
+        sizes = {"inserted canaries": int(inc.sum()), "withheld canaries": int((~inc).sum())}
+        for name, k in sizes.items():
             if k < MIN_FINAL_CANARIES:
                 raise UsageError(
                     f"{name} must be at least {MIN_FINAL_CANARIES} (normal approximation), got {k}."
@@ -150,9 +148,7 @@ class WhiteBoxBound:
             "steps": self.steps,
             "observations": self.observations,
             "claimed_event": {
-                "noise_multiplier": c.noise_multiplier,
-                "sample_rate": c.sample_rate,
-                "steps": c.steps,
+                k: getattr(c, k) for k in ("noise_multiplier", "sample_rate", "steps")
             },
         }
 

@@ -329,10 +329,8 @@ def _envelope(x: np.ndarray, line) -> np.ndarray:
 
 def _branch_fnr(leaves: tuple, adjacency: Adjacency, fpr, coarse_sigma: float) -> np.ndarray:
     form, value = _branch_form(leaves, adjacency)
-    if form == "gaussian":
-        return gaussian_fnr(fpr, value)
-    if form == "pure":
-        return pure_fnr(fpr, value)
+    if form != "profile":
+        return {"gaussian": gaussian_fnr, "pure": pure_fnr}[form](fpr, value)
     eps, delta = _branch_profile(leaves, adjacency, coarse_sigma)
     return profile_fnr(fpr, eps, delta)
 
@@ -473,16 +471,9 @@ def eval_box(scores, world, select, *, criterion: str, confidence: float = 0.95)
     ev = ~sel
     tp, fp, tn, fn = stats.confusion(s[ev], w[ev], threshold, direction)
     n_in, n_out = tp + fn, tn + fp
-    return Box(
-        threshold=threshold,
-        direction=direction,
-        fpr=fp / n_out,
-        fnr=fn / n_in,
-        fpr_upper=float(stats.cp_upper(fp, n_out, confidence, split=2)),
-        fnr_upper=float(stats.cp_upper(fn, n_in, confidence, split=2)),
-        n_in=n_in,
-        n_out=n_out,
-    )
+    fpr_hi = float(stats.cp_upper(fp, n_out, confidence, split=2))
+    fnr_hi = float(stats.cp_upper(fn, n_in, confidence, split=2))
+    return Box(threshold, direction, fp / n_out, fn / n_in, fpr_hi, fnr_hi, n_in, n_out)
 
 
 class _Family:
@@ -577,11 +568,8 @@ def family_ruled_out(
     {parameter, claimed, lower_bound (None: nothing), scale_lower_bound, violated (s_LB <= 1)}."""
     box = Box(math.nan, "greater", math.nan, math.nan, float(fpr_upper), float(fnr_upper), 0, 0)
     s = _search(_Family(event, Adjacency.parse(adjacency).value, box))
-    return {
-        **_family_parameter(event, s),
-        "scale_lower_bound": s,
-        "violated": s is not None and s <= 1.0,
-    }
+    found = {"scale_lower_bound": s, "violated": s is not None and s <= 1.0}
+    return {**_family_parameter(event, s), **found}
 
 
 def _num(x):

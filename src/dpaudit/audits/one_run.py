@@ -423,9 +423,10 @@ def _fdp_block(
         return claimed_curve(scale_event(claim, scale), adjacency=adjacency).fnr
 
     tol = _SCALE_TOLERANCE if closed else _PROFILE_TOLERANCE
-    found = fdp_family_search(
-        counts, m, curve_at=curve_at, significance=alpha, scale_range=scale_range, tolerance=tol
+    search = functools.partial(
+        fdp_family_search, m=m, curve_at=curve_at, significance=alpha, scale_range=scale_range
     )
+    found = search(counts, tolerance=tol)
     if "unavailable" in found:
         why = found["unavailable"]
         return {
@@ -439,13 +440,7 @@ def _fdp_block(
     eps_lb = _epsilon_of(claim, s_lb, delta, accountant, adjacency)
     ceiling = None
     if closed:  # a profile (PLD) curve costs seconds per scale: its ceiling is not searched
-        top = fdp_family_search(
-            [(r, r) for r, _ in counts],
-            m,
-            curve_at=curve_at,
-            significance=alpha,
-            scale_range=scale_range,
-        )
+        top = search([(r, r) for r, _ in counts])
         ceiling = _epsilon_of(claim, top.get("scale_lower_bound"), delta, accountant, adjacency)
     method = (
         f"Mahloujifar, Melis & Chaudhuri (2024): the same guesses tested against the claimed trade-off curve of "
@@ -496,15 +491,8 @@ def audit_one_run(
     ``delta``, ``confidence``, ``claim``, ``accountant``, ``adjacency``, ``claimed_epsilon``) of
     scores made elsewhere. ``included`` must be each canary's private fair coin, drawn
     independently of everything the scores' guesses could be tuned on."""
-    return one_run_bounds(
-        OneRunScores(
-            scores=np.asarray(scores),
-            included=np.asarray(included),
-            kind=kind,
-            info=dict(info or {}),
-        ),
-        **bounds,
-    )
+    scored = OneRunScores(np.asarray(scores), np.asarray(included), kind, dict(info or {}))
+    return one_run_bounds(scored, **bounds)
 
 
 @dataclass(frozen=True)

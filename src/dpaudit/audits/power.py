@@ -255,12 +255,14 @@ def audit_power(
 ) -> AuditPower:
     """The power line of an audit of ``trials`` trials of the claim ``curve`` (a
     :class:`dpaudit.audits.curves.ClaimedCurve`; None: the (``claimed_epsilon``, ``delta``) point)."""
-    trials = positive_int("trials", trials, sequential.SELECT_TRIALS + 2 if sequential_mode else 4)
+    least = sequential.SELECT_TRIALS + 2 if sequential_mode else 4
+    trials = positive_int("trials", trials, least)
     confidence = open_unit("confidence", confidence)
     uppers = _uppers(confidence, sequential_mode)
-    n_in, n_out = eval_sizes(
-        trials, select_fraction=select_fraction, sequential_mode=sequential_mode
+    sizes = functools.partial(
+        eval_sizes, select_fraction=select_fraction, sequential_mode=sequential_mode
     )
+    n_in, n_out = sizes(trials)
     stat = _Statistic(curve, claimed_epsilon, delta)
     perfect = float(stat.of(uppers(np.zeros(1), n_out), uppers(np.zeros(1), n_in))[0])
     base = dict(
@@ -287,7 +289,7 @@ def audit_power(
         return _expected_best(stat, fnr, n_in, n_out, uppers) > target
 
     factor = smallest_factor(curve, caught) if detectable and curve is not None else None
-    needed = _trials_for(stat, claim_fnr, uppers, select_fraction, sequential_mode)
+    needed = _trials_for(stat, claim_fnr, uppers, sizes, least)
     return AuditPower(
         **base,
         at_claim=stat.epsilon(at_claim),
@@ -319,11 +321,7 @@ def smallest_factor(curve, caught) -> float | None:
     mu, as_gaussian = gdp_mu(curve), None
     if mu is not None:
         as_gaussian = largest_holding(
-            lambda k: caught(functools.partial(gaussian_fnr, mu=proxy_mu(curve, mu, k))),
-            0.5,
-            low=MIN_FACTOR,
-            high=1.0,
-            step=0.25,
+            lambda k: caught(as_gdp(curve, mu, k)), 0.5, low=MIN_FACTOR, high=1.0, step=0.25
         )
     if curve.closed_form == "gaussian" and mu is not None:
         return as_gaussian
@@ -405,6 +403,11 @@ def _read_off_share(holds, seen: dict, yes: float, no: float, steps: int = 6) ->
     return min(max(0.5 * (lo + hi), 0.05), 0.95)  # keep the next x inside the bracket
 
 
+def as_gdp(curve, mu: float, scale: float):
+    """The trade-off curve of the claim read as ``mu``-GDP, moved to ``scale`` times its noise."""
+    return functools.partial(gaussian_fnr, mu=proxy_mu(curve, mu, scale))
+
+
 def proxy_mu(curve, mu: float, scale: float) -> float:
     """mu-GDP of the claim's family member with ``scale`` times its noise: a search's first guess,
     never a result. mu / scale, exact for a Gaussian claim; a profile claim of subsampled Gaussians:
@@ -471,19 +474,14 @@ def largest_holding(
     return yes
 
 
-def _trials_for(
-    stat: _Statistic, claim_fnr, uppers, select_fraction: float, sequential_mode: bool
-) -> int | None:
-    """Smallest N (to 1 %) whose at-claim statistic reaches TARGET_SHARE of the claim, in epsilon units."""
+def _trials_for(stat: _Statistic, claim_fnr, uppers, sizes, least: int) -> int | None:
+    """Smallest N (from ``least``, to 1 %) whose at-claim statistic reaches TARGET_SHARE of the
+    claim, in epsilon units; ``sizes(N)``: the EVAL (canary-in, canary-out) trials of N."""
     goal = TARGET_SHARE * stat.epsilon(stat.claim_value())
 
     def reached(n: int) -> bool:
-        n_in, n_out = eval_sizes(
-            n, select_fraction=select_fraction, sequential_mode=sequential_mode
-        )
-        return stat.epsilon(_expected_best(stat, claim_fnr, n_in, n_out, uppers)) >= goal
+        return stat.epsilon(_expected_best(stat, claim_fnr, *sizes(n), uppers)) >= goal
 
-    least = sequential.SELECT_TRIALS + 2 if sequential_mode else 4
     return smallest_size(reached, least, MAX_TRIALS)
 
 

@@ -37,8 +37,7 @@ from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import open_unit, positive_int
 from . import one_run, white_box
-from .curves import SCALE_RANGE_PROFILE, ClaimedCurve, claimed_curve, gaussian_fnr, member_epsilon
-from .curves import scale_event
+from .curves import SCALE_RANGE_PROFILE, ClaimedCurve, claimed_curve, member_epsilon, scale_event
 from .power import (
     COARSE_SIGMA,
     MAX_CANARIES,
@@ -47,11 +46,11 @@ from .power import (
     TARGET_SHARE,
     AuditPower,
     _point_curve,
+    as_gdp,
     curve_search,
     factor_name,
     gdp_mu,
     largest_holding,
-    proxy_mu,
     smallest_factor,
     smallest_size,
 )
@@ -134,8 +133,7 @@ class _OneRun:
 
     def rejects_gdp(self, mu: float, u: float, m: int, counts) -> bool:
         """The test rules out the claim read as mu-GDP moved to scale 1 / u (.power.proxy_mu)."""
-        fnr = functools.partial(gaussian_fnr, mu=proxy_mu(self.curve, mu, 1.0 / u))
-        return self.rejects(("gdp", u), fnr, m, counts)
+        return self.rejects(("gdp", u), as_gdp(self.curve, mu, 1.0 / u), m, counts)
 
     def rejects_member(self, s: float, m: int, counts) -> bool:
         """The test rules out the family member at scale s: a profile family's on its coarse curve
@@ -308,7 +306,7 @@ def one_run_power_of(bounds: dict) -> dict:
     :func:`one_run_power` at its canaries, claim, delta and confidence."""
     fdp = bounds.get("fdp") or {}
     claim = event_from_dict(fdp["event"]) if isinstance(fdp.get("event"), dict) else None
-    line = _cached_one_run_power(
+    return _cached_one_run_power(
         int(bounds["canaries"]),
         delta=float(bounds["delta"]),
         confidence=float(bounds["confidence"]),
@@ -316,8 +314,7 @@ def one_run_power_of(bounds: dict) -> dict:
         accountant=fdp.get("accountant") or "rdp",
         adjacency=fdp.get("adjacency") or "add-remove-record",
         claimed_epsilon=bounds.get("claimed_epsilon"),
-    )
-    return line.to_dict()
+    ).to_dict()
 
 
 #: Cached: the line depends on the public configuration only (a PLD claim's costs seconds).

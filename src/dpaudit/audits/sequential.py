@@ -337,12 +337,7 @@ def audit_fields(
         "method": METHOD,
         "threshold": test.rule[0],
         "direction": test.rule[1],
-        "counts": {
-            "tp": look.n_in - look.fn,
-            "fp": look.fp,
-            "tn": look.n_out - look.fp,
-            "fn": look.fn,
-        },
+        "counts": dict(tp=look.n_in - look.fn, fp=look.fp, tn=look.n_out - look.fp, fn=look.fn),
         "fpr_upper": look.fpr_upper,
         "fnr_upper": look.fnr_upper,
         "ceiling": ceiling(plan, test, delta),

@@ -491,16 +491,15 @@ def tpr_at_fpr(
         ok = fp / n_neg <= target  # the +inf rule (fp = 0) always qualifies
         k = int(tp[ok].max())
         j = int(np.flatnonzero(ok & (tp == k))[0])
-        out.append(
-            {
-                "fpr": float(target),
-                "tpr": k / n_pos,
-                "tpr_interval": _two_sided_cp(k, n_pos, confidence),
-                "fpr_achieved": float(fp[j]) / n_neg,
-                "positives": n_pos,
-                "negatives": n_neg,
-            }
-        )
+        row = {
+            "fpr": float(target),
+            "tpr": k / n_pos,
+            "tpr_interval": _two_sided_cp(k, n_pos, confidence),
+            "fpr_achieved": float(fp[j]) / n_neg,
+            "positives": n_pos,
+            "negatives": n_neg,
+        }
+        out.append(row)
     return out
 
 
@@ -783,9 +782,9 @@ def _staircase(fp: np.ndarray, fn: np.ndarray) -> list[list[int]]:
     """The (fp, fn) pairs no other pair beats in both (the rules that can attain the maximum)."""
     pairs = sorted(set(zip(fp.tolist(), fn.tolist())))
     out: list[list[int]] = []
-    for f, g in pairs:  # ascending fp: keep a pair only if its fn is below every kept one
-        if not out or g < out[-1][1]:
-            out.append([int(f), int(g)])
+    for fp_k, fn_k in pairs:  # ascending fp: keep a pair only if its fn is below every kept one
+        if not out or fn_k < out[-1][1]:
+            out.append([int(fp_k), int(fn_k)])
     return out
 
 

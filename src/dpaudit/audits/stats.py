@@ -38,11 +38,9 @@ np = lazy_import("numpy")
 optimize = lazy_import("scipy.optimize")
 special = lazy_import("scipy.special")
 
-DIRECTIONS = ("greater", "less")
-# "greater": predict "canary in" when score >= threshold
-GDP_FALLBACK_DELTA = (
-    1e-5  # delta at which the GDP estimate is stated for pure-DP (delta = 0) claims
-)
+DIRECTIONS = ("greater", "less")  # "greater": predict "canary in" when score >= threshold
+#: delta at which the GDP estimate is stated for pure-DP (delta = 0) claims
+GDP_FALLBACK_DELTA = 1e-5
 
 
 def _check_delta(delta: float) -> float:

@@ -600,18 +600,12 @@ def audit_scores(
         if n < 2:
             raise UsageError(f"trials per world must be >= 2, got {n}.")
     select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
-    ev = evaluate_scores(
-        s,
-        world,
-        select,
-        delta=delta,
+    tested = {"event": claim, "accountant": accountant, "adjacency": adjacency, "delta": delta}
+    result = _judged(
+        (s, world, select),
+        tested,
         confidence=confidence,
-        event=claim,
-        accountant=accountant,
-        adjacency=adjacency,
-        seed=seed,
-    )
-    result = AuditResult.of(
+        seeds={"public": seed, "noise": None},
         mechanism=mechanism,
         canary=canary,
         role="main",
@@ -619,13 +613,7 @@ def audit_scores(
         canary_inserted=True,
         runs=int(s.size),
         claimed_epsilon=claimed_epsilon,
-        delta=delta,
-        adjacency=adjacency,
-        confidence=confidence,
         select_fraction=select_fraction,
-        seeds={"public": seed, "noise": None},
-        git_commit=git_commit(),
-        **ev,
     )
     return result.replace(
         power=audit_power_of(claim, adjacency, int(s.size), result, select_fraction=select_fraction)
@@ -1148,18 +1136,17 @@ def _role_result(
         "secret": nseed is None,
     }
     desc = t.describe()
-    ev = evaluate_scores(
-        scores,
-        plan.world,
-        plan.select,
-        delta=target.delta,
+    tested = {
+        "event": target.claimed_event,
+        "accountant": target.accountant,
+        "adjacency": target.adjacency,
+        "delta": target.delta,
+    }
+    return _judged(
+        (scores, plan.world, plan.select),
+        tested,
         confidence=o.confidence,
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        seed=o.seed,
-    )
-    return AuditResult.of(
+        seeds={"public": o.seed, "noise": noise_rec},
         mechanism=target.mechanism,
         canary=target.canary,
         role=role,
@@ -1167,18 +1154,13 @@ def _role_result(
         canary_inserted=role != "null",
         runs=n,
         claimed_epsilon=target.claimed_epsilon,
-        delta=target.delta,
-        adjacency=target.adjacency,
-        confidence=o.confidence,
         select_fraction=o.select_fraction,
-        seeds={"public": o.seed, "noise": noise_rec},
         task=desc.get("task"),
         dataset=desc.get("dataset"),
         config=desc.get("config", {}),
         canary_info=desc.get("canary_info", {}),
         scores_file=SCORES_FILE if o.out_dir is not None else None,
         timings=timings,
-        git_commit=git_commit(),
         command=o.command,
         release_id=o.release_id,
         release_path=o.release_path,
@@ -1187,7 +1169,24 @@ def _role_result(
         ),
         id=audit_id,
         plan=o.plan.reveal if o.plan is not None and role == "main" else None,
-        **ev,
+    )
+
+
+def _judged(
+    trials: tuple, tested: dict, *, confidence: float, seeds: dict, **fields
+) -> AuditResult:
+    """The result of one role's ``trials`` (scores, worlds, SELECT mask) evaluated against the
+    ``tested`` claim (its ``event``, ``accountant``, ``adjacency`` and ``delta``), with the
+    record's other ``fields``; the bootstrap of the comparison statistics uses the public seed."""
+    evaluated = evaluate_scores(*trials, confidence=confidence, seed=seeds["public"], **tested)
+    return AuditResult.of(
+        delta=tested["delta"],
+        adjacency=tested["adjacency"],
+        confidence=confidence,
+        seeds=seeds,
+        git_commit=git_commit(),
+        **fields,
+        **evaluated,
     )
 
 

@@ -77,10 +77,10 @@ from typing import Any
 from pathlib import Path
 
 from .. import __version__
-from ..audit_outputs import shareable_audit
 from ..accounting import compute_epsilon
+from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, shareable_audit
+from ..audit_outputs import split_audit
 from ..claims import number
-from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, split_audit
 from ..errors import DataError, UsageError
 from ..grouped import Grouped
 from ..lazy import lazy_import
@@ -90,9 +90,8 @@ from ..records import _json_safe, git_commit, now_utc, read_json, write_json_ato
 from ..requests import THREAT_MODELS
 from ..threads import limited_threads, set_threads
 from ..validation import non_negative_int, one_of, open_unit, positive_int
-from . import stats
+from . import power, sequential, stats
 from .cost import record_audit_cost
-from . import power, sequential
 from .curves import claimed_curve, curve_test, family_statement
 from .targets import AuditTarget, CallableTarget
 from .verdicts import eval_counts, violated

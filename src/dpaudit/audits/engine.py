@@ -434,26 +434,18 @@ def evaluate_scores(
     s = np.asarray(scores, dtype=float)
     w = np.asarray(world, dtype=bool)
     sel = np.asarray(select, dtype=bool)
-    thr = stats.select_threshold(s[sel], w[sel], delta=delta, confidence=confidence)
+    level = {"delta": delta, "confidence": confidence}  # of every bound below
+    thr = stats.select_threshold(s[sel], w[sel], **level)
     ev = ~sel
     tp, fp, tn, fn = stats.confusion(s[ev], w[ev], thr.threshold, thr.direction)
-    bound = stats.epsilon_lower_bound(
-        tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=confidence
-    )
+    bound = stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, **level)
     roc = stats.roc(s[ev], w[ev], thr.direction)
     curve = None
     if event is not None:
         curve = curve_test(
-            s,
-            w,
-            sel,
-            event=event,
-            delta=delta,
-            confidence=confidence,
-            accountant=accountant,
-            adjacency=adjacency,
+            s, w, sel, event=event, accountant=accountant, adjacency=adjacency, **level
         )
-    general = general_bound(s, w, bound.counts, delta=delta, confidence=confidence)
+    general = general_bound(s, w, bound.counts, **level)
     return {
         "statistic": "claimed-curve" if curve is not None else "clopper-pearson",
         "method": curve["method"] if curve is not None else METHOD,
@@ -462,17 +454,15 @@ def evaluate_scores(
         "claim_family_bound": claim_family_bound(curve),
         "claimed_curve": curve,
         "clopper_pearson_epsilon": bound.epsilon,
-        "comparison": stats.comparison_statistics(
-            s, w, sel, thr.direction, delta=delta, confidence=confidence, seed=seed
-        ),
+        "comparison": stats.comparison_statistics(s, w, sel, thr.direction, seed=seed, **level),
         "threshold": thr.threshold,
         "direction": thr.direction,
         "select_epsilon": thr.select_epsilon,
         "counts": bound.counts,
         "fpr_upper": bound.fpr_upper,
         "fnr_upper": bound.fnr_upper,
-        "ceiling": stats.ceiling(tp + fn, tn + fp, delta=delta, confidence=confidence),
-        "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, delta=delta, confidence=confidence),
+        "ceiling": stats.ceiling(tp + fn, tn + fp, **level),
+        "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, **level),
         "roc": {"fpr": roc["fpr"], "tpr": roc["tpr"]},
         "auc": roc["auc"],
         "select_size": int(sel.sum()),

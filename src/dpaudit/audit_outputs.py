@@ -38,15 +38,8 @@ NOT_COVERED = (
 
 #: Canary description keys that are public (fixed by the public seed and public sizes): kind, norm, privacy unit and record count,
 #: indices drawn from the public seed, and fixed wording.
-PUBLIC_CANARY_KEYS = (
-    "kind",
-    "norm",
-    "unit",
-    "records",
-    "test_index",
-    "holdout_index",
-    "replaced_test_index",
-    "user_contribution",
+PUBLIC_CANARY_KEYS = tuple(
+    "kind norm unit records test_index holdout_index replaced_test_index user_contribution".split()
 )
 #: Paths (tuples of keys) of an audit record (and of each control) that are private.
 LOCAL_AUDIT_PATHS = (
@@ -65,34 +58,10 @@ LOCAL_AUDIT_PATHS = (
 )
 #: One-run ``info`` keys that are public; the others (coordinates found from the data, counts of dead features, labels of held-out
 #: records, the exact training count ``n_train`` and unit count ``n_units``) stay local.
-PUBLIC_ONE_RUN_INFO = (
-    "model",
-    "dataset",
-    "reference_size",
-    "canaries",
-    "unit",
-    "sample_rate",
-    "steps",
-    "normalizer",
-    "clipping_norm",
-    "noise_multiplier",
-    "noise",
-    "noise_on",
-    "seed",
-    "canary",
-    "score",
-    "kind",
-    "dp_sgd",
-    "tensors",
-    "choice",
-    "quiet_rule",
-    "records",
-    "rows",
-    "test_indices",
-    "steps_executed",
-    "integration",
-    "max_grad_norm",
-    "injection",
+PUBLIC_ONE_RUN_INFO = tuple(
+    """model dataset reference_size canaries unit sample_rate steps normalizer clipping_norm
+    noise_multiplier noise noise_on seed canary score kind dp_sgd tensors choice quiet_rule
+    records rows test_indices steps_executed integration max_grad_norm injection""".split()
 )
 
 
@@ -145,13 +114,12 @@ def split_audit(record: dict) -> tuple[dict, dict]:
     controls = public.get("controls")
     if isinstance(controls, dict):
         public["controls"] = dict(controls)
-    for role, ctl in list(controls.items() if isinstance(controls, dict) else ()):
-        if isinstance(
-            ctl, dict
-        ):  # a malformed record is split as far as it goes (reports stay tolerant)
-            public["controls"][role], ctl_local = split_audit(ctl)
-            if ctl_local:
-                local.setdefault("controls", {})[role] = ctl_local
+        # a malformed record is split as far as it goes (reports stay tolerant)
+        for role, ctl in controls.items():
+            if isinstance(ctl, dict):
+                public["controls"][role], ctl_local = split_audit(ctl)
+                if ctl_local:
+                    local.setdefault("controls", {})[role] = ctl_local
     return public, local
 
 
@@ -212,22 +180,11 @@ DOCUMENT_KINDS = {
 #: Rounded timings (0.1 s) are declared too: wall-clock readings of the run, mostly machine load, but also of the realised
 #: batches, so of the data; they are outside the DP claim, published rounded only, and exact in the local files.
 #: An audit's results: statistics of its trials' scores (counts, bounds, curves, estimates).
+_RESULT_KEYS = """epsilon_lower_bound epsilon_lower_bound_note clopper_pearson_epsilon
+    select_epsilon direction counts fpr_upper fnr_upper ceiling underpowered roc auc gdp_estimate
+    general_bound comparison""".split()
 AUDIT_RESULTS: tuple[tuple, ...] = (
-    ("epsilon_lower_bound",),
-    ("epsilon_lower_bound_note",),
-    ("clopper_pearson_epsilon",),
-    ("select_epsilon",),
-    ("direction",),
-    ("counts",),
-    ("fpr_upper",),
-    ("fnr_upper",),
-    ("ceiling",),
-    ("underpowered",),
-    ("roc",),
-    ("auc",),
-    ("gdp_estimate",),
-    ("general_bound",),
-    ("comparison",),
+    *((key,) for key in _RESULT_KEYS),
     ("claimed_curve", "counts"),
     ("claimed_curve", "point"),
     ("claimed_curve", "points"),

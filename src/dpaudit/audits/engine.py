@@ -31,7 +31,7 @@ audit.json schema (``"schema": "dpaudit.audit/1"``); floats that are infinite ar
   (:func:`general_bound`; recomputable at another confidence, :func:`dpaudit.audits.verdicts.decision_at`),
   claim_family_bound (:func:`claim_family_bound`; null without an event), claimed_curve (the block
   of :func:`dpaudit.audits.curves.curve_test`; null without an event; files before the general bound:
-  :func:`dpaudit.audits.verdicts.upgrade`), clopper_pearson_epsilon (the SELECT/EVAL
+  :func:`read_record`), clopper_pearson_epsilon (the SELECT/EVAL
   Clopper–Pearson eps_LB below; files without it: = epsilon_lower_bound), comparison
   (:func:`stats.comparison_statistics`; {} in older files); the Clopper–Pearson test: threshold
   (float or "inf"/"-inf"), direction ("greater": canary in iff score >= threshold; "less": iff
@@ -77,9 +77,10 @@ from typing import Any
 from pathlib import Path
 
 from .. import __version__
-from ..audit_outputs import shareable_audit
 from ..accounting import compute_epsilon
-from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, split_audit
+from ..audit_outputs import AUDIT_LOCAL_FILE, local_document, merge_local, shareable_audit
+from ..audit_outputs import split_audit
+from ..claims import number
 from ..errors import DataError, UsageError
 from ..grouped import Grouped
 from ..lazy import lazy_import
@@ -89,12 +90,11 @@ from ..records import _json_safe, git_commit, now_utc, read_json, write_json_ato
 from ..requests import THREAT_MODELS
 from ..threads import limited_threads, set_threads
 from ..validation import non_negative_int, one_of, open_unit, positive_int
-from . import stats
+from . import power, sequential, stats
 from .cost import record_audit_cost
-from . import power, sequential
 from .curves import claimed_curve, curve_test, family_statement
 from .targets import AuditTarget, CallableTarget
-from .verdicts import upgrade, violated
+from .verdicts import eval_counts, violated
 
 np = lazy_import("numpy")
 
@@ -251,18 +251,75 @@ class AuditResult(Grouped):
 
     @classmethod
     def from_dict(cls, data: dict) -> "AuditResult":
-        """The result an audit.json (of any version) records; the one reader of audit records.
+        """The result an audit.json of any version records, read through :func:`read_record`.
 
         Raises:
             DataError: a required key is absent.
         """
-        data = upgrade(data)
+        return cls._of_record(read_record(data))
+
+    @classmethod
+    def _of_record(cls, data: dict) -> "AuditResult":
+        """The result of a record already in today's layout (its controls too)."""
         absent = [k for k in REQUIRED_KEYS if k not in data]
         if absent:
             raise DataError(f"audit is missing required keys: {', '.join(absent)}.")
         keys = _numbers({k: data[k] for k in KEYS if k in data})
-        keys["controls"] = {k: cls.from_dict(v) for k, v in (data.get("controls") or {}).items()}
+        keys["controls"] = {k: cls._of_record(v) for k, v in (data.get("controls") or {}).items()}
         return cls.of(**_older_layout(keys, data))
+
+
+def read_record(record: Any) -> Any:
+    """An audit.json dict of any version or writer in today's layout, its controls (a dict or a
+    list of them) too: the one migration of audit records, which :meth:`AuditResult.from_dict`,
+    the reports and the verdict functions (:mod:`dpaudit.audits.verdicts`) read through. The
+    record given is not changed; anything but a dict (a control given as a number) is returned
+    as it is.
+
+    Records written before the general bound (no ``general_bound``): their top-level eps_LB was,
+    for a claimed-curve audit, the epsilon of the claim-family member ruled out, not a bound for
+    any mechanism. They are read with the Clopper-Pearson bound of their EVAL counts as eps_LB (a
+    valid bound; None when nothing valid is recorded) and the old figure kept as
+    ``claimed_curve.family_epsilon``.
+    """
+    if not isinstance(record, dict):
+        return record
+    rec = dict(record)
+    if isinstance(rec.get("claimed_curve"), dict):
+        rec["claimed_curve"] = _family_epsilon_named(rec["claimed_curve"])
+    if "general_bound" not in rec and rec.get("statistic") == "claimed-curve":
+        rec["epsilon_lower_bound"] = _eval_counts_bound(rec)
+        rec["epsilon_lower_bound_note"] = (
+            "written before issue 23: eps_LB is the Clopper-Pearson bound of its EVAL counts; "
+            "the figure it published was the claim family's (claimed_curve.family_epsilon)"
+        )
+    if "controls" in rec:
+        rec["controls"] = _read_controls(rec["controls"])
+    return rec
+
+
+def _family_epsilon_named(curve: dict) -> dict:
+    """An older claimed-curve block's ``epsilon_lower_bound`` under today's name, family_epsilon."""
+    if "family_epsilon" in curve or "epsilon_lower_bound" not in curve:
+        return curve
+    renamed = {k: v for k, v in curve.items() if k != "epsilon_lower_bound"}
+    return {**renamed, "family_epsilon": curve["epsilon_lower_bound"]}
+
+
+def _read_controls(controls: Any) -> Any:
+    """Each control of a dict or list of them through :func:`read_record`."""
+    if isinstance(controls, dict):
+        return {name: read_record(c) for name, c in controls.items()}
+    return [read_record(c) for c in controls] if isinstance(controls, list) else controls
+
+
+def _eval_counts_bound(rec: dict) -> float | None:
+    """An old claimed-curve record's recorded Clopper-Pearson eps_LB, else its EVAL counts' one."""
+    recorded, counts = number(rec.get("clopper_pearson_epsilon")), eval_counts(rec)
+    delta, confidence = number(rec.get("delta")), number(rec.get("confidence"))
+    if recorded is not None or None in (counts, delta, confidence):
+        return recorded
+    return stats.epsilon_lower_bound(**counts, delta=delta, confidence=confidence).epsilon
 
 
 def _numbers(keys: dict) -> dict:
@@ -377,26 +434,18 @@ def evaluate_scores(
     s = np.asarray(scores, dtype=float)
     w = np.asarray(world, dtype=bool)
     sel = np.asarray(select, dtype=bool)
-    thr = stats.select_threshold(s[sel], w[sel], delta=delta, confidence=confidence)
+    level = {"delta": delta, "confidence": confidence}  # of every bound below
+    thr = stats.select_threshold(s[sel], w[sel], **level)
     ev = ~sel
     tp, fp, tn, fn = stats.confusion(s[ev], w[ev], thr.threshold, thr.direction)
-    bound = stats.epsilon_lower_bound(
-        tp=tp, fp=fp, tn=tn, fn=fn, delta=delta, confidence=confidence
-    )
+    bound = stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, **level)
     roc = stats.roc(s[ev], w[ev], thr.direction)
     curve = None
     if event is not None:
         curve = curve_test(
-            s,
-            w,
-            sel,
-            event=event,
-            delta=delta,
-            confidence=confidence,
-            accountant=accountant,
-            adjacency=adjacency,
+            s, w, sel, event=event, accountant=accountant, adjacency=adjacency, **level
         )
-    general = general_bound(s, w, bound.counts, delta=delta, confidence=confidence)
+    general = general_bound(s, w, bound.counts, **level)
     return {
         "statistic": "claimed-curve" if curve is not None else "clopper-pearson",
         "method": curve["method"] if curve is not None else METHOD,
@@ -405,17 +454,15 @@ def evaluate_scores(
         "claim_family_bound": claim_family_bound(curve),
         "claimed_curve": curve,
         "clopper_pearson_epsilon": bound.epsilon,
-        "comparison": stats.comparison_statistics(
-            s, w, sel, thr.direction, delta=delta, confidence=confidence, seed=seed
-        ),
+        "comparison": stats.comparison_statistics(s, w, sel, thr.direction, seed=seed, **level),
         "threshold": thr.threshold,
         "direction": thr.direction,
         "select_epsilon": thr.select_epsilon,
         "counts": bound.counts,
         "fpr_upper": bound.fpr_upper,
         "fnr_upper": bound.fnr_upper,
-        "ceiling": stats.ceiling(tp + fn, tn + fp, delta=delta, confidence=confidence),
-        "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, delta=delta, confidence=confidence),
+        "ceiling": stats.ceiling(tp + fn, tn + fp, **level),
+        "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, **level),
         "roc": {"fpr": roc["fpr"], "tpr": roc["tpr"]},
         "auc": roc["auc"],
         "select_size": int(sel.sum()),
@@ -433,17 +480,8 @@ def general_bound(
     with what recomputes it."""
     box_conf, band_conf = stats.general_split(int(w.sum()), int((~w).sum()), confidence)
     band = stats.band_bound(s, w, delta=delta, confidence=band_conf)
-    keep = (
-        "cells",
-        "events",
-        "trials_per_world",
-        "calibration",
-        "epsilon_lower_bound",
-        "direction",
-        "fp_at_most",
-        "fn_at_most",
-        "per_bound_significance",
-    )
+    keep = """cells events trials_per_world calibration epsilon_lower_bound direction fp_at_most
+    fn_at_most per_bound_significance""".split()
     # a perfect test on these trials (no error on EVAL nor on all trials): the largest eps_LB they can certify
     perfect = {
         "cells": {"greater": [[0, 0]], "less": []},
@@ -507,6 +545,17 @@ def _labels(given: dict) -> dict:
     return {**_LABELS, **given}
 
 
+def _claimed_epsilon(given: float | None, claim, delta: float, labels: dict) -> float | None:
+    """The claimed epsilon: as given, else the claim's at ``delta`` under the labels' accountant."""
+    if claim is None or given is not None:
+        return given
+    return float(
+        compute_epsilon(
+            claim, delta=delta, accountant=labels["accountant"], adjacency=labels["adjacency"]
+        ).epsilon
+    )
+
+
 def audit_scores(
     scores_in,
     scores_out,
@@ -531,16 +580,8 @@ def audit_scores(
     ``labels``: ``mechanism``, ``canary``, ``adjacency``, ``accountant`` (defaults: :data:`_LABELS`).
     """
     lab = _labels(labels)
-    mechanism, canary, adjacency, accountant = (
-        lab["mechanism"],
-        lab["canary"],
-        lab["adjacency"],
-        lab["accountant"],
-    )
-    if claim is not None and claimed_epsilon is None:
-        claimed_epsilon = float(
-            compute_epsilon(claim, delta=delta, accountant=accountant, adjacency=adjacency).epsilon
-        )
+    mechanism, canary, adjacency, accountant = (lab[k] for k in _LABELS)
+    claimed_epsilon = _claimed_epsilon(claimed_epsilon, claim, delta, lab)
     s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
     s = np.concatenate([s_in, s_out])
     world = np.concatenate([np.ones(s_in.size, bool), np.zeros(s_out.size, bool)])
@@ -548,18 +589,12 @@ def audit_scores(
         if n < 2:
             raise UsageError(f"trials per world must be >= 2, got {n}.")
     select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
-    ev = evaluate_scores(
-        s,
-        world,
-        select,
-        delta=delta,
+    tested = {"event": claim, "accountant": accountant, "adjacency": adjacency, "delta": delta}
+    result = _judged(
+        (s, world, select),
+        tested,
         confidence=confidence,
-        event=claim,
-        accountant=accountant,
-        adjacency=adjacency,
-        seed=seed,
-    )
-    result = AuditResult.of(
+        seeds={"public": seed, "noise": None},
         mechanism=mechanism,
         canary=canary,
         role="main",
@@ -567,13 +602,7 @@ def audit_scores(
         canary_inserted=True,
         runs=int(s.size),
         claimed_epsilon=claimed_epsilon,
-        delta=delta,
-        adjacency=adjacency,
-        confidence=confidence,
         select_fraction=select_fraction,
-        seeds={"public": seed, "noise": None},
-        git_commit=git_commit(),
-        **ev,
     )
     return result.replace(
         power=audit_power_of(claim, adjacency, int(s.size), result, select_fraction=select_fraction)
@@ -589,23 +618,19 @@ def _chunk_noise(noise_seed: int | None, role: str, chunk: int) -> NoiseSource:
     Derivation from (seed, role, chunk) makes a resumed reproducible audit identical to an
     uninterrupted one.
     """
-    if noise_seed is None:
-        return NoiseSource(
-            "reproducible", seed=secrets.randbits(63)
-        )  # fresh entropy, never recorded
+    if noise_seed is None:  # fresh entropy, never recorded
+        return NoiseSource("reproducible", seed=secrets.randbits(63))
     seq = np.random.SeedSequence([int(noise_seed), _ROLE_TAG[role], int(chunk)])
-    return NoiseSource(
-        "reproducible", seed=int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1))
-    )
+    word = seq.generate_state(1, np.uint64)[0]
+    return NoiseSource("reproducible", seed=int(word >> np.uint64(1)))
 
 
 _WORKER_TARGETS: dict[str, AuditTarget] = {}
 
 
 def _worker_init(targets: dict[str, AuditTarget]) -> None:
-    set_threads(
-        1
-    )  # two processes on two cores: one thread each (torch, when a target uses it, and BLAS)
+    # two processes on two cores: one thread each (torch, when a target uses it, and BLAS)
+    set_threads(1)
     _WORKER_TARGETS.clear()
     _WORKER_TARGETS.update(targets)
     for t in targets.values():
@@ -646,14 +671,11 @@ def _fingerprint(
     chunk_size: int,
     noise_seed: int | None,
 ) -> str:
-    d = target.describe()
+    """The digest of everything public that fixes a role's trials: a checkpoint resumes only
+    under the same one."""
+    claim = ("mechanism", "canary", "claimed_epsilon", "delta", "adjacency", "noise")
     payload = {
-        "mechanism": target.mechanism,
-        "canary": target.canary,
-        "claimed_epsilon": target.claimed_epsilon,
-        "delta": target.delta,
-        "adjacency": target.adjacency,
-        "noise": target.noise,
+        **{name: getattr(target, name) for name in claim},
         "role": role,
         "runs": runs,
         "seed": seed,
@@ -661,7 +683,7 @@ def _fingerprint(
         "chunk_size": chunk_size,
         "noise_seed": noise_seed,
         "reproducible": noise_seed is not None,
-        "describe": d,
+        "describe": target.describe(),
     }
     return hashlib.sha256(
         json.dumps(_json_safe(payload), sort_keys=True, default=str).encode()
@@ -737,9 +759,8 @@ def _run_roles(
             checkpoints[role].save(c, s)
             bar.update(tasks[role], advance=s.size)
 
-        if (
-            executor is not None
-        ):  # e.g. dpaudit.sweeps.executors (local pool or Dask): same chunks, same noise
+        # an executor (dpaudit.sweeps.executors: local pool or Dask): same chunks, same noise
+        if executor is not None:
             executor.map_chunks(
                 _executor_chunk,
                 [(r, c, ins, noise_seed) for r, c, ins in pending],
@@ -852,9 +873,8 @@ class AuditOptions:
             else positive_int("control_runs", self.control_runs, MIN_RUNS),
         )
         controls = tuple(one_of("control", c, CONTROLS) for c in self.controls)
-        controls = tuple(
-            c for c in controls if target.noise or c != "no-noise"
-        )  # a noiseless main audit is its own control
+        # a noiseless main audit is its own control
+        controls = tuple(c for c in controls if target.noise or c != "no-noise")
         chunk = positive_int(
             "chunk_size",
             self.chunk_size if self.chunk_size is not None else target.default_chunk_size,
@@ -866,11 +886,9 @@ class AuditOptions:
     @property
     def trial_noise_seed(self) -> int | None:
         """The seed the trials' noise derives from (None: fresh OS entropy)."""
-        return (
-            (self.seed if self.noise_seed is None else int(self.noise_seed))
-            if self.reproducible_noise
-            else None
-        )
+        if not self.reproducible_noise:
+            return None
+        return self.seed if self.noise_seed is None else int(self.noise_seed)
 
 
 def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fields) -> AuditResult:
@@ -1107,18 +1125,17 @@ def _role_result(
         "secret": nseed is None,
     }
     desc = t.describe()
-    ev = evaluate_scores(
-        scores,
-        plan.world,
-        plan.select,
-        delta=target.delta,
+    tested = {
+        "event": target.claimed_event,
+        "accountant": target.accountant,
+        "adjacency": target.adjacency,
+        "delta": target.delta,
+    }
+    return _judged(
+        (scores, plan.world, plan.select),
+        tested,
         confidence=o.confidence,
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        seed=o.seed,
-    )
-    return AuditResult.of(
+        seeds={"public": o.seed, "noise": noise_rec},
         mechanism=target.mechanism,
         canary=target.canary,
         role=role,
@@ -1126,18 +1143,13 @@ def _role_result(
         canary_inserted=role != "null",
         runs=n,
         claimed_epsilon=target.claimed_epsilon,
-        delta=target.delta,
-        adjacency=target.adjacency,
-        confidence=o.confidence,
         select_fraction=o.select_fraction,
-        seeds={"public": o.seed, "noise": noise_rec},
         task=desc.get("task"),
         dataset=desc.get("dataset"),
         config=desc.get("config", {}),
         canary_info=desc.get("canary_info", {}),
         scores_file=SCORES_FILE if o.out_dir is not None else None,
         timings=timings,
-        git_commit=git_commit(),
         command=o.command,
         release_id=o.release_id,
         release_path=o.release_path,
@@ -1146,7 +1158,24 @@ def _role_result(
         ),
         id=audit_id,
         plan=o.plan.reveal if o.plan is not None and role == "main" else None,
-        **ev,
+    )
+
+
+def _judged(
+    trials: tuple, tested: dict, *, confidence: float, seeds: dict, **fields
+) -> AuditResult:
+    """The result of one role's ``trials`` (scores, worlds, SELECT mask) evaluated against the
+    ``tested`` claim (its ``event``, ``accountant``, ``adjacency`` and ``delta``), with the
+    record's other ``fields``; the bootstrap of the comparison statistics uses the public seed."""
+    evaluated = evaluate_scores(*trials, confidence=confidence, seed=seeds["public"], **tested)
+    return AuditResult.of(
+        delta=tested["delta"],
+        adjacency=tested["adjacency"],
+        confidence=confidence,
+        seeds=seeds,
+        git_commit=git_commit(),
+        **fields,
+        **evaluated,
     )
 
 
@@ -1159,17 +1188,12 @@ def write_audit(
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
     if scores:
-        arrays = {}
-        for r, (s, w, sel, ins) in scores.items():
-            k = r.replace("-", "_")
-            arrays.update(
-                {
-                    f"{k}_score": np.asarray(s, float),
-                    f"{k}_world": np.asarray(w, bool),
-                    f"{k}_select": np.asarray(sel, bool),
-                    f"{k}_inserted": np.asarray(ins, bool),
-                }
-            )
+        kinds = {"score": float, "world": bool, "select": bool, "inserted": bool}
+        arrays = {
+            f"{role.replace('-', '_')}_{name}": np.asarray(column, kind)
+            for role, columns in scores.items()
+            for (name, kind), column in zip(kinds.items(), columns)
+        }
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".scores.", suffix=".npz")
         with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, **arrays)
@@ -1208,16 +1232,10 @@ def audit_callable(
             if k in ("mechanism_name", "canary", "adjacency", "accountant")
         }
     )
-    if claim is not None and claimed_epsilon is None:
-        claimed_epsilon = float(
-            compute_epsilon(
-                claim, delta=delta, accountant=lab["accountant"], adjacency=lab["adjacency"]
-            ).epsilon
-        )
     target = CallableTarget(
         mechanism_fn=mechanism,
         score_fn=score,
-        claimed_epsilon=claimed_epsilon,
+        claimed_epsilon=_claimed_epsilon(claimed_epsilon, claim, delta, lab),
         delta=delta,
         noiseless_mechanism=noiseless_mechanism,
         claimed_event=claim,

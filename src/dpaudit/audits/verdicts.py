@@ -15,33 +15,23 @@ at confidence 1 - (1 - confidence) / K (Bonferroni over the K audits), so that t
 false VIOLATION among K audits of a correct claim stays below 1 - confidence. Nothing beyond the
 counts the record already holds is needed (:func:`decision_at`).
 
-Records written before the general bound (no ``general_bound``): their top-level eps_LB was, for a
-claimed-curve audit, the epsilon of the claim-family member ruled out, not a bound for any
-mechanism. :func:`upgrade` reads such a record with the Clopper-Pearson bound of its EVAL counts
-as eps_LB (a valid bound) and the old figure kept as ``claimed_curve.family_epsilon``.
+Every function here takes a record in today's layout, as :func:`dpaudit.audits.engine.read_record`
+(the one reader of audit records) returns it; a record written before the general bound reads
+otherwise (its published eps_LB was the claim family's).
 """
 
 from __future__ import annotations
 
-import copy
 import math
-from typing import Any
 
 from ..accounting.events import event_from_dict
+from ..claims import number
 from . import sequential, stats
 from .curves import claimed_curve
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or x is None:
-        return None
-    try:
-        return float(x)  # "inf" strings too
-    except (TypeError, ValueError):
-        return None
-
-
-def _counts(rec: dict) -> dict | None:
+def eval_counts(rec: dict) -> dict | None:
+    """The EVAL counts {tp, fp, tn, fn} of ``rec`` as non-negative ints with both worlds seen, else None."""
     c = rec.get("counts")
     if not isinstance(c, dict):
         return None
@@ -49,34 +39,6 @@ def _counts(rec: dict) -> dict | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in out.values()):
         return None
     return out if out["tp"] + out["fn"] > 0 and out["tn"] + out["fp"] > 0 else None
-
-
-def upgrade(rec: dict) -> dict:
-    """``rec`` in the current layout (a copy when it changes; see the module docstring)."""
-    cc = rec.get("claimed_curve")
-    if isinstance(cc, dict) and "family_epsilon" not in cc and "epsilon_lower_bound" in cc:
-        rec = copy.deepcopy(rec)
-        cc = rec["claimed_curve"]
-        cc["family_epsilon"] = cc.pop("epsilon_lower_bound")
-    if "general_bound" not in rec and rec.get("statistic") == "claimed-curve":
-        rec = dict(rec)
-        cp = _num(rec.get("clopper_pearson_epsilon"))
-        counts = _counts(rec)
-        if (
-            cp is None
-            and counts is not None
-            and _num(rec.get("delta")) is not None
-            and _num(rec.get("confidence")) is not None
-        ):
-            cp = stats.epsilon_lower_bound(
-                **counts, delta=float(rec["delta"]), confidence=float(rec["confidence"])
-            ).epsilon
-        rec["epsilon_lower_bound"] = cp  # None: nothing valid to show (a report says so)
-        rec["epsilon_lower_bound_note"] = (
-            "written before issue 23: eps_LB is the Clopper-Pearson bound of its EVAL counts; "
-            "the figure it published was the claim family's (claimed_curve.family_epsilon)"
-        )
-    return rec
 
 
 def is_private_run(rec: dict) -> bool:
@@ -89,13 +51,13 @@ def is_private_run(rec: dict) -> bool:
 
 
 def violated(rec: dict) -> bool:
-    """THE verdict of one audit record at its own confidence (see the module docstring)."""
+    """THE verdict of one audit record (today's layout) at its own confidence (module docstring)."""
     if not is_private_run(rec) or rec.get("claimed_epsilon") is None:
         return False
     cc = rec.get("claimed_curve")
     if rec.get("statistic") == "claimed-curve" and isinstance(cc, dict):
         return cc.get("violated") is True
-    lb = _num(upgrade(rec).get("epsilon_lower_bound"))
+    lb = number(rec.get("epsilon_lower_bound"))
     return lb is not None and lb > float(rec["claimed_epsilon"])
 
 
@@ -103,7 +65,7 @@ def general_epsilon_at(rec: dict, confidence: float) -> float | None:
     """The published eps_LB of ``rec`` recomputed at ``confidence`` from its stored counts (None
     when they are missing): the general bound's two halves (the EVAL counts of the chosen rule,
     the all-threshold band), or, in a record older than the general bound, the EVAL counts' bound."""
-    counts, delta = _counts(rec), _num(rec.get("delta"))
+    counts, delta = eval_counts(rec), number(rec.get("delta"))
     if counts is None or delta is None:
         return None
     if isinstance(
@@ -126,8 +88,8 @@ def box_counts(rec: dict) -> dict | None:
         isinstance(bc.get(k), int) for k in ("fp", "n_out", "fn", "n_in")
     ):
         return bc
-    c, p = _counts(rec), cc.get("point") if isinstance(cc.get("point"), dict) else {}
-    fpr, fnr = _num(p.get("fpr")), _num(p.get("fnr"))
+    c, p = eval_counts(rec), cc.get("point") if isinstance(cc.get("point"), dict) else {}
+    fpr, fnr = number(p.get("fpr")), number(p.get("fnr"))
     if c is None or fpr is None or fnr is None:
         return None
     n_out, n_in = c["tn"] + c["fp"], c["tp"] + c["fn"]  # the same EVAL trials
@@ -206,7 +168,7 @@ def _family_method(judged: list[dict]) -> str:
     k = len(judged)
     if k <= 1:
         return "one audit, at its own confidence"
-    alpha = max(1.0 - (_num(r.get("confidence")) or 0.95) for r in judged)
+    alpha = max(1.0 - (number(r.get("confidence")) or 0.95) for r in judged)
     return (
         f"family-wise error controlled at {alpha:.0%} over {k} audits (Bonferroni: each at confidence "
         f"1 - {alpha:g}/{k})"
@@ -216,7 +178,7 @@ def _family_method(judged: list[dict]) -> str:
 def _decision(record: dict, audits: int) -> dict:
     """One record's decision at its share of the family's error (its own verdict when alone); a
     confidence outside (0, 1) counts as 0.95."""
-    conf = _num(record.get("confidence"))
+    conf = number(record.get("confidence"))
     conf = 0.95 if conf is None or not 0.0 < conf < 1.0 else conf
     if audits > 1:
         return decision_at(record, 1.0 - (1.0 - conf) / audits)

@@ -2,9 +2,9 @@
 evidence blocks (``claimed_curve``, ``comparison``, ``statistic``) and one-run records (one_run.json).
 
 Loader layer, tolerant as :mod:`.inputs` says: a block absent, malformed or of the wrong type reads
-as None; nothing here recomputes a bound. :meth:`AuditView.read` is the one reader of an audit
-record: it migrates the record once (old layouts: :func:`dpaudit.audits.verdicts.upgrade`; foreign
-key names: :data:`KEY_ALIASES`), so no report module reads raw keys or guesses key names.
+as None; nothing here recomputes a bound. :meth:`AuditView.read` views what the one reader of audit
+records (:func:`dpaudit.audits.engine.read_record`: old layouts) returns, foreign key names
+(:data:`KEY_ALIASES`) read as today's, so no report module reads raw keys or guesses key names.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..audits.verdicts import upgrade
+from ..audits.engine import read_record
 from ..claims import integer, number as num
 from ..grouped import Grouped
 
@@ -56,12 +56,8 @@ def counts_of(value: Any) -> dict | None:
 
 def name_of(value: Any) -> str | None:
     if isinstance(value, dict):
-        return str(
-            next(
-                (value[k] for k in ("name", "kind", "type", "id") if value.get(k) is not None), None
-            )
-            or "unnamed"
-        )
+        named = [value[k] for k in ("name", "kind", "type", "id") if value.get(k) is not None]
+        return str((named[0] if named else None) or "unnamed")
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value) or None
     return None if value is None else str(value)
@@ -104,11 +100,9 @@ def roc_of(roc: Any) -> dict | None:
     if rates is not None:
         return rates or None  # {}: lists that are not numbers
     inner = roc_of(roc["points"]) if isinstance(roc.get("points"), list) else None
-    return (
-        inner
-        if inner is None or inner["auc"] is not None
-        else {**inner, "auc": num(roc.get("auc"))}
-    )
+    if inner is None or inner["auc"] is not None:
+        return inner
+    return {**inner, "auc": num(roc.get("auc"))}
 
 
 def _control_items(controls: Any) -> list[tuple[str, Any]]:
@@ -129,7 +123,7 @@ def control_of(controls: Any, names: tuple[str, ...]) -> dict | None:
         if any(n in str(key).lower().replace("_", "-") for n in names):
             if not isinstance(value, dict):
                 value = {"epsilon_lower_bound": num(value)} if num(value) is not None else None
-            return None if value is None else _control_view(_aliases(upgrade(value)))
+            return None if value is None else _control_view(_aliases(value))
     return None
 
 
@@ -169,11 +163,9 @@ def _release_ref(rec: dict) -> tuple[str | None, str | None]:
 
 def _gdp(gdp: Any) -> float | None:
     """The GDP estimate's epsilon: a number, or an {epsilon} (older: {value}) block."""
-    return (
-        num(_aliases(gdp, {"epsilon": ("value",)}).get("epsilon"))
-        if isinstance(gdp, dict)
-        else num(gdp)
-    )
+    if isinstance(gdp, dict):
+        gdp = _aliases(gdp, {"epsilon": ("value",)}).get("epsilon")
+    return num(gdp)
 
 
 def _auc(auc: Any, roc: dict | None) -> float | None:
@@ -278,8 +270,8 @@ class AuditView(Grouped):
 
     @classmethod
     def read(cls, record: dict) -> tuple[dict, AuditView]:
-        """The one reader of an audit record: the record migrated once to today's layout (what the
-        verdict functions of :mod:`dpaudit.audits.verdicts` take) and its typed view.
+        """An audit record read once (:func:`~dpaudit.audits.engine.read_record`: today's layout,
+        what the verdict functions of :mod:`dpaudit.audits.verdicts` take) and its typed view.
 
         Args:
             record: an audit.json dict of any version or writer (foreign key names, wrong types).
@@ -288,7 +280,7 @@ class AuditView(Grouped):
             (the record in today's layout, its view); nothing raises on a malformed record: an
             unreadable value reads as None, so the verdict it would decide is INCONCLUSIVE.
         """
-        today = upgrade(record)
+        today = read_record(record)
         rec = _aliases(today)
         counts = counts_of(rec.get("counts"))
         trials, eval_trials = _trials(rec.get("runs"), counts, rec.get("eval_size"))

@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from ..audits.verdicts import upgrade
+from ..audits.engine import read_record
 from ..errors import UsageError
 from .audit_view import curve_view, name_of as _name, num, one_run_view
 
@@ -266,7 +266,7 @@ def title_of(audit: dict, cv: dict) -> str:
     conf = cv["confidence"] if cv["confidence"] is not None else num(audit.get("confidence"))
     head = f"{mech}" + (f" · canary {can}" if can else "") + f" · statistic {cv['statistic']}"
     lb = num(
-        upgrade(audit).get("epsilon_lower_bound")
+        read_record(audit).get("epsilon_lower_bound")
     )  # the bound for any mechanism (old files: re-read)
     tail = (
         f"eps_LB {_fmt(lb)} vs claimed eps {_fmt(claim)}"

@@ -24,7 +24,7 @@ from ..audit_plans import (
     signature_ok,
     target_problem,
 )
-from ..audits.engine import AUDIT_FILE, plan_trials
+from ..audits.engine import AUDIT_FILE, plan_trials, read_record
 from ..audits.one_run import ONE_RUN_FILE, plan_coins, recompute_bounds
 from ..audits.verdicts import decision_at, general_epsilon_at, violated
 from ..claims import recompute_epsilon, verify_claim
@@ -581,7 +581,7 @@ def _bound_problem(rec: dict, plan: dict) -> str | None:
     decided = decision_at(planned, conf)["violated"]
     return (
         None
-        if decided == violated(rec)
+        if decided == violated(read_record(rec))
         else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
     )
 

@@ -113,7 +113,7 @@ class LocalFacts:
     noise_seed_file: str | None = None
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Release(Grouped):
     """One released model (or statistic) and the privacy guarantee it carries. ``guarantee`` is the event tree as data (see
     :mod:`dpaudit.accounting.events`), so any accountant can recompute it. ``epsilon`` is the claim made with ``accountant`` under

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from .errors import DataError, UsageError
-from .grouped import put_in_groups
+from .grouped import Grouped
 from .validation import one_of, open_unit, positive_finite, positive_int
 
 _MISSING = dataclasses.MISSING
@@ -81,21 +81,8 @@ def _base_type(tp) -> type:
     return args[0] if args else tp
 
 
-def _groups(cls) -> list[dataclasses.Field]:
-    return [f for f in fields(cls) if f.metadata.get("group")]
-
-
-class _FlatKeywords(type):
-    """Requests are built from flat keywords: a grouped option is given by its own name (and
-    ``dataclasses.replace`` changes it so), merged into its group's record."""
-
-    def __call__(cls, *args, **kwargs):
-        put_in_groups({group.name: group.metadata["group"] for group in _groups(cls)}, kwargs)
-        return super().__call__(*args, **kwargs)
-
-
 @dataclass(frozen=True)
-class Request(metaclass=_FlatKeywords):
+class Request(Grouped):
     """Base of every request type (a frozen dataclass of public, JSON-able scalars).
 
     Subclasses set ``COMMAND`` (the name after ``dpaudit train``; None when a positional field
@@ -118,17 +105,16 @@ class Request(metaclass=_FlatKeywords):
     def option_fields(cls) -> list[dataclasses.Field]:
         """Every option, in declaration order, a group's members in the group's place: the flat
         fields the command line, :meth:`to_dict` and :meth:`from_dict` know."""
+        groups = cls.groups()
         return [
-            member
-            for f in fields(cls)
-            for member in (fields(f.metadata["group"]) if f.metadata.get("group") else (f,))
+            m for f in fields(cls) for m in (fields(groups[f.name]) if f.name in groups else (f,))
         ]
 
     @classmethod
     def field_types(cls) -> dict[str, type]:
         """Each option's scalar type (``Optional[X]`` -> ``X``), resolved from the annotations."""
         hints = {}
-        for owner in (cls, *(g.metadata["group"] for g in _groups(cls))):
+        for owner in (cls, *cls.groups().values()):
             module = sys.modules.get(owner.__module__)
             hints.update(typing.get_type_hints(owner, globalns=vars(module) if module else None))
         return {f.name: _base_type(hints[f.name]) for f in cls.option_fields()}
@@ -147,11 +133,9 @@ class Request(metaclass=_FlatKeywords):
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict:
         """Every option by name, flat (paths as strings): the form ``release.json`` stores."""
-        flat = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            flat.update(vars(value) if f.metadata.get("group") else {f.name: value})
-        return {k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in flat.items()}
+        return {
+            k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in self.flat().items()
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Request":

@@ -25,8 +25,7 @@ class FlatKeywords(type):
 
 class Grouped(metaclass=FlatKeywords):
     """Mixin of a frozen dataclass some of whose fields are small records of their own, declared
-    either in the class's ``GROUPS`` (field name -> record type) or by a field whose metadata names
-    its record type under ``"group"`` (:func:`dpaudit.requests.options_group`)."""
+    with :func:`group` (or listed in the class's ``GROUPS``: field name -> record type)."""
 
     GROUPS: dict = {}
 
@@ -71,6 +70,12 @@ class Grouped(metaclass=FlatKeywords):
     def replace(self, **changes):
         """A copy with flat keys changed."""
         return dataclasses.replace(self, **changes)
+
+
+def group(record_type: type):
+    """A field of a :class:`Grouped` record holding a small frozen record (``record_type``, every
+    field with a default) whose members are given, read and written by their own names."""
+    return dataclasses.field(default_factory=record_type, metadata={"group": record_type})
 
 
 def put_in_groups(groups: dict, values: dict) -> None:

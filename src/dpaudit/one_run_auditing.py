@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .auditing import target_for, target_from_release
+from .auditing import target_claim, target_for, target_from_release
 from .audit_outputs import shareable_one_run
 from .audits.one_run import OneRunResult, one_run_bounds, plan_coins, write_one_run
 from .audits.power_runs import one_run_power_of
@@ -69,14 +69,7 @@ def module_setup(a: AuditRequest, release=None):
                 epochs=a.settings.epochs,
             )
         )
-    claim = dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=target.delta,
-        claimed_epsilon=target.claimed_epsilon,
-    )
-    return target.model, target.prepared, target.config, claim
+    return target.model, target.prepared, target.config, target_claim(target)
 
 
 def run_one_run(
@@ -206,11 +199,13 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, 
             event=event,
             trials=1,
             mechanism=mechanism,
-            unbounded_reason=None
-            if event is not None
-            else "the no-noise one-run control trains without DP noise",
+            unbounded_reason=None if event is not None else _NO_NOISE_RUN,
             release_id=release_id,
         )
+
+
+#: Why the ledger counts a no-noise one-run control as unbounded.
+_NO_NOISE_RUN = "the no-noise one-run control trains without DP noise"
 
 
 def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
@@ -229,13 +224,9 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
             f"got {a.mechanism!r}."
         )
     if cost is not None:  # (ledger path, release id): the run's cost, before it trains
-        scope = target.private_data()
+        event = None if a.no_noise else target.claimed_event
         _record_cost(
-            target.mechanism,
-            scope["dataset"],
-            target.adjacency,
-            None if a.no_noise else target.claimed_event,
-            *cost,
+            target.mechanism, target.private_data()["dataset"], target.adjacency, event, *cost
         )
     with JobProgress("steps") as bar:
         scores = heads_one_run(
@@ -248,10 +239,9 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
             coins=coins,
             progress=bar.steps(f"one-run training ({m} canaries)"),
         )
-    return dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=float(target.delta),
-        claimed_epsilon=float(target.claimed_epsilon),
-    ), scores
+    claim = target_claim(target)
+    return {
+        **claim,
+        "delta": float(target.delta),
+        "claimed_epsilon": float(claim["claimed_epsilon"]),
+    }, scores

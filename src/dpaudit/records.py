@@ -18,7 +18,7 @@ from pathlib import Path
 from . import __version__
 from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
-from .grouped import Grouped
+from .grouped import Grouped, group
 from .paths import results_in, write_atomically
 
 RELEASE_FILE = "release.json"
@@ -159,25 +159,17 @@ class Release(Grouped):
     guarantee: dict
     seed: int
     noise_source: dict
-    calibration: Calibration = field(default_factory=Calibration)
+    calibration: Calibration = group(Calibration)
     partition: str = "train"
     privacy_unit: str = "record"
     non_private: bool = False
     epsilons: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
-    outputs: Outputs = field(default_factory=Outputs)
-    origin: Origin = field(default_factory=Origin)
-    noise: NoiseFacts = field(default_factory=NoiseFacts)
-    stamp: Stamp = field(default_factory=Stamp)
-    local: LocalFacts = field(default_factory=LocalFacts)
-    GROUPS = {
-        "calibration": Calibration,
-        "outputs": Outputs,
-        "origin": Origin,
-        "noise": NoiseFacts,
-        "stamp": Stamp,
-        "local": LocalFacts,
-    }
+    outputs: Outputs = group(Outputs)
+    origin: Origin = group(Origin)
+    noise: NoiseFacts = group(NoiseFacts)
+    stamp: Stamp = group(Stamp)
+    local: LocalFacts = group(LocalFacts)
 
     def to_dict(self, *, local: bool = False) -> dict:
         """The published form (``release.json``): local-only fields dropped, timings rounded. ``local=True`` keeps them, for

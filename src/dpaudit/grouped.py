@@ -31,12 +31,12 @@ class Grouped(metaclass=FlatKeywords):
 
     @classmethod
     def groups(cls) -> dict:
-        """Field name -> record type of each group, in declaration order."""
-        if cls.GROUPS:
-            return cls.GROUPS
-        return {
-            f.name: f.metadata["group"] for f in dataclasses.fields(cls) if "group" in f.metadata
-        }
+        """Field name -> record type of each group, in declaration order (found once per class:
+        every flat read asks)."""
+        if "_groups" not in cls.__dict__:
+            declared = {f.name: f.metadata.get("group") for f in dataclasses.fields(cls)}
+            cls._groups = cls.GROUPS or {name: kind for name, kind in declared.items() if kind}
+        return cls._groups
 
     @classmethod
     def flat_names(cls) -> set:
@@ -63,8 +63,7 @@ class Grouped(metaclass=FlatKeywords):
         groups = self.groups()
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            inner = dataclasses.fields(value) if f.name in groups else ()
-            out.update({g.name: getattr(value, g.name) for g in inner} or {f.name: value})
+            out.update(vars(value) if f.name in groups else {f.name: value})
         return out
 
     def replace(self, **changes):

@@ -30,9 +30,9 @@ from .mechanisms.dpsgd.head_audit import HeadTarget
 from .mechanisms.dpsgd.one_run_heads import heads_one_run
 from .mechanisms.dpsgd.one_run_modules import modules_one_run
 from .mechanisms.dpsgd.user_head_audit import UserHeadTarget
-from .noise import NoiseSource
 from .progress import JobProgress
 from .records import Release, read_release
+from .releasing import make_noise_source
 from .requests import AuditRequest
 from .validation import positive_int
 
@@ -95,11 +95,7 @@ def run_one_run(
     m = positive_int("canaries", audit.protocol.canaries, 2)
     rel, release_id, release_path = _audited_release(audit)
     name = rel.mechanism if rel is not None else audit.mechanism
-    noise = (
-        NoiseSource("reproducible", seed=audit.seed)
-        if audit.trials.reproducible_noise
-        else NoiseSource()
-    )
+    noise = make_noise_source(seed=audit.seed, reproducible_noise=audit.trials.reproducible_noise)
     run_id = uuid.uuid4().hex
     cost = (ledger_path, release_id, run_id) if record else None
     coins = None if plan is None else plan_coins(plan.seeds["coins"], m)
@@ -154,12 +150,13 @@ def _audited_release(audit: AuditRequest) -> tuple[Release | None, str | None, s
     return rel, rel.id, None if given else str(Path(audit.release).resolve())
 
 
-def _train_and_score(name, rel, a: AuditRequest, **kw):
+def _train_and_score(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores): module models (record level) or DP-SGD head models."""
-    return _modules(name, rel, a, **kw) if name in MODULE_MODELS else _heads(rel, a, **kw)
+    run = dict(canaries=m, noise=noise, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins)
+    return _modules(name, rel, a, cost, run) if name in MODULE_MODELS else _heads(rel, a, cost, run)
 
 
-def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
+def _modules(name, rel, a: AuditRequest, cost, run: dict):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
     if a.settings.privacy_unit != "record":
         raise UsageError(
@@ -176,14 +173,10 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
             model,
             data,
             cfg,
-            canaries=m,
-            noise=noise,
             seed=a.seed if rel is None else int(rel.seed),
-            kind=a.protocol.one_run_kind,
-            noise_on=not a.no_noise,
-            coins=coins,
             device=device,
-            progress=bar.steps(f"one-run training ({m} canaries)"),
+            progress=bar.steps(f"one-run training ({run['canaries']} canaries)"),
+            **run,
         )
     return claim, scores
 
@@ -208,7 +201,7 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, 
 _NO_NOISE_RUN = "the no-noise one-run control trains without DP noise"
 
 
-def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
+def _heads(rel, a: AuditRequest, cost, run: dict):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     if rel is not None:
@@ -229,19 +222,8 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
             target.mechanism, target.private_data()["dataset"], target.adjacency, event, *cost
         )
     with JobProgress("steps") as bar:
-        scores = heads_one_run(
-            target,
-            canaries=m,
-            noise=noise,
-            seed=seed,
-            kind=a.protocol.one_run_kind,
-            noise_on=not a.no_noise,
-            coins=coins,
-            progress=bar.steps(f"one-run training ({m} canaries)"),
-        )
+        progress = bar.steps(f"one-run training ({run['canaries']} canaries)")
+        scores = heads_one_run(target, seed=seed, progress=progress, **run)
     claim = target_claim(target)
-    return {
-        **claim,
-        "delta": float(target.delta),
-        "claimed_epsilon": float(claim["claimed_epsilon"]),
-    }, scores
+    claim.update(delta=float(target.delta), claimed_epsilon=float(claim["claimed_epsilon"]))
+    return claim, scores

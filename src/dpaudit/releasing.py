@@ -350,11 +350,9 @@ class ReleaseSession:
                 f"to {self.writing} (delete them, then `dpaudit ledger void {rid} --reason ...`)"
             )
         else:
-            what = (
-                "the run ended without a release"
-                if error is None
-                else f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
-            )
+            what = "the run ended without a release"
+            if error is not None:
+                what = f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
             with open_ledger(self.ledger_path) as ledger:
                 ledger.cancel(rid, what)
             self.outcome = f"reservation {rid} cancelled, nothing was released"
@@ -421,12 +419,9 @@ def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
 
 def _say_interrupted(session: ReleaseSession, signal_name: str) -> None:
     """One line on stderr: what the interrupted run kept and what it released."""
-    used = session.seed_use
-    seed = (
-        ""
-        if used is None
-        else f"; noise seed use {used.use} of {used.path} stays used (never drawn from again)"
-    )
+    used, seed = session.seed_use, ""
+    if used is not None:
+        seed = f"; noise seed use {used.use} of {used.path} stays used (never drawn from again)"
     print(
         f"dpaudit: interrupted ({signal_name}): {session.outcome}{seed}.",
         file=sys.stderr,
@@ -489,10 +484,9 @@ class BudgetCheck:
     data_rows: object = None
 
     def keywords(self, *, mechanism: bool = True) -> dict:
+        skip = () if mechanism else ("mechanism",)
         return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if mechanism or f.name != "mechanism"
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip
         }
 
 

@@ -6,6 +6,7 @@ local: :class:`Release`). Readers get a one-line :class:`~dpaudit.errors.DataErr
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import math
 import os
@@ -328,12 +329,8 @@ def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
         raise UsageError(
             f"{name} must be {rule}, got {str(path)!r} (it exists and is not a directory)."
         )
-    missing = []  # the directories this check creates, outermost first
-    p = path
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    missing.reverse()
+    # the directories this check creates, innermost first
+    missing = list(itertools.takewhile(lambda p: not p.exists(), (path, *path.parents)))
     step = "cannot create it"
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -346,7 +343,7 @@ def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
             f"{name} must be {rule}, got {str(path)!r} ({step}: {e.strerror or type(e).__name__})."
         ) from None
     finally:
-        for d in reversed(missing):  # innermost first; only empty directories made here
+        for d in missing:  # only empty directories made here
             try:
                 d.rmdir()
             except OSError:

@@ -155,11 +155,8 @@ class Request(Grouped):
             )
         types = cls.field_types()
         kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
-        missing = [
-            f.name
-            for f in options
-            if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs
-        ]
+        required = [f.name for f in options if f.default is f.default_factory is _MISSING]
+        missing = [name for name in required if name not in kwargs]
         if missing:
             raise DataError(f"request is missing required keys: {', '.join(missing)}.")
         return cls(**kwargs)

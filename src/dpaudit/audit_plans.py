@@ -36,9 +36,8 @@ from .requests import AuditRequest
 from .validation import open_unit, positive_int
 
 SCHEMA = "dpaudit.audit-plan/1"
-OPACUS = (
-    "opacus"  # the mechanism of a plan for an Opacus training run (dpaudit.integrations.opacus)
-)
+#: The mechanism of a plan for an Opacus training run (dpaudit.integrations.opacus).
+OPACUS = "opacus"
 PLAN_FILE = "plan.json"
 PLAN_LOCAL_FILE = "plan.local.json"
 _SIG_DOMAIN = "dpaudit-audit-plan-sig-v1"
@@ -173,10 +172,9 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     _settings(a, {"event": None})  # its checks, before the claim is built
     claim, target = _claim(a)
     release_id = claim.pop("release_id")
-    seeds = {
-        "public": int(a.seed),
-        **({"coins": secrets.randbits(63)} if a.protocol.one_run else {}),
-    }
+    seeds = {"public": int(a.seed)}
+    if a.protocol.one_run:
+        seeds["coins"] = secrets.randbits(63)
     # to_dict: paths already as strings
     request = {k: v for k, v in a.to_dict().items() if k not in ("seed", "json_out")}
     audited = (release_id, target)

@@ -320,12 +320,8 @@ class _AesCtrStream:
 def _gauss_key(entropy) -> bytes:
     """The 32-byte AES key of the Gaussian uniforms, derived from a source's entropy (its own SeedSequence branch, so independent
     of the source's numpy/torch streams)."""
-    return (
-        np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,))
-        .generate_state(8, np.uint32)
-        .astype("<u4")
-        .tobytes()
-    )
+    sequence = np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,))
+    return sequence.generate_state(8, np.uint32).astype("<u4").tobytes()
 
 
 def _shape_size(shape) -> tuple[tuple[int, ...], int]:
@@ -347,10 +343,8 @@ class NoiseSource:
         if source in REPRODUCIBLE_SOURCES:
             if seed is None:
                 raise ValueError("reproducible noise needs a seed")
-            entropy = [
-                int(seed),
-                _NOISE_STREAM_TAG if source == "reproducible" else _SECRET_STREAM_TAG,
-            ]
+            tag = _NOISE_STREAM_TAG if source == "reproducible" else _SECRET_STREAM_TAG
+            entropy = [int(seed), tag]
         elif source == "cryptographic":
             self._stream = _ChaCha20Stream()
             entropy = int.from_bytes(self._stream.read(32), "little")
@@ -474,9 +468,8 @@ class NoiseSource:
             if self._pos32 >= self._buf32.size:
                 self._refill32()
             take = min(n - pos, self._buf32.size - self._pos32)
-            np.multiply(
-                self._buf32[self._pos32 : self._pos32 + take], scale, out=flat[pos : pos + take]
-            )
+            chunk = self._buf32[self._pos32 : self._pos32 + take]
+            np.multiply(chunk, scale, out=flat[pos : pos + take])
             self._pos32 += take
             pos += take
         return out

@@ -151,7 +151,15 @@ def generic_target(mechanism: str, request, *, canary: str | None = None, no_noi
 
 
 def target_claim(target) -> dict:
-    """What ``target`` claims: its event, accountant, adjacency, delta and claimed epsilon."""
+    """What an audit target claims (public facts of its plan or release; nothing is trained).
+
+    Args:
+        target: a prepared audit target (``mechanism.audit_target``, :func:`target_for`).
+
+    Returns:
+        dict with ``event``, ``accountant``, ``adjacency``, ``delta``, ``claimed_epsilon``: the
+        claim an audit of ``target`` tests (a one-run audit, a plan, a white-box audit).
+    """
     return dict(
         event=target.claimed_event,
         accountant=target.accountant,

@@ -72,8 +72,16 @@ class Grouped(metaclass=FlatKeywords):
 
 
 def group(record_type: type):
-    """A field of a :class:`Grouped` record holding a small frozen record (``record_type``, every
-    field with a default) whose members are given, read and written by their own names."""
+    """A field of a :class:`Grouped` record holding a small record of related fields.
+
+    Args:
+        record_type: a frozen dataclass, every field with a default (its names unique in the
+            record that holds it).
+
+    Returns:
+        the dataclass field (default: ``record_type()``); its members are given, read and
+        written by their own names, as if declared in place of the group.
+    """
     return dataclasses.field(default_factory=record_type, metadata={"group": record_type})
 
 

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from .auditing import auditable_entry, entry_canary, target_for
+from .auditing import auditable_entry, entry_canary, target_claim, target_for
 from .accounting.accountants import compute_epsilon
 from .accounting.events import SubsampledGaussian
 from .audits.engine import SELECT_FRACTION
@@ -36,9 +36,8 @@ from .requests import AuditRequest
 from .validation import open_unit, positive_int
 
 SCHEMA = "dpaudit.audit-plan/1"
-OPACUS = (
-    "opacus"  # the mechanism of a plan for an Opacus training run (dpaudit.integrations.opacus)
-)
+#: The mechanism of a plan for an Opacus training run (dpaudit.integrations.opacus).
+OPACUS = "opacus"
 PLAN_FILE = "plan.json"
 PLAN_LOCAL_FILE = "plan.local.json"
 _SIG_DOMAIN = "dpaudit-audit-plan-sig-v1"
@@ -90,35 +89,22 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
             "accountant": rel.accountant,
         }, {"release": rel.id}
     if a.protocol.one_run and a.mechanism in MODULE_MODELS:
-        _, data, _, c = module_setup(a)
-        event, eps, delta, adjacency, accountant = (
-            c["event"],
-            c["claimed_epsilon"],
-            c["delta"],
-            c["adjacency"],
-            c["accountant"],
-        )
+        _, data, _, claim = module_setup(a)
         mechanism, dataset = a.mechanism, data.name
     else:
         t = target_for(
             dataclasses.replace(a, canary=None, no_noise=False) if a.protocol.one_run else a
         )
-        event, eps, delta, adjacency, accountant = (
-            t.claimed_event,
-            t.claimed_epsilon,
-            t.delta,
-            t.adjacency,
-            t.accountant,
-        )
+        claim = target_claim(t)
         mechanism, dataset = t.mechanism, (t.private_data() or {}).get("dataset")
-    event = None if event is None else event.to_dict()
+    event = None if claim["event"] is None else claim["event"].to_dict()
     return {
         "release_id": None,
         "event": event,
-        "epsilon": eps,
-        "delta": delta,
-        "adjacency": str(adjacency),
-        "accountant": accountant,
+        "epsilon": claim["claimed_epsilon"],
+        "delta": claim["delta"],
+        "adjacency": str(claim["adjacency"]),
+        "accountant": claim["accountant"],
     }, {"mechanism": str(mechanism), "dataset": dataset, "event": event}
 
 
@@ -147,15 +133,9 @@ def _settings(a: AuditRequest, claim: dict) -> dict:
     """The plan's "audit" block: what a verifier holds the run to (the statistic follows from the
     claim: an event is tested as a curve, f-DP in one run)."""
     if a.protocol.one_run:
-        return {
-            "kind": "one-run",
-            "canary": a.protocol.one_run_kind,
-            "canaries": positive_int("canaries", a.protocol.canaries, 2),
-            "trials": None,
-            "statistic": "f-dp" if claim["event"] else "steinke",
-            "confidence": a.confidence,
-            "select_fraction": None,
-        }
+        canaries = positive_int("canaries", a.protocol.canaries, 2)
+        statistic = "f-dp" if claim["event"] else "steinke"
+        return _one_run_settings(a.protocol.one_run_kind, canaries, statistic, a.confidence)
     return {
         "kind": "trials",
         "canary": entry_canary(auditable_entry(a.mechanism), a.canary),
@@ -164,6 +144,18 @@ def _settings(a: AuditRequest, claim: dict) -> dict:
         "statistic": "claimed-curve" if claim["event"] else "clopper-pearson",
         "confidence": a.confidence,
         "select_fraction": SELECT_FRACTION,
+    }
+
+
+def _one_run_settings(canary: str, canaries: int, statistic: str, confidence: float) -> dict:
+    return {
+        "kind": "one-run",
+        "canary": canary,
+        "canaries": canaries,
+        "trials": None,
+        "statistic": statistic,
+        "confidence": confidence,
+        "select_fraction": None,
     }
 
 
@@ -180,15 +172,11 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     _settings(a, {"event": None})  # its checks, before the claim is built
     claim, target = _claim(a)
     release_id = claim.pop("release_id")
-    seeds = {
-        "public": int(a.seed),
-        **({"coins": secrets.randbits(63)} if a.protocol.one_run else {}),
-    }
-    request = {
-        k: os.fspath(v) if isinstance(v, os.PathLike) else v
-        for k, v in a.to_dict().items()
-        if k not in ("seed", "json_out")
-    }
+    seeds = {"public": int(a.seed)}
+    if a.protocol.one_run:
+        seeds["coins"] = secrets.randbits(63)
+    # to_dict: paths already as strings
+    request = {k: v for k, v in a.to_dict().items() if k not in ("seed", "json_out")}
     audited = (release_id, target)
     return _write_plan(
         signing, a.mechanism, audited, claim, _settings(a, claim), request, seeds, a.out
@@ -241,15 +229,7 @@ def opacus_plan(
         "adjacency": "add-remove-record",
         "accountant": "rdp",
     }
-    audit = {
-        "kind": "one-run",
-        "canary": "gradient",
-        "canaries": m,
-        "trials": None,
-        "statistic": "f-dp",
-        "confidence": confidence,
-        "select_fraction": None,
-    }
+    audit = _one_run_settings("gradient", m, "f-dp", confidence)
     request = {
         "tensors": None if tensors is None else [str(t) for t in tensors],
         "ledger": None if ledger is None else os.fspath(ledger),

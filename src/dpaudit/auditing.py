@@ -93,7 +93,7 @@ def family_request(entry, audit: AuditRequest):
     known = {f.name for f in rtype.option_fields()}
     given = _given_fields(audit)
     _check_known(given, known, audit.mechanism)
-    kw = {k: _plain(v) for k, (v, _) in given.items() if k in known}
+    kw = {k: v for k, (v, _) in given.items() if k in known}  # to_dict: paths as strings
     if "epsilon" in known and audit.epsilon is None:
         kw["epsilon"] = entry.default_epsilon
     if "model" in known:
@@ -108,10 +108,6 @@ def _check_known(given: dict, known: set, mechanism: str) -> None:
         raise UsageError(
             f"{bad[0]} must not be given for {mechanism} (its request has {', '.join(sorted(known))}), got {given[bad[0]][0]!r}."
         )
-
-
-def _plain(value):
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def _given_fields(audit: AuditRequest) -> dict:
@@ -134,12 +130,8 @@ def target_for(audit: AuditRequest):
     """The prepared audit target of a fresh :class:`~dpaudit.requests.AuditRequest`: the family's
     request (:func:`family_request`), its plan, the mechanism's ``audit_target``."""
     entry = auditable_entry(audit.mechanism)
-    check_privacy_unit(
-        audit.mechanism,
-        audit.settings.privacy_unit,
-        audit.settings.records_per_user,
-        audit.settings.user_ids,
-    )
+    unit = audit.settings
+    check_privacy_unit(audit.mechanism, unit.privacy_unit, unit.records_per_user, unit.user_ids)
     return generic_target(
         entry.name, family_request(entry, audit), canary=audit.canary, no_noise=audit.no_noise
     )
@@ -156,6 +148,25 @@ def generic_target(mechanism: str, request, *, canary: str | None = None, no_noi
     mech = registry.mechanism(entry.name)
     canary = entry_canary(entry, canary)
     return mech.audit_target(mech.plan_of_audit(request), canary, no_noise=no_noise)
+
+
+def target_claim(target) -> dict:
+    """What an audit target claims (public facts of its plan or release; nothing is trained).
+
+    Args:
+        target: a prepared audit target (``mechanism.audit_target``, :func:`target_for`).
+
+    Returns:
+        dict with ``event``, ``accountant``, ``adjacency``, ``delta``, ``claimed_epsilon``: the
+        claim an audit of ``target`` tests (a one-run audit, a plan, a white-box audit).
+    """
+    return dict(
+        event=target.claimed_event,
+        accountant=target.accountant,
+        adjacency=target.adjacency,
+        delta=target.delta,
+        claimed_epsilon=target.claimed_epsilon,
+    )
 
 
 # ------------------------------------------------------------------------------ a release
@@ -187,18 +198,13 @@ def target_from_release(
         )
     # where the auditor keeps the data, and the users it was made with (a user-level release's plan loads them)
     given = {"data_dir": None if data_dir is None else os.fspath(data_dir), "user_ids": user_ids}
+    known = {f.name for f in dataclasses.fields(req)}
     req = dataclasses.replace(
-        req,
-        **{
-            k: v
-            for k, v in given.items()
-            if v is not None and k in {f.name for f in dataclasses.fields(req)}
-        },
+        req, **{k: v for k, v in given.items() if v is not None and k in known}
     )
     mech = registry.mechanism(entry.name)
-    plan = mech.plan_of_release(
-        req, rel
-    )  # checked against the release (contract.check_plan_matches_release)
+    # checked against the release (contract.check_plan_matches_release)
+    plan = mech.plan_of_release(req, rel)
     return mech.audit_target(
         plan, entry_canary(entry, canary), release=rel, user_ids=user_ids, no_noise=no_noise
     )

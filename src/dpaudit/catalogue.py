@@ -57,73 +57,30 @@ HEAD_CANARIES = ("max-clip", "mislabeled", "natural", "ood-record")
 #: The module models' canary kinds (:class:`dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`).
 MODULE_CANARIES = ("max-clip", "mislabeled")
 _RVFL = "dp-sgd"
+#: The DP-SGD models (one mechanism, ``_RVFL``), by family: name -> description.
+_DPSGD_MODELS = {
+    ("dp-sgd-head", HEAD_CANARIES): {
+        "dp-rvfl": "RVFL: direct link + 200 random tanh features, private head",
+        "dp-elm-sgd": "RVFL without the direct link (z = h)",
+        "frozen-dense-matched": "frozen tanh layer of width d'+200, no link",
+        "logistic-raw": "affine classifier on the full prepared input",
+        "logistic-projected": "affine classifier on the projected input",
+    },
+    ("dp-sgd-module", MODULE_CANARIES): {
+        "dp-dense": "fully connected baseline, all weights private",
+        "dp-cnn": "CNN baseline (2-D images, 1-D tabular), all weights private",
+        "dp-attention": "compact attention control (images)",
+        "dp-gru": "GRU over image rows (tabular: features), all weights private",
+    },
+}
 
-#: The one table of mechanism names; one line per mechanism.
 CATALOGUE: dict[str, CatalogueEntry] = {
     e.name: e
     for e in (
-        CatalogueEntry(
-            "dp-rvfl",
-            _RVFL,
-            "dp-sgd-head",
-            HEAD_CANARIES,
-            description="RVFL: direct link + 200 random tanh features, private head",
-        ),
-        CatalogueEntry(
-            "dp-elm-sgd",
-            _RVFL,
-            "dp-sgd-head",
-            HEAD_CANARIES,
-            description="RVFL without the direct link (z = h)",
-        ),
-        CatalogueEntry(
-            "frozen-dense-matched",
-            _RVFL,
-            "dp-sgd-head",
-            HEAD_CANARIES,
-            description="frozen tanh layer of width d'+200, no link",
-        ),
-        CatalogueEntry(
-            "logistic-raw",
-            _RVFL,
-            "dp-sgd-head",
-            HEAD_CANARIES,
-            description="affine classifier on the full prepared input",
-        ),
-        CatalogueEntry(
-            "logistic-projected",
-            _RVFL,
-            "dp-sgd-head",
-            HEAD_CANARIES,
-            description="affine classifier on the projected input",
-        ),
-        CatalogueEntry(
-            "dp-dense",
-            _RVFL,
-            "dp-sgd-module",
-            MODULE_CANARIES,
-            description="fully connected baseline, all weights private",
-        ),
-        CatalogueEntry(
-            "dp-cnn",
-            _RVFL,
-            "dp-sgd-module",
-            MODULE_CANARIES,
-            description="CNN baseline (2-D images, 1-D tabular), all weights private",
-        ),
-        CatalogueEntry(
-            "dp-attention",
-            _RVFL,
-            "dp-sgd-module",
-            MODULE_CANARIES,
-            description="compact attention control (images)",
-        ),
-        CatalogueEntry(
-            "dp-gru",
-            _RVFL,
-            "dp-sgd-module",
-            MODULE_CANARIES,
-            description="GRU over image rows (tabular: features), all weights private",
+        *(
+            CatalogueEntry(name, _RVFL, family, canaries, description=description)
+            for (family, canaries), models in _DPSGD_MODELS.items()
+            for name, description in models.items()
         ),
         CatalogueEntry(
             "dp-elm",

@@ -204,16 +204,11 @@ def _epsilon_verdict(
         recomputed = res.epsilon
         if recomputed is None:
             status, reason = "unverified", f"cannot recompute the {acc} epsilon: {res.error}"
-        elif exceeds_claim(recomputed, claimed):
-            status, reason = (
-                "mismatch",
-                f"recomputed {acc} epsilon {recomputed:.4f} > claimed {claimed:.4f}",
-            )
         else:
-            status, reason = (
-                "ok",
-                f"recomputed {acc} epsilon {recomputed:.4f} <= claimed {claimed:.4f}",
-            )
+            under_reported = exceeds_claim(recomputed, claimed)
+            status = "mismatch" if under_reported else "ok"
+            relation = ">" if under_reported else "<="
+            reason = f"recomputed {acc} epsilon {recomputed:.4f} {relation} claimed {claimed:.4f}"
     over = target_problem(claimed, target) if claimed is not None else None
     if over is not None:
         status, reason = "mismatch", over
@@ -229,36 +224,25 @@ def verify_claim(release) -> ClaimCheck:
     target = number(release.target_epsilon)
     s_exec = integer(release.steps_executed)
     s_acc = steps_accounted(release)
-    common = dict(
+    if release.non_private:
+        why = "non-private release: no privacy claim"
+        eps_status, eps_reason, recomputed, steps = "no-claim", why, None, None
+    else:
+        eps_status, eps_reason, recomputed = _epsilon_verdict(release, claimed, delta, target)
+        steps = steps_problem(s_exec, s_acc)
+    status, reason = (eps_status, eps_reason) if steps is None else ("mismatch", steps)
+    return ClaimCheck(
+        status=status,
+        reason=reason,
         release_id=str(release.id),
         accountant=str(release.accountant),
         adjacency=str(release.adjacency),
         delta=delta,
         recorded_epsilon=claimed,
+        recomputed_epsilon=recomputed,
         target_epsilon=target,
         steps_executed=s_exec,
         steps_accounted=s_acc,
-    )
-    if release.non_private:
-        why = "non-private release: no privacy claim"
-        return ClaimCheck(
-            status="no-claim",
-            reason=why,
-            recomputed_epsilon=None,
-            epsilon_status="no-claim",
-            epsilon_reason=why,
-            **common,
-        )
-    eps_status, eps_reason, recomputed = _epsilon_verdict(release, claimed, delta, target)
-    status, reason = eps_status, eps_reason
-    steps = steps_problem(s_exec, s_acc)
-    if steps is not None:
-        status, reason = "mismatch", steps
-    return ClaimCheck(
-        status=status,
-        reason=reason,
-        recomputed_epsilon=recomputed,
         epsilon_status=eps_status,
         epsilon_reason=eps_reason,
-        **common,
     )

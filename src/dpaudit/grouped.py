@@ -1,36 +1,52 @@
-"""Records that group their fields into small records while their dict form stays flat."""
+"""Records that group their fields into small records while their dict form stays flat.
+
+One rule for every grouped record (requests, releases, plans, audit records): a member of a group
+is given, read and changed by its own name, as if declared in place of its group
+(``request.workers`` is ``request.trials.workers``; ``Release(noise_seed_file=...)``,
+``dataclasses.replace(result, counts=...)``), and the group reads as a record of its own.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
 
-class Grouped:
-    """Mixin of a frozen dataclass some of whose fields (the class's ``GROUPS``: field name ->
-    record type) are small records of their own. An inner field reads as an attribute of the whole
-    (``result.counts``), :meth:`of` builds the whole from flat keys, :meth:`flat` lists them flat
-    and :meth:`replace` changes them by name."""
+class FlatKeywords(type):
+    """Metaclass of :class:`Grouped`: the keywords of a call are put in their groups before the
+    dataclass's own ``__init__`` runs, so ``dataclasses.replace`` takes member names too."""
+
+    def __call__(cls, *args, **kwargs):
+        put_in_groups(cls.groups(), kwargs)
+        unknown = [name for name in kwargs if name not in cls.__dataclass_fields__]
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)}")
+        return super().__call__(*args, **kwargs)
+
+
+class Grouped(metaclass=FlatKeywords):
+    """Mixin of a frozen dataclass some of whose fields are small records of their own, declared
+    with :func:`group` (or listed in the class's ``GROUPS``: field name -> record type)."""
 
     GROUPS: dict = {}
 
-    def __init__(self, **values) -> None:
-        """Flat construction, for a record declared ``@dataclass(frozen=True, init=False)`` (the
-        dataclass's own ``__init__`` replaces this one otherwise): a group's fields may be given by
-        their own names (over the group, when both are), so ``dataclasses.replace`` takes them too."""
-        put_in_groups(self.GROUPS, values)
-        for f in dataclasses.fields(self):
-            object.__setattr__(self, f.name, _field_value(self, f, values))
-        if values:
-            raise TypeError(f"{type(self).__name__} has no field {', '.join(values)}")
+    @classmethod
+    def groups(cls) -> dict:
+        """Field name -> record type of each group, in declaration order (found once per class:
+        every flat read asks)."""
+        if "_groups" not in cls.__dict__:
+            declared = {f.name: f.metadata.get("group") for f in dataclasses.fields(cls)}
+            cls._groups = cls.GROUPS or {name: kind for name, kind in declared.items() if kind}
+        return cls._groups
 
     @classmethod
     def flat_names(cls) -> set:
         """The names a flat dict of this record may hold."""
-        own = {name for name in cls.__dataclass_fields__ if name not in cls.GROUPS}
-        return own.union(*(group.__dataclass_fields__ for group in cls.GROUPS.values()))
+        groups = cls.groups()
+        inner = [member for group in groups.values() for member in dataclasses.fields(group)]
+        return {f.name for f in (*dataclasses.fields(cls), *inner) if f.name not in groups}
 
     def __getattr__(self, name: str):
-        for group in type(self).GROUPS:
+        for group in type(self).groups():
             inner = self.__dict__.get(group)  # absent while a copy is being built
             if inner is not None and name in inner.__dataclass_fields__:
                 return getattr(inner, name)
@@ -38,47 +54,45 @@ class Grouped:
 
     @classmethod
     def of(cls, **keys):
-        """The record of flat keys, each inner one put in its group."""
-        for group, kind in cls.GROUPS.items():
-            names = [f.name for f in dataclasses.fields(kind)]
-            keys[group] = kind(**{k: keys.pop(k) for k in names if k in keys})
+        """The record of flat keys (the constructor, which takes them, under the name callers use)."""
         return cls(**keys)
 
     def flat(self) -> dict:
         """Every field, the groups' fields in place of the groups (values not copied)."""
         out = {}
+        groups = self.groups()
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            inner = dataclasses.fields(value) if f.name in self.GROUPS else ()
-            out.update({g.name: getattr(value, g.name) for g in inner} or {f.name: value})
+            out.update(vars(value) if f.name in groups else {f.name: value})
         return out
 
     def replace(self, **changes):
         """A copy with flat keys changed."""
-        return type(self).of(**{**self.flat(), **changes})
+        return dataclasses.replace(self, **changes)
+
+
+def group(record_type: type):
+    """A field of a :class:`Grouped` record holding a small record of related fields.
+
+    Args:
+        record_type: a frozen dataclass, every field with a default (its names unique in the
+            record that holds it).
+
+    Returns:
+        the dataclass field (default: ``record_type()``); its members are given, read and
+        written by their own names, as if declared in place of the group.
+    """
+    return dataclasses.field(default_factory=record_type, metadata={"group": record_type})
 
 
 def put_in_groups(groups: dict, values: dict) -> None:
     """Move the members of each group (``groups``: field name -> record type) that ``values`` gives
-    by their own names into that group's record, over a record given for the group (``values``
-    changed in place): flat keywords for :class:`Grouped` records and for requests."""
+    by their own names into that group's record (``values`` changed in place): over the record
+    given for the group, else into a new one (its other fields at their defaults)."""
     for name, kind in groups.items():
         own = {f.name: values.pop(f.name) for f in dataclasses.fields(kind) if f.name in values}
-        if own:
-            given = values.get(name)
-            values[name] = kind(**own) if given is None else dataclasses.replace(given, **own)
-
-
-def _field_value(record: Grouped, f, values: dict):
-    """The value of field ``f`` taken out of ``values`` (a group not given: all its defaults)."""
-    group = record.GROUPS.get(f.name)
-    if group is not None:
-        given = values.pop(f.name, None)
-        return group() if given is None else given
-    if f.name in values:
-        return values.pop(f.name)
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    raise TypeError(f"{type(record).__name__} needs {f.name!r}")
+        given = values.get(name)
+        if given is None:
+            values[name] = kind(**own)
+        elif own:
+            values[name] = dataclasses.replace(given, **own)

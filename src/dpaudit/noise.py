@@ -87,9 +87,8 @@ from .lazy import lazy_import
 from .validation import one_of
 
 np = lazy_import("numpy")
-torch = lazy_import(
-    "torch"
-)  # requests and mechanisms validate without torch (docs/architecture.md, rule 2)
+# requests and mechanisms validate without torch (docs/architecture.md, rule 2)
+torch = lazy_import("torch")
 ciphers = lazy_import("cryptography.hazmat.primitives.ciphers")
 
 NOISE_SOURCES = ("os-entropy", "reproducible", "cryptographic", "reproducible-secret")
@@ -166,9 +165,8 @@ def box_muller(
         u2 = np.array(u2, dtype=dt)
     if out is None:
         out = np.empty((2,) + u1.shape, dtype=dt)
-    np.log(
-        u1, out=u1
-    )  # NumPy's vectorised float64 log (measured 3.5x torch's here, and no torch import)
+    # NumPy's vectorised float64 log (measured 3.5x torch's here, and no torch import)
+    np.log(u1, out=u1)
     if dt == np.float64:
         r = np.sqrt(np.multiply(u1, -2.0, out=u1), out=u1)
     else:
@@ -322,12 +320,8 @@ class _AesCtrStream:
 def _gauss_key(entropy) -> bytes:
     """The 32-byte AES key of the Gaussian uniforms, derived from a source's entropy (its own SeedSequence branch, so independent
     of the source's numpy/torch streams)."""
-    return (
-        np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,))
-        .generate_state(8, np.uint32)
-        .astype("<u4")
-        .tobytes()
-    )
+    sequence = np.random.SeedSequence(entropy, spawn_key=(_GAUSS_STREAM_TAG,))
+    return sequence.generate_state(8, np.uint32).astype("<u4").tobytes()
 
 
 def _shape_size(shape) -> tuple[tuple[int, ...], int]:
@@ -349,10 +343,8 @@ class NoiseSource:
         if source in REPRODUCIBLE_SOURCES:
             if seed is None:
                 raise ValueError("reproducible noise needs a seed")
-            entropy = [
-                int(seed),
-                _NOISE_STREAM_TAG if source == "reproducible" else _SECRET_STREAM_TAG,
-            ]
+            tag = _NOISE_STREAM_TAG if source == "reproducible" else _SECRET_STREAM_TAG
+            entropy = [int(seed), tag]
         elif source == "cryptographic":
             self._stream = _ChaCha20Stream()
             entropy = int.from_bytes(self._stream.read(32), "little")
@@ -431,9 +423,8 @@ class NoiseSource:
         k = self._gauss.read_into(np.empty(n, dtype=np.uint64) if words is None else words)
         np.right_shift(k, np.uint64(11), out=k)
         lowest = k.max(initial=0) == 2**53 - 1  # u1 = 2^-53, the lowest cell: rare (2^-53)
-        u1 = np.multiply(
-            k.view(np.int64), -_TWO_POW_M53, out=out, casting="unsafe"
-        )  # exact: k < 2^53
+        # exact: k < 2^53
+        u1 = np.multiply(k.view(np.int64), -_TWO_POW_M53, out=out, casting="unsafe")
         np.add(u1, 1.0, out=u1)
         return refine_lowest_cell(u1, self._u53) if lowest else u1
 
@@ -452,9 +443,8 @@ class NoiseSource:
 
     def _refill32(self) -> None:
         p = _CHUNK_PAIRS
-        if (
-            self._buf32.size != 2 * p
-        ):  # allocated once per source: fresh pages cost as much as the math
+        # allocated once per source: fresh pages cost as much as the math
+        if self._buf32.size != 2 * p:
             self._buf32 = np.empty(2 * p, dtype=np.float32)
             self._work = (
                 np.empty(p),
@@ -478,9 +468,8 @@ class NoiseSource:
             if self._pos32 >= self._buf32.size:
                 self._refill32()
             take = min(n - pos, self._buf32.size - self._pos32)
-            np.multiply(
-                self._buf32[self._pos32 : self._pos32 + take], scale, out=flat[pos : pos + take]
-            )
+            chunk = self._buf32[self._pos32 : self._pos32 + take]
+            np.multiply(chunk, scale, out=flat[pos : pos + take])
             self._pos32 += take
             pos += take
         return out

@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .auditing import target_for, target_from_release
+from .auditing import target_claim, target_for, target_from_release
 from .audit_outputs import shareable_one_run
 from .audits.one_run import OneRunResult, one_run_bounds, plan_coins, write_one_run
 from .audits.power_runs import one_run_power_of
@@ -30,9 +30,9 @@ from .mechanisms.dpsgd.head_audit import HeadTarget
 from .mechanisms.dpsgd.one_run_heads import heads_one_run
 from .mechanisms.dpsgd.one_run_modules import modules_one_run
 from .mechanisms.dpsgd.user_head_audit import UserHeadTarget
-from .noise import NoiseSource
 from .progress import JobProgress
 from .records import Release, read_release
+from .releasing import make_noise_source
 from .requests import AuditRequest
 from .validation import positive_int
 
@@ -69,14 +69,7 @@ def module_setup(a: AuditRequest, release=None):
                 epochs=a.settings.epochs,
             )
         )
-    claim = dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=target.delta,
-        claimed_epsilon=target.claimed_epsilon,
-    )
-    return target.model, target.prepared, target.config, claim
+    return target.model, target.prepared, target.config, target_claim(target)
 
 
 def run_one_run(
@@ -102,11 +95,7 @@ def run_one_run(
     m = positive_int("canaries", audit.protocol.canaries, 2)
     rel, release_id, release_path = _audited_release(audit)
     name = rel.mechanism if rel is not None else audit.mechanism
-    noise = (
-        NoiseSource("reproducible", seed=audit.seed)
-        if audit.trials.reproducible_noise
-        else NoiseSource()
-    )
+    noise = make_noise_source(seed=audit.seed, reproducible_noise=audit.trials.reproducible_noise)
     run_id = uuid.uuid4().hex
     cost = (ledger_path, release_id, run_id) if record else None
     coins = None if plan is None else plan_coins(plan.seeds["coins"], m)
@@ -161,12 +150,13 @@ def _audited_release(audit: AuditRequest) -> tuple[Release | None, str | None, s
     return rel, rel.id, None if given else str(Path(audit.release).resolve())
 
 
-def _train_and_score(name, rel, a: AuditRequest, **kw):
+def _train_and_score(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     """(claim dict, OneRunScores): module models (record level) or DP-SGD head models."""
-    return _modules(name, rel, a, **kw) if name in MODULE_MODELS else _heads(rel, a, **kw)
+    run = dict(canaries=m, noise=noise, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins)
+    return _modules(name, rel, a, cost, run) if name in MODULE_MODELS else _heads(rel, a, cost, run)
 
 
-def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
+def _modules(name, rel, a: AuditRequest, cost, run: dict):
     """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
     if a.settings.privacy_unit != "record":
         raise UsageError(
@@ -183,14 +173,10 @@ def _modules(name, rel, a: AuditRequest, *, m, noise, cost, coins):
             model,
             data,
             cfg,
-            canaries=m,
-            noise=noise,
             seed=a.seed if rel is None else int(rel.seed),
-            kind=a.protocol.one_run_kind,
-            noise_on=not a.no_noise,
-            coins=coins,
             device=device,
-            progress=bar.steps(f"one-run training ({m} canaries)"),
+            progress=bar.steps(f"one-run training ({run['canaries']} canaries)"),
+            **run,
         )
     return claim, scores
 
@@ -206,14 +192,16 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, 
             event=event,
             trials=1,
             mechanism=mechanism,
-            unbounded_reason=None
-            if event is not None
-            else "the no-noise one-run control trains without DP noise",
+            unbounded_reason=None if event is not None else _NO_NOISE_RUN,
             release_id=release_id,
         )
 
 
-def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
+#: Why the ledger counts a no-noise one-run control as unbounded.
+_NO_NOISE_RUN = "the no-noise one-run control trains without DP noise"
+
+
+def _heads(rel, a: AuditRequest, cost, run: dict):
     """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
     audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     if rel is not None:
@@ -229,29 +217,13 @@ def _heads(rel, a: AuditRequest, *, m, noise, cost, coins):
             f"got {a.mechanism!r}."
         )
     if cost is not None:  # (ledger path, release id): the run's cost, before it trains
-        scope = target.private_data()
+        event = None if a.no_noise else target.claimed_event
         _record_cost(
-            target.mechanism,
-            scope["dataset"],
-            target.adjacency,
-            None if a.no_noise else target.claimed_event,
-            *cost,
+            target.mechanism, target.private_data()["dataset"], target.adjacency, event, *cost
         )
     with JobProgress("steps") as bar:
-        scores = heads_one_run(
-            target,
-            canaries=m,
-            noise=noise,
-            seed=seed,
-            kind=a.protocol.one_run_kind,
-            noise_on=not a.no_noise,
-            coins=coins,
-            progress=bar.steps(f"one-run training ({m} canaries)"),
-        )
-    return dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=float(target.delta),
-        claimed_epsilon=float(target.claimed_epsilon),
-    ), scores
+        progress = bar.steps(f"one-run training ({run['canaries']} canaries)")
+        scores = heads_one_run(target, seed=seed, progress=progress, **run)
+    claim = target_claim(target)
+    claim.update(delta=float(target.delta), claimed_epsilon=float(claim["claimed_epsilon"]))
+    return claim, scores

@@ -21,14 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+import rich.progress as bars
 from rich.text import Text
 
 from .console import err_console, print_message
@@ -119,19 +112,19 @@ class _Line:
 def _terminal_bar(unit: str, lines: list[_Line], console):
     """The rich bar of a terminal; its estimate is the same smoothed one as the plain lines'."""
 
-    class EtaColumn(ProgressColumn):
+    class EtaColumn(bars.ProgressColumn):
         def render(self, task) -> Text:
             eta = lines[task.id].eta(time.monotonic()) if task.id < len(lines) else None
             return Text(
                 "ETA " + ("-:--:--" if eta is None else _clock(eta)), style="progress.remaining"
             )
 
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn(f"{unit} {{task.fields[info]}}"),
-        TimeElapsedColumn(),
+    return bars.Progress(
+        bars.TextColumn("{task.description}"),
+        bars.BarColumn(),
+        bars.MofNCompleteColumn(),
+        bars.TextColumn(f"{unit} {{task.fields[info]}}"),
+        bars.TimeElapsedColumn(),
         EtaColumn(),
         console=console,
         transient=False,

@@ -6,6 +6,7 @@ local: :class:`Release`). Readers get a one-line :class:`~dpaudit.errors.DataErr
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import math
 import os
@@ -18,7 +19,7 @@ from pathlib import Path
 from . import __version__
 from .claims import steps_problem, target_problem
 from .errors import AccountingMismatchError, DataError, UsageError
-from .grouped import Grouped
+from .grouped import Grouped, group
 from .paths import results_in, write_atomically
 
 RELEASE_FILE = "release.json"
@@ -113,7 +114,7 @@ class LocalFacts:
     noise_seed_file: str | None = None
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Release(Grouped):
     """One released model (or statistic) and the privacy guarantee it carries. ``guarantee`` is the event tree as data (see
     :mod:`dpaudit.accounting.events`), so any accountant can recompute it. ``epsilon`` is the claim made with ``accountant`` under
@@ -159,25 +160,17 @@ class Release(Grouped):
     guarantee: dict
     seed: int
     noise_source: dict
-    calibration: Calibration = field(default_factory=Calibration)
+    calibration: Calibration = group(Calibration)
     partition: str = "train"
     privacy_unit: str = "record"
     non_private: bool = False
     epsilons: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
-    outputs: Outputs = field(default_factory=Outputs)
-    origin: Origin = field(default_factory=Origin)
-    noise: NoiseFacts = field(default_factory=NoiseFacts)
-    stamp: Stamp = field(default_factory=Stamp)
-    local: LocalFacts = field(default_factory=LocalFacts)
-    GROUPS = {
-        "calibration": Calibration,
-        "outputs": Outputs,
-        "origin": Origin,
-        "noise": NoiseFacts,
-        "stamp": Stamp,
-        "local": LocalFacts,
-    }
+    outputs: Outputs = group(Outputs)
+    origin: Origin = group(Origin)
+    noise: NoiseFacts = group(NoiseFacts)
+    stamp: Stamp = group(Stamp)
+    local: LocalFacts = group(LocalFacts)
 
     def to_dict(self, *, local: bool = False) -> dict:
         """The published form (``release.json``): local-only fields dropped, timings rounded. ``local=True`` keeps them, for
@@ -336,12 +329,8 @@ def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
         raise UsageError(
             f"{name} must be {rule}, got {str(path)!r} (it exists and is not a directory)."
         )
-    missing = []  # the directories this check creates, outermost first
-    p = path
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    missing.reverse()
+    # the directories this check creates, innermost first
+    missing = list(itertools.takewhile(lambda p: not p.exists(), (path, *path.parents)))
     step = "cannot create it"
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -354,7 +343,7 @@ def check_out_dir(out_dir: str | os.PathLike, *, name: str = "out_dir") -> Path:
             f"{name} must be {rule}, got {str(path)!r} ({step}: {e.strerror or type(e).__name__})."
         ) from None
     finally:
-        for d in reversed(missing):  # innermost first; only empty directories made here
+        for d in missing:  # only empty directories made here
             try:
                 d.rmdir()
             except OSError:

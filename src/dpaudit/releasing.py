@@ -342,20 +342,17 @@ class ReleaseSession:
             self.outcome = (
                 f"reservation {rid} settled with release(s) {ids}, published before the end"
             )
-        elif (
-            self.writing is not None
-        ):  # fail closed: a partly written release may be read by someone
+        # fail closed: a partly written release may be read by someone
+        elif self.writing is not None:
             self.kept_open = True
             self.outcome = (
                 f"reservation {rid} kept as spent because release files may have been written "
                 f"to {self.writing} (delete them, then `dpaudit ledger void {rid} --reason ...`)"
             )
         else:
-            what = (
-                "the run ended without a release"
-                if error is None
-                else f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
-            )
+            what = "the run ended without a release"
+            if error is not None:
+                what = f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
             with open_ledger(self.ledger_path) as ledger:
                 ledger.cancel(rid, what)
             self.outcome = f"reservation {rid} cancelled, nothing was released"
@@ -422,12 +419,9 @@ def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
 
 def _say_interrupted(session: ReleaseSession, signal_name: str) -> None:
     """One line on stderr: what the interrupted run kept and what it released."""
-    used = session.seed_use
-    seed = (
-        ""
-        if used is None
-        else f"; noise seed use {used.use} of {used.path} stays used (never drawn from again)"
-    )
+    used, seed = session.seed_use, ""
+    if used is not None:
+        seed = f"; noise seed use {used.use} of {used.path} stays used (never drawn from again)"
     print(
         f"dpaudit: interrupted ({signal_name}): {session.outcome}{seed}.",
         file=sys.stderr,
@@ -452,9 +446,8 @@ def release_session() -> Iterator[ReleaseSession]:
         _close_session(session, e)
         raise
     _SESSION.reset(token)
-    for signum in _close_session(session)[
-        :1
-    ]:  # an interrupt during the final ledger write: honoured after it
+    # an interrupt during the final ledger write: honoured after it
+    for signum in _close_session(session)[:1]:
         signal.raise_signal(signum)
 
 
@@ -491,10 +484,9 @@ class BudgetCheck:
     data_rows: object = None
 
     def keywords(self, *, mechanism: bool = True) -> dict:
+        skip = () if mechanism else ("mechanism",)
         return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if mechanism or f.name != "mechanism"
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip
         }
 
 
@@ -599,6 +591,7 @@ def publish(
 # ---------------------------------------------------------------- the one release skeleton
 
 
+@budget_session
 def release(
     mechanism,
     request,
@@ -635,19 +628,6 @@ def release(
     Returns the Release (the last part's for a multi-release plan).
     """
     mech = registry.mechanism(mechanism) if isinstance(mechanism, str) else mechanism
-    with release_session():
-        return _release_in_session(
-            mech,
-            request,
-            out_dir=out_dir,
-            ledger_path=ledger_path,
-            record=record,
-            progress=progress,
-            prepared=prepared,
-        )
-
-
-def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress, prepared):
     request = mech.validate(request)
     # a typo costs no ledger entry
     one_of("noise_source", getattr(request, "noise_source", "os-entropy"), NOISE_SOURCES)
@@ -669,15 +649,8 @@ def _release_in_session(mech, request, *, out_dir, ledger_path, record, progress
         _reserve_plan(plan, info, data, request, ledger_path=ledger_path, record=record)
         seed_use, noise = _release_noise(request, plan, seed_file)
         phase("training")
-        releases, outputs = _run_verified(
-            mech,
-            plan,
-            data,
-            noise,
-            out_dir,
-            setup_seconds=time.perf_counter() - t0,
-            progress=progress,
-        )
+        setup_seconds = time.perf_counter() - t0
+        releases, outputs = _run_verified(mech, plan, data, noise, out_dir, setup_seconds, progress)
     if seed_use is not None:  # local only: which secret the noise came from (never release.json)
         releases = [dataclasses.replace(r, noise_seed_file=str(seed_use.path)) for r in releases]
     phase("writing the release and recording it in the ledger")
@@ -711,10 +684,9 @@ def _release_noise(request, plan, seed_file) -> tuple:
     return seed_use, noise
 
 
-def _run_verified(
-    mech, plan, data, noise, out_dir: Path, *, setup_seconds: float, progress
-) -> tuple[list, tuple]:
-    """Run ``plan`` and build every part's Release, its claim verified (nothing written yet)."""
+def _run_verified(mech, plan, data, noise, out_dir: Path, setup_seconds: float, progress):
+    """(every part's Release, its claim verified, nothing written yet; the run's outputs) of
+    running ``plan``."""
     timings = {"setup_seconds": setup_seconds}
     t1 = time.perf_counter()
     output = mech.run(plan, data, noise, progress=progress)
@@ -724,7 +696,7 @@ def _run_verified(
         raise AccountingMismatchError(
             f"run outputs must match the plan's {len(parts)} release(s), got {len(outputs)}."
         )
-    releases = [
+    return [
         build_release(
             mech,
             part,
@@ -735,17 +707,15 @@ def _run_verified(
             timings=timings if part.time_run else None,
         )
         for part, out in zip(parts, outputs)
-    ]
-    return releases, outputs
+    ], outputs
 
 
 def _publish_all(mech, plan, releases: list, outputs, out_dir: Path, *, ledger_path, record):
     """Link, write, declare and publish the verified releases (the commit half); the last one."""
     parts = plan.parts or (plan,)
     session = _SESSION.get()
-    if (
-        session is not None
-    ):  # from here on, outputs may exist on disk: an interrupt keeps the budget spent
+    # from here on, outputs may exist on disk: an interrupt keeps the budget spent
+    if session is not None:
         session.writing = str(out_dir)
     if plan.parts:
         releases = list(mech.link_releases(plan, releases))

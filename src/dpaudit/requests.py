@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from .errors import DataError, UsageError
-from .grouped import put_in_groups
+from .grouped import Grouped, group
 from .validation import one_of, open_unit, positive_finite, positive_int
 
 _MISSING = dataclasses.MISSING
@@ -62,12 +62,11 @@ def option(
     return field(default=default, metadata=meta)
 
 
-def options_group(record_type: type):
-    """A request field holding a small frozen record of related options (``record_type``, every
-    field an :func:`option` with a default). Outside, the request stays flat: each member is
-    given, serialised, parsed and spelt on the command line by its own name, as if declared in
-    place of the group (:meth:`Request.option_fields`)."""
-    return field(default_factory=record_type, metadata={"group": record_type})
+#: A request field holding a small frozen record of related options (every field an
+#: :func:`option` with a default). Outside, the request stays flat: each member is given,
+#: serialised, parsed and spelt on the command line by its own name, as if declared in place of
+#: the group (:meth:`Request.option_fields`).
+options_group = group
 
 
 def flag_of(f: dataclasses.Field) -> str:
@@ -81,21 +80,8 @@ def _base_type(tp) -> type:
     return args[0] if args else tp
 
 
-def _groups(cls) -> list[dataclasses.Field]:
-    return [f for f in fields(cls) if f.metadata.get("group")]
-
-
-class _FlatKeywords(type):
-    """Requests are built from flat keywords: a grouped option is given by its own name (and
-    ``dataclasses.replace`` changes it so), merged into its group's record."""
-
-    def __call__(cls, *args, **kwargs):
-        put_in_groups({group.name: group.metadata["group"] for group in _groups(cls)}, kwargs)
-        return super().__call__(*args, **kwargs)
-
-
 @dataclass(frozen=True)
-class Request(metaclass=_FlatKeywords):
+class Request(Grouped):
     """Base of every request type (a frozen dataclass of public, JSON-able scalars).
 
     Subclasses set ``COMMAND`` (the name after ``dpaudit train``; None when a positional field
@@ -118,17 +104,16 @@ class Request(metaclass=_FlatKeywords):
     def option_fields(cls) -> list[dataclasses.Field]:
         """Every option, in declaration order, a group's members in the group's place: the flat
         fields the command line, :meth:`to_dict` and :meth:`from_dict` know."""
+        groups = cls.groups()
         return [
-            member
-            for f in fields(cls)
-            for member in (fields(f.metadata["group"]) if f.metadata.get("group") else (f,))
+            m for f in fields(cls) for m in (fields(groups[f.name]) if f.name in groups else (f,))
         ]
 
     @classmethod
     def field_types(cls) -> dict[str, type]:
         """Each option's scalar type (``Optional[X]`` -> ``X``), resolved from the annotations."""
         hints = {}
-        for owner in (cls, *(g.metadata["group"] for g in _groups(cls))):
+        for owner in (cls, *cls.groups().values()):
             module = sys.modules.get(owner.__module__)
             hints.update(typing.get_type_hints(owner, globalns=vars(module) if module else None))
         return {f.name: _base_type(hints[f.name]) for f in cls.option_fields()}
@@ -147,11 +132,9 @@ class Request(metaclass=_FlatKeywords):
     # ---------------------------------------------------------------- serialisation
     def to_dict(self) -> dict:
         """Every option by name, flat (paths as strings): the form ``release.json`` stores."""
-        flat = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            flat.update(vars(value) if f.metadata.get("group") else {f.name: value})
-        return {k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in flat.items()}
+        return {
+            k: (os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in self.flat().items()
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Request":
@@ -172,11 +155,8 @@ class Request(metaclass=_FlatKeywords):
             )
         types = cls.field_types()
         kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
-        missing = [
-            f.name
-            for f in options
-            if f.default is _MISSING and f.default_factory is _MISSING and f.name not in kwargs
-        ]
+        required = [f.name for f in options if f.default is f.default_factory is _MISSING]
+        missing = [name for name in required if name not in kwargs]
         if missing:
             raise DataError(f"request is missing required keys: {', '.join(missing)}.")
         return cls(**kwargs)
@@ -262,6 +242,8 @@ _NOISE_HELP = "os-entropy (default), cryptographic; --reproducible-noise overrid
 _REPRO_HELP = "Derive DP noise from the published --seed: NOT private (the ledger counts it as unbounded). Off: fresh OS entropy."
 _SEED_HELP = "Public seed: data split, random features, initialisation."
 _DATA_DIR_HELP = "Directory with real data (default: $DPAUDIT_DATA_DIR)."
+_SPLIT_SEED_HELP = "Public split seed (default: the dataset's documented default)."
+_SEEDED_NOISE_HELP = "Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
 #: Where a module model trains (dpaudit.mechanisms.dpsgd.module_training.resolve_device); noise: drawn on the CPU.
 DEVICES = ("cpu", "cuda", "auto")
 _DEVICE_HELP = (
@@ -313,18 +295,15 @@ class DPSGDRequest(Request):
     seed: int = option(42, help=_SEED_HELP)
     non_private: bool = option(False, help="Train without clipping or noise (no privacy claim).")
     reproducible_noise: bool = option(False, help=_REPRO_HELP)
-    noise_source: str = option(
-        "os-entropy", help=_NOISE_HELP
-    )  # a plain string: the release refuses others in one line
+    # a plain string: the release refuses others in one line
+    noise_source: str = option("os-entropy", help=_NOISE_HELP)
     epochs: int | None = option(None, help="Override the epochs (default: 10 images, 30 tabular).")
     batch_size: int | None = option(
         None,
         help="Override the requested batch size (default: 256; heart, digits, breast-cancer 64).",
     )
     profile: str | None = option(None, help=PROFILE_HELP)
-    split_seed: int | None = option(
-        None, help="Public split seed (default: the dataset's documented default)."
-    )
+    split_seed: int | None = option(None, help=_SPLIT_SEED_HELP)
     privacy_unit: str = option(
         "record",
         help="record (default) or user: user-level DP-SGD, adjacency add-remove-user (needs --user-ids, --records-per-user).",
@@ -521,9 +500,7 @@ class DataOptions:
 class TrialOptions:
     """How an audit's trials run: their noise, the controls beside them, and where they run."""
 
-    reproducible_noise: bool = option(
-        False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
-    )
+    reproducible_noise: bool = option(False, help=_SEEDED_NOISE_HELP)
     controls: bool = option(True, help="Also run the no-noise and null controls.")
     control_runs: int | None = option(None, help="Trials per control (default: --runs).")
     workers: int | None = option(
@@ -706,9 +683,7 @@ class NoisySumRequest(Request):
     dataset: str = option(
         "digits", help="Dataset (digits, breast-cancer embedded; others need --data-dir)."
     )
-    data_dir: str | None = option(
-        None, help="Directory with real data (default: $DPAUDIT_DATA_DIR)."
-    )
+    data_dir: str | None = option(None, help=_DATA_DIR_HELP)
     epsilon: float = option(1.0, flag="--eps", help="Target epsilon (> 0).")
     delta: float = option(1e-5, help="Target delta in (0, 1).")
     clipping_norm: float = option(
@@ -721,16 +696,12 @@ class NoisySumRequest(Request):
     )
     seed: int = option(42, help="Public seed (recorded; the audit's public randomness).")
     non_private: bool = option(False, help="Release the exact clipped sum (no privacy claim).")
-    reproducible_noise: bool = option(
-        False, help="Derive DP noise from --seed (marked in the release). Off: fresh OS entropy."
-    )
+    reproducible_noise: bool = option(False, help=_SEEDED_NOISE_HELP)
     noise_source: str = option(
         "os-entropy", choices=NOISE_SOURCES, help="os-entropy (default), cryptographic."
     )
     profile: str | None = option(None, help="Preprocessing profile (default: the dataset's).")
-    split_seed: int | None = option(
-        None, help="Public split seed (default: the dataset's documented default)."
-    )
+    split_seed: int | None = option(None, help=_SPLIT_SEED_HELP)
 
 
 #: The request type of each built-in family, or of a mechanism by name (any other mechanism's comes from its MECHANISM).

@@ -124,7 +124,7 @@ class Publishing:
     time_run: bool = True
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class ReleasePlan(Grouped):
     """Everything a release will be, fixed before the private data are touched (public only).
 

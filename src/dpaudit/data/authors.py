@@ -36,7 +36,7 @@ from pathlib import Path
 from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
-from .base import PreparedDataset, resolve_data_dir
+from .base import PreparedDataset, partitions, resolve_data_dir
 from .files import hash_and_verify, sums_note
 from .images import apply_profile, load_cifar10_raw, load_mnist_raw
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
@@ -81,11 +81,7 @@ class SplitIndices:
     test: np.ndarray
 
     def sizes(self) -> dict[str, int]:
-        return {
-            "train": int(self.train.size),
-            "val": int(self.val.size),
-            "test": int(self.test.size),
-        }
+        return {p: int(getattr(self, p).size) for p in ("train", "val", "test")}
 
     def sha256(self) -> dict[str, str]:
         """SHA-256 of each partition's *sorted* int64 indices (the set, independent of order)."""
@@ -175,21 +171,8 @@ def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------- Heart (Kaggle format)
 
 HEART_FILE = "heart_kaggle.csv"
-HEART_COLUMNS = (
-    "age",
-    "sex",
-    "cp",
-    "trestbps",
-    "chol",
-    "fbs",
-    "restecg",
-    "thalach",
-    "exang",
-    "oldpeak",
-    "slope",
-    "ca",
-    "thal",
-    "target",
+HEART_COLUMNS = tuple(
+    "age sex cp trestbps chol fbs restecg thalach exang oldpeak slope ca thal target".split()
 )
 HEART_SCHEMA: tuple[Field, ...] = (
     NumericField("age", 0.0, 120.0, "years"),
@@ -328,18 +311,17 @@ def load(info, data_dir=None, split_seed: int | None = None):
     rows = load_rows(info.name, data_dir)
     if info.kind == "tabular":
         idx = tabular_split(len(rows.y), seed)
-        parts = {
-            p: (rows.x[getattr(idx, p)], rows.y[getattr(idx, p)]) for p in ("train", "val", "test")
-        }
-        n_classes = 2
+        arrays, n_classes = partitions(rows.x, rows.y, idx.train, idx.val, idx.test), 2
     else:
         idx = image_split(len(rows.y), len(rows.y_test), seed)
-        parts = {
-            "train": (apply_profile(rows.x[idx.train], "raw01")[0], rows.y[idx.train]),
-            "val": (apply_profile(rows.x[idx.val], "raw01")[0], rows.y[idx.val]),
-            "test": (apply_profile(rows.x_test[idx.test], "raw01")[0], rows.y_test[idx.test]),
-        }
-        n_classes = 10
+        arrays, n_classes = {}, 10
+        for p, x, y in (
+            ("train", rows.x, rows.y),
+            ("val", rows.x, rows.y),
+            ("test", rows.x_test, rows.y_test),
+        ):
+            arrays[f"x_{p}"] = apply_profile(x[getattr(idx, p)], "raw01")[0]
+            arrays[f"y_{p}"] = y[getattr(idx, p)]
     hashes = idx.sha256()
     notes = (
         rows.notes
@@ -350,12 +332,7 @@ def load(info, data_dir=None, split_seed: int | None = None):
     data = PreparedDataset(
         name=info.name,
         kind=info.kind,
-        x_train=parts["train"][0],
-        y_train=parts["train"][1],
-        x_val=parts["val"][0],
-        y_val=parts["val"][1],
-        x_test=parts["test"][0],
-        y_test=parts["test"][1],
+        **arrays,
         n_classes=n_classes,
         split_seed=seed,
         profile=AUTHORS_PROFILE,

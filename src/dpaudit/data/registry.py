@@ -23,7 +23,15 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
 from . import authors
-from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+from .images import (
+    CIFAR_FILES,
+    CIFAR_FOLDER,
+    IMAGE_PROFILES,
+    MNIST_FILES,
+    apply_profile,
+    load_cifar10_raw,
+    load_mnist_raw,
+)
 from .tabular import (
     BREAST_CANCER_SCHEMA,
     CARDIO_N_ROWS,
@@ -34,7 +42,7 @@ from .tabular import (
     load_cardio_raw,
     load_heart_raw,
 )
-from .base import BackgroundDigest, PreparedDataset, resolve_data_dir
+from .base import BackgroundDigest, PreparedDataset, partitions, resolve_data_dir
 from .files import sums_note
 from .rows import SOURCES, TEST_OFFSET, row_sets
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
@@ -65,26 +73,16 @@ class DatasetInfo:
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name,
-            "kind": self.kind,
-            "needs_files": self.needs_files,
-            "split_sizes": dict(self.split_sizes),
-            "n_features": self.n_features,
-            "n_classes": self.n_classes,
-            "description": self.description,
+            **dataclasses.asdict(self),
             "files": list(self.files),
             "image_shape": list(self.image_shape) if self.image_shape else None,
             "profiles": list(self.profiles),
-            "default_profile": self.default_profile,
-            "default_split_seed": self.default_split_seed,
         }
 
 
 def _sizes(train: int, val: int, test: int) -> dict:
     return {"train": train, "val": val, "test": test}
 
-
-_IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
 DATASETS: dict[str, DatasetInfo] = {
     "mnist": DatasetInfo(
@@ -95,17 +93,9 @@ DATASETS: dict[str, DatasetInfo] = {
         784,
         10,
         "MNIST handwritten digits (LeCun et al.), 28x28 grayscale; official test set; train split 85/15.",
-        tuple(
-            f"mnist/{n}"
-            for n in (
-                "train-images-idx3-ubyte.gz",
-                "train-labels-idx1-ubyte.gz",
-                "t10k-images-idx3-ubyte.gz",
-                "t10k-labels-idx1-ubyte.gz",
-            )
-        ),
+        tuple(f"mnist/{n}" for n in MNIST_FILES),
         (1, 28, 28),
-        _IMAGE_PROFILES + (AUTHORS_PROFILE,),
+        IMAGE_PROFILES + (AUTHORS_PROFILE,),
         "raw01",
     ),
     "cifar10": DatasetInfo(
@@ -116,20 +106,9 @@ DATASETS: dict[str, DatasetInfo] = {
         3072,
         10,
         "CIFAR-10 (Krizhevsky), 32x32 colour; official test batch; train split 85/15.",
-        tuple(
-            f"cifar10/cifar-10-batches-py/{n}"
-            for n in (
-                "data_batch_1",
-                "data_batch_2",
-                "data_batch_3",
-                "data_batch_4",
-                "data_batch_5",
-                "test_batch",
-                "batches.meta",
-            )
-        ),
+        tuple(f"cifar10/{CIFAR_FOLDER}/{n}" for n in CIFAR_FILES),
         (3, 32, 32),
-        _IMAGE_PROFILES + (AUTHORS_PROFILE,),
+        IMAGE_PROFILES + (AUTHORS_PROFILE,),
         "raw01",
     ),
     "cardio": DatasetInfo(
@@ -170,7 +149,7 @@ DATASETS: dict[str, DatasetInfo] = {
         "needs no files.",
         (),
         (1, 8, 8),
-        _IMAGE_PROFILES,
+        IMAGE_PROFILES,
         "raw01",
     ),
     "breast-cancer": DatasetInfo(
@@ -320,12 +299,7 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
     return PreparedDataset(
         name=info.name,
         kind="tabular",
-        x_train=x[tr],
-        y_train=y[tr],
-        x_val=x[va],
-        y_val=y[va],
-        x_test=x[te],
-        y_test=y[te],
+        **partitions(x, y, tr, va, te),
         n_classes=2,
         split_seed=seed,
         profile="default",
@@ -409,12 +383,7 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
     return PreparedDataset(
         name="digits",
         kind="image",
-        x_train=x[tr],
-        y_train=y[tr],
-        x_val=x[va],
-        y_val=y[va],
-        x_test=x[te],
-        y_test=y[te],
+        **partitions(x, y, tr, va, te),
         n_classes=10,
         split_seed=seed,
         profile=profile,

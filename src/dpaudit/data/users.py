@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
-from .base import PreparedDataset, array_sha256
+from .base import PreparedDataset, array_sha256, partitions
 from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
 
@@ -246,12 +246,7 @@ def split_prepared_by_users(
     )
     return dataclasses.replace(
         prepared,
-        x_train=x[tr],
-        y_train=y[tr],
-        x_val=x[va],
-        y_val=y[va],
-        x_test=x[te],
-        y_test=y[te],
+        **partitions(x, y, tr, va, te),
         split_seed=seed,
         user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
         notes=(prepared.notes + " " if prepared.notes else "") + note + ".",

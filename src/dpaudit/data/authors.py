@@ -38,7 +38,7 @@ from ..lazy import lazy_import
 from ..validation import non_negative_int
 from .base import PreparedDataset, partitions, resolve_data_dir
 from .files import hash_and_verify, sums_note
-from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+from .images import CIFAR_MD5_NOTE, apply_profile, load_official
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from .tabular import (
     CARDIO_COLUMNS,
@@ -280,23 +280,13 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
             f"dataset for the authors' profile must be one of {', '.join(AUTHORS_DATASETS)}, got {name!r}."
         )
 
-    if name == "mnist":
-        x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
-        note = (
-            "authors' pipeline: official MNIST test set, ToTensor pixels in [0, 1]; "
-            + sums_note(root, root / "mnist", tuple(src))
-        )
+    x_tr, y_tr, x_te, y_te, src, official, sums = load_official(root, name)
+    if official is None:
+        note = f"authors' pipeline: official MNIST test set, ToTensor pixels in [0, 1]; {sums}"
     else:
-        x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
         note = (
             "authors' pipeline: official CIFAR-10 test batch, ToTensor pixels in [0, 1]; "
-            + (
-                "files match the official md5 list"
-                if official
-                else "files are NOT the official CIFAR-10 batches (md5 differs)"
-            )
-            + "; "
-            + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src))
+            f"{CIFAR_MD5_NOTE[official]}; {sums}"
         )
     # The images stay uint8 here; load() converts each partition once (ToTensor = raw01 arithmetic).
     _, shape = apply_profile(x_tr[:1], "raw01")

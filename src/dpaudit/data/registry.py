@@ -26,11 +26,11 @@ from . import authors
 from .images import (
     CIFAR_FILES,
     CIFAR_FOLDER,
+    CIFAR_MD5_NOTE,
     IMAGE_PROFILES,
     MNIST_FILES,
     apply_profile,
-    load_cifar10_raw,
-    load_mnist_raw,
+    load_official,
 )
 from .tabular import (
     BREAST_CANCER_SCHEMA,
@@ -312,26 +312,14 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
 
 
 def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDataset:
-    root = resolve_data_dir(data_dir)
-    if which == "mnist":
-        x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
-        notes = (
-            "official MNIST test set; training set split 85/15; "
-            + sums_note(root, root / "mnist", tuple(src))
-            + "."
-        )
+    x_tr, y_tr, x_te, y_te, src, official, sums = load_official(resolve_data_dir(data_dir), which)
+    if official is None:
+        notes = f"official MNIST test set; training set split 85/15; {sums}."
     else:
-        x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
+        verified = "." if official else "; structure verified only."
         notes = (
             "official CIFAR-10 test batch; training batches split 85/15; "
-            + (
-                "files match the official md5 list."
-                if official
-                else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
-            )
-            + " "
-            + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src))
-            + "."
+            f"{CIFAR_MD5_NOTE[official]}{verified} {sums}."
         )
     tr, va = train_val_indices(len(y_tr), seed, 85)
     # Apply the profile per partition so memory stays at one float copy of each; each finished

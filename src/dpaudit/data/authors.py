@@ -37,7 +37,7 @@ from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
 from .base import PreparedDataset, partitions, resolve_data_dir
-from .files import hash_and_verify, sums_note
+from .files import count_note, hash_and_verify, sums_note
 from .images import CIFAR_MD5_NOTE, apply_profile, load_official
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from .tabular import (
@@ -260,21 +260,9 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
         else:
             x, y = prepare_heart(folder / fname)
             expected, names, kept = HEART_N_ROWS, HEART_FEATURES, "exact-duplicate removal kept"
-        note = f"authors' pipeline: {kept} {len(y)} rows"
-        if len(y) != expected:
-            note += (
-                f" (the original file gives {expected}: this file differs from the published one)"
-            )
-        return AuthorsRows(
-            x,
-            y,
-            None,
-            None,
-            None,
-            names,
-            dict(src),
-            note + "; " + sums_note(root, folder, (fname,)),
-        )
+        note = f"authors' pipeline: {count_note(kept, len(y), expected)}"
+        note += "; " + sums_note(root, folder, (fname,))
+        return AuthorsRows(x, y, None, None, None, names, dict(src), note)
     if name not in ("mnist", "cifar10"):
         raise DataError(
             f"dataset for the authors' profile must be one of {', '.join(AUTHORS_DATASETS)}, got {name!r}."

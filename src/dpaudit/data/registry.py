@@ -43,7 +43,7 @@ from .tabular import (
     load_heart_raw,
 )
 from .base import BackgroundDigest, PreparedDataset, partitions, resolve_data_dir
-from .files import sums_note
+from .files import count_note, sums_note
 from .rows import SOURCES, TEST_OFFSET, row_sets
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 
@@ -261,37 +261,24 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
         return _load_digits(info, seed, profile)
     if name == "breast-cancer":
         x, y = load_breast_cancer_encoded()
-        return _tabular(
-            info,
-            x,
-            y,
-            seed,
-            feature_names(BREAST_CANCER_SCHEMA),
-            {},
-            "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.",
-            np.arange(len(y)),
-        )
+        note = "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular."
+        return _tabular(info, x, y, seed, BREAST_CANCER_SCHEMA, {}, note, np.arange(len(y)))
     if name == "cardio":
         root = resolve_data_dir(data_dir)
         x, y, src, file_ids = load_cardio_raw(root)
-        note = f"cohort filters kept {len(y)} rows"
-        if len(y) != CARDIO_N_ROWS:
-            note += f" (the original file gives {CARDIO_N_ROWS}: this file differs from the published one)"
+        note = count_note("cohort filters kept", len(y), CARDIO_N_ROWS)
         note += "; " + sums_note(root, root / "cardio", tuple(src))
-        return _tabular(info, x, y, seed, feature_names(CARDIO_SCHEMA), src, note + ".", file_ids)
+        return _tabular(info, x, y, seed, CARDIO_SCHEMA, src, note + ".", file_ids)
     if name == "heart":
         root = resolve_data_dir(data_dir)
         x, y, src = load_heart_raw(root, "cleveland")
-        note = "UCI Cleveland processed file; target num > 0; " + sums_note(
-            root, root / "heart", tuple(src)
-        )
-        return _tabular(
-            info, x, y, seed, feature_names(HEART_SCHEMA), src, note + ".", np.arange(len(y))
-        )
+        sums = sums_note(root, root / "heart", tuple(src))
+        note = f"UCI Cleveland processed file; target num > 0; {sums}."
+        return _tabular(info, x, y, seed, HEART_SCHEMA, src, note, np.arange(len(y)))
     raise AssertionError(name)
 
 
-def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
+def _tabular(info, x, y, seed, schema, src, notes, file_ids) -> PreparedDataset:
     tr, va, te = split_indices(len(y), seed, 70, 15)
     rows = row_sets(
         SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]}
@@ -304,7 +291,7 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
         split_seed=seed,
         profile="default",
         image_shape=None,
-        feature_names=tuple(names),
+        feature_names=feature_names(schema),
         source_files=dict(src),
         notes=notes,
         rows=rows,

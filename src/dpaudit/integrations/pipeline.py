@@ -954,22 +954,16 @@ class PipelineCheck:
     def _figures(self, codes: set, delta: float, accountant: str) -> dict:
         """The epsilons recorded beside the claim: the executed composition's when the settings or the
         accountant disagree with it, the no-amplification bound for non-Poisson batches."""
+        figures = (
+            ("executed", _EXECUTED_CODES, self.executed_event, _EXECUTED_LABEL),
+            ("no_amplification", _NON_POISSON_CODES, self.no_amplification_event, _BOUND_LABEL),
+        )
         out: dict = {}
-        if codes & _EXECUTED_CODES and self.noised:
-            ev = self.executed_event()
-            out["executed"] = {
-                "event": ev.to_dict(),
-                "epsilon": _epsilon_or_none(ev, delta, accountant),
-                "label": "the composition the steps executed (settings read at every step); "
-                "not certified",
-            }
-        if codes & _NON_POISSON_CODES and self.noised:
-            ev = self.no_amplification_event()
-            out["no_amplification"] = {
-                "event": ev.to_dict(),
-                "epsilon": _epsilon_or_none(ev, delta, accountant),
-                "label": "upper bound without amplification (each record once per epoch); not certified",
-            }
+        for key, codes_of, event_of, label in figures:
+            if codes & codes_of and self.noised:
+                ev = event_of()
+                epsilon = _epsilon_or_none(ev, delta, accountant)
+                out[key] = {"event": ev.to_dict(), "epsilon": epsilon, "label": label}
         return out
 
     def _accountant_epsilon(self, delta: float) -> float | None:
@@ -1016,6 +1010,8 @@ _EXECUTED_CODES = frozenset(
 )
 _NON_POISSON_CODES = frozenset({"not-poisson", "fixed-batch-size", "not-poisson-records"})
 _EPS_ROUNDING = 1e-6
+_EXECUTED_LABEL = "the composition the steps executed (settings read at every step); not certified"
+_BOUND_LABEL = "upper bound without amplification (each record once per epoch); not certified"
 
 
 def _epsilon_or_none(event, delta: float, accountant: str) -> float | None:

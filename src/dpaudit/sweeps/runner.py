@@ -173,11 +173,9 @@ def run_sweep(
             _unfinished(spec, tasks, store, opts, summary), context, store, summary
         )
         held = (
-            {}
-            if not opts.record
-            else budget_reserve(
-                run_tasks, context.ledger_path, spec.name, data_dir=context.data_dir
-            )
+            budget_reserve(run_tasks, context.ledger_path, spec.name, data_dir=context.data_dir)
+            if opts.record
+            else {}
         )
         context = dataclasses.replace(context, reservations=tuple(held.items()))
         try:

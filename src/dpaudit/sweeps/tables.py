@@ -335,18 +335,8 @@ def contrasts_markdown(contrast_rows: list[dict], *, limit: int | None = None) -
 
 
 def win_tie_loss_markdown(wtl: list[dict]) -> str:
-    rows = [
-        [
-            w["reference"],
-            w["comparator"],
-            w["metric"],
-            str(w["wins"]),
-            str(w["ties"]),
-            str(w["losses"]),
-            str(w["conditions"]),
-        ]
-        for w in wtl
-    ]
+    keys = ("reference", "comparator", "metric", "wins", "ties", "losses", "conditions")
+    rows = [[str(w[k]) for k in keys] for w in wtl]
     return _md_table(
         ["reference", "comparator", "metric", "higher", "tied", "lower", "conditions"], rows
     )

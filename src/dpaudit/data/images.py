@@ -187,9 +187,8 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     with open(path, "rb") as f:
         # read straight into the array's own memory (no zeroed buffer first, no copy afterwards)
         raw = np.empty(os.fstat(f.fileno()).st_size, dtype=np.uint8)
-        raw = raw[
-            : f.readinto(raw)
-        ]  # shorter when the file changed size while read (checked below)
+        # shorter when the file changed size while read (checked below)
+        raw = raw[: f.readinto(raw)]
     head = 4 + 4 * ndim
     if raw[:4].tolist() != [0, 0, 0x08, ndim]:
         raise DataError(

@@ -342,9 +342,8 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
     bunch = load_digits()
     images = np.asarray(bunch.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
     y = np.asarray(bunch.target, dtype=np.int64)
-    t = images[:, None] / np.float32(
-        DIGITS_MAX
-    )  # float32 operations: torch's floats, without importing torch
+    # float32 operations: torch's floats, without importing torch
+    t = images[:, None] / np.float32(DIGITS_MAX)
     if profile == "centered":
         t = (t - np.float32(0.5)) / np.float32(0.5)
     elif profile == "half-resolution":

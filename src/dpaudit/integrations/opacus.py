@@ -440,14 +440,11 @@ class OpacusCanaries:
         bounds = self._bounds(model, delta, confidence)
         own = self.findings(model)
         if pipeline is not None:
-            bounds.update(
-                pipeline.record(
-                    bounds["delta"],
-                    claim=self._audited_claim(),
-                    claimed_epsilon=bounds["claimed_epsilon"],
-                    extra=own,
-                )
+            claim, claimed = self._audited_claim(), bounds["claimed_epsilon"]
+            record = pipeline.record(
+                bounds["delta"], claim=claim, claimed_epsilon=claimed, extra=own
             )
+            bounds.update(record)
         elif own:
             bounds.update({"findings": [f.to_dict() for f in own], "certified": NOT_CERTIFIED})
         result = OneRunResult(

@@ -498,11 +498,9 @@ def load_records(store_path: str | os.PathLike) -> tuple[str | None, list[dict]]
 
 def stored_tables(request: SweepRequest) -> dict:
     """``--table``: the tables of ``--store`` (default: the spec's sweep folder)."""
-    store = (
-        request.store
-        if request.store is not None
-        else sweep_dir(request.out, request.sweep_spec().name)
-    )
+    store = request.store
+    if store is None:
+        store = sweep_dir(request.out, request.sweep_spec().name)
     name, records = load_records(store)
     return sweep_tables(records, name=name)
 

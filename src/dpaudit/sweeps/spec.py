@@ -477,12 +477,8 @@ def parse_spec(
 # ---- Built-in specs
 
 #: The five frozen-feature and logistic models of the DP-RVFL study (paper 001, section 3).
-FROZEN_AND_LOGISTIC = (
-    "dp-rvfl",
-    "dp-elm-sgd",
-    "frozen-dense-matched",
-    "logistic-raw",
-    "logistic-projected",
+FROZEN_AND_LOGISTIC = tuple(
+    "dp-rvfl dp-elm-sgd frozen-dense-matched logistic-raw logistic-projected".split()
 )
 #: Models with a trainable representation; the primary grid runs them at eps = 2 only.
 TRAINABLE = ("dp-dense", "dp-cnn", "dp-attention")

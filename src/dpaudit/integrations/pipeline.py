@@ -557,13 +557,8 @@ class PipelineCheck:
         def add_noise():
             if self._outside is not None:
                 self._outside.at_dp_step()
-            now = optimizer_settings(optimizer, self.data_loader, self.sample_rate)
-            self.noise(
-                now["noise_multiplier"],
-                now["max_grad_norm"],
-                sample_rate=now["sample_rate"],
-                expected_batch_size=now["expected_batch_size"],
-            )
+            # the settings this step runs with, read now: a change is a finding
+            self.noise(**optimizer_settings(optimizer, self.data_loader, self.sample_rate))
             self.step()  # Opacus updates exactly when it adds noise (pre_step)
             self._dp_step_open = True
             noise()

@@ -484,14 +484,12 @@ class OpacusCanaries:
             and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))
         ]
         if moved:
-            out.append(
-                Finding(
-                    "changed-after-training",
-                    f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
-                    f"coordinates.",
-                    "the audited model is not the DP-trained one: not certified.",
-                )
+            seen = (
+                f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
+                f"coordinates."
             )
+            why = "the audited model is not the DP-trained one: not certified."
+            out.append(Finding("changed-after-training", seen, why))
         return out
 
     def _audited_claim(self):

@@ -637,29 +637,24 @@ class PipelineCheck:
             or type(getattr(loader, "batch_sampler", None)).__name__
         )
         if loader is not None and name not in _POISSON_SAMPLERS:
-            out.append(
-                Finding(
-                    "not-poisson",
-                    f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "
-                    f"assumes Poisson sampling at q = {q:.6g}.",
-                    "the Poisson amplification in the accounted epsilon does not apply; see no_amplification_event.",
-                )
+            seen = (
+                f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "
+                f"assumes Poisson sampling at q = {q:.6g}."
             )
+            why = "the Poisson amplification in the accounted epsilon does not apply; see no_amplification_event."
+            out.append(Finding("not-poisson", seen, why))
         sizes = [x["records"] for x in self.noised]
         if len(sizes) >= 3 and q is not None and self.dataset_size:
             p = fixed_size_chance(sizes, n=int(self.dataset_size), q=float(q))
             if p < FIXED_SIZE_P:
                 k = int(np.bincount(sizes).max())
-                out.append(
-                    Finding(
-                        "fixed-batch-size",
-                        f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
-                        f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
-                        f"that chance is at most {p:.3g}"
-                        + (" (below float range)." if p == 0 else "."),
-                        "batches are not Poisson-sampled: the accounted epsilon is not certified.",
-                    )
+                seen = (
+                    f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
+                    f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
+                    f"that chance is at most {p:.3g}" + (" (below float range)." if p == 0 else ".")
                 )
+                why = "batches are not Poisson-sampled: the accounted epsilon is not certified."
+                out.append(Finding("fixed-batch-size", seen, why))
         return out + self._rate_findings(sizes) + weight_findings(loader, q)
 
     def _rate_findings(self, sizes) -> list[Finding]:
@@ -775,14 +770,12 @@ class PipelineCheck:
             out.append(Finding("non-private-update", seen, why))
         # moved since the last DP step, or since attach when none ran
         if self._params and self._params_moved():
-            out.append(
-                Finding(
-                    "changed-after-training",
-                    "the DP-optimised parameters changed after the last DP step, or without any "
-                    "(e.g. non-private fine-tuning, another optimizer).",
-                    "the audited model is not the DP-trained one: not certified.",
-                )
+            seen = (
+                "the DP-optimised parameters changed after the last DP step, or without any "
+                "(e.g. non-private fine-tuning, another optimizer)."
             )
+            why = "the audited model is not the DP-trained one: not certified."
+            out.append(Finding("changed-after-training", seen, why))
         return out
 
     def _normaliser_findings(self) -> list[Finding]:
@@ -808,24 +801,20 @@ class PipelineCheck:
             why = "the accounted composition is not the executed one."
             out.append(Finding("noise-steps", seen, why))
         if self.unnoised_updates:
-            out.append(
-                Finding(
-                    "noise-steps",
-                    f"{self.unnoised_updates} of {self.updates} parameter updates had no noise added since "
-                    f"the previous one.",
-                    "those updates release clipped gradients without noise: no DP.",
-                )
+            seen = (
+                f"{self.unnoised_updates} of {self.updates} parameter updates had no noise added since "
+                f"the previous one."
             )
+            why = "those updates release clipped gradients without noise: no DP."
+            out.append(Finding("noise-steps", seen, why))
         multi = [x["passes"] for x in self.noised if x["passes"] > 1]
         if multi:
-            out.append(
-                Finding(
-                    "accumulation",
-                    f"{len(multi)} noise additions covered up to {max(multi)} backward passes each.",
-                    f"each noise addition covers several batches of rate q = {self.sample_rate}: the per-step rate is "
-                    f"larger than the accounted one.",
-                )
+            seen = f"{len(multi)} noise additions covered up to {max(multi)} backward passes each."
+            why = (
+                f"each noise addition covers several batches of rate q = {self.sample_rate}: the per-step rate is "
+                f"larger than the accounted one."
             )
+            out.append(Finding("accumulation", seen, why))
         return out
 
     def _setting_findings(self) -> list[Finding]:
@@ -833,13 +822,9 @@ class PipelineCheck:
         executed = self._executed_history()
         claimed = self._merged(self._claimed_history())
         if self._accountant is not None and executed != claimed:
-            out.append(
-                Finding(
-                    "accountant-history",
-                    f"the accountant's history {claimed} differs from the executed {executed}.",
-                    "the accounted epsilon is not the executed run's.",
-                )
-            )
+            seen = f"the accountant's history {claimed} differs from the executed {executed}."
+            why = "the accounted epsilon is not the executed run's."
+            out.append(Finding("accountant-history", seen, why))
         return out
 
     def _executed_history(self) -> list:

@@ -265,16 +265,16 @@ def weight_findings(loader, q) -> list[Finding]:
     )
     top = w.max() / w.sum()
     rate = 1 - (1 - top) ** int(size) if replacement else min(1.0, int(size) * top)
-    return [
-        Finding(
-            "non-uniform-sampler",
-            f"the loader draws records with unequal weights (max / mean {w.max() / w.mean():.4g}): the "
-            f"most-weighted record is in a batch of {int(size)} with chance {rate:.4g} per step against the "
-            f"accounted q = {q:.6g}.",
-            "records are not sampled at one rate q: the accounted epsilon does not hold for the most-weighted "
-            "records; not certified.",
-        )
-    ]
+    seen = (
+        f"the loader draws records with unequal weights (max / mean {w.max() / w.mean():.4g}): the "
+        f"most-weighted record is in a batch of {int(size)} with chance {rate:.4g} per step against the "
+        f"accounted q = {q:.6g}."
+    )
+    why = (
+        "records are not sampled at one rate q: the accounted epsilon does not hold for the most-weighted "
+        "records; not certified."
+    )
+    return [Finding("non-uniform-sampler", seen, why)]
 
 
 class ParamsOutsideDP:
@@ -318,14 +318,12 @@ class ParamsOutsideDP:
         names = ", ".join(plain_name(n) for n in self.changed[:8]) + (
             " ..." if len(self.changed) > 8 else ""
         )
-        return [
-            Finding(
-                "unclipped-parameters",
-                f"{len(self.changed)} parameters of the model changed outside the DP optimizer's steps "
-                f"({names}).",
-                "their updates used gradients without per-sample clipping and noise: no DP, not certified.",
-            )
-        ]
+        seen = (
+            f"{len(self.changed)} parameters of the model changed outside the DP optimizer's steps "
+            f"({names})."
+        )
+        why = "their updates used gradients without per-sample clipping and noise: no DP, not certified."
+        return [Finding("unclipped-parameters", seen, why)]
 
 
 def fingerprint(param) -> tuple:
@@ -668,14 +666,12 @@ class PipelineCheck:
         )
         if p >= FIXED_SIZE_P:
             return []
-        return [
-            Finding(
-                "sample-rate",
-                f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
-                f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g}).",
-                "batches are not drawn at the accounted rate: the accounted epsilon is not certified.",
-            )
-        ]
+        seen = (
+            f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
+            f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g})."
+        )
+        why = "batches are not drawn at the accounted rate: the accounted epsilon is not certified."
+        return [Finding("sample-rate", seen, why)]
 
     def _draw_findings(self) -> list[Finding]:
         """The loader's draws against what was trained: the same batches, and per-record counts that
@@ -685,14 +681,12 @@ class PipelineCheck:
             return []
         trained = [x["records"] for x in self.noised]
         if not trained_from_draws(trained, d["sizes"]):
-            return [
-                Finding(
-                    "not-from-loader",
-                    f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
-                    f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
-                    "the batches trained were drawn elsewhere: their sampling is unchecked and not certified.",
-                )
-            ]
+            seen = (
+                f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
+                f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records)."
+            )
+            why = "the batches trained were drawn elsewhere: their sampling is unchecked and not certified."
+            return [Finding("not-from-loader", seen, why)]
         return self._inclusion_findings(d) if self._counts_testable(d) else []
 
     def _counts_testable(self, d: dict) -> bool:
@@ -714,15 +708,15 @@ class PipelineCheck:
             return []
         k = int((d["counts"] == b).sum())
         want = len(d["counts"]) * float(stats.binom.pmf(b, steps, q))
-        return [
-            Finding(
-                "not-poisson-records",
-                f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
-                f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g}).",
-                "records are not included independently per step (e.g. shuffled epochs): the Poisson "
-                "amplification in the accounted epsilon does not apply; see no_amplification_event.",
-            )
-        ]
+        seen = (
+            f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
+            f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g})."
+        )
+        why = (
+            "records are not included independently per step (e.g. shuffled epochs): the Poisson "
+            "amplification in the accounted epsilon does not apply; see no_amplification_event."
+        )
+        return [Finding("not-poisson-records", seen, why)]
 
     def _noise_findings(self) -> list[Finding]:
         """Updates whose measured noise is too small for the declared noise multiplier: a one-sided chi^2
@@ -783,15 +777,15 @@ class PipelineCheck:
         n, q = self.dataset_size, self.sample_rate
         if not n or q is None or not any(_normaliser_moves(b, int(n), float(q)) for b in norms):
             return []
-        return [
-            Finding(
-                "size-derived-normaliser",
-                f"gradients are divided by {sorted(norms)} = int(N q) of the private size N = {n}; "
-                f"with one record added or removed that divisor changes.",
-                "neighbouring datasets run different mechanisms (Opacus #571): the accounted epsilon is not certified; "
-                "divide by a public constant or use loss_reduction='sum'.",
-            )
-        ]
+        seen = (
+            f"gradients are divided by {sorted(norms)} = int(N q) of the private size N = {n}; "
+            f"with one record added or removed that divisor changes."
+        )
+        why = (
+            "neighbouring datasets run different mechanisms (Opacus #571): the accounted epsilon is not certified; "
+            "divide by a public constant or use loss_reduction='sum'."
+        )
+        return [Finding("size-derived-normaliser", seen, why)]
 
     def _step_findings(self) -> list[Finding]:
         out = []
@@ -961,28 +955,24 @@ class PipelineCheck:
         ref = max(float(claimed_epsilon), same if same is not None else float(claimed_epsilon))
         if acc_eps <= ref * (1 + _EPS_ROUNDING) + _EPS_ROUNDING:
             return []
-        return [
-            Finding(
-                "accountant-epsilon",
-                f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
-                f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
-                "the claim understates what the run spent: not certified.",
-            )
-        ]
+        seen = (
+            f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
+            f"{float(claimed_epsilon):.6g} at delta {delta:g}."
+        )
+        why = "the claim understates what the run spent: not certified."
+        return [Finding("accountant-epsilon", seen, why)]
 
 
 def _white_box_findings(bound) -> list[Finding]:
     if bound is None or not bound.violation:
         return []
-    return [
-        Finding(
-            "white-box-epsilon",
-            f"the white-box canaries bound the executed mechanism's epsilon below by {bound.epsilon_lb:.4g} "
-            f"(noise multiplier at most {bound.noise_upper:.4g}, canary weight at least "
-            f"{bound.sensitivity_lower:.4g} C), above the claimed {bound.claimed_epsilon:.4g}.",
-            "the steps carry less noise (or more sensitivity) than claimed: the claim is falsified.",
-        )
-    ]
+    seen = (
+        f"the white-box canaries bound the executed mechanism's epsilon below by {bound.epsilon_lb:.4g} "
+        f"(noise multiplier at most {bound.noise_upper:.4g}, canary weight at least "
+        f"{bound.sensitivity_lower:.4g} C), above the claimed {bound.claimed_epsilon:.4g}."
+    )
+    why = "the steps carry less noise (or more sensitivity) than claimed: the claim is falsified."
+    return [Finding("white-box-epsilon", seen, why)]
 
 
 _EXECUTED_CODES = frozenset(

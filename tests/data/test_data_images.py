@@ -291,3 +291,26 @@ def test_every_pixel_value_gets_torchvisions_float(profile):
         np.stack([values.reshape(16, 16)] * 3, axis=-1)[None], profile
     )  # (1, 16, 16, 3): channels first after
     assert np.array_equal(rgb.reshape(3, -1), np.repeat(got, 3, axis=0))
+
+
+@pytest.mark.parametrize(
+    "profile, note",
+    [
+        (
+            None,
+            "official CIFAR-10 test batch; training batches split 85/15; files are NOT the official "
+            "CIFAR-10 batches (md5 differs); structure verified only. no SHA256SUMS entries for the "
+            "source files; their sha256 are recorded only.",
+        ),
+        (
+            "authors",
+            "authors' pipeline: official CIFAR-10 test batch, ToTensor pixels in [0, 1]; files are NOT "
+            "the official CIFAR-10 batches (md5 differs); no SHA256SUMS entries for the source files; "
+            "their sha256 are recorded only; split numpy default_rng(2026)",
+        ),
+    ],
+)
+def test_cifar_notes_of_both_profiles_are_unchanged(tmp_path, profile, note):
+    # Both profiles read the files through one loader; each keeps its own wording (as before).
+    _write_cifar(tmp_path)
+    assert load_dataset("cifar10", data_dir=tmp_path, profile=profile).notes.startswith(note)

@@ -36,9 +36,9 @@ from pathlib import Path
 from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
-from .base import PreparedDataset, resolve_data_dir
-from .files import hash_and_verify, sums_note
-from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+from .base import PreparedDataset, partitions, resolve_data_dir
+from .files import count_note, hash_and_verify, sums_note
+from .images import CIFAR_MD5_NOTE, apply_profile, load_official
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from .tabular import (
     CARDIO_COLUMNS,
@@ -81,11 +81,7 @@ class SplitIndices:
     test: np.ndarray
 
     def sizes(self) -> dict[str, int]:
-        return {
-            "train": int(self.train.size),
-            "val": int(self.val.size),
-            "test": int(self.test.size),
-        }
+        return {p: int(getattr(self, p).size) for p in ("train", "val", "test")}
 
     def sha256(self) -> dict[str, str]:
         """SHA-256 of each partition's *sorted* int64 indices (the set, independent of order)."""
@@ -175,21 +171,8 @@ def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------- Heart (Kaggle format)
 
 HEART_FILE = "heart_kaggle.csv"
-HEART_COLUMNS = (
-    "age",
-    "sex",
-    "cp",
-    "trestbps",
-    "chol",
-    "fbs",
-    "restecg",
-    "thalach",
-    "exang",
-    "oldpeak",
-    "slope",
-    "ca",
-    "thal",
-    "target",
+HEART_COLUMNS = tuple(
+    "age sex cp trestbps chol fbs restecg thalach exang oldpeak slope ca thal target".split()
 )
 HEART_SCHEMA: tuple[Field, ...] = (
     NumericField("age", 0.0, 120.0, "years"),
@@ -277,43 +260,21 @@ def load_rows(name: str, data_dir=None) -> AuthorsRows:
         else:
             x, y = prepare_heart(folder / fname)
             expected, names, kept = HEART_N_ROWS, HEART_FEATURES, "exact-duplicate removal kept"
-        note = f"authors' pipeline: {kept} {len(y)} rows"
-        if len(y) != expected:
-            note += (
-                f" (the original file gives {expected}: this file differs from the published one)"
-            )
-        return AuthorsRows(
-            x,
-            y,
-            None,
-            None,
-            None,
-            names,
-            dict(src),
-            note + "; " + sums_note(root, folder, (fname,)),
-        )
+        note = f"authors' pipeline: {count_note(kept, len(y), expected)}"
+        note += "; " + sums_note(root, folder, (fname,))
+        return AuthorsRows(x, y, None, None, None, names, dict(src), note)
     if name not in ("mnist", "cifar10"):
         raise DataError(
             f"dataset for the authors' profile must be one of {', '.join(AUTHORS_DATASETS)}, got {name!r}."
         )
 
-    if name == "mnist":
-        x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
-        note = (
-            "authors' pipeline: official MNIST test set, ToTensor pixels in [0, 1]; "
-            + sums_note(root, root / "mnist", tuple(src))
-        )
+    x_tr, y_tr, x_te, y_te, src, official, sums = load_official(root, name)
+    if official is None:
+        note = f"authors' pipeline: official MNIST test set, ToTensor pixels in [0, 1]; {sums}"
     else:
-        x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
         note = (
             "authors' pipeline: official CIFAR-10 test batch, ToTensor pixels in [0, 1]; "
-            + (
-                "files match the official md5 list"
-                if official
-                else "files are NOT the official CIFAR-10 batches (md5 differs)"
-            )
-            + "; "
-            + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src))
+            f"{CIFAR_MD5_NOTE[official]}; {sums}"
         )
     # The images stay uint8 here; load() converts each partition once (ToTensor = raw01 arithmetic).
     _, shape = apply_profile(x_tr[:1], "raw01")
@@ -328,18 +289,17 @@ def load(info, data_dir=None, split_seed: int | None = None):
     rows = load_rows(info.name, data_dir)
     if info.kind == "tabular":
         idx = tabular_split(len(rows.y), seed)
-        parts = {
-            p: (rows.x[getattr(idx, p)], rows.y[getattr(idx, p)]) for p in ("train", "val", "test")
-        }
-        n_classes = 2
+        arrays, n_classes = partitions(rows.x, rows.y, idx.train, idx.val, idx.test), 2
     else:
         idx = image_split(len(rows.y), len(rows.y_test), seed)
-        parts = {
-            "train": (apply_profile(rows.x[idx.train], "raw01")[0], rows.y[idx.train]),
-            "val": (apply_profile(rows.x[idx.val], "raw01")[0], rows.y[idx.val]),
-            "test": (apply_profile(rows.x_test[idx.test], "raw01")[0], rows.y_test[idx.test]),
-        }
-        n_classes = 10
+        arrays, n_classes = {}, 10
+        for p, x, y in (
+            ("train", rows.x, rows.y),
+            ("val", rows.x, rows.y),
+            ("test", rows.x_test, rows.y_test),
+        ):
+            arrays[f"x_{p}"] = apply_profile(x[getattr(idx, p)], "raw01")[0]
+            arrays[f"y_{p}"] = y[getattr(idx, p)]
     hashes = idx.sha256()
     notes = (
         rows.notes
@@ -350,12 +310,7 @@ def load(info, data_dir=None, split_seed: int | None = None):
     data = PreparedDataset(
         name=info.name,
         kind=info.kind,
-        x_train=parts["train"][0],
-        y_train=parts["train"][1],
-        x_val=parts["val"][0],
-        y_val=parts["val"][1],
-        x_test=parts["test"][0],
-        y_test=parts["test"][1],
+        **arrays,
         n_classes=n_classes,
         split_seed=seed,
         profile=AUTHORS_PROFILE,

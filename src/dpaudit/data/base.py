@@ -99,6 +99,13 @@ def empty_small_pages(shape, dtype) -> np.ndarray:
     ).reshape(shape)
 
 
+def partitions(x, y, train, val, test) -> dict:
+    """The six partition arrays of :class:`PreparedDataset` (``x_train`` ... ``y_test``) cut from
+    ``x``, ``y`` by the index arrays of each partition."""
+    cut = {"train": train, "val": val, "test": test}
+    return {f"{a}_{p}": arr[idx] for p, idx in cut.items() for a, arr in (("x", x), ("y", y))}
+
+
 @dataclass(frozen=True)
 class PreparedDataset:
     """A dataset after fixed, data-independent preprocessing and a seeded public split. Features are float32 arrays of shape (n,

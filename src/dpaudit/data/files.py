@@ -85,3 +85,9 @@ def sums_note(data_dir: Path, folder: Path, names: list[str] | tuple[str, ...]) 
     if any(listed):
         return f"sha256 of {sum(listed)} of {len(names)} source files verified against {SHA256SUMS}; the others recorded only"
     return f"no {SHA256SUMS} entries for the source files; their sha256 are recorded only"
+
+
+def count_note(kept: str, n: int, expected: int) -> str:
+    """``"<kept> <n> rows"`` for ``notes``, saying so when the published file gives ``expected``."""
+    differs = f" (the original file gives {expected}: this file differs from the published one)"
+    return f"{kept} {n} rows" + (differs if n != expected else "")

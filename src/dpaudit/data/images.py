@@ -45,7 +45,7 @@ from ..lazy import lazy_import
 from ..paths import cache_dir
 from ..validation import one_of
 from .base import empty_small_pages, resolve_data_dir
-from .files import file_digest, hash_and_verify
+from .files import file_digest, hash_and_verify, sums_note
 
 np = lazy_import("numpy")
 
@@ -187,9 +187,8 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     with open(path, "rb") as f:
         # read straight into the array's own memory (no zeroed buffer first, no copy afterwards)
         raw = np.empty(os.fstat(f.fileno()).st_size, dtype=np.uint8)
-        raw = raw[
-            : f.readinto(raw)
-        ]  # shorter when the file changed size while read (checked below)
+        # shorter when the file changed size while read (checked below)
+        raw = raw[: f.readinto(raw)]
     head = 4 + 4 * ndim
     if raw[:4].tolist() != [0, 0, 0x08, ndim]:
         raise DataError(
@@ -372,3 +371,23 @@ def load_cifar10_raw(data_dir=None, *, with_sources: bool = False):
             f"CIFAR-10 in {folder} must have 50000 + 10000 images, got {len(out[1])} + {len(out[3])}."
         )
     return (*out, hashes, official) if with_sources else tuple(out)
+
+
+#: What a CIFAR-10 note says about the files' md5 (official or not).
+CIFAR_MD5_NOTE = {
+    True: "files match the official md5 list",
+    False: "files are NOT the official CIFAR-10 batches (md5 differs)",
+}
+
+
+def load_official(data_dir: Path, name: str) -> tuple:
+    """``(x_train, y_train, x_test, y_test, sources, official, sums)`` of ``name`` (mnist or
+    cifar10): the official split unpermuted, ``file name -> sha256``, whether every CIFAR-10 file's
+    md5 is the official one (None for MNIST), and the :func:`~dpaudit.data.files.sums_note` phrase."""
+    if name == "mnist":
+        *arrays, sources = load_mnist_raw(data_dir, with_sources=True)
+        official, folder = None, data_dir / "mnist"
+    else:
+        *arrays, sources, official = load_cifar10_raw(data_dir, with_sources=True)
+        folder = data_dir / "cifar10" / CIFAR_FOLDER
+    return (*arrays, sources, official, sums_note(data_dir, folder, tuple(sources)))

@@ -23,7 +23,15 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
 from . import authors
-from .images import apply_profile, load_cifar10_raw, load_mnist_raw
+from .images import (
+    CIFAR_FILES,
+    CIFAR_FOLDER,
+    CIFAR_MD5_NOTE,
+    IMAGE_PROFILES,
+    MNIST_FILES,
+    apply_profile,
+    load_official,
+)
 from .tabular import (
     BREAST_CANCER_SCHEMA,
     CARDIO_N_ROWS,
@@ -34,8 +42,8 @@ from .tabular import (
     load_cardio_raw,
     load_heart_raw,
 )
-from .base import BackgroundDigest, PreparedDataset, resolve_data_dir
-from .files import sums_note
+from .base import BackgroundDigest, PreparedDataset, partitions, resolve_data_dir
+from .files import count_note, sums_note
 from .rows import SOURCES, TEST_OFFSET, row_sets
 from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 
@@ -65,26 +73,16 @@ class DatasetInfo:
 
     def to_dict(self) -> dict:
         return {
-            "name": self.name,
-            "kind": self.kind,
-            "needs_files": self.needs_files,
-            "split_sizes": dict(self.split_sizes),
-            "n_features": self.n_features,
-            "n_classes": self.n_classes,
-            "description": self.description,
+            **dataclasses.asdict(self),
             "files": list(self.files),
             "image_shape": list(self.image_shape) if self.image_shape else None,
             "profiles": list(self.profiles),
-            "default_profile": self.default_profile,
-            "default_split_seed": self.default_split_seed,
         }
 
 
 def _sizes(train: int, val: int, test: int) -> dict:
     return {"train": train, "val": val, "test": test}
 
-
-_IMAGE_PROFILES = ("raw01", "centered", "half-resolution")
 
 DATASETS: dict[str, DatasetInfo] = {
     "mnist": DatasetInfo(
@@ -95,17 +93,9 @@ DATASETS: dict[str, DatasetInfo] = {
         784,
         10,
         "MNIST handwritten digits (LeCun et al.), 28x28 grayscale; official test set; train split 85/15.",
-        tuple(
-            f"mnist/{n}"
-            for n in (
-                "train-images-idx3-ubyte.gz",
-                "train-labels-idx1-ubyte.gz",
-                "t10k-images-idx3-ubyte.gz",
-                "t10k-labels-idx1-ubyte.gz",
-            )
-        ),
+        tuple(f"mnist/{n}" for n in MNIST_FILES),
         (1, 28, 28),
-        _IMAGE_PROFILES + (AUTHORS_PROFILE,),
+        IMAGE_PROFILES + (AUTHORS_PROFILE,),
         "raw01",
     ),
     "cifar10": DatasetInfo(
@@ -116,20 +106,9 @@ DATASETS: dict[str, DatasetInfo] = {
         3072,
         10,
         "CIFAR-10 (Krizhevsky), 32x32 colour; official test batch; train split 85/15.",
-        tuple(
-            f"cifar10/cifar-10-batches-py/{n}"
-            for n in (
-                "data_batch_1",
-                "data_batch_2",
-                "data_batch_3",
-                "data_batch_4",
-                "data_batch_5",
-                "test_batch",
-                "batches.meta",
-            )
-        ),
+        tuple(f"cifar10/{CIFAR_FOLDER}/{n}" for n in CIFAR_FILES),
         (3, 32, 32),
-        _IMAGE_PROFILES + (AUTHORS_PROFILE,),
+        IMAGE_PROFILES + (AUTHORS_PROFILE,),
         "raw01",
     ),
     "cardio": DatasetInfo(
@@ -170,7 +149,7 @@ DATASETS: dict[str, DatasetInfo] = {
         "needs no files.",
         (),
         (1, 8, 8),
-        _IMAGE_PROFILES,
+        IMAGE_PROFILES,
         "raw01",
     ),
     "breast-cancer": DatasetInfo(
@@ -282,37 +261,24 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
         return _load_digits(info, seed, profile)
     if name == "breast-cancer":
         x, y = load_breast_cancer_encoded()
-        return _tabular(
-            info,
-            x,
-            y,
-            seed,
-            feature_names(BREAST_CANCER_SCHEMA),
-            {},
-            "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular.",
-            np.arange(len(y)),
-        )
+        note = "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular."
+        return _tabular(info, x, y, seed, BREAST_CANCER_SCHEMA, {}, note, np.arange(len(y)))
     if name == "cardio":
         root = resolve_data_dir(data_dir)
         x, y, src, file_ids = load_cardio_raw(root)
-        note = f"cohort filters kept {len(y)} rows"
-        if len(y) != CARDIO_N_ROWS:
-            note += f" (the original file gives {CARDIO_N_ROWS}: this file differs from the published one)"
+        note = count_note("cohort filters kept", len(y), CARDIO_N_ROWS)
         note += "; " + sums_note(root, root / "cardio", tuple(src))
-        return _tabular(info, x, y, seed, feature_names(CARDIO_SCHEMA), src, note + ".", file_ids)
+        return _tabular(info, x, y, seed, CARDIO_SCHEMA, src, note + ".", file_ids)
     if name == "heart":
         root = resolve_data_dir(data_dir)
         x, y, src = load_heart_raw(root, "cleveland")
-        note = "UCI Cleveland processed file; target num > 0; " + sums_note(
-            root, root / "heart", tuple(src)
-        )
-        return _tabular(
-            info, x, y, seed, feature_names(HEART_SCHEMA), src, note + ".", np.arange(len(y))
-        )
+        sums = sums_note(root, root / "heart", tuple(src))
+        note = f"UCI Cleveland processed file; target num > 0; {sums}."
+        return _tabular(info, x, y, seed, HEART_SCHEMA, src, note, np.arange(len(y)))
     raise AssertionError(name)
 
 
-def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
+def _tabular(info, x, y, seed, schema, src, notes, file_ids) -> PreparedDataset:
     tr, va, te = split_indices(len(y), seed, 70, 15)
     rows = row_sets(
         SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]}
@@ -320,17 +286,12 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
     return PreparedDataset(
         name=info.name,
         kind="tabular",
-        x_train=x[tr],
-        y_train=y[tr],
-        x_val=x[va],
-        y_val=y[va],
-        x_test=x[te],
-        y_test=y[te],
+        **partitions(x, y, tr, va, te),
         n_classes=2,
         split_seed=seed,
         profile="default",
         image_shape=None,
-        feature_names=tuple(names),
+        feature_names=feature_names(schema),
         source_files=dict(src),
         notes=notes,
         rows=rows,
@@ -338,26 +299,14 @@ def _tabular(info, x, y, seed, names, src, notes, file_ids) -> PreparedDataset:
 
 
 def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDataset:
-    root = resolve_data_dir(data_dir)
-    if which == "mnist":
-        x_tr, y_tr, x_te, y_te, src = load_mnist_raw(root, with_sources=True)
-        notes = (
-            "official MNIST test set; training set split 85/15; "
-            + sums_note(root, root / "mnist", tuple(src))
-            + "."
-        )
+    x_tr, y_tr, x_te, y_te, src, official, sums = load_official(resolve_data_dir(data_dir), which)
+    if official is None:
+        notes = f"official MNIST test set; training set split 85/15; {sums}."
     else:
-        x_tr, y_tr, x_te, y_te, src, official = load_cifar10_raw(root, with_sources=True)
+        verified = "." if official else "; structure verified only."
         notes = (
             "official CIFAR-10 test batch; training batches split 85/15; "
-            + (
-                "files match the official md5 list."
-                if official
-                else "files are NOT the official CIFAR-10 batches (md5 differs); structure verified only."
-            )
-            + " "
-            + sums_note(root, root / "cifar10" / "cifar-10-batches-py", tuple(src))
-            + "."
+            f"{CIFAR_MD5_NOTE[official]}{verified} {sums}."
         )
     tr, va = train_val_indices(len(y_tr), seed, 85)
     # Apply the profile per partition so memory stays at one float copy of each; each finished
@@ -393,9 +342,8 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
     bunch = load_digits()
     images = np.asarray(bunch.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
     y = np.asarray(bunch.target, dtype=np.int64)
-    t = images[:, None] / np.float32(
-        DIGITS_MAX
-    )  # float32 operations: torch's floats, without importing torch
+    # float32 operations: torch's floats, without importing torch
+    t = images[:, None] / np.float32(DIGITS_MAX)
     if profile == "centered":
         t = (t - np.float32(0.5)) / np.float32(0.5)
     elif profile == "half-resolution":
@@ -409,12 +357,7 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
     return PreparedDataset(
         name="digits",
         kind="image",
-        x_train=x[tr],
-        y_train=y[tr],
-        x_val=x[va],
-        y_val=y[va],
-        x_test=x[te],
-        y_test=y[te],
+        **partitions(x, y, tr, va, te),
         n_classes=10,
         split_seed=seed,
         profile=profile,

@@ -298,21 +298,8 @@ def load_cardio_raw(data_dir: Path) -> tuple[np.ndarray, np.ndarray, dict[str, s
 # --------------------------------------------------------------------------- Heart
 
 HEART_CENTRES = ("cleveland", "hungarian", "switzerland", "va")
-HEART_COLUMNS = (
-    "age",
-    "sex",
-    "cp",
-    "trestbps",
-    "chol",
-    "fbs",
-    "restecg",
-    "thalach",
-    "exang",
-    "oldpeak",
-    "slope",
-    "ca",
-    "thal",
-    "num",
+HEART_COLUMNS = tuple(
+    "age sex cp trestbps chol fbs restecg thalach exang oldpeak slope ca thal num".split()
 )
 HEART_SCHEMA: tuple[Field, ...] = (
     NumericField("age", 18.0, 100.0, "years"),  # adult lifespan (same as Cardio)
@@ -370,18 +357,6 @@ def load_heart_raw(
 
 # --------------------------------------------------------------------------- breast-cancer
 
-_BC_MEASUREMENTS = (
-    "radius",
-    "texture",
-    "perimeter",
-    "area",
-    "smoothness",
-    "compactness",
-    "concavity",
-    "concave points",
-    "symmetry",
-    "fractal dimension",
-)
 #: Upper bounds (mean, error, worst); every lower bound is 0 (how they were chosen: the module docstring).
 BREAST_CANCER_UPPER = {
     "radius": (30.0, 3.0, 40.0),
@@ -396,18 +371,9 @@ BREAST_CANCER_UPPER = {
     "fractal dimension": (0.1, 0.03, 0.21),
 }
 BREAST_CANCER_SCHEMA: tuple[Field, ...] = tuple(
-    [
-        NumericField(f"mean {m}", 0.0, BREAST_CANCER_UPPER[m][0], missing_indicator=False)
-        for m in _BC_MEASUREMENTS
-    ]
-    + [
-        NumericField(f"{m} error", 0.0, BREAST_CANCER_UPPER[m][1], missing_indicator=False)
-        for m in _BC_MEASUREMENTS
-    ]
-    + [
-        NumericField(f"worst {m}", 0.0, BREAST_CANCER_UPPER[m][2], missing_indicator=False)
-        for m in _BC_MEASUREMENTS
-    ]
+    NumericField(name.format(m), 0.0, upper[k], missing_indicator=False)
+    for k, name in enumerate(("mean {}", "{} error", "worst {}"))
+    for m, upper in BREAST_CANCER_UPPER.items()
 )
 
 

@@ -18,6 +18,7 @@ users* (:data:`USER_SPLIT_PERCENT`), including MNIST / CIFAR-10, whose official 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
-from .base import PreparedDataset, array_sha256
+from .base import PreparedDataset, array_sha256, partitions
 from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
 
@@ -98,9 +99,8 @@ def index_users(user_ids) -> UserIndex:
     if ids.size == 0:
         raise DataError("user_ids must hold at least one id, got an empty array.")
     uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    by_first = np.argsort(
-        first, kind="stable"
-    )  # unique-sorted position -> rank of first appearance
+    # unique-sorted position -> rank of first appearance
+    by_first = np.argsort(first, kind="stable")
     rank = np.empty_like(by_first)
     rank[by_first] = np.arange(by_first.size)
     user = rank[inverse.reshape(-1)].astype(np.int64)
@@ -158,24 +158,20 @@ def check_user_split(train_ids, val_ids=None, test_ids=None) -> None:
     for name, ids in (("val", val_ids), ("test", test_ids)):
         if ids is not None:
             parts[name] = as_user_ids(ids, f"{name} user_ids")
-    names = list(parts)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            if parts[a].size == 0 or parts[b].size == 0:
-                continue
-            if parts[a].dtype.kind != parts[b].dtype.kind and {
-                parts[a].dtype.kind,
-                parts[b].dtype.kind,
-            } - {"i", "u"}:
-                raise DataError(
-                    f"user ids of {a} and {b} must have the same kind (integer or string), got {parts[a].dtype} and {parts[b].dtype}."
-                )
-            shared = np.intersect1d(parts[a], parts[b])
-            if shared.size:
-                raise DataError(
-                    f"partitions {a} and {b} share {shared.size} user(s) (e.g. {shared[0]!r}): user-level data must be split "
-                    "by users, not by records (use dpaudit.data.users.split_by_users)."
-                )
+    for a, b in itertools.combinations(parts, 2):
+        if parts[a].size == 0 or parts[b].size == 0:
+            continue
+        kinds = {parts[a].dtype.kind, parts[b].dtype.kind}
+        if len(kinds) > 1 and kinds - {"i", "u"}:  # integers of any width compare; others do not
+            raise DataError(
+                f"user ids of {a} and {b} must have the same kind (integer or string), got {parts[a].dtype} and {parts[b].dtype}."
+            )
+        shared = np.intersect1d(parts[a], parts[b])
+        if shared.size:
+            raise DataError(
+                f"partitions {a} and {b} share {shared.size} user(s) (e.g. {shared[0]!r}): user-level data must be split "
+                "by users, not by records (use dpaudit.data.users.split_by_users)."
+            )
 
 
 # ---------------------------------------------------------------- prepared datasets
@@ -246,12 +242,7 @@ def split_prepared_by_users(
     )
     return dataclasses.replace(
         prepared,
-        x_train=x[tr],
-        y_train=y[tr],
-        x_val=x[va],
-        y_val=y[va],
-        x_test=x[te],
-        y_test=y[te],
+        **partitions(x, y, tr, va, te),
         split_seed=seed,
         user_ids={"train": ids[tr], "val": ids[va], "test": ids[te]},
         notes=(prepared.notes + " " if prepared.notes else "") + note + ".",

@@ -65,7 +65,7 @@ def _check_canary_room(named: dict, names: list[str], m: int) -> None:
         )
 
 
-def _canary_sample_rate(sample_rate: float | None, data_loader) -> float:
+def canary_sample_rate(sample_rate: float | None, data_loader) -> float:
     """The rate each step samples a canary at: ``sample_rate``, else the loader's (Opacus's
     ``DPDataLoader``), else ``1 / len(data_loader)`` (UsageError outside (0, 1])."""
     if sample_rate is None:
@@ -76,6 +76,16 @@ def _canary_sample_rate(sample_rate: float | None, data_loader) -> float:
     if not 0.0 < rate <= 1.0:
         raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
     return rate
+
+
+def summed_grad(param, name: str):
+    """``param``'s clipped gradient sum this step, which Opacus sets before adding noise (UsageError
+    when it is missing)."""
+    if getattr(param, "summed_grad", None) is None:
+        raise UsageError(
+            f"parameter {name!r} must have a clipped gradient sum (p.summed_grad) at each step, got None."
+        )
+    return param.summed_grad
 
 
 def _optimizer_noise(optimizer, params: dict) -> tuple[float, float]:
@@ -174,9 +184,7 @@ class OpacusCanaries:
         self._model = model
         # the model's parameters the DP optimizer does not process (set by attach)
         self._outside = None
-        self.sample_rate: float | None = None
-        self.clipping_norm: float | None = None
-        self.noise_multiplier: float | None = None
+        self.sample_rate = self.clipping_norm = self.noise_multiplier = None  # set by attach
         self.steps = 0
         self.executed: list[dict] = []  # per step: the settings the optimizer ran it with
         self._declared: dict = {}
@@ -255,7 +263,7 @@ class OpacusCanaries:
                 plan) an optimizer less private than the planned claim.
         """
         self._check_attachable(optimizer)
-        q = _canary_sample_rate(sample_rate, data_loader)
+        q = canary_sample_rate(sample_rate, data_loader)
         norm, sigma = _optimizer_noise(optimizer, self._params)
         self.sample_rate, self.clipping_norm, self.noise_multiplier = q, norm, sigma
         if self._plan is not None:
@@ -334,11 +342,7 @@ class OpacusCanaries:
             sampled_here = active[ids]
             if not sampled_here.any():
                 continue
-            summed = self._params[n].summed_grad
-            if summed is None:
-                raise UsageError(
-                    f"parameter {n!r} must have a clipped gradient sum (p.summed_grad) at each step, got None."
-                )
+            summed = summed_grad(self._params[n], n)
             count = int(sampled_here.sum())
             unit = torch.full((count,), norm, dtype=summed.dtype, device=summed.device)
             summed.view(-1).index_add_(0, flat[torch.as_tensor(sampled_here)], unit)
@@ -436,14 +440,11 @@ class OpacusCanaries:
         bounds = self._bounds(model, delta, confidence)
         own = self.findings(model)
         if pipeline is not None:
-            bounds.update(
-                pipeline.record(
-                    bounds["delta"],
-                    claim=self._audited_claim(),
-                    claimed_epsilon=bounds["claimed_epsilon"],
-                    extra=own,
-                )
+            claim, claimed = self._audited_claim(), bounds["claimed_epsilon"]
+            record = pipeline.record(
+                bounds["delta"], claim=claim, claimed_epsilon=claimed, extra=own
             )
+            bounds.update(record)
         elif own:
             bounds.update({"findings": [f.to_dict() for f in own], "certified": NOT_CERTIFIED})
         result = OneRunResult(
@@ -483,14 +484,12 @@ class OpacusCanaries:
             and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))
         ]
         if moved:
-            out.append(
-                Finding(
-                    "changed-after-training",
-                    f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
-                    f"coordinates.",
-                    "the audited model is not the DP-trained one: not certified.",
-                )
+            seen = (
+                f"the scored model's {', '.join(moved)} differ from the DP-trained values at the canary "
+                f"coordinates."
             )
+            why = "the audited model is not the DP-trained one: not certified."
+            out.append(Finding("changed-after-training", seen, why))
         return out
 
     def _audited_claim(self):

@@ -116,9 +116,8 @@ def warning_lines(caught) -> list[str]:
 
 def _run_hooked(path: Path, args: list[str], run, canaries, tensors, seed) -> dict:
     """Execute the script with make_private wrapped; the canaries and check it attached."""
-    from opacus import (
-        PrivacyEngine,
-    )  # third-party and heavy: bound when a script is audited, never at `dpaudit --help`
+    # third-party and heavy: bound when a script is audited, never at `dpaudit --help`
+    from opacus import PrivacyEngine
 
     original, hooked = PrivacyEngine.make_private, {}
 

@@ -265,16 +265,16 @@ def weight_findings(loader, q) -> list[Finding]:
     )
     top = w.max() / w.sum()
     rate = 1 - (1 - top) ** int(size) if replacement else min(1.0, int(size) * top)
-    return [
-        Finding(
-            "non-uniform-sampler",
-            f"the loader draws records with unequal weights (max / mean {w.max() / w.mean():.4g}): the "
-            f"most-weighted record is in a batch of {int(size)} with chance {rate:.4g} per step against the "
-            f"accounted q = {q:.6g}.",
-            "records are not sampled at one rate q: the accounted epsilon does not hold for the most-weighted "
-            "records; not certified.",
-        )
-    ]
+    seen = (
+        f"the loader draws records with unequal weights (max / mean {w.max() / w.mean():.4g}): the "
+        f"most-weighted record is in a batch of {int(size)} with chance {rate:.4g} per step against the "
+        f"accounted q = {q:.6g}."
+    )
+    why = (
+        "records are not sampled at one rate q: the accounted epsilon does not hold for the most-weighted "
+        "records; not certified."
+    )
+    return [Finding("non-uniform-sampler", seen, why)]
 
 
 class ParamsOutsideDP:
@@ -318,14 +318,12 @@ class ParamsOutsideDP:
         names = ", ".join(plain_name(n) for n in self.changed[:8]) + (
             " ..." if len(self.changed) > 8 else ""
         )
-        return [
-            Finding(
-                "unclipped-parameters",
-                f"{len(self.changed)} parameters of the model changed outside the DP optimizer's steps "
-                f"({names}).",
-                "their updates used gradients without per-sample clipping and noise: no DP, not certified.",
-            )
-        ]
+        seen = (
+            f"{len(self.changed)} parameters of the model changed outside the DP optimizer's steps "
+            f"({names})."
+        )
+        why = "their updates used gradients without per-sample clipping and noise: no DP, not certified."
+        return [Finding("unclipped-parameters", seen, why)]
 
 
 def fingerprint(param) -> tuple:
@@ -557,13 +555,8 @@ class PipelineCheck:
         def add_noise():
             if self._outside is not None:
                 self._outside.at_dp_step()
-            now = optimizer_settings(optimizer, self.data_loader, self.sample_rate)
-            self.noise(
-                now["noise_multiplier"],
-                now["max_grad_norm"],
-                sample_rate=now["sample_rate"],
-                expected_batch_size=now["expected_batch_size"],
-            )
+            # the settings this step runs with, read now: a change is a finding
+            self.noise(**optimizer_settings(optimizer, self.data_loader, self.sample_rate))
             self.step()  # Opacus updates exactly when it adds noise (pre_step)
             self._dp_step_open = True
             noise()
@@ -642,29 +635,24 @@ class PipelineCheck:
             or type(getattr(loader, "batch_sampler", None)).__name__
         )
         if loader is not None and name not in _POISSON_SAMPLERS:
-            out.append(
-                Finding(
-                    "not-poisson",
-                    f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "
-                    f"assumes Poisson sampling at q = {q:.6g}.",
-                    "the Poisson amplification in the accounted epsilon does not apply; see no_amplification_event.",
-                )
+            seen = (
+                f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "
+                f"assumes Poisson sampling at q = {q:.6g}."
             )
+            why = "the Poisson amplification in the accounted epsilon does not apply; see no_amplification_event."
+            out.append(Finding("not-poisson", seen, why))
         sizes = [x["records"] for x in self.noised]
         if len(sizes) >= 3 and q is not None and self.dataset_size:
             p = fixed_size_chance(sizes, n=int(self.dataset_size), q=float(q))
             if p < FIXED_SIZE_P:
                 k = int(np.bincount(sizes).max())
-                out.append(
-                    Finding(
-                        "fixed-batch-size",
-                        f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
-                        f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
-                        f"that chance is at most {p:.3g}"
-                        + (" (below float range)." if p == 0 else "."),
-                        "batches are not Poisson-sampled: the accounted epsilon is not certified.",
-                    )
+                seen = (
+                    f"{k} of {len(sizes)} logical batches have {int(np.bincount(sizes).argmax())} "
+                    f"records; under Poisson sampling at q = {q:.6g} of {self.dataset_size} records "
+                    f"that chance is at most {p:.3g}" + (" (below float range)." if p == 0 else ".")
                 )
+                why = "batches are not Poisson-sampled: the accounted epsilon is not certified."
+                out.append(Finding("fixed-batch-size", seen, why))
         return out + self._rate_findings(sizes) + weight_findings(loader, q)
 
     def _rate_findings(self, sizes) -> list[Finding]:
@@ -678,14 +666,12 @@ class PipelineCheck:
         )
         if p >= FIXED_SIZE_P:
             return []
-        return [
-            Finding(
-                "sample-rate",
-                f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
-                f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g}).",
-                "batches are not drawn at the accounted rate: the accounted epsilon is not certified.",
-            )
-        ]
+        seen = (
+            f"{total} records in {len(sizes)} batches of {n} records: {total / trials:.6g} per record and "
+            f"step against the claimed q = {q:.6g} (two-sided chance under Poisson sampling {p:.3g})."
+        )
+        why = "batches are not drawn at the accounted rate: the accounted epsilon is not certified."
+        return [Finding("sample-rate", seen, why)]
 
     def _draw_findings(self) -> list[Finding]:
         """The loader's draws against what was trained: the same batches, and per-record counts that
@@ -695,14 +681,12 @@ class PipelineCheck:
             return []
         trained = [x["records"] for x in self.noised]
         if not trained_from_draws(trained, d["sizes"]):
-            return [
-                Finding(
-                    "not-from-loader",
-                    f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
-                    f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records).",
-                    "the batches trained were drawn elsewhere: their sampling is unchecked and not certified.",
-                )
-            ]
+            seen = (
+                f"the {len(trained)} noised batches ({sum(trained)} records) are not batches the attached "
+                f"loader drew ({len(d['sizes'])} batches, {sum(d['sizes'])} records)."
+            )
+            why = "the batches trained were drawn elsewhere: their sampling is unchecked and not certified."
+            return [Finding("not-from-loader", seen, why)]
         return self._inclusion_findings(d) if self._counts_testable(d) else []
 
     def _counts_testable(self, d: dict) -> bool:
@@ -724,15 +708,15 @@ class PipelineCheck:
             return []
         k = int((d["counts"] == b).sum())
         want = len(d["counts"]) * float(stats.binom.pmf(b, steps, q))
-        return [
-            Finding(
-                "not-poisson-records",
-                f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
-                f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g}).",
-                "records are not included independently per step (e.g. shuffled epochs): the Poisson "
-                "amplification in the accounted epsilon does not apply; see no_amplification_event.",
-            )
-        ]
+        seen = (
+            f"{k} of {len(d['counts'])} records were drawn {b} times in {steps} batches where Poisson "
+            f"sampling at q = {q:.6g} expects {want:.1f} (chance of counts this far off at most {p:.3g})."
+        )
+        why = (
+            "records are not included independently per step (e.g. shuffled epochs): the Poisson "
+            "amplification in the accounted epsilon does not apply; see no_amplification_event."
+        )
+        return [Finding("not-poisson-records", seen, why)]
 
     def _noise_findings(self) -> list[Finding]:
         """Updates whose measured noise is too small for the declared noise multiplier: a one-sided chi^2
@@ -780,14 +764,12 @@ class PipelineCheck:
             out.append(Finding("non-private-update", seen, why))
         # moved since the last DP step, or since attach when none ran
         if self._params and self._params_moved():
-            out.append(
-                Finding(
-                    "changed-after-training",
-                    "the DP-optimised parameters changed after the last DP step, or without any "
-                    "(e.g. non-private fine-tuning, another optimizer).",
-                    "the audited model is not the DP-trained one: not certified.",
-                )
+            seen = (
+                "the DP-optimised parameters changed after the last DP step, or without any "
+                "(e.g. non-private fine-tuning, another optimizer)."
             )
+            why = "the audited model is not the DP-trained one: not certified."
+            out.append(Finding("changed-after-training", seen, why))
         return out
 
     def _normaliser_findings(self) -> list[Finding]:
@@ -795,15 +777,15 @@ class PipelineCheck:
         n, q = self.dataset_size, self.sample_rate
         if not n or q is None or not any(_normaliser_moves(b, int(n), float(q)) for b in norms):
             return []
-        return [
-            Finding(
-                "size-derived-normaliser",
-                f"gradients are divided by {sorted(norms)} = int(N q) of the private size N = {n}; "
-                f"with one record added or removed that divisor changes.",
-                "neighbouring datasets run different mechanisms (Opacus #571): the accounted epsilon is not certified; "
-                "divide by a public constant or use loss_reduction='sum'.",
-            )
-        ]
+        seen = (
+            f"gradients are divided by {sorted(norms)} = int(N q) of the private size N = {n}; "
+            f"with one record added or removed that divisor changes."
+        )
+        why = (
+            "neighbouring datasets run different mechanisms (Opacus #571): the accounted epsilon is not certified; "
+            "divide by a public constant or use loss_reduction='sum'."
+        )
+        return [Finding("size-derived-normaliser", seen, why)]
 
     def _step_findings(self) -> list[Finding]:
         out = []
@@ -813,24 +795,20 @@ class PipelineCheck:
             why = "the accounted composition is not the executed one."
             out.append(Finding("noise-steps", seen, why))
         if self.unnoised_updates:
-            out.append(
-                Finding(
-                    "noise-steps",
-                    f"{self.unnoised_updates} of {self.updates} parameter updates had no noise added since "
-                    f"the previous one.",
-                    "those updates release clipped gradients without noise: no DP.",
-                )
+            seen = (
+                f"{self.unnoised_updates} of {self.updates} parameter updates had no noise added since "
+                f"the previous one."
             )
+            why = "those updates release clipped gradients without noise: no DP."
+            out.append(Finding("noise-steps", seen, why))
         multi = [x["passes"] for x in self.noised if x["passes"] > 1]
         if multi:
-            out.append(
-                Finding(
-                    "accumulation",
-                    f"{len(multi)} noise additions covered up to {max(multi)} backward passes each.",
-                    f"each noise addition covers several batches of rate q = {self.sample_rate}: the per-step rate is "
-                    f"larger than the accounted one.",
-                )
+            seen = f"{len(multi)} noise additions covered up to {max(multi)} backward passes each."
+            why = (
+                f"each noise addition covers several batches of rate q = {self.sample_rate}: the per-step rate is "
+                f"larger than the accounted one."
             )
+            out.append(Finding("accumulation", seen, why))
         return out
 
     def _setting_findings(self) -> list[Finding]:
@@ -838,13 +816,9 @@ class PipelineCheck:
         executed = self._executed_history()
         claimed = self._merged(self._claimed_history())
         if self._accountant is not None and executed != claimed:
-            out.append(
-                Finding(
-                    "accountant-history",
-                    f"the accountant's history {claimed} differs from the executed {executed}.",
-                    "the accounted epsilon is not the executed run's.",
-                )
-            )
+            seen = f"the accountant's history {claimed} differs from the executed {executed}."
+            why = "the accounted epsilon is not the executed run's."
+            out.append(Finding("accountant-history", seen, why))
         return out
 
     def _executed_history(self) -> list:
@@ -954,22 +928,16 @@ class PipelineCheck:
     def _figures(self, codes: set, delta: float, accountant: str) -> dict:
         """The epsilons recorded beside the claim: the executed composition's when the settings or the
         accountant disagree with it, the no-amplification bound for non-Poisson batches."""
+        figures = (
+            ("executed", _EXECUTED_CODES, self.executed_event, _EXECUTED_LABEL),
+            ("no_amplification", _NON_POISSON_CODES, self.no_amplification_event, _BOUND_LABEL),
+        )
         out: dict = {}
-        if codes & _EXECUTED_CODES and self.noised:
-            ev = self.executed_event()
-            out["executed"] = {
-                "event": ev.to_dict(),
-                "epsilon": _epsilon_or_none(ev, delta, accountant),
-                "label": "the composition the steps executed (settings read at every step); "
-                "not certified",
-            }
-        if codes & _NON_POISSON_CODES and self.noised:
-            ev = self.no_amplification_event()
-            out["no_amplification"] = {
-                "event": ev.to_dict(),
-                "epsilon": _epsilon_or_none(ev, delta, accountant),
-                "label": "upper bound without amplification (each record once per epoch); not certified",
-            }
+        for key, codes_of, event_of, label in figures:
+            if codes & codes_of and self.noised:
+                ev = event_of()
+                epsilon = _epsilon_or_none(ev, delta, accountant)
+                out[key] = {"event": ev.to_dict(), "epsilon": epsilon, "label": label}
         return out
 
     def _accountant_epsilon(self, delta: float) -> float | None:
@@ -987,28 +955,24 @@ class PipelineCheck:
         ref = max(float(claimed_epsilon), same if same is not None else float(claimed_epsilon))
         if acc_eps <= ref * (1 + _EPS_ROUNDING) + _EPS_ROUNDING:
             return []
-        return [
-            Finding(
-                "accountant-epsilon",
-                f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
-                f"{float(claimed_epsilon):.6g} at delta {delta:g}.",
-                "the claim understates what the run spent: not certified.",
-            )
-        ]
+        seen = (
+            f"the script's accountant reports eps {acc_eps:.6g} while the audited claim is eps "
+            f"{float(claimed_epsilon):.6g} at delta {delta:g}."
+        )
+        why = "the claim understates what the run spent: not certified."
+        return [Finding("accountant-epsilon", seen, why)]
 
 
 def _white_box_findings(bound) -> list[Finding]:
     if bound is None or not bound.violation:
         return []
-    return [
-        Finding(
-            "white-box-epsilon",
-            f"the white-box canaries bound the executed mechanism's epsilon below by {bound.epsilon_lb:.4g} "
-            f"(noise multiplier at most {bound.noise_upper:.4g}, canary weight at least "
-            f"{bound.sensitivity_lower:.4g} C), above the claimed {bound.claimed_epsilon:.4g}.",
-            "the steps carry less noise (or more sensitivity) than claimed: the claim is falsified.",
-        )
-    ]
+    seen = (
+        f"the white-box canaries bound the executed mechanism's epsilon below by {bound.epsilon_lb:.4g} "
+        f"(noise multiplier at most {bound.noise_upper:.4g}, canary weight at least "
+        f"{bound.sensitivity_lower:.4g} C), above the claimed {bound.claimed_epsilon:.4g}."
+    )
+    why = "the steps carry less noise (or more sensitivity) than claimed: the claim is falsified."
+    return [Finding("white-box-epsilon", seen, why)]
 
 
 _EXECUTED_CODES = frozenset(
@@ -1016,6 +980,8 @@ _EXECUTED_CODES = frozenset(
 )
 _NON_POISSON_CODES = frozenset({"not-poisson", "fixed-batch-size", "not-poisson-records"})
 _EPS_ROUNDING = 1e-6
+_EXECUTED_LABEL = "the composition the steps executed (settings read at every step); not certified"
+_BOUND_LABEL = "upper bound without amplification (each record once per epoch); not certified"
 
 
 def _epsilon_or_none(event, delta: float, accountant: str) -> float | None:

@@ -31,6 +31,7 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_finite, positive_int
+from .opacus import canary_sample_rate, summed_grad
 from .pipeline import canary_params
 
 np = lazy_import("numpy")
@@ -280,33 +281,18 @@ class OpacusWhiteBox(LoopWhiteBox):
             raise UsageError(
                 f"optimizer must be one Opacus DPOptimizer, attached once, got {type(optimizer).__name__}."
             )
-        if sample_rate is None and data_loader is None:
-            raise UsageError("sample_rate or data_loader must be given, got neither.")
-        q = (
-            sample_rate
-            if sample_rate is not None
-            else getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
-        )
         self.declare(
             noise_multiplier=float(optimizer.noise_multiplier),
-            sample_rate=float(q),
+            sample_rate=canary_sample_rate(sample_rate, data_loader),
             max_grad_norm=float(optimizer.max_grad_norm),
         )
         original = optimizer.add_noise
 
         def add_noise():
-            self.before_noise({n: _summed_grad(self._named[n]) for n, _, _ in self._groups})
+            self.before_noise({n: summed_grad(self._named[n], n) for n, _, _ in self._groups})
             original()
             self.after_noise({n: self._named[n].grad for n, _, _ in self._groups})
 
         optimizer.add_noise = add_noise  # instance attribute: pre_step calls self.add_noise()
         self._optimizer = optimizer
         return self
-
-
-def _summed_grad(param):
-    if getattr(param, "summed_grad", None) is None:
-        raise UsageError(
-            "parameter must have a clipped gradient sum (p.summed_grad) at each step, got None."
-        )
-    return param.summed_grad

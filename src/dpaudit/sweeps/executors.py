@@ -136,6 +136,11 @@ def _guarded_pool_shared(fn: Callable, index: int, item: Any, threads: int) -> O
     return _guarded(fn, index, item, threads, _WORKER_SHARED)
 
 
+def _workers(workers: int | None) -> int:
+    """``workers``, checked; None: one per CPU."""
+    return positive_int("workers", workers if workers is not None else (os.cpu_count() or 1))
+
+
 class Executor:
     """Base class: subclasses implement :meth:`imap_unordered`."""
 
@@ -197,9 +202,7 @@ class LocalExecutor(Executor):
     kind = "local"
 
     def __init__(self, workers: int | None = None, *, threads_per_worker: int = 1):
-        self.workers = positive_int(
-            "workers", workers if workers is not None else (os.cpu_count() or 1)
-        )
+        self.workers = _workers(workers)
         self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
         self._pool: cf.ProcessPoolExecutor | None = None
         self._shared: Any = _NO_SHARED  # handed to every worker of the pool by its initializer
@@ -312,9 +315,7 @@ class DaskExecutor(Executor):
         self._cluster = None
         self.scheduler = scheduler
         if scheduler is None:
-            self.workers = positive_int(
-                "workers", workers if workers is not None else (os.cpu_count() or 1)
-            )
+            self.workers = _workers(workers)
             # Bound to loopback only: a LocalCluster is never reachable from another machine. The scheduler always runs a small
             # HTTP server (health/metrics routes); pin it to loopback on a free port too (the default, 8787, collides with a
             # second cluster).

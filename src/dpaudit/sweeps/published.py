@@ -36,50 +36,21 @@ TABLE3_COLUMN_LABELS = {
     "heart": "Heart",
 }
 
+
+def _row(*cells: tuple[float, float]) -> dict[str, tuple[float, float]]:
+    """One row of a published table: its (mean %, SD %) cells in the column order of Table 3."""
+    return dict(zip(TABLE3_COLUMN_LABELS, cells))
+
+
 #: TABLE3[model][dataset] = (mean %, SD %)
 TABLE3: dict[str, dict[str, tuple[float, float]]] = {
-    "dp-dense": {
-        "mnist": (90.69, 0.17),
-        "cifar10": (37.93, 0.34),
-        "cardio": (73.14, 0.04),
-        "heart": (46.52, 4.76),
-    },
-    "dp-cnn": {
-        "mnist": (91.80, 0.33),
-        "cifar10": (39.13, 0.89),
-        "cardio": (68.73, 0.18),
-        "heart": (50.43, 8.75),
-    },
-    "dp-rvfl": {
-        "mnist": (90.30, 0.16),
-        "cifar10": (38.61, 0.24),
-        "cardio": (72.99, 0.20),
-        "heart": (63.48, 12.43),
-    },
-    "dp-elm-sgd": {
-        "mnist": (87.43, 0.29),
-        "cifar10": (33.72, 0.65),
-        "cardio": (72.92, 0.16),
-        "heart": (62.17, 8.64),
-    },
-    "frozen-dense-matched": {
-        "mnist": (91.96, 0.11),
-        "cifar10": (38.83, 0.45),
-        "cardio": (72.96, 0.19),
-        "heart": (69.13, 11.02),
-    },
-    "logistic-projected": {
-        "mnist": (90.04, 0.12),
-        "cifar10": (36.93, 0.35),
-        "cardio": (70.93, 0.19),
-        "heart": (66.09, 6.26),
-    },
-    "logistic-raw": {
-        "mnist": (90.06, 0.08),
-        "cifar10": (37.06, 0.39),
-        "cardio": (70.98, 0.19),
-        "heart": (65.65, 7.28),
-    },
+    "dp-dense": _row((90.69, 0.17), (37.93, 0.34), (73.14, 0.04), (46.52, 4.76)),
+    "dp-cnn": _row((91.80, 0.33), (39.13, 0.89), (68.73, 0.18), (50.43, 8.75)),
+    "dp-rvfl": _row((90.30, 0.16), (38.61, 0.24), (72.99, 0.20), (63.48, 12.43)),
+    "dp-elm-sgd": _row((87.43, 0.29), (33.72, 0.65), (72.92, 0.16), (62.17, 8.64)),
+    "frozen-dense-matched": _row((91.96, 0.11), (38.83, 0.45), (72.96, 0.19), (69.13, 11.02)),
+    "logistic-projected": _row((90.04, 0.12), (36.93, 0.35), (70.93, 0.19), (66.09, 6.26)),
+    "logistic-raw": _row((90.06, 0.08), (37.06, 0.39), (70.98, 0.19), (65.65, 7.28)),
 }
 
 #: Table 9, private column (eps = 2): TABLE9_ATTENTION[dataset] = (mean %, SD %), three seeds.
@@ -91,30 +62,10 @@ TABLE9_NOTE = "Table 9, attention stage, 3 seeds"
 
 #: Table 5: TABLE5[width L][dataset] = (mean %, SD %), pure eps = 2, five seeds.
 TABLE5_DP_ELM: dict[int, dict[str, tuple[float, float]]] = {
-    1: {
-        "mnist": (10.08, 0.16),
-        "cifar10": (10.20, 0.23),
-        "cardio": (49.82, 0.27),
-        "heart": (48.26, 9.53),
-    },
-    3: {
-        "mnist": (18.47, 1.80),
-        "cifar10": (12.53, 1.10),
-        "cardio": (53.30, 2.88),
-        "heart": (59.57, 9.79),
-    },
-    5: {
-        "mnist": (25.26, 1.44),
-        "cifar10": (15.29, 1.83),
-        "cardio": (58.75, 3.59),
-        "heart": (51.74, 16.66),
-    },
-    10: {
-        "mnist": (38.17, 2.56),
-        "cifar10": (17.39, 2.17),
-        "cardio": (58.61, 5.42),
-        "heart": (41.30, 13.40),
-    },
+    1: _row((10.08, 0.16), (10.20, 0.23), (49.82, 0.27), (48.26, 9.53)),
+    3: _row((18.47, 1.80), (12.53, 1.10), (53.30, 2.88), (59.57, 9.79)),
+    5: _row((25.26, 1.44), (15.29, 1.83), (58.75, 3.59), (51.74, 16.66)),
+    10: _row((38.17, 2.56), (17.39, 2.17), (58.61, 5.42), (41.30, 13.40)),
 }
 TABLE5_EPSILON = 2.0
 TABLE5_NOTE = "Table 5, DP-ELM, pure DP"

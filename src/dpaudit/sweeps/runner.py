@@ -173,31 +173,20 @@ def run_sweep(
             _unfinished(spec, tasks, store, opts, summary), context, store, summary
         )
         held = (
-            {}
-            if not opts.record
-            else budget_reserve(
-                run_tasks, context.ledger_path, spec.name, data_dir=context.data_dir
-            )
+            budget_reserve(run_tasks, context.ledger_path, spec.name, data_dir=context.data_dir)
+            if opts.record
+            else {}
         )
         context = dataclasses.replace(context, reservations=tuple(held.items()))
+        after = _after_each(on_outcome, opts.progress, len(run_tasks), spec.name)
         try:
-            _execute(
-                run_tasks,
-                context,
-                executor,
-                store,
-                summary,
-                held=held,
-                after=_after_each(on_outcome, opts.progress, len(run_tasks), spec.name),
-            )
+            _execute(run_tasks, context, executor, store, summary, held=held, after=after)
         except KeyboardInterrupt:
             summary.interrupted = True
         finally:
+            written = _written_folders(context, run_tasks, held)
             summary.unrecorded = _close_reservations(
-                held,
-                context.ledger_path,
-                spec.name,
-                written=_written_folders(context, run_tasks, held),
+                held, context.ledger_path, spec.name, written=written
             )
             c = store.counts([t.key for t in tasks])
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
@@ -388,27 +377,9 @@ def budget_reserve(
     refusal cancels those already made). So no combination of the sweep's tasks exceeds a cap; each
     task's own check, when it runs, counts the other tasks' reservations too
     (:func:`~dpaudit.sweeps.tasks.held_for`)."""
-    planned = []
     rows = _RowsOf(data_dir, ledger_path)
-    for t in {t.key: t for t in tasks}.values():  # a task runs (and is reserved) once
-        if t.runner == "train":
-            ds, part, adj, event, tail = planned_release(t.config())
-            why = public_seed_reason(t.seed, event, dict(t.settings).get("reproducible_noise"))
-            planned.append(
-                (
-                    t.key,
-                    dict(
-                        dataset=ds,
-                        partition=part,
-                        event=event,
-                        adjacency=adj,
-                        mechanism=f"sweep:{sweep}",
-                        noise_tail_delta=tail,
-                        uncertified=why,
-                        data_rows=rows(t.config()),
-                    ),
-                )
-            )
+    unique = {t.key: t for t in tasks}.values()  # a task runs (and is reserved) once
+    planned = [(t.key, _reservation(t, sweep, rows)) for t in unique if t.runner == "train"]
     if not planned:
         return {}
     held: dict[str, str] = {}
@@ -422,6 +393,23 @@ def budget_reserve(
                 ledger.cancel(rid, f"sweep {sweep} refused before running")
             raise
     return held
+
+
+def _reservation(task: Task, sweep: str, rows) -> dict:
+    """The ledger reservation of a ``train`` task's planned release, with the rows it reads."""
+    ds, part, adj, event, tail = planned_release(task.config())
+    return dict(
+        dataset=ds,
+        partition=part,
+        event=event,
+        adjacency=adj,
+        mechanism=f"sweep:{sweep}",
+        noise_tail_delta=tail,
+        uncertified=public_seed_reason(
+            task.seed, event, dict(task.settings).get("reproducible_noise")
+        ),
+        data_rows=rows(task.config()),
+    )
 
 
 class _RowsOf:
@@ -510,11 +498,9 @@ def load_records(store_path: str | os.PathLike) -> tuple[str | None, list[dict]]
 
 def stored_tables(request: SweepRequest) -> dict:
     """``--table``: the tables of ``--store`` (default: the spec's sweep folder)."""
-    store = (
-        request.store
-        if request.store is not None
-        else sweep_dir(request.out, request.sweep_spec().name)
-    )
+    store = request.store
+    if store is None:
+        store = sweep_dir(request.out, request.sweep_spec().name)
     name, records = load_records(store)
     return sweep_tables(records, name=name)
 

@@ -13,13 +13,13 @@ import json
 import math
 import re
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from ..catalogue import CATALOGUE, names as catalogue_names
 from .. import data as registry
 from ..errors import DataError, UsageError
-from ..validation import non_negative_int, open_unit, positive_finite
+from ..validation import non_negative_int, one_of, open_unit, positive_finite
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
 
@@ -38,25 +38,11 @@ DEFAULT_PROFILE = "default"
 RUNNER_NAMES = ("train", "selftest")
 #: Settings of the ``train`` runner; each reaches a task's Request where the Request has that field (a DP-ELM task of a mixed
 #: block ignores ``delta``, ``epochs`` and ``batch_size``).
-TRAIN_SETTINGS = (
-    "delta",
-    "reproducible_noise",
-    "noise_source",
-    "non_private",
-    "epochs",
-    "batch_size",
+TRAIN_SETTINGS = tuple(
+    "delta reproducible_noise noise_source non_private epochs batch_size".split()
 )
 SELFTEST_MODELS = ("mean", "median")
-SELFTEST_SETTINGS = (
-    "delta",
-    "reproducible_noise",
-    "noise_source",
-    "non_private",
-    "n",
-    "sleep",
-    "fail_seeds",
-    "exit_once_marker",
-)
+SELFTEST_SETTINGS = TRAIN_SETTINGS[:4] + ("n", "sleep", "fail_seeds", "exit_once_marker")
 #: Model names of specs written before sweeps named catalogue entries: ``dp-elm-L{w}`` is the catalogue's ``dp-elm`` at width w
 #: (paper 001, sections 3.5 and 4.5). Read only by :func:`catalogue_request`; tasks keep the name, so their keys do not change.
 LEGACY_MODELS = {f"dp-elm-L{w}": ("dp-elm", {"width": w}) for w in (1, 3, 5, 10)}
@@ -78,14 +64,7 @@ class Task:
 
     def config(self) -> dict:
         """The full public configuration; its canonical JSON is hashed into :attr:`key`."""
-        return {
-            "runner": self.runner,
-            "model": self.model,
-            "dataset": self.dataset,
-            "epsilon": self.epsilon,
-            "seed": self.seed,
-            "settings": dict(self.settings),
-        }
+        return {**asdict(self), "settings": dict(self.settings)}
 
     @property
     def key(self) -> str:
@@ -251,9 +230,8 @@ def validate_name(name: object) -> str:
 
 
 def _one_of(what: str, values: list[str], allowed: tuple[str, ...]) -> None:
-    bad = [v for v in values if v not in allowed]
-    if bad:
-        raise UsageError(f"{what} must be one of {', '.join(allowed)}, got {bad[0]!r}.")
+    for value in values:
+        one_of(what, value, allowed)
 
 
 def validate_block(
@@ -401,21 +379,17 @@ def with_profile(spec: SweepSpec, profile: str | None) -> SweepSpec:
     if not isinstance(profile, str) or not _NAME_RE.match(profile):
         raise UsageError(f"profile must be a profile name such as authors, got {profile!r}.")
     blocks = tuple(
-        GridBlock(
-            b.models,
-            b.datasets,
-            b.epsilons,
-            b.seeds,
-            b.settings,
+        replace(
+            b,
             profiles=tuple(
                 _profiles(spec.runner, list(b.datasets), [profile], f"grid block {i + 1}")
             ),
         )
         for i, b in enumerate(spec.blocks)
     )
-    return SweepSpec(
+    return replace(
+        spec,
         name=validate_name(f"{spec.name}-{profile}"),
-        runner=spec.runner,
         blocks=blocks,
         description=f"{spec.description} Preprocessing profile: {profile}.".strip(),
         source=f"{spec.source} --profile {profile}".strip(),
@@ -459,10 +433,7 @@ def spec_from_dict(data: dict, *, source: str = "", default_name: str | None = N
         raise UsageError(f"sweep spec must be a table, got {type(data).__name__}.")
     name = validate_name(data.get("name", default_name))
     runner = data.get("runner", "train")
-    if runner not in RUNNER_NAMES:
-        raise UsageError(
-            f"runner must be one of {', '.join(sorted(RUNNER_NAMES))}, got {runner!r}."
-        )
+    one_of("runner", runner, sorted(RUNNER_NAMES))
     fixed_names = [k for k in ("settings", "fixed") if k in data]
     if len(fixed_names) > 1:
         raise UsageError(
@@ -506,12 +477,8 @@ def parse_spec(
 # ---- Built-in specs
 
 #: The five frozen-feature and logistic models of the DP-RVFL study (paper 001, section 3).
-FROZEN_AND_LOGISTIC = (
-    "dp-rvfl",
-    "dp-elm-sgd",
-    "frozen-dense-matched",
-    "logistic-raw",
-    "logistic-projected",
+FROZEN_AND_LOGISTIC = tuple(
+    "dp-rvfl dp-elm-sgd frozen-dense-matched logistic-raw logistic-projected".split()
 )
 #: Models with a trainable representation; the primary grid runs them at eps = 2 only.
 TRAINABLE = ("dp-dense", "dp-cnn", "dp-attention")

@@ -201,9 +201,7 @@ class Contrast:
         return len(self.seeds)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["n"] = self.n
-        return d
+        return {**asdict(self), "n": self.n}
 
 
 def paired_contrasts(

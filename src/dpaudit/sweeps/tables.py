@@ -335,18 +335,8 @@ def contrasts_markdown(contrast_rows: list[dict], *, limit: int | None = None) -
 
 
 def win_tie_loss_markdown(wtl: list[dict]) -> str:
-    rows = [
-        [
-            w["reference"],
-            w["comparator"],
-            w["metric"],
-            str(w["wins"]),
-            str(w["ties"]),
-            str(w["losses"]),
-            str(w["conditions"]),
-        ]
-        for w in wtl
-    ]
+    keys = ("reference", "comparator", "metric", "wins", "ties", "losses", "conditions")
+    rows = [[str(w[k]) for k in keys] for w in wtl]
     return _md_table(
         ["reference", "comparator", "metric", "higher", "tied", "lower", "conditions"], rows
     )
@@ -354,35 +344,31 @@ def win_tie_loss_markdown(wtl: list[dict]) -> str:
 
 def render_markdown(tables: dict) -> str:
     """The whole sweep report in Markdown (rendered from the JSON of :func:`sweep_tables`)."""
+    sections = [("Table 3 slice", table3_markdown(tables["table3"]))]
+    sections += [(f"{m} per cell", cells_markdown(tables["cells"], m)) for m in tables["metrics"]]
+    if tables["contrasts"]:
+        size = tables["contrast_family_size"]
+        sections += [
+            (
+                f"Paired contrasts ({size} in the Holm family)",
+                contrasts_markdown(tables["contrasts"]),
+            ),
+            (
+                "Win/tie/loss across conditions (by mean)",
+                win_tie_loss_markdown(tables["win_tie_loss"]),
+            ),
+        ]
+    if tables.get("non_private_contrasts"):
+        title = f"Non-private paired contrasts ({tables['non_private_family_size']} in their own Holm family)"
+        sections.append((title, contrasts_markdown(tables["non_private_contrasts"])))
     parts = [
         f"# Sweep {tables.get('sweep') or ''}".rstrip(),
         "",
         f"{tables['tasks_with_results']} finished tasks.",
         "",
     ]
-    parts += ["## Table 3 slice", "", table3_markdown(tables["table3"]), ""]
-    for m in tables["metrics"]:
-        parts += [f"## {m} per cell", "", cells_markdown(tables["cells"], m), ""]
-    if tables["contrasts"]:
-        parts += [
-            f"## Paired contrasts ({tables['contrast_family_size']} in the Holm family)",
-            "",
-            contrasts_markdown(tables["contrasts"]),
-            "",
-        ]
-        parts += [
-            "## Win/tie/loss across conditions (by mean)",
-            "",
-            win_tie_loss_markdown(tables["win_tie_loss"]),
-            "",
-        ]
-    if tables.get("non_private_contrasts"):
-        parts += [
-            f"## Non-private paired contrasts ({tables['non_private_family_size']} in their own Holm family)",
-            "",
-            contrasts_markdown(tables["non_private_contrasts"]),
-            "",
-        ]
+    for title, body in sections:
+        parts += [f"## {title}", "", body, ""]
     parts += ["## Notes", ""] + [f"- {n}" for n in tables["notes"]]
     return "\n".join(parts) + "\n"
 

@@ -27,23 +27,15 @@ from ..mechanisms.contract import DataInfo
 from ..noise import public_rng
 from ..records import write_release
 from ..releasing import held_by_caller, make_noise_source, planned_noise_tail, release
+from ..validation import one_of
 from .spec import RUNNER_NAMES, config_key, task_request
 
 np = lazy_import("numpy")
 
 #: Release fields a sweep table needs (the full release stays in release.json).
-RESULT_FIELDS = (
-    "epsilon",
-    "target_epsilon",
-    "delta",
-    "accountant",
-    "adjacency",
-    "noise_multiplier",
-    "sample_rate",
-    "steps",
-    "steps_executed",
-    "non_private",
-    "noise_source",
+RESULT_FIELDS = tuple(
+    "epsilon target_epsilon delta accountant adjacency noise_multiplier sample_rate steps "
+    "steps_executed non_private noise_source".split()
 )
 #: Config entries of closed-form mechanisms (DP-ELM: width, Laplace scale L(L+2)/epsilon, sampler), copied into the result when
 #: the release's config records them.
@@ -72,13 +64,8 @@ def task_dir(out_dir: str | os.PathLike, config: dict, key: str) -> Path:
     eps = "nonprivate" if config["epsilon"] is None else f"eps{config['epsilon']:g}"
     profile = (config.get("settings") or {}).get("profile")
     dataset = config["dataset"] if profile is None else f"{config['dataset']}-{profile}"
-    return (
-        Path(out_dir)
-        / "releases"
-        / config["model"]
-        / dataset
-        / eps
-        / f"seed{config['seed']}-{key[:12]}"
+    return Path(
+        out_dir, "releases", config["model"], dataset, eps, f"seed{config['seed']}-{key[:12]}"
     )
 
 
@@ -92,10 +79,7 @@ def held_for(context: RunContext, key: str) -> tuple[str, ...]:
 def execute_task(payload: tuple[dict, dict]) -> dict:
     """Entry point on a worker: ``payload = (task config, RunContext as dict)``."""
     config, ctx = payload
-    if config["runner"] not in RUNNER_NAMES:
-        raise UsageError(
-            f"runner must be one of {', '.join(sorted(RUNNER_NAMES))}, got {config['runner']!r}."
-        )
+    one_of("runner", config["runner"], sorted(RUNNER_NAMES))
     return RUNNERS[config["runner"]](config, RunContext(**ctx), config_key(config))
 
 

@@ -35,6 +35,23 @@ def table(caption: str, headers: list[str], rows: list[list[str]]) -> Block:
     return Block("table", caption=caption, headers=headers, rows=rows)
 
 
+def columns(caption: str, spec: list[tuple], rows: list[dict]) -> Block:
+    """A table of ``rows``; ``spec`` holds a (header, key, show) per column: the cell is
+    ``show(row.get(key))``, or ``show(row)`` when the key is None."""
+    cells = [[show(r if key is None else r.get(key)) for _, key, show in spec] for r in rows]
+    return table(caption, [header for header, *_ in spec], cells)
+
+
+def as_stored(x: Any) -> Any:
+    """A cell shown as the model holds it (the renderers write its text)."""
+    return x
+
+
+def status_word(row: dict) -> str:
+    """A row's status in capitals (as the tables show it)."""
+    return str(row.get("status", "")).upper()
+
+
 def finite(x: Any) -> bool:
     """A number that is not NaN (inf counts)."""
     v = num(x)

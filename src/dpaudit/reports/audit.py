@@ -507,37 +507,27 @@ def _max_cell(cells: list[dict]) -> dict:
     return {**largest, "confidence": None, "trials": None, "status": None}
 
 
+def _table16_row(mechanism: str, task: str, claim: float | None, cells: dict) -> dict:
+    return {"mechanism": mechanism, "task": task, "claimed_epsilon": claim, "cells": cells}
+
+
 def table16(entries: list[dict]) -> dict:
     """Rows per (mechanism, task), one column group per canary: private / no-noise eps_LB, ceiling."""
     rows: dict[tuple, dict] = {}
     for e in entries:
         can = e["canary"] or "unnamed canary"
         key = _row_key(rows, e, can)
-        row = rows.setdefault(
-            key,
-            {
-                "mechanism": key[0],
-                "task": key[1],
-                "claimed_epsilon": e["compared_claim"],
-                "cells": {},
-            },
-        )
-        row["cells"][can] = {
-            "private": e["epsilon_lower_bound"],
-            "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-            "ceiling": e["ceiling"],
-            "confidence": e["confidence"],
-            "trials": e["trials"],
-            "status": e["status"],
+        row = rows.setdefault(key, _table16_row(key[0], key[1], e["compared_claim"], {}))
+        no_noise = (e["no_noise"] or {}).get("epsilon_lower_bound")
+        row["cells"][can] = {"private": e["epsilon_lower_bound"], "no_noise": no_noise} | {
+            k: e[k] for k in ("ceiling", "confidence", "trials", "status")
         }
     canaries = list(dict.fromkeys(e["canary"] or "unnamed canary" for e in entries))
     out = list(rows.values())
-    max_row = {
-        "mechanism": "max over tasks",
-        "task": "",
-        "claimed_epsilon": None,
-        "cells": {
-            can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries
-        },
-    }
+    max_row = _table16_row(
+        "max over tasks",
+        "",
+        None,
+        {can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries},
+    )
     return {"canaries": canaries, "rows": out, "max": max_row if len(out) > 1 else None}

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
-from .format import DASH, Block, f, g, ms, p, table, text, val
+from .format import DASH, Block, as_stored, columns, f, g, ms, p, table, text, val
 from .model import SECTIONS
 from .utility import ordered_metrics
 from .verdict import summary_rows
@@ -229,32 +229,14 @@ def provenance_blocks(report: dict) -> list[Block]:
 
 #: The ledger summary on screen: what a reviewer signs (spent, cap, remaining); the rest of a row is
 #: in a second table below, keyed by the same dataset and partition, so neither needs to break words.
-SUMMARY_COLUMNS = [
-    "dataset",
-    "partition",
-    "adjacency",
-    "releases_subtree",
-    "epsilon",
-    "bound_by",
-    "delta",
-    "cap",
-    "remaining",
-    "audits",
-    "epsilon_with_audits",
-]
-SUMMARY_DETAIL_COLUMNS = [
-    "dataset",
-    "partition",
-    "non_private_releases",
-    "epsilon_rdp",
-    "epsilon_prv",
-    "epsilon_pure",
-    "naive_epsilon",
-    "voided_releases",
-    "audit_epsilon",
-    "voided_epsilon",
-    "voided_published_releases",
-]
+SUMMARY_COLUMNS = (
+    "dataset partition adjacency releases_subtree epsilon bound_by delta cap remaining audits "
+    "epsilon_with_audits"
+).split()
+SUMMARY_DETAIL_COLUMNS = (
+    "dataset partition non_private_releases epsilon_rdp epsilon_prv epsilon_pure naive_epsilon "
+    "voided_releases audit_epsilon voided_epsilon voided_published_releases"
+).split()
 SUMMARY_LABELS = {
     "audits": "audits",
     "audit_epsilon": "audits' eps",
@@ -271,18 +253,20 @@ SUMMARY_LABELS = {
     "voided_epsilon": "voided eps (not counted)",
     "voided_published_releases": "voided but published (counted)",
 }
-ENTRY_COLUMNS = [
-    "seq",
-    "kind",
-    "release_id",
-    "mechanism",
-    "partition",
-    "epsilon",
-    "delta",
-    "accountant",
-    "non_private",
-    "voided_by",
-    "created_at",
+ENTRY_COLUMNS = (
+    "seq kind release_id mechanism partition epsilon delta accountant non_private voided_by "
+    "created_at"
+).split()
+
+COMPOSITION_COLUMNS = [
+    ("dataset", "dataset", as_stored),
+    ("partition", "partition", as_stored),
+    ("adjacency", "adjacency", as_stored),
+    ("releases", "releases", val),
+    ("naive sum of eps", "naive_sum", f),
+    ("composed eps (rdp)", "rdp", f),
+    ("composed eps (prv)", "prv", f),
+    ("at delta", "delta", g),
 ]
 
 
@@ -369,31 +353,10 @@ def budget_blocks(report: dict) -> list[Block]:
     comp = b.get("composition") or []
     if comp:
         out.append(
-            table(
+            columns(
                 "Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
-                [
-                    "dataset",
-                    "partition",
-                    "adjacency",
-                    "releases",
-                    "naive sum of eps",
-                    "composed eps (rdp)",
-                    "composed eps (prv)",
-                    "at delta",
-                ],
-                [
-                    [
-                        r["dataset"],
-                        r["partition"],
-                        r["adjacency"],
-                        val(r["releases"]),
-                        f(r["naive_sum"]),
-                        f(r["rdp"]),
-                        f(r["prv"]),
-                        g(r["delta"]),
-                    ]
-                    for r in comp
-                ],
+                COMPOSITION_COLUMNS,
+                comp,
             )
         )
     return out or [p("No private release and no ledger: nothing to account.")]

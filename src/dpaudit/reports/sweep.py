@@ -30,11 +30,7 @@ MAX_LISTED = 20
 
 def _store_guarantee(result: dict) -> dict | None:
     """A release's event rebuilt from what the store kept (only when its release.json is gone; None: non-private or unknown)."""
-    nm, q, steps = (
-        num(result.get("noise_multiplier")),
-        num(result.get("sample_rate")),
-        num(result.get("steps")),
-    )
+    nm, q, steps = (num(result.get(k)) for k in ("noise_multiplier", "sample_rate", "steps"))
     if result.get("non_private") or nm is None or q is None or steps is None:
         return None
     return {
@@ -150,15 +146,8 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
 
 
 def _group() -> dict:
-    return {
-        "guarantees": [],
-        "claims": [],
-        "deltas": [],
-        "non_private": 0,
-        "unknown": 0,
-        "from_store": 0,
-        "largest": None,
-    }
+    counts = dict.fromkeys(("non_private", "unknown", "from_store"), 0)
+    return {"guarantees": [], "claims": [], "deltas": [], **counts, "largest": None}
 
 
 def _from_release(r) -> dict:
@@ -298,15 +287,15 @@ def _ledger_entries(sweep: LoadedSweep, ledger_path: str) -> tuple[list, list[di
                 entries.extend(ledger.entries(dataset=ds, kind="release"))
             except DPAuditError:
                 continue
-        try:  # what the ledger says this sweep spent, when its entries carry the sweep tag
+        # What the ledger says this sweep spent, when its entries carry the sweep tag; a ledger
+        # failing verification gives none (the entries above still match by id).
+        try:
             return entries, (
                 [dict(r) for r in ledger.summary(sweep=sweep.name)]
                 if sweep.name and sweep.name in ledger.sweeps()
                 else None
             )
-        except (
-            DPAuditError
-        ):  # e.g. a ledger failing verification: the entries above still match by id
+        except DPAuditError:
             return entries, None
 
 
@@ -369,13 +358,10 @@ def _ledger_block(
     if not ledger_path:
         return None
     name = sweep.name
+    counts = dict.fromkeys(("recorded", "tagged", "tagged_elsewhere", "voided", "missing"), 0)
     out: dict = {
         "ledger": ledger_path,
-        "recorded": 0,
-        "tagged": 0,
-        "tagged_elsewhere": 0,
-        "voided": 0,
-        "missing": 0,
+        **counts,
         "missing_ids": [],
         "composition": [],
         "summary": None,
@@ -406,14 +392,9 @@ def _ledger_block(
         notes.append(Note("info", "sweep", text))
     groups: dict[tuple, list] = {}
     for e in ours:
-        groups.setdefault(
-            (
-                str(e.payload.get("dataset_name") or e.dataset),
-                str(e.payload.get("partition")),
-                str(e.payload.get("adjacency")),
-            ),
-            [],
-        ).append(e)
+        pay = e.payload
+        where = (pay.get("dataset_name") or e.dataset, pay.get("partition"), pay.get("adjacency"))
+        groups.setdefault(tuple(map(str, where)), []).append(e)
     out["composition"] = [_ledger_row(key, es) for key, es in groups.items()]
     return out
 

@@ -213,14 +213,7 @@ def _by_status(
 
 
 def _violation_line(worst: dict, n_violations: int, n_entries: int) -> str:
-    where = ", ".join(
-        x
-        for x in (
-            f"canary {worst['canary']}" if worst["canary"] else "",
-            f"task {worst['task']}" if worst["task"] else "",
-        )
-        if x
-    )
+    where = ", ".join(f"{k} {worst[k]}" for k in ("canary", "task") if worst[k])
     return (
         _violation_text(worst)
         + (f" ({where})" if where else "")
@@ -305,17 +298,10 @@ def _mismatched(g: _Group, claim_by_id: dict) -> list[tuple[str, str]]:
         for r in g.releases
         if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"
     ]
-    return (
-        [
-            (
-                "accounting-mismatch",
-                "ACCOUNTING MISMATCH: "
-                + "; ".join(c["accounting_check"]["message"] for c in cards),
-            )
-        ]
-        if cards
-        else []
-    )
+    if not cards:
+        return []
+    messages = "; ".join(c["accounting_check"]["message"] for c in cards)
+    return [("accounting-mismatch", f"ACCOUNTING MISMATCH: {messages}")]
 
 
 def _numbers(g: _Group, entries: list[dict]) -> dict:
@@ -406,12 +392,9 @@ def _reason(status: str, hits: list[dict]) -> str:
         return statement
     if status == "violation":
         return "eps_LB above the claim"
-    weak = status == "no-evidence" and any(e["underpowered"] for e in hits)
-    return (
-        "audit underpowered (ceiling below the claim): it cannot detect a violation at all"
-        if weak
-        else ""
-    )
+    if status == "no-evidence" and any(e["underpowered"] for e in hits):
+        return "audit underpowered (ceiling below the claim): it cannot detect a violation at all"
+    return ""
 
 
 def _family_statement(hits: list[dict]) -> str | None:
@@ -476,32 +459,20 @@ def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> li
     return rows
 
 
+def _verdict_row(v: dict) -> dict:
+    """The first table's row of a verdict without rows of its own (a one-run audit or a sweep)."""
+    claim = (max(v["claimed_epsilons"], default=None), v.get("delta"), None, v.get("accountant"))
+    return _row(v["mechanism"], claim, v["status"], []) | {
+        "statistics": v.get("statistics") or [],
+        "epsilon_lower_bound": v["max_epsilon_lower_bound"],
+        "ceiling": v.get("ceiling"),
+        "reason": v.get("reason") or "",
+    }
+
+
 def summary_rows(verdicts: list[dict]) -> list[dict]:
     """The first table's rows: every mechanism's, and one per one-run audit or sweep (their verdict line's numbers)."""
-    return [
-        row
-        for v in verdicts
-        for row in v.get("rows")
-        or [
-            _row(
-                v["mechanism"],
-                (
-                    max(v["claimed_epsilons"], default=None),
-                    v.get("delta"),
-                    None,
-                    v.get("accountant"),
-                ),
-                v["status"],
-                [],
-            )
-            | {
-                "statistics": v.get("statistics") or [],
-                "epsilon_lower_bound": v["max_epsilon_lower_bound"],
-                "ceiling": v.get("ceiling"),
-                "reason": v.get("reason") or "",
-            }
-        ]
-    ]
+    return [row for v in verdicts for row in v.get("rows") or [_verdict_row(v)]]
 
 
 def mechanism_verdicts(
@@ -551,11 +522,8 @@ def _excess(e: dict) -> float:
 
 def _violation_text(e: dict) -> str:
     lb = _decided_lb(e)
-    fam = (
-        (e.get("claim_family_bound") or {}).get("statement")
-        if e["statistic"] == "claimed-curve"
-        else None
-    )
+    curve = e["statistic"] == "claimed-curve"
+    fam = (e.get("claim_family_bound") or {}).get("statement") if curve else None
     if fam:
         return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {fixed(lb)}, claimed {fixed(e['compared_claim'])})"
     return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(e['compared_claim'])}"

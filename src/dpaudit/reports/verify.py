@@ -230,12 +230,7 @@ def _pipeline_check(rec: dict) -> Check:
     codes = [str((f or {}).get("code")) for f in rec.get("findings") or []]
     bad = codes or rec.get("certified") is not None
     why = f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}"
-    return Check(
-        "pipeline",
-        str(rec.get("id"))[:12],
-        "FAIL" if bad else "pass",
-        why if bad else "no pipeline findings",
-    )
+    return _check("pipeline", str(rec.get("id"))[:12], why if bad else None, "no pipeline findings")
 
 
 def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
@@ -424,9 +419,7 @@ def _runs_check(pid: str, runs: list, present: list) -> Check:
         if ids
     )
     if why:
-        return Check(
-            "runs", pid[:12], "FAIL", f"{n} in the ledger, {len(present)} in the bundle{why}"
-        )
+        return _check("runs", pid[:12], f"{n} in the ledger, {len(present)} in the bundle{why}", "")
     return Check(
         "runs",
         pid[:12],
@@ -439,16 +432,12 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
     plan = plans.get(reveal.get("id"))
     if plan is None:
-        return [
-            Check(
-                "audit vs plan",
-                aid,
-                "FAIL",
-                f"not pre-registered: its plan {str(reveal['id'])[:12]} is not in the bundle"
-                if reveal.get("id")
-                else "not pre-registered: it names no plan",
-            )
-        ]
+        why = (
+            f"its plan {str(reveal['id'])[:12]} is not in the bundle"
+            if reveal.get("id")
+            else "it names no plan"
+        )
+        return [_check("audit vs plan", aid, f"not pre-registered: {why}", "")]
     try:
         diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
@@ -476,38 +465,28 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     ]
 
 
+#: The settings a plan fixes beyond statistic, confidence and release, by audit kind:
+#: (name, the audit record's key, the plan's key).
+PLANNED_SETTINGS = {
+    "one-run": (("canaries", "canaries", "canaries"), ("canary", "kind", "canary")),
+    "trials": (
+        ("trials", "runs", "trials"),
+        ("canary", "canary", "canary"),
+        ("select_fraction", "select_fraction", "select_fraction"),
+    ),
+}
+
+
 def _settings(rec: dict, plan: dict, seeds: dict) -> tuple[dict, dict]:
     """(what the audit records, what its plan fixed) for each planned setting."""
-    a = plan["audit"]
-    got = {
-        "statistic": rec.get("statistic"),
-        "confidence": rec.get("confidence"),
-        "release": rec.get("release_id"),
-    }
-    want = {
-        "statistic": a["statistic"],
-        "confidence": a["confidence"],
-        "release": plan.get("release_id"),
-    }
-    if a["kind"] == "one-run":
-        return {**got, "canaries": rec.get("canaries"), "canary": rec.get("kind")}, {
-            **want,
-            "canaries": a["canaries"],
-            "canary": a["canary"],
-        }
-    got.update(
-        trials=rec.get("runs"),
-        canary=rec.get("canary"),
-        select_fraction=rec.get("select_fraction"),
-        seed=(rec.get("seeds") or {}).get("public"),
-    )
-    return got, {
-        **want,
-        "trials": a["trials"],
-        "canary": a["canary"],
-        "select_fraction": a["select_fraction"],
-        "seed": seeds.get("public"),
-    }
+    a, one_run = plan["audit"], plan["audit"]["kind"] == "one-run"
+    got = {k: rec.get(k) for k in ("statistic", "confidence")} | {"release": rec.get("release_id")}
+    want = {k: a[k] for k in ("statistic", "confidence")} | {"release": plan.get("release_id")}
+    for name, recorded, planned in PLANNED_SETTINGS["one-run" if one_run else "trials"]:
+        got[name], want[name] = rec.get(recorded), a[planned]
+    if not one_run:
+        got["seed"], want["seed"] = (rec.get("seeds") or {}).get("public"), seeds.get("public")
+    return got, want
 
 
 def _plan_differences(rec: dict, plan: dict, reveal: dict) -> list[str]:
@@ -599,12 +578,8 @@ def _tests(rec: dict, event, delta) -> bool:
 
 def _release_match(aid: str, rec: dict, rel: dict | None) -> Check:
     if rel is None:
-        return Check(
-            "audit = release",
-            aid,
-            "FAIL",
-            f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle",
-        )
+        missing = f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle"
+        return _check("audit = release", aid, missing, "")
     same = _tests(rec, rel.get("guarantee"), rel.get("delta"))
     return _check(
         "audit = release",

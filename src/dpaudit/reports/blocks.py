@@ -123,12 +123,18 @@ def _claim_pairs(c: dict) -> list[tuple[str, str]]:
     ]
 
 
-def _epsilon_row(e: dict) -> list[str]:
-    return (
-        [e["accountant"] + (" (claim)" if e.get("claimed_with") else "")]
-        + [f(e.get(k), 4) for k in ("epsilon", "lower", "estimate", "stored")]
-        + [e.get("error") or ""]
-    )
+def _four_digits(x: Any) -> str:
+    return f(x, 4)
+
+
+EPSILON_COLUMNS = [
+    ("accountant", None, lambda e: e["accountant"] + (" (claim)" if e.get("claimed_with") else "")),
+    ("epsilon (recomputed)", "epsilon", _four_digits),
+    ("lower", "lower", _four_digits),
+    ("estimate", "estimate", _four_digits),
+    ("stored in release", "stored", _four_digits),
+    ("note", "error", lambda error: error or ""),
+]
 
 
 def _card(c: dict) -> list[Block]:
@@ -147,17 +153,10 @@ def _card(c: dict) -> list[Block]:
         ]
     return [
         Block("kv", caption=head, pairs=_claim_pairs(c)),
-        table(
+        columns(
             f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
-            [
-                "accountant",
-                "epsilon (recomputed)",
-                "lower",
-                "estimate",
-                "stored in release",
-                "note",
-            ],
-            [_epsilon_row(e) for e in c["epsilons"]],
+            EPSILON_COLUMNS,
+            c["epsilons"],
         ),
     ]
 

@@ -34,34 +34,22 @@ SECTIONS = (
 
 
 def _eps_point(e: dict) -> dict:
-    return {
-        "mechanism": e["mechanism"],
-        "canary": e["canary"],
-        "task": e["task"],
-        "claimed_epsilon": e["compared_claim"],
-        "epsilon_lower_bound": e["epsilon_lower_bound"],
-        "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-        "ceiling": e["ceiling"],
-        "status": e["status"],
+    point = {k: e[k] for k in ("mechanism", "canary", "task")} | {
+        "claimed_epsilon": e["compared_claim"]
     }
+    no_noise = (e["no_noise"] or {}).get("epsilon_lower_bound")
+    point |= {"epsilon_lower_bound": e["epsilon_lower_bound"], "no_noise": no_noise}
+    return point | {"ceiling": e["ceiling"], "status": e["status"]}
 
 
 def _budget_section(inputs, covered: list, ledger_path, notes: list) -> tuple[dict, dict[str, str]]:
     """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
     datasets = list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in covered))
-    ledger = budget.ledger_budget(
-        ledger_path,
-        ledger_path is not None,
-        datasets,
-        [lr.release.id for lr in inputs.releases],
-        notes,
-    )
+    ids = [lr.release.id for lr in inputs.releases]
+    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, ids, notes)
     fingerprints = ledger.pop("data_versions", {})
-    return {
-        **ledger,
-        "composition": budget.release_composition(covered, notes),
-        "datasets": datasets,
-    }, fingerprints
+    composition = budget.release_composition(covered, notes)
+    return {**ledger, "composition": composition, "datasets": datasets}, fingerprints
 
 
 def _sweeps(inputs, budget_section: dict, notes: list) -> list[dict]:
@@ -106,10 +94,7 @@ def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
         ],
         "one_runs": [str(lo.path) for lo in inputs.one_runs],
         "white_boxes": [str(lo.path) for lo in inputs.white_boxes],
-        "sweeps": [
-            {"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]}
-            for e in sweeps
-        ],
+        "sweeps": [{k: e[k] for k in ("name", "path", "store", "releases")} for e in sweeps],
         "ledger": ledger,
     }
 

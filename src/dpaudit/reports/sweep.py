@@ -86,29 +86,21 @@ def _accounting_notes(
 
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
     no_claim = f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else ""
-    if n["mismatch"]:
-        status, line = (
-            "mismatch",
-            f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)",
-        )
-    elif n["unverified"]:
-        status, line = (
-            "unverified",
-            f"{n['ok']} of {checked} releases check out; {n['unverified']} could not be recomputed",
-        )
-    elif checked:
-        status, line = "ok", f"{n['ok']} of {checked} releases check out"
-    else:
+    if not checked:
         return (
             "no-claim",
             "no private release below the sweep's folder (nothing to check)" + no_claim,
         )
-    return (
-        status,
-        line
-        + " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)"
-        + no_claim,
+    status = "mismatch" if n["mismatch"] else "unverified" if n["unverified"] else "ok"
+    line = {
+        "mismatch": f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)",
+        "unverified": f"{n['ok']} of {checked} releases check out; {n['unverified']} could not be recomputed",
+        "ok": f"{n['ok']} of {checked} releases check out",
+    }[status]
+    rule = (
+        " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)"
     )
+    return status, line + rule + no_claim
 
 
 def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
@@ -567,6 +559,7 @@ def sweep_verdict(entry: dict) -> dict:
         )
         if on
     ]
+    singles = (b.get("max_single_epsilon") for b in entry["budget"])
     return {
         "mechanism": head,
         "key": f"sweep:{name}",
@@ -574,13 +567,7 @@ def sweep_verdict(entry: dict) -> dict:
         "flags": flags,
         "line": f"{head}: " + "; ".join(parts),
         "max_epsilon_lower_bound": None,
-        "claimed_epsilons": sorted(
-            {
-                b["max_single_epsilon"]
-                for b in entry["budget"]
-                if b.get("max_single_epsilon") is not None
-            }
-        ),
+        "claimed_epsilons": sorted({e for e in singles if e is not None}),
         "releases": [],
         "non_private_releases": [],
         "audits": [],
@@ -608,9 +595,6 @@ def sweep_reproduce(entry: dict) -> dict:
         "id": entry["name"],
         "path": entry["path"],
         "command": cmd,
-        "seed": None,
-        "noise": None,
-        "dpaudit_version": None,
-        "git_commit": None,
+        **dict.fromkeys(("seed", "noise", "dpaudit_version", "git_commit")),
         **params,
     }

@@ -70,11 +70,8 @@ def _one_run_verdict(e: dict) -> dict:
     m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
     kind = e.get("audit_kind", "one-run")  # one-run, white-box or crafted-final
     name = f"{e['mechanism'] or 'unknown'} ({kind} audit, {m if m is not None else 'n/a'} canaries)"
-    flags = (
-        [kind]
-        + ["not-certified"] * bool(e.get("not_certified"))
-        + ["underpowered"] * bool(e.get("underpowered"))
-    )
+    qualified = (("not-certified", e.get("not_certified")), ("underpowered", e.get("underpowered")))
+    flags = [kind] + [flag for flag, on in qualified if on]
     status = "inconclusive" if e["status"] == "incomplete" else e["status"]
     return {
         "mechanism": name,
@@ -228,26 +225,17 @@ def _headline(
     """(status, the line's main part, the statistics that decided it) of one mechanism."""
     if violations:
         worst = max(violations, key=_excess)
-        return (
-            "violation",
-            _violation_line(worst, len(violations), len(entries)),
-            [worst["statistic"]],
-        )
+        line = _violation_line(worst, len(violations), len(entries))
+        return "violation", line, [worst["statistic"]]
     if incomplete:
-        return (
-            "inconclusive",
-            f"INCONCLUSIVE: {len(incomplete)} of {len(entries)} audit record(s) cannot be judged (see notes)",
-            [],
-        )
+        judged = f"{len(incomplete)} of {len(entries)} audit record(s) cannot be judged"
+        return "inconclusive", f"INCONCLUSIVE: {judged} (see notes)", []
     if ok:
         best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
         lb, claim = best["epsilon_lower_bound"], best["compared_claim"]
         op = "<=" if lb is None or lb <= claim else ">"
-        return (
-            "no-evidence",
-            f"no evidence of a violation (max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)})",
-            _statistics(ok),
-        )
+        line = f"max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)}"
+        return "no-evidence", f"no evidence of a violation ({line})", _statistics(ok)
     if entries and all(e["status"] == "control" for e in entries):
         return (
             "not-audited",
@@ -304,14 +292,16 @@ def _mismatched(g: _Group, claim_by_id: dict) -> list[tuple[str, str]]:
     return [("accounting-mismatch", f"ACCOUNTING MISMATCH: {messages}")]
 
 
-def _numbers(g: _Group, entries: list[dict]) -> dict:
-    """The numbers behind a line: the largest eps_LB, the claims compared, the statistics."""
+def _numbers(g: _Group, entries: list[dict], decided_by: list[str]) -> dict:
+    """The numbers behind a line: the largest eps_LB, the statistics that decided it and all the
+    line's statistics, the claims compared."""
     lbs = [e["epsilon_lower_bound"] for e in entries if e["epsilon_lower_bound"] is not None]
     claims = {e["compared_claim"] for e in entries if e["compared_claim"] is not None} | {
         num(r.epsilon) for r in g.releases if num(r.epsilon) is not None
     }
     return {
         "max_epsilon_lower_bound": max(lbs) if lbs else None,
+        "decided_by": decided_by,
         "statistics": _statistics([e for e in entries if e["status"] != "control"]),
         "claimed_epsilons": sorted(claims),
     }
@@ -334,19 +324,14 @@ def _group_verdict(
     parts = mismatch + [("", head)] + _qualifiers(status, ok, family, uncovered, entries)
     if mismatch and status in ("no-evidence", "not-audited", "no-claim"):
         status = "accounting-mismatch"
-    numbers = _numbers(g, entries)
-    rows = _rows(g, entries, (violations, incomplete, ok), claim_by_id)
     return {
         "mechanism": g.name,
-        "rows": rows,
+        "rows": _rows(g, entries, (violations, incomplete, ok), claim_by_id),
         "key": g.key,
         "status": status,
         "flags": [f for f, _ in parts if f],
         "line": f"{g.name}: " + "; ".join(t for _, t in parts),
-        "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"],
-        "decided_by": decided_by,
-        "statistics": numbers["statistics"],
-        "claimed_epsilons": numbers["claimed_epsilons"],
+        **_numbers(g, entries, decided_by),
         "releases": [r.id for r in g.releases],
         "non_private_releases": [r.id for r in g.non_private],
         "audits": [e["path"] for e in entries],
@@ -363,10 +348,7 @@ def _row(
     return {
         "release": release,
         "mechanism": mech,
-        "epsilon": claim[0],
-        "delta": claim[1],
-        "adjacency": claim[2],
-        "accountant": claim[3],
+        **dict(zip(("epsilon", "delta", "adjacency", "accountant"), claim)),
         "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)),
         "statistics": _statistics(hits),
         "audits": [e["path"] for e in hits],

@@ -156,10 +156,8 @@ def _read_all(root: Path) -> tuple[dict, list, dict]:
 
 def _ledger(root: Path, anchor, owner) -> tuple[Check, set, list]:
     """The ledger's check, its registered key ids and its entries (seq, kind, signer, payload)."""
-    meta, dump = (
-        read_json(root / BUNDLE_FILE, "bundle"),
-        read_json(root / LEDGER_FILE, "ledger export"),
-    )
+    meta = read_json(root / BUNDLE_FILE, "bundle")
+    dump = read_json(root / LEDGER_FILE, "ledger export")
     rows, head = [tuple(r) for r in dump.get("rows") or []], meta.get("head") or {}
     rep = verify_snapshot(
         Snapshot(
@@ -247,15 +245,10 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
         if entry is None
         else differ and f"differs from its signed ledger entry in {', '.join(differ)}"
     )
-    private = _check(
-        "private",
-        rid[:12],
-        _privacy_problems(rel, entry),
-        "its signed ledger entry counts it as private",
-    )
+    private = "its signed ledger entry counts it as private"
     return out + [
         _check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
-        private,
+        _check("private", rid[:12], _privacy_problems(rel, entry), private),
     ]
 
 
@@ -310,11 +303,9 @@ def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
 
 def _fixed_noise(plan: dict) -> str | None:
     """A plan that fixes reproducible DP noise had an outcome that could be previewed."""
-    if (plan.get("request") or {}).get("reproducible_noise"):
-        return (
-            "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
-        )
-    return None
+    if not (plan.get("request") or {}).get("reproducible_noise"):
+        return None
+    return "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
 
 
 def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> list[Check]:

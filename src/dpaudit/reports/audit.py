@@ -272,11 +272,9 @@ def _no_noise_note(nn: dict | None, label: str, notes: list[Note]) -> None:
 def _family_bound(cv: dict | None) -> dict | None:
     """The claimed-curve verdict as a statement about the claim's family (None without a family)."""
     fam = (cv or {}).get("family") or {}
-    return (
-        {"statement": family_statement(fam), "violated": cv["violated"]}
-        if fam.get("parameter") and fam.get("claimed") is not None
-        else None
-    )
+    if not fam.get("parameter") or fam.get("claimed") is None:
+        return None
+    return {"statement": family_statement(fam), "violated": cv["violated"]}
 
 
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
@@ -488,6 +486,17 @@ def _table16_row(mechanism: str, task: str, claim: float | None, cells: dict) ->
     return {"mechanism": mechanism, "task": task, "claimed_epsilon": claim, "cells": cells}
 
 
+def _table16_cell(e: dict) -> dict:
+    return {
+        "private": e["epsilon_lower_bound"],
+        "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
+        "ceiling": e["ceiling"],
+        "confidence": e["confidence"],
+        "trials": e["trials"],
+        "status": e["status"],
+    }
+
+
 def table16(entries: list[dict]) -> dict:
     """Rows per (mechanism, task), one column group per canary: private / no-noise eps_LB, ceiling."""
     rows: dict[tuple, dict] = {}
@@ -495,10 +504,7 @@ def table16(entries: list[dict]) -> dict:
         can = e["canary"] or "unnamed canary"
         key = _row_key(rows, e, can)
         row = rows.setdefault(key, _table16_row(key[0], key[1], e["compared_claim"], {}))
-        no_noise = (e["no_noise"] or {}).get("epsilon_lower_bound")
-        row["cells"][can] = {"private": e["epsilon_lower_bound"], "no_noise": no_noise} | {
-            k: e[k] for k in ("ceiling", "confidence", "trials", "status")
-        }
+        row["cells"][can] = _table16_cell(e)
     canaries = list(dict.fromkeys(e["canary"] or "unnamed canary" for e in entries))
     out = list(rows.values())
     max_row = _table16_row(

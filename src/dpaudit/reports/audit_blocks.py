@@ -72,11 +72,9 @@ def _recomputed(r: dict | None) -> str:
 
 def _sequential_note(seq: dict | None) -> str:
     """A sequential audit's stop, after its trials: "; sequential, stopped (violation) of 2000"."""
-    return (
-        ""
-        if not seq
-        else f"; sequential, stopped ({text(seq.get('stopped'))}) of {val(seq.get('max_trials'))}"
-    )
+    if not seq:
+        return ""
+    return f"; sequential, stopped ({text(seq.get('stopped'))}) of {val(seq.get('max_trials'))}"
 
 
 def _detail_columns(methods: list[str]) -> list[tuple]:

@@ -39,19 +39,15 @@ def _first_row(r: dict) -> list[str]:
     audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (
         f"{_plans_cell(r)}; {', '.join(r['statistics'])}" if r["statistics"] else "—"
     )
-    lb = (
-        DASH
-        if r["epsilon_lower_bound"] is None
-        else f(r["epsilon_lower_bound"])
-        + (f" ({f(r['ceiling'], 2)})" if r["ceiling"] is not None else "")
-    )
+    lb, ceiling = r["epsilon_lower_bound"], r["ceiling"]
+    bound = DASH if lb is None else f(lb) + (f" ({f(ceiling, 2)})" if ceiling is not None else "")
     return [
         f"{r['mechanism']} {str(r['release'])[:8]}"
         if r["release"]
         else f"{r['mechanism']} (no release)",
         _claim_cell(r),
         audited,
-        lb,
+        bound,
         VERDICT_WORDS.get(r["status"], r["status"]) + (f": {r['reason']}" if r["reason"] else ""),
     ]
 
@@ -286,13 +282,9 @@ def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[l
 
 
 def _integrity(ver: Any) -> str:
-    return (
-        ""
-        if not isinstance(ver, dict)
-        else " — hash chain intact"
-        if ver.get("ok")
-        else " — INTEGRITY CHECK FAILED (see notes)"
-    )
+    if not isinstance(ver, dict):
+        return ""
+    return " — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)"
 
 
 def _summary_blocks(summary: list[dict]) -> list[Block]:
@@ -431,11 +423,9 @@ REPRODUCE_KINDS = {
 def _reproduce_head(r: dict) -> str:
     what = REPRODUCE_KINDS.get(r["kind"], r["kind"])
     head = f"{what}: {r['mechanism']}" if r.get("mechanism") else what
-    return head + (
-        (f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})")
-        if r.get("id")
-        else ""
-    )
+    if r.get("id"):
+        head += f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})"
+    return head
 
 
 def _reproduce_meta(r: dict) -> list[str]:
@@ -455,14 +445,9 @@ def _reproduce_code(r: dict) -> str:
     lines = ["# command not recorded; the audit's recorded parameters:"] + [
         f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())
     ]
-    return "\n".join(
-        lines
-        + (
-            ["#   config = " + json.dumps(cfg, sort_keys=True, default=str)]
-            if cfg is not None
-            else []
-        )
-    )
+    if cfg is not None:
+        lines.append("#   config = " + json.dumps(cfg, sort_keys=True, default=str))
+    return "\n".join(lines)
 
 
 def reproduce_blocks(report: dict) -> list[Block]:

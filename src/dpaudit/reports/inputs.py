@@ -90,13 +90,9 @@ def dataset_name(ds: Any) -> str:
 
 def command_str(cmd: Any) -> str | None:
     """A recorded command as one shell line (a list is quoted and joined)."""
-    return (
-        None
-        if cmd is None
-        else shlex.join(str(c) for c in cmd)
-        if isinstance(cmd, (list, tuple))
-        else str(cmd)
-    )
+    if cmd is None:
+        return None
+    return shlex.join(str(c) for c in cmd) if isinstance(cmd, (list, tuple)) else str(cmd)
 
 
 def fixed(x: float | None, digits: int = 3) -> str:

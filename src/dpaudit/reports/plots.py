@@ -71,11 +71,9 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
         "true positive rate (log scale)",
     )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    more = (
-        f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn."
-        if len(es) > MAX_ROC_CURVES
-        else ""
-    )
+    more = ""
+    if len(es) > MAX_ROC_CURVES:
+        more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn."
     return Figure(
         f"roc_{k}",
         "audit",

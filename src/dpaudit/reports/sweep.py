@@ -422,11 +422,9 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
     if c["failed"]:
         first = failures[0]
         stale = sum(1 for fl in failures if fl.get("in_current_spec") is False)
-        why = (
-            f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
-            if stale
-            else ""
-        )
+        why = ""
+        if stale:
+            why = f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
         text = (
             f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
             f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."
@@ -537,6 +535,15 @@ def _verdict_parts(entry: dict, acc: dict) -> tuple[str, list[str]]:
     ]
 
 
+def _sweep_flags(entry: dict, status: str) -> list[str]:
+    named = (
+        ("accounting-mismatch", status == "accounting-mismatch"),
+        ("missing-releases", entry.get("missing_releases")),
+        ("unreadable-releases", entry.get("unreadable_releases")),
+    )
+    return ["sweep"] + [flag for flag, on in named if on]
+
+
 def sweep_verdict(entry: dict) -> dict:
     """One verdict line per sweep (fail closed: any accounting mismatch makes it ACCOUNTING MISMATCH)."""
     name = entry["name"]
@@ -550,21 +557,12 @@ def sweep_verdict(entry: dict) -> dict:
         parts.append(
             f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}"
         )
-    flags = ["sweep"] + [
-        f
-        for f, on in (
-            ("accounting-mismatch", status == "accounting-mismatch"),
-            ("missing-releases", entry.get("missing_releases")),
-            ("unreadable-releases", entry.get("unreadable_releases")),
-        )
-        if on
-    ]
     singles = (b.get("max_single_epsilon") for b in entry["budget"])
     return {
         "mechanism": head,
         "key": f"sweep:{name}",
         "status": status,
-        "flags": flags,
+        "flags": _sweep_flags(entry, status),
         "line": f"{head}: " + "; ".join(parts),
         "max_epsilon_lower_bound": None,
         "claimed_epsilons": sorted({e for e in singles if e is not None}),

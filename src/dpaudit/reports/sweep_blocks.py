@@ -190,33 +190,16 @@ def _contrast_blocks(t: dict) -> list[Block]:
         t.get(k) or [] for k in ("contrasts", "win_tie_loss", "non_private_contrasts")
     )
     if not cons:
-        out = [
-            p(
-                "No paired contrast: no comparator shares at least two seeds with the reference in any condition."
-            )
-        ]
+        none = "no comparator shares at least two seeds with the reference in any condition."
+        out = [p(f"No paired contrast: {none}")]
     else:
         out = [_contrast_table(cons, "", t.get("contrast_family_size"), floor)]
-        out += (
-            [
-                columns(
-                    "Win/tie/loss across conditions by mean (descriptive only)",
-                    WIN_TIE_LOSS_COLUMNS,
-                    wtl,
-                )
-            ]
-            if wtl
-            else []
-        )
+    if cons and wtl:
+        caption = "Win/tie/loss across conditions by mean (descriptive only)"
+        out.append(columns(caption, WIN_TIE_LOSS_COLUMNS, wtl))
     if np_cons:
-        out.append(
-            _contrast_table(
-                np_cons,
-                ", non-private conditions (a separate Holm family)",
-                t.get("non_private_family_size"),
-                floor,
-            )
-        )
+        what = ", non-private conditions (a separate Holm family)"
+        out.append(_contrast_table(np_cons, what, t.get("non_private_family_size"), floor))
     return out
 
 
@@ -270,24 +253,14 @@ def _budget_blocks(bud: list[dict]) -> list[Block]:
 def _ledger_tables(led: dict) -> list[Block]:
     comp = led.get("composition") or []
     summ = [r for r in led.get("summary") or [] if r.get("partition") != "*"]
-    out = [
-        columns(
-            "What the ledger recorded for this sweep (its stored events, composed)",
-            LEDGER_COMPOSITION_COLUMNS,
-            comp,
-        )
-    ]
-    return (out if comp else []) + (
-        [
-            columns(
-                "The ledger's own summary of this sweep (ledger summary --sweep)",
-                LEDGER_SUMMARY_COLUMNS,
-                summ,
-            )
-        ]
-        if summ
-        else []
-    )
+    out = []
+    if comp:
+        caption = "What the ledger recorded for this sweep (its stored events, composed)"
+        out.append(columns(caption, LEDGER_COMPOSITION_COLUMNS, comp))
+    if summ:
+        caption = "The ledger's own summary of this sweep (ledger summary --sweep)"
+        out.append(columns(caption, LEDGER_SUMMARY_COLUMNS, summ))
+    return out
 
 
 def _ledger_blocks(sw: dict) -> list[Block]:

@@ -355,42 +355,25 @@ def _one_run_bars(v: dict, record: dict) -> list[tuple[str, float, str, str]]:
     claim, st, fd = v["claimed_epsilon"], v["steinke"] or {}, v["fdp"] or {}
     st_lb, fd_lb = st.get("epsilon_lower_bound"), fd.get("epsilon_lower_bound")
     fdp = _fdp_decides(record, fd_lb)
-    rows = (
-        [
-            _bar(
-                "eps_LB (eps, delta)" + ("" if fdp else " (decides)"),
-                st_lb,
-                _above(st_lb, claim),
-                "steinke",
-            )
-        ]
-        if st_lb is not None
-        else []
-    )
+    rows = []
+    if st_lb is not None:
+        label = "eps_LB (eps, delta)" + ("" if fdp else " (decides)")
+        rows.append(_bar(label, st_lb, _above(st_lb, claim), "steinke"))
     if fd_lb is not None:
-        rows.append(
-            _bar(
-                "eps_LB f-DP" + (" (decides)" if fdp else ""),
-                fd_lb,
-                bool(fd["violated"]) or _above(fd_lb, claim),
-                "fdp",
-            )
-        )
-    return rows + (
-        [("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling")]
-        if st.get("ceiling") is not None
-        else []
-    )
+        label = "eps_LB f-DP" + (" (decides)" if fdp else "")
+        rows.append(_bar(label, fd_lb, bool(fd["violated"]) or _above(fd_lb, claim), "fdp"))
+    if st.get("ceiling") is not None:
+        rows.append(("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling"))
+    return rows
 
 
 def _one_run_subtitle(v: dict) -> str:
     st = v["steinke"] or {}
     guesses, correct = st.get("guesses"), st.get("correct")
-    return f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})" + (
-        f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct"
-        if guesses is not None and correct is not None
-        else ""
-    )
+    head = f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})"
+    if guesses is None or correct is None:
+        return head
+    return head + f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct"
 
 
 def one_run_figure(record: dict):

@@ -30,11 +30,9 @@ def _statistics(entries: list[dict]) -> list[str]:
 def _tally(entries: list[dict]) -> str:
     """ "claimed-curve" or, for a mix, "claimed-curve (2 audits), clopper-pearson (1)"."""
     names = _statistics(entries)
-    return (
-        names[0]
-        if len(names) == 1
-        else ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
-    )
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
 
 
 def _one_run_reason(e: dict) -> str:
@@ -253,16 +251,12 @@ def _ceiling_qualifiers(ok: list[dict]) -> list[tuple[str, str]]:
     weak = [e for e in ok if e["underpowered"]]
     if weak:
         w = min(weak, key=lambda e: e["ceiling"])
-        out.append(
-            (
-                "underpowered",
-                f"audit underpowered: ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}",
-            )
-        )
+        below = f"ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}"
+        out.append(("underpowered", f"audit underpowered: {below}"))
     unknown = sum(1 for e in ok if e["ceiling"] is None)
-    return out + (
-        [("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)")] if unknown else []
-    )
+    if unknown:
+        out.append(("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)"))
+    return out
 
 
 def _qualifiers(

@@ -11,6 +11,10 @@ from .format import DASH, Block, columns, either, f, g, num, p, status_word, tab
 from .format import verdict_word, with_interval
 
 
+#: The columns of each canary in the Table-16-shaped table.
+TABLE16_GROUP = ("private eps_LB", "no-noise ctrl", "ceiling")
+
+
 def _table16_cells(cell: dict | None) -> list[str]:
     if cell is None:
         return ["—", "—", "—"]
@@ -28,15 +32,8 @@ def _joined(cells: list[dict | None], key: str, fmt) -> str:
 
 
 def _table16_block(t: dict) -> Block:
-    headers = (
-        ["mechanism", "task / target", "claimed eps"]
-        + [
-            f"{c}: {what}"
-            for c in t["canaries"]
-            for what in ("private eps_LB", "no-noise ctrl", "ceiling")
-        ]
-        + ["confidence", "trials"]
-    )
+    groups = [f"{c}: {what}" for c in t["canaries"] for what in TABLE16_GROUP]
+    headers = ["mechanism", "task / target", "claimed eps", *groups, "confidence", "trials"]
     rows = []
     for r in t["rows"] + ([t["max"]] if t.get("max") else []):
         cells = [r["cells"].get(c) for c in t["canaries"]]
@@ -121,11 +118,9 @@ def audit_blocks(report: dict) -> list[Block]:
     covered = p(a.get("not_covered") or NOT_COVERED)
     if not entries:
         runs = _one_run_blocks(one_runs) + _white_box_blocks(white_boxes)
-        return (
-            [p("No trial-based audit among the inputs."), covered]
-            if runs
-            else [p("No audit among the inputs.")]
-        ) + runs
+        if not runs:
+            return [p("No audit among the inputs.")]
+        return [p("No trial-based audit among the inputs."), covered] + runs
     methods: list[str] = []
     return (
         [

@@ -162,11 +162,10 @@ def claim_blocks(report: dict) -> list[Block]:
     if out:
         return out
     if report["sections"].get("sweep"):
-        return [
-            p(
-                "The releases of the sweep(s) are summarised in the Sweep section (every one accounting-checked), not carded one by one."
-            )
-        ]
+        where = (
+            "summarised in the Sweep section (every one accounting-checked), not carded one by one"
+        )
+        return [p(f"The releases of the sweep(s) are {where}.")]
     return [p("No release among the inputs: the verdict rests on the audits' own claimed epsilon.")]
 
 
@@ -325,17 +324,10 @@ def _ledger_blocks(report: dict, b: dict) -> list[Block]:
         )
     entries, folded = _fold_sweep_entries(report, b["entries"])
     if entries:
-        out.append(
-            table(
-                "Ledger entries of these datasets (append-only)", *_table_of(entries, ENTRY_COLUMNS)
-            )
-        )
-    return out + [
-        p(
-            f"{k} ledger entries of sweep {name} are summarised in the Sweep section (all are in the JSON report)."
-        )
-        for name, k in folded.items()
-    ]
+        caption = "Ledger entries of these datasets (append-only)"
+        out.append(table(caption, *_table_of(entries, ENTRY_COLUMNS)))
+    where = "are summarised in the Sweep section (all are in the JSON report)"
+    return out + [p(f"{k} ledger entries of sweep {name} {where}.") for name, k in folded.items()]
 
 
 def budget_blocks(report: dict) -> list[Block]:
@@ -381,22 +373,14 @@ def _fold_sweep_entries(report: dict, entries: list[dict]) -> tuple[list[dict], 
 def utility_blocks(report: dict) -> list[Block]:
     u = report["sections"]["utility"]
     rows = u["rows"]
+    if not rows and report["sections"].get("sweep"):
+        return [p("The utility of the sweep(s) is in their tables (Sweep section).")]
     if not rows:
-        return [
-            p(
-                "The utility of the sweep(s) is in their tables (Sweep section)."
-                if report["sections"].get("sweep")
-                else "No release among the inputs: no utility to report."
-            )
-        ]
+        return [p("No release among the inputs: no utility to report.")]
     names = ordered_metrics(m for r in rows for m in r["metrics"])
     cells = [
-        [
-            r["mechanism"],
-            r["dataset"],
-            "non-private" if r["non_private"] else f(r["epsilon"]),
-            val(r["n"]),
-        ]
+        [r["mechanism"], r["dataset"], "non-private" if r["non_private"] else f(r["epsilon"])]
+        + [val(r["n"])]
         + [ms(r["metrics"].get(m)) for m in names]
         for r in rows
     ]

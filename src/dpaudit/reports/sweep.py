@@ -42,12 +42,8 @@ def _store_guarantee(result: dict) -> dict | None:
 
 
 def _ref(lr, **extra) -> dict:
-    return {
-        "release_id": lr.release.id,
-        "mechanism": lr.release.mechanism,
-        "path": str(lr.path),
-        **extra,
-    }
+    r = lr.release
+    return {"release_id": r.id, "mechanism": r.mechanism, "path": str(lr.path), **extra}
 
 
 def _accounting_notes(
@@ -328,9 +324,8 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
 def _ledger_row(key: tuple, es: list) -> dict:
     ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
-    delta = max(
-        (d for d in (num(e.payload.get("delta")) for e in private) if d is not None), default=None
-    )
+    deltas = (num(e.payload.get("delta")) for e in private)
+    delta = max((d for d in deltas if d is not None), default=None)
     return {
         "dataset": ds,
         "partition": part,
@@ -518,21 +513,16 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
 def _verdict_parts(entry: dict, acc: dict) -> tuple[str, list[str]]:
     if acc.get("status") == "mismatch":
         firsts = "; ".join(m["message"] for m in acc["mismatches"][:3])
-        return "accounting-mismatch", [
-            f"ACCOUNTING MISMATCH: {acc['mismatch']} of {acc['checked']} releases ({firsts})"
-        ]
+        mismatch = f"ACCOUNTING MISMATCH: {acc['mismatch']} of {acc['checked']} releases ({firsts})"
+        return "accounting-mismatch", [mismatch]
     accounting = f"accounting: {acc.get('line', 'n/a')}"
     if entry.get("error"):
-        return "inconclusive", [
-            f"INCONCLUSIVE: the sweep store could not be read ({entry['error']})",
-            accounting,
-        ]
+        unread = f"INCONCLUSIVE: the sweep store could not be read ({entry['error']})"
+        return "inconclusive", [unread, accounting]
     if not entry["releases"]:
         return "no-claim", [accounting]
-    return "not-audited", [
-        accounting,
-        "NOT AUDITED as a sweep (audit single releases with `dpaudit audit`)",
-    ]
+    not_audited = "NOT AUDITED as a sweep (audit single releases with `dpaudit audit`)"
+    return "not-audited", [accounting, not_audited]
 
 
 def _sweep_flags(entry: dict, status: str) -> list[str]:

@@ -240,14 +240,11 @@ def _budget_blocks(bud: list[dict]) -> list[Block]:
         return [
             p("No release below this sweep's folder (e.g. a selftest sweep): nothing to account.")
         ]
-    return [
-        columns(
-            "Budget of this sweep: every task is a separate release on the same partition, so they compose "
-            "(recomputed from the releases' stored events)",
-            BUDGET_COLUMNS,
-            bud,
-        )
-    ] + [p(b["sentence"]) for b in bud]
+    caption = (
+        "Budget of this sweep: every task is a separate release on the same partition, so they compose "
+        "(recomputed from the releases' stored events)"
+    )
+    return [columns(caption, BUDGET_COLUMNS, bud)] + [p(b["sentence"]) for b in bud]
 
 
 def _ledger_tables(led: dict) -> list[Block]:
@@ -293,11 +290,8 @@ def _problem_blocks(sw: dict) -> list[Block]:
 def _one_sweep(sw: dict) -> list[Block]:
     out = [Block("h3", text=f"Sweep {sw['name']}"), _sweep_card(sw)]
     if sw.get("error"):
-        out.append(
-            p(
-                f"The sweep store could not be read ({sw['error']}): no tables; its releases are still checked and composed."
-            )
-        )
+        still = "no tables; its releases are still checked and composed"
+        out.append(p(f"The sweep store could not be read ({sw['error']}): {still}."))
     out += _budget_blocks(sw.get("budget") or []) + _ledger_blocks(sw) + _problem_blocks(sw)
     return out + (_sweep_table_blocks(sw["tables"]) if sw.get("tables") else [])
 

@@ -329,11 +329,8 @@ def _whole_record_checks(plans: dict, releases: dict, by_plan: dict, entries: li
     """What the ledger records about the bundle's targets, against the bundle: every plan of each
     target (the bundle's plans' targets and its releases) is in the bundle; each plan was registered
     before any audit of its target; each run has one result (the first counts)."""
-    targets = [
-        t
-        for t in [plan_target(p) for p in plans.values()] + [{"release": r} for r in releases]
-        if t
-    ]
+    targets = [plan_target(p) for p in plans.values()] + [{"release": r} for r in releases]
+    targets = [t for t in targets if t]
     unique = [t for i, t in enumerate(targets) if t not in targets[:i]]
     out = [_target_plans_check(t, plans, by_plan) for t in unique]
     for pid, plan in plans.items():
@@ -361,12 +358,11 @@ def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
 def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
     """The plan was registered before any audit of its target (else it could be fitted to a result)."""
     if reg is None or not target:
-        why = (
-            "it names no target (an older plan)"
-            if reg
-            else "the ledger holds no registration of it"
-        )
-        return Check("registered first", pid[:12], "note" if reg else "FAIL", why)
+        if not reg:
+            return _check(
+                "registered first", pid[:12], "the ledger holds no registration of it", ""
+            )
+        return Check("registered first", pid[:12], "note", "it names no target (an older plan)")
     before = [
         f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]
     ]
@@ -382,14 +378,8 @@ def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
 def _results_check(pid: str, led: dict) -> Check:
     """One result per run, after the run: the first counts (another is how an edited result is passed off)."""
     later, orphan = led.get("later_results", []), led.get("orphan_results", [])
-    why = "; ".join(
-        f"{label}: {', '.join(str(a)[:12] for a in ids)}"
-        for label, ids in (
-            ("a second result entry for run", later),
-            ("a result of no recorded run", orphan),
-        )
-        if ids
-    )
+    groups = (("a second result entry for run", later), ("a result of no recorded run", orphan))
+    why = "; ".join(_named_ids(groups))
     return _check(
         "one result",
         pid[:12],
@@ -398,17 +388,20 @@ def _results_check(pid: str, led: dict) -> Check:
     )
 
 
+def _named_ids(groups) -> list[str]:
+    """ "label: id, id" (ids cut to 12 characters) of each (label, ids) group holding any."""
+    return [f"{label}: {', '.join(str(i)[:12] for i in ids)}" for label, ids in groups if ids]
+
+
 def _runs_check(pid: str, runs: list, present: list) -> Check:
     """The plan's runs in the ledger against its audits in the bundle: a hidden run fails, a second one is noted."""
     n = f"{len(runs)} run{'s' * (len(runs) != 1)} of plan {pid[:12]}"
-    why = "".join(
-        f"; {label}: {', '.join(str(i)[:12] for i in ids)}"
-        for label, ids in (
-            ("not in the bundle", [r for r in runs if r not in present]),
-            ("not recorded under the plan", [a for a in present if a not in runs]),
-        )
-        if ids
+    hidden, unrecorded = (
+        [r for r in runs if r not in present],
+        [a for a in present if a not in runs],
     )
+    groups = (("not in the bundle", hidden), ("not recorded under the plan", unrecorded))
+    why = "".join(f"; {named}" for named in _named_ids(groups))
     if why:
         return _check("runs", pid[:12], f"{n} in the ledger, {len(present)} in the bundle{why}", "")
     return Check(
@@ -483,11 +476,9 @@ def _settings(rec: dict, plan: dict, seeds: dict) -> tuple[dict, dict]:
 def _plan_differences(rec: dict, plan: dict, reveal: dict) -> list[str]:
     seeds = reveal.get("seeds") or {}
     got, want = _settings(rec, plan, seeds)
-    out = (
-        []
-        if commitment(reveal.get("salt"), seeds) == plan["commitment"]
-        else ["revealed salt and seeds do not hash to the commitment"]
-    )
+    out = []
+    if commitment(reveal.get("salt"), seeds) != plan["commitment"]:
+        out.append("revealed salt and seeds do not hash to the commitment")
     return out + [
         f"{k} {got[k]!r}, planned {want[k]!r}" for k in want if got[k] != want[k]
     ] or _seeds_unused(rec, plan["audit"], seeds)
@@ -497,19 +488,15 @@ def _seeds_unused(rec: dict, a: dict, seeds: dict) -> list[str]:
     """Whether the run used the revealed seeds: the one-run coins, or the seeded worlds and SELECT split."""
     if a["kind"] == "one-run":
         used = int(plan_coins(seeds["coins"], a["canaries"]).sum()) if "coins" in seeds else None
-        return (
-            []
-            if used == rec.get("included")
-            else [f"{rec.get('included')} canaries included, the committed coins include {used}"]
-        )
+        if used == rec.get("included"):
+            return []
+        return [f"{rec.get('included')} canaries included, the committed coins include {used}"]
     tp = plan_trials(a["trials"], seed=seeds["public"], select_fraction=a["select_fraction"])
     c, ev = rec["counts"], ~tp.select
     sizes = (int((tp.world & ev).sum()), int((~tp.world & ev).sum()))
-    return (
-        []
-        if (c["tp"] + c["fn"], c["tn"] + c["fp"]) == sizes
-        else [f"EVAL counts {c} do not fit the seeded worlds and split {sizes}"]
-    )
+    if (c["tp"] + c["fn"], c["tn"] + c["fp"]) == sizes:
+        return []
+    return [f"EVAL counts {c} do not fit the seeded worlds and split {sizes}"]
 
 
 def _one_run_bound_problem(rec: dict, plan: dict) -> str | None:
@@ -522,22 +509,17 @@ def _one_run_bound_problem(rec: dict, plan: dict) -> str | None:
         adjacency=claim["adjacency"],
     )[key]
     stored = (rec.get(key) or {}).get("epsilon_lower_bound")
-    return (
-        None
-        if got is not None and stored is not None and abs(got - float(stored)) <= 1e-6
-        else f"{key} eps_LB {stored} stored, {got} recomputed from its counts"
-    )
+    if got is not None and stored is not None and abs(got - float(stored)) <= 1e-6:
+        return None
+    return f"{key} eps_LB {stored} stored, {got} recomputed from its counts"
 
 
 def _bound_problem(rec: dict, plan: dict) -> str | None:
     """Why the stored result differs from the one recomputed from its counts with the planned statistic and claim (None: equal)."""
     if plan["audit"]["kind"] == "one-run":
         return _one_run_bound_problem(rec, plan)
-    claim, stat, conf = (
-        plan["claim"],
-        plan["audit"]["statistic"],
-        float(plan["audit"]["confidence"]),
-    )
+    claim, stat = plan["claim"], plan["audit"]["statistic"]
+    conf = float(plan["audit"]["confidence"])
     lb, stored = general_epsilon_at(rec, conf), float(rec["epsilon_lower_bound"])
     if lb is None or abs(lb - stored) > _TOL * max(1.0, stored):
         return f"eps_LB {stored} stored, {lb} recomputed from its counts"
@@ -549,11 +531,9 @@ def _bound_problem(rec: dict, plan: dict) -> str | None:
         else None,
     )
     decided = decision_at(planned, conf)["violated"]
-    return (
-        None
-        if decided == violated(read_record(rec))
-        else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
-    )
+    if decided == violated(read_record(rec)):
+        return None
+    return f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
 
 
 def _tests(rec: dict, event, delta) -> bool:

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
-from .format import DASH, Block, as_stored, columns, f, g, ms, p, table, text, val
+from .format import COMPOSED_COLUMNS, DASH, Block, as_stored_columns, columns, f, g, ms, p, table
+from .format import text, val
 from .model import SECTIONS
 from .utility import ordered_metrics
 from .verdict import summary_rows
@@ -253,12 +254,9 @@ ENTRY_COLUMNS = (
 ).split()
 
 COMPOSITION_COLUMNS = [
-    ("dataset", "dataset", as_stored),
-    ("partition", "partition", as_stored),
-    ("adjacency", "adjacency", as_stored),
+    *as_stored_columns("dataset", "partition", "adjacency"),
     ("releases", "releases", val),
-    ("naive sum of eps", "naive_sum", f),
-    ("composed eps (rdp)", "rdp", f),
+    *COMPOSED_COLUMNS,
     ("composed eps (prv)", "prv", f),
     ("at delta", "delta", g),
 ]

@@ -47,6 +47,11 @@ def as_stored(x: Any) -> Any:
     return x
 
 
+def as_stored_columns(*keys: str) -> list[tuple]:
+    """Columns headed by their key whose cells show the value as stored."""
+    return [(key, key, as_stored) for key in keys]
+
+
 def status_word(row: dict) -> str:
     """A row's status in capitals (as the tables show it)."""
     return str(row.get("status", "")).upper()
@@ -151,3 +156,7 @@ def verdict_word(violated: Any) -> str:
 def chosen(b: Block, figures: list) -> list:
     """The figures a ``figures`` block names (by name prefix, in the block's order)."""
     return [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
+
+
+#: The composed-budget columns the report's and the sweeps' composition tables share.
+COMPOSED_COLUMNS = [("naive sum of eps", "naive_sum", f), ("composed eps (rdp)", "rdp", f)]

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from .format import (
+    COMPOSED_COLUMNS,
     DASH,
     Block,
     as_stored,
+    as_stored_columns,
     columns,
     declined,
     either,
@@ -39,13 +41,10 @@ def _prv(b: dict) -> str:
 
 
 BUDGET_COLUMNS = [
-    ("dataset", "dataset", as_stored),
-    ("partition", "partition", as_stored),
-    ("adjacency", "adjacency", as_stored),
+    *as_stored_columns("dataset", "partition", "adjacency"),
     ("releases", "releases", val),
     ("largest single eps", "max_single_epsilon", f),
-    ("naive sum of eps", "naive_sum", f),
-    ("composed eps (rdp)", "rdp", f),
+    *COMPOSED_COLUMNS,
     ("composed eps (prv)", None, _prv),
     ("at delta", "delta", g),
 ]
@@ -61,20 +60,16 @@ CONTRAST_COLUMNS = [
     ("W/T/L seeds", None, lambda c: f"{c['wins']}/{c['ties']}/{c['losses']}"),
 ]
 WIN_TIE_LOSS_COLUMNS = [
-    ("reference", "reference", as_stored),
-    ("comparator", "comparator", as_stored),
-    ("metric", "metric", as_stored),
+    *as_stored_columns("reference", "comparator", "metric"),
     ("higher", "wins", val),
     ("tied", "ties", val),
     ("lower", "losses", val),
     ("conditions", "conditions", val),
 ]
 LEDGER_COMPOSITION_COLUMNS = [
-    ("dataset", "dataset", as_stored),
-    ("partition", "partition", as_stored),
+    *as_stored_columns("dataset", "partition"),
     ("releases", "releases", val),
-    ("naive sum of eps", "naive_sum", f),
-    ("composed eps (rdp)", "rdp", f),
+    *COMPOSED_COLUMNS,
     ("at delta", "delta", g),
 ]
 LEDGER_SUMMARY_COLUMNS = [

@@ -31,14 +31,10 @@ def _linked(la: LoadedAudit, by_id: dict, by_dir: dict) -> LoadedRelease | None:
     v = la.view
     if v.release_id and str(v.release_id) in by_id:
         return by_id[str(v.release_id)]
-    p = (
-        la.path / v.release_path if v.release_path else None
-    )  # an absolute release_path stays itself
-    lr = (
-        by_dir.get((p.parent if p.name.endswith(".json") else p).resolve())
-        if p is not None
-        else None
-    )
+    lr = None
+    if v.release_path:
+        p = la.path / v.release_path  # an absolute release_path stays itself
+        lr = by_dir.get((p.parent if p.name.endswith(".json") else p).resolve())
     return lr if lr is not None else by_dir.get(la.path.resolve())
 
 
@@ -103,23 +99,17 @@ def _underpowered(ceiling: float | None, claim: float | None, power: dict | None
     """True when the audit cannot detect a violation of its claim at all: its ceiling (the bound of
     perfectly separated scores) is below the claim, or its power block says nothing is detectable."""
     below = ceiling is not None and claim is not None and ceiling < claim
+    power = power or {}
     return bool(
-        below
-        or (
-            power is not None
-            and power.get("claimed_epsilon") is not None
-            and power.get("detectable") is False
-        )
+        below or power.get("claimed_epsilon") is not None and power.get("detectable") is False
     )
 
 
 def _compared_claim(own: float | None, covered: list[Release]) -> float | None:
     """The claim the audit itself tested (its recorded claim); a release's only when it records none."""
-    return (
-        own
-        if own is not None
-        else next((num(r.epsilon) for r in covered if num(r.epsilon) is not None), None)
-    )
+    if own is not None:
+        return own
+    return next((num(r.epsilon) for r in covered if num(r.epsilon) is not None), None)
 
 
 def _record_notes(v, label: str, notes: list[Note]) -> None:
@@ -222,13 +212,9 @@ def _is_control(v, label: str, notes: list[Note]) -> bool:
 
 def _unjudgeable(lb: float | None, claim: float | None) -> str | None:
     """Why a record supports no verdict at all (None: it does)."""
-    return (
-        "no eps_LB"
-        if lb is None or math.isnan(lb)
-        else "no claimed epsilon"
-        if claim is None
-        else None
-    )
+    if lb is None or math.isnan(lb):
+        return "no eps_LB"
+    return "no claimed epsilon" if claim is None else None
 
 
 def _status(
@@ -250,9 +236,8 @@ def _status(
     if problem is not None:
         notes.append(Note("error", "verdict", f"{label}: {problem}"))
         return "incomplete"
-    return (
-        "incomplete" if v.mechanism is None else "no-evidence"
-    )  # no mechanism: no claim it could support
+    # no mechanism: no claim it could support
+    return "incomplete" if v.mechanism is None else "no-evidence"
 
 
 def _inconsistency(entry: dict, lb: float, claim: float, decision: dict | None) -> str | None:
@@ -287,11 +272,9 @@ def _no_noise_note(nn: dict | None, label: str, notes: list[Note]) -> None:
 def _family_bound(cv: dict | None) -> dict | None:
     """The claimed-curve verdict as a statement about the claim's family (None without a family)."""
     fam = (cv or {}).get("family") or {}
-    return (
-        {"statement": family_statement(fam), "violated": cv["violated"]}
-        if fam.get("parameter") and fam.get("claimed") is not None
-        else None
-    )
+    if not fam.get("parameter") or fam.get("claimed") is None:
+        return None
+    return {"statement": family_statement(fam), "violated": cv["violated"]}
 
 
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
@@ -325,23 +308,16 @@ ONE_RUN_STATISTICS = {"f-dp": "one-run f-DP", "steinke": "one-run (eps, delta)"}
 
 
 def _one_run_control(rec: dict) -> bool:
-    return (
-        rec.get("noise") is False
-        or rec.get("role") not in (None, "main")
-        or rec.get("canary_inserted") is False
-    )
+    side_role = rec.get("role") not in (None, "main")
+    return rec.get("noise") is False or side_role or rec.get("canary_inserted") is False
 
 
 def _other_analysis_note(e: dict, stat: str, lbs: dict, label: str, notes: list[Note]) -> None:
     """Warn when the analysis that does not decide would have found a violation."""
     other = "steinke" if stat == "f-dp" else "f-dp"
     claim, other_lb = e["claimed_epsilon"], lbs[other]
-    if (
-        claim is not None
-        and other_lb is not None
-        and other_lb > claim
-        and e["status"] != "violation"
-    ):
+    above = claim is not None and other_lb is not None and other_lb > claim
+    if above and e["status"] != "violation":
         text = (
             f"{label}: the {ONE_RUN_STATISTICS[other]} analysis, which does not decide (the "
             f"{e['statistic']} analysis was fixed in advance), gives eps_LB {other_lb:.4f} > claim {claim:.4f}."
@@ -356,9 +332,8 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     label = f"one-run record {lo.path}"
     view = one_run_view(lo.record)
     if view is None:
-        notes.append(
-            Note("error", "audit", f"{label} skipped: it has neither a steinke nor an fdp block.")
-        )
+        text = f"{label} skipped: it has neither a steinke nor an fdp block."
+        notes.append(Note("error", "audit", text))
         return None
     rec = lo.record
     e = dict(view, index=i, path=str(lo.path), label=lo.path.parent.name or str(lo.path))
@@ -507,37 +482,35 @@ def _max_cell(cells: list[dict]) -> dict:
     return {**largest, "confidence": None, "trials": None, "status": None}
 
 
+def _table16_row(mechanism: str, task: str, claim: float | None, cells: dict) -> dict:
+    return {"mechanism": mechanism, "task": task, "claimed_epsilon": claim, "cells": cells}
+
+
+def _table16_cell(e: dict) -> dict:
+    return {
+        "private": e["epsilon_lower_bound"],
+        "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
+        "ceiling": e["ceiling"],
+        "confidence": e["confidence"],
+        "trials": e["trials"],
+        "status": e["status"],
+    }
+
+
 def table16(entries: list[dict]) -> dict:
     """Rows per (mechanism, task), one column group per canary: private / no-noise eps_LB, ceiling."""
     rows: dict[tuple, dict] = {}
     for e in entries:
         can = e["canary"] or "unnamed canary"
         key = _row_key(rows, e, can)
-        row = rows.setdefault(
-            key,
-            {
-                "mechanism": key[0],
-                "task": key[1],
-                "claimed_epsilon": e["compared_claim"],
-                "cells": {},
-            },
-        )
-        row["cells"][can] = {
-            "private": e["epsilon_lower_bound"],
-            "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-            "ceiling": e["ceiling"],
-            "confidence": e["confidence"],
-            "trials": e["trials"],
-            "status": e["status"],
-        }
+        row = rows.setdefault(key, _table16_row(key[0], key[1], e["compared_claim"], {}))
+        row["cells"][can] = _table16_cell(e)
     canaries = list(dict.fromkeys(e["canary"] or "unnamed canary" for e in entries))
     out = list(rows.values())
-    max_row = {
-        "mechanism": "max over tasks",
-        "task": "",
-        "claimed_epsilon": None,
-        "cells": {
-            can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries
-        },
-    }
+    max_row = _table16_row(
+        "max over tasks",
+        "",
+        None,
+        {can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries},
+    )
     return {"canaries": canaries, "rows": out, "max": max_row if len(out) > 1 else None}

@@ -7,73 +7,12 @@ from typing import Any
 
 from ..audit_outputs import NOT_COVERED
 from ..audits.power import power_cell
-from .format import DASH, Block, either, f, g, num, p, table, text, val, verdict_word, with_interval
+from .format import DASH, Block, columns, either, f, g, num, p, status_word, table, text, val
+from .format import verdict_word, with_interval
 
-DETAIL_HEADERS = [
-    "audit",
-    "mechanism / canary / task",
-    "claim (delta)",
-    "eps_LB",
-    "deciding statistic, recomputed from the counts",
-    "null ctrl",
-    "confidence",
-    "trials (EVAL)",
-    "TP/FP/TN/FN",
-    "ceiling",
-    "GDP est. / AUC",
-    "power (what this N can detect)",
-    "method",
-    "status",
-]
-STATISTIC_HEADERS = [
-    "audit",
-    "statistic (decides)",
-    "eps_LB",
-    "claim",
-    "claim's family: ruled out (family epsilon, not a bound)",
-    "CP eps_LB (SELECT/EVAL)",
-    "CP eps_LB (Bonferroni)",
-    "TPR at FPR 0.1 % [CI]",
-    "TPR at FPR 1 % [CI]",
-    "AUROC [bootstrap CI]",
-    "GDP eps (estimate)",
-    "threat model",
-]
-ONE_RUN_HEADERS = [
-    "record",
-    "mechanism",
-    "canary kind",
-    "m",
-    "included",
-    "claim",
-    "delta",
-    "confidence",
-    "correct / guesses",
-    "eps_LB (eps, delta)",
-    "ceiling",
-    "eps_LB (f-DP)",
-    "claimed curve (f-DP)",
-    "statistic (decides)",
-    "power (what this m can detect)",
-    "status",
-]
-WHITE_BOX_HEADERS = [
-    "record",
-    "mechanism",
-    "threat model",
-    "canaries",
-    "steps",
-    "claim",
-    "delta",
-    "confidence",
-    "eps_LB",
-    "noise multiplier <=",
-    "sensitivity >=",
-    "sample rate >=",
-    "controls (no-noise / null)",
-    "power (what these canaries can detect)",
-    "status",
-]
+
+#: The columns of each canary in the Table-16-shaped table.
+TABLE16_GROUP = ("private eps_LB", "no-noise ctrl", "ceiling")
 
 
 def _table16_cells(cell: dict | None) -> list[str]:
@@ -93,15 +32,8 @@ def _joined(cells: list[dict | None], key: str, fmt) -> str:
 
 
 def _table16_block(t: dict) -> Block:
-    headers = (
-        ["mechanism", "task / target", "claimed eps"]
-        + [
-            f"{c}: {what}"
-            for c in t["canaries"]
-            for what in ("private eps_LB", "no-noise ctrl", "ceiling")
-        ]
-        + ["confidence", "trials"]
-    )
+    groups = [f"{c}: {what}" for c in t["canaries"] for what in TABLE16_GROUP]
+    headers = ["mechanism", "task / target", "claimed eps", *groups, "confidence", "trials"]
     rows = []
     for r in t["rows"] + ([t["max"]] if t.get("max") else []):
         cells = [r["cells"].get(c) for c in t["canaries"]]
@@ -137,35 +69,47 @@ def _recomputed(r: dict | None) -> str:
 
 def _sequential_note(seq: dict | None) -> str:
     """A sequential audit's stop, after its trials: "; sequential, stopped (violation) of 2000"."""
-    return (
-        ""
-        if not seq
-        else f"; sequential, stopped ({text(seq.get('stopped'))}) of {val(seq.get('max_trials'))}"
-    )
+    if not seq:
+        return ""
+    return f"; sequential, stopped ({text(seq.get('stopped'))}) of {val(seq.get('max_trials'))}"
 
 
-def _detail_row(e: dict, methods: list[str]) -> list[str]:
-    cnt = e.get("counts") or {}
-    what = " / ".join(
-        text(x) for x in (e.get("mechanism"), e.get("canary"), e.get("task") or e.get("dataset"))
-    )
+def _detail_columns(methods: list[str]) -> list[tuple]:
+    """The columns of the every-audit table (long methods collected into ``methods``)."""
     return [
-        text(e.get("label")),
-        what,
-        f"{f(e.get('compared_claim'))} ({g(e.get('delta'))})",
-        f(e.get("epsilon_lower_bound")),
-        _recomputed(e.get("recomputed")),
-        f((e.get("null") or {}).get("epsilon_lower_bound")),
-        g(e.get("confidence")),
-        f"{val(e.get('trials'))} ({val(e.get('eval_trials'))})"
-        + _sequential_note(e.get("sequential")),
-        either(cnt, "/".join(val(cnt.get(k)) for k in ("tp", "fp", "tn", "fn"))),
-        f(e.get("ceiling"), 2),
-        f"{f(e.get('gdp_estimate'))} / {f(e.get('auc'))}",
-        power_cell(e.get("power")),
-        _method_ref(e.get("method"), methods),
-        e.get("status", "").upper(),
+        ("audit", "label", text),
+        ("mechanism / canary / task", None, _what),
+        ("claim (delta)", None, lambda e: f"{f(e.get('compared_claim'))} ({g(e.get('delta'))})"),
+        ("eps_LB", "epsilon_lower_bound", f),
+        ("deciding statistic, recomputed from the counts", "recomputed", _recomputed),
+        ("null ctrl", "null", lambda null: f((null or {}).get("epsilon_lower_bound"))),
+        ("confidence", "confidence", g),
+        ("trials (EVAL)", None, _trials),
+        ("TP/FP/TN/FN", "counts", _counts),
+        ("ceiling", "ceiling", lambda x: f(x, 2)),
+        ("GDP est. / AUC", None, lambda e: f"{f(e.get('gdp_estimate'))} / {f(e.get('auc'))}"),
+        ("power (what this N can detect)", "power", power_cell),
+        ("method", "method", lambda method: _method_ref(method, methods)),
+        ("status", None, status_word),
     ]
+
+
+def _what(e: dict) -> str:
+    parts = (e.get("mechanism"), e.get("canary"), e.get("task") or e.get("dataset"))
+    return " / ".join(text(x) for x in parts)
+
+
+def _trials(e: dict) -> str:
+    return f"{val(e.get('trials'))} ({val(e.get('eval_trials'))})" + _sequential_note(
+        e.get("sequential")
+    )
+
+
+def _counts(cnt: dict | None) -> str:
+    return either(cnt, "/".join(val((cnt or {}).get(k)) for k in ("tp", "fp", "tn", "fn")))
+
+
+DETAIL_HEADERS = [header for header, *_ in _detail_columns([])]
 
 
 def audit_blocks(report: dict) -> list[Block]:
@@ -174,21 +118,18 @@ def audit_blocks(report: dict) -> list[Block]:
     covered = p(a.get("not_covered") or NOT_COVERED)
     if not entries:
         runs = _one_run_blocks(one_runs) + _white_box_blocks(white_boxes)
-        return (
-            [p("No trial-based audit among the inputs."), covered]
-            if runs
-            else [p("No audit among the inputs.")]
-        ) + runs
+        if not runs:
+            return [p("No audit among the inputs.")]
+        return [p("No trial-based audit among the inputs."), covered] + runs
     methods: list[str] = []
-    det = [_detail_row(e, methods) for e in entries]
     return (
         [
             covered,
             _table16_block(a["table16"]),
-            table(
+            columns(
                 "Every audit in detail (the statistic that decided it recomputed by this report from the stored counts)",
-                DETAIL_HEADERS,
-                det,
+                _detail_columns(methods),
+                entries,
             ),
         ]
         + [
@@ -223,25 +164,33 @@ def _comparison_cells(cmp_: dict) -> list[str]:
     ]
 
 
-def _statistic_row(e: dict) -> list[str]:
-    cv = e.get("claimed_curve") or {}
-    cfb = e.get("claim_family_bound") or {}
-    fam = either(
+def _family_cell(e: dict) -> str:
+    cv, cfb = e.get("claimed_curve") or {}, e.get("claim_family_bound") or {}
+    return either(
         cfb,
         f"{cfb.get('statement')} ({f(cv.get('family_epsilon'))}): {verdict_word(cfb.get('violated'))}",
     )
-    return (
-        [
-            text(e.get("label")),
-            text(e.get("statistic")),
-            f(e.get("epsilon_lower_bound")),
-            f(e.get("compared_claim")),
-            fam,
-            f(e.get("clopper_pearson_epsilon")),
-        ]
-        + _comparison_cells(e.get("comparison") or {})
-        + [text(e.get("threat_model"))]
-    )
+
+
+def _comparison(index: int):
+    """The ``index``-th of a comparison block's cells (:func:`_comparison_cells`)."""
+    return lambda cmp_: _comparison_cells(cmp_ or {})[index]
+
+
+STATISTIC_COLUMNS = [
+    ("audit", "label", text),
+    ("statistic (decides)", "statistic", text),
+    ("eps_LB", "epsilon_lower_bound", f),
+    ("claim", "compared_claim", f),
+    ("claim's family: ruled out (family epsilon, not a bound)", None, _family_cell),
+    ("CP eps_LB (SELECT/EVAL)", "clopper_pearson_epsilon", f),
+    ("CP eps_LB (Bonferroni)", "comparison", _comparison(0)),
+    ("TPR at FPR 0.1 % [CI]", "comparison", _comparison(1)),
+    ("TPR at FPR 1 % [CI]", "comparison", _comparison(2)),
+    ("AUROC [bootstrap CI]", "comparison", _comparison(3)),
+    ("GDP eps (estimate)", "comparison", _comparison(4)),
+    ("threat model", "threat_model", text),
+]
 
 
 def _statistic_blocks(entries: list[dict]) -> list[Block]:
@@ -254,12 +203,12 @@ def _statistic_blocks(entries: list[dict]) -> list[Block]:
     ):
         return []
     out = [
-        table(
+        columns(
             "Statistic that decided each audit, and those reviewers compare across tools (claimed-curve: the box of one "
             "test chosen on SELECT against the claimed curve; eps_LB: a bound for any mechanism; family epsilon: no bound; "
             "GDP: an estimate)",
-            STATISTIC_HEADERS,
-            [_statistic_row(e) for e in entries],
+            STATISTIC_COLUMNS,
+            entries,
         )
     ]
     if any(e.get("claimed_curve") for e in entries):
@@ -273,27 +222,43 @@ def _statistic_blocks(entries: list[dict]) -> list[Block]:
     return out
 
 
-def _one_run_row(e: dict) -> list[str]:
-    st, fd = e.get("steinke") or {}, e.get("fdp") or {}
-    fdp_flag = either(fd.get("violated") is not None, verdict_word(fd.get("violated")))
-    return [
-        text(e.get("label")),
-        text(e.get("mechanism")),
-        text(e.get("kind")),
-        f(e.get("canaries")),
-        f(e.get("included")),
-        f(e.get("claimed_epsilon")),
-        g(e.get("delta")),
-        g(e.get("confidence")),
-        either(st, f"{f(st.get('correct'))} / {f(st.get('guesses'))}"),
-        either(st, f(st.get("epsilon_lower_bound"))),
-        either(st, f(st.get("ceiling"), 2)),
-        either(fd, f(fd.get("epsilon_lower_bound")), "not computed"),
-        either(fd, fdp_flag),
-        text(e.get("statistic")),
-        power_cell(e.get("power")),
-        str(e.get("status", "")).upper(),
-    ]
+def _steinke(show):
+    """A cell of the (eps, delta) analysis's block (n/a when the record has none)."""
+    return lambda st: either(st, show(st or {}))
+
+
+def _fdp_flag(fd: dict | None) -> str:
+    violated = (fd or {}).get("violated")
+    return either(fd, either(violated is not None, verdict_word(violated)))
+
+
+ONE_RUN_COLUMNS = [
+    ("record", "label", text),
+    ("mechanism", "mechanism", text),
+    ("canary kind", "kind", text),
+    ("m", "canaries", f),
+    ("included", "included", f),
+    ("claim", "claimed_epsilon", f),
+    ("delta", "delta", g),
+    ("confidence", "confidence", g),
+    (
+        "correct / guesses",
+        "steinke",
+        _steinke(lambda st: f"{f(st.get('correct'))} / {f(st.get('guesses'))}"),
+    ),
+    ("eps_LB (eps, delta)", "steinke", _steinke(lambda st: f(st.get("epsilon_lower_bound")))),
+    ("ceiling", "steinke", _steinke(lambda st: f(st.get("ceiling"), 2))),
+    (
+        "eps_LB (f-DP)",
+        "fdp",
+        lambda fd: either(fd, f((fd or {}).get("epsilon_lower_bound")), "not computed"),
+    ),
+    ("claimed curve (f-DP)", "fdp", _fdp_flag),
+    ("statistic (decides)", "statistic", text),
+    ("power (what this m can detect)", "power", power_cell),
+    ("status", None, status_word),
+]
+ONE_RUN_HEADERS = [header for header, *_ in ONE_RUN_COLUMNS]
 
 
 def _one_run_blocks(entries: list[dict]) -> list[Block]:
@@ -301,11 +266,11 @@ def _one_run_blocks(entries: list[dict]) -> list[Block]:
     if not entries:
         return []
     return [
-        table(
+        columns(
             "One-run audits (Steinke, Nasr & Jagielski 2023; f-DP analysis: Mahloujifar et al. 2024): "
             "m canaries each included with probability 1/2, one training run",
-            ONE_RUN_HEADERS,
-            [_one_run_row(e) for e in entries],
+            ONE_RUN_COLUMNS,
+            entries,
         ),
         Block("figures", figures=["onerun"]),
     ]
@@ -316,25 +281,24 @@ def _control_cell(controls: dict) -> str:
     return " / ".join(words.get(controls.get(c), "not run") for c in ("no-noise", "null"))
 
 
-def _white_box_row(e: dict) -> list[str]:
-    words = [text(e.get(k)) for k in ("label", "mechanism", "threat_model")]
-    numbers = [f(e.get(k)) for k in ("canaries", "steps", "claimed_epsilon")]
-    general = [g(e.get(k)) for k in ("delta", "confidence")]
-    ingredients = [
-        g(e.get(k)) for k in ("noise_multiplier_upper", "sensitivity_lower", "sample_rate_lower")
-    ]
-    return (
-        words
-        + numbers
-        + general
-        + [f(e.get("epsilon_lower_bound"))]
-        + ingredients
-        + [
-            _control_cell(e.get("controls_ok") or {}),
-            power_cell(e.get("power")),
-            str(e.get("status", "")).upper(),
-        ]
-    )
+WHITE_BOX_COLUMNS = [
+    ("record", "label", text),
+    ("mechanism", "mechanism", text),
+    ("threat model", "threat_model", text),
+    ("canaries", "canaries", f),
+    ("steps", "steps", f),
+    ("claim", "claimed_epsilon", f),
+    ("delta", "delta", g),
+    ("confidence", "confidence", g),
+    ("eps_LB", "epsilon_lower_bound", f),
+    ("noise multiplier <=", "noise_multiplier_upper", g),
+    ("sensitivity >=", "sensitivity_lower", g),
+    ("sample rate >=", "sample_rate_lower", g),
+    ("controls (no-noise / null)", "controls_ok", lambda controls: _control_cell(controls or {})),
+    ("power (what these canaries can detect)", "power", power_cell),
+    ("status", None, status_word),
+]
+WHITE_BOX_HEADERS = [header for header, *_ in WHITE_BOX_COLUMNS]
 
 
 def _white_box_blocks(entries: list[dict]) -> list[Block]:
@@ -342,11 +306,11 @@ def _white_box_blocks(entries: list[dict]) -> list[Block]:
     if not entries:
         return []
     return [
-        table(
+        columns(
             "White-box and crafted-final audits (docs/white_box.md): Dirac canaries seen at "
             "every step, or only in the final model; eps_LB = epsilon of the subsampled "
             "Gaussian with noise multiplier s_hi / d_lo and rate q_lo",
-            WHITE_BOX_HEADERS,
-            [_white_box_row(e) for e in entries],
+            WHITE_BOX_COLUMNS,
+            entries,
         )
     ]

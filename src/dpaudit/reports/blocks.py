@@ -10,7 +10,8 @@ from typing import Any
 
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
-from .format import DASH, Block, f, g, ms, p, table, text, val
+from .format import COMPOSED_COLUMNS, DASH, Block, as_stored_columns, columns, f, g, ms, p, table
+from .format import text, val
 from .model import SECTIONS
 from .utility import ordered_metrics
 from .verdict import summary_rows
@@ -39,19 +40,15 @@ def _first_row(r: dict) -> list[str]:
     audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (
         f"{_plans_cell(r)}; {', '.join(r['statistics'])}" if r["statistics"] else "—"
     )
-    lb = (
-        DASH
-        if r["epsilon_lower_bound"] is None
-        else f(r["epsilon_lower_bound"])
-        + (f" ({f(r['ceiling'], 2)})" if r["ceiling"] is not None else "")
-    )
+    lb, ceiling = r["epsilon_lower_bound"], r["ceiling"]
+    bound = DASH if lb is None else f(lb) + (f" ({f(ceiling, 2)})" if ceiling is not None else "")
     return [
         f"{r['mechanism']} {str(r['release'])[:8]}"
         if r["release"]
         else f"{r['mechanism']} (no release)",
         _claim_cell(r),
         audited,
-        lb,
+        bound,
         VERDICT_WORDS.get(r["status"], r["status"]) + (f": {r['reason']}" if r["reason"] else ""),
     ]
 
@@ -123,12 +120,18 @@ def _claim_pairs(c: dict) -> list[tuple[str, str]]:
     ]
 
 
-def _epsilon_row(e: dict) -> list[str]:
-    return (
-        [e["accountant"] + (" (claim)" if e.get("claimed_with") else "")]
-        + [f(e.get(k), 4) for k in ("epsilon", "lower", "estimate", "stored")]
-        + [e.get("error") or ""]
-    )
+def _four_digits(x: Any) -> str:
+    return f(x, 4)
+
+
+EPSILON_COLUMNS = [
+    ("accountant", None, lambda e: e["accountant"] + (" (claim)" if e.get("claimed_with") else "")),
+    ("epsilon (recomputed)", "epsilon", _four_digits),
+    ("lower", "lower", _four_digits),
+    ("estimate", "estimate", _four_digits),
+    ("stored in release", "stored", _four_digits),
+    ("note", "error", lambda error: error or ""),
+]
 
 
 def _card(c: dict) -> list[Block]:
@@ -147,17 +150,10 @@ def _card(c: dict) -> list[Block]:
         ]
     return [
         Block("kv", caption=head, pairs=_claim_pairs(c)),
-        table(
+        columns(
             f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
-            [
-                "accountant",
-                "epsilon (recomputed)",
-                "lower",
-                "estimate",
-                "stored in release",
-                "note",
-            ],
-            [_epsilon_row(e) for e in c["epsilons"]],
+            EPSILON_COLUMNS,
+            c["epsilons"],
         ),
     ]
 
@@ -167,11 +163,10 @@ def claim_blocks(report: dict) -> list[Block]:
     if out:
         return out
     if report["sections"].get("sweep"):
-        return [
-            p(
-                "The releases of the sweep(s) are summarised in the Sweep section (every one accounting-checked), not carded one by one."
-            )
-        ]
+        where = (
+            "summarised in the Sweep section (every one accounting-checked), not carded one by one"
+        )
+        return [p(f"The releases of the sweep(s) are {where}.")]
     return [p("No release among the inputs: the verdict rests on the audits' own claimed epsilon.")]
 
 
@@ -229,32 +224,14 @@ def provenance_blocks(report: dict) -> list[Block]:
 
 #: The ledger summary on screen: what a reviewer signs (spent, cap, remaining); the rest of a row is
 #: in a second table below, keyed by the same dataset and partition, so neither needs to break words.
-SUMMARY_COLUMNS = [
-    "dataset",
-    "partition",
-    "adjacency",
-    "releases_subtree",
-    "epsilon",
-    "bound_by",
-    "delta",
-    "cap",
-    "remaining",
-    "audits",
-    "epsilon_with_audits",
-]
-SUMMARY_DETAIL_COLUMNS = [
-    "dataset",
-    "partition",
-    "non_private_releases",
-    "epsilon_rdp",
-    "epsilon_prv",
-    "epsilon_pure",
-    "naive_epsilon",
-    "voided_releases",
-    "audit_epsilon",
-    "voided_epsilon",
-    "voided_published_releases",
-]
+SUMMARY_COLUMNS = (
+    "dataset partition adjacency releases_subtree epsilon bound_by delta cap remaining audits "
+    "epsilon_with_audits"
+).split()
+SUMMARY_DETAIL_COLUMNS = (
+    "dataset partition non_private_releases epsilon_rdp epsilon_prv epsilon_pure naive_epsilon "
+    "voided_releases audit_epsilon voided_epsilon voided_published_releases"
+).split()
 SUMMARY_LABELS = {
     "audits": "audits",
     "audit_epsilon": "audits' eps",
@@ -271,18 +248,17 @@ SUMMARY_LABELS = {
     "voided_epsilon": "voided eps (not counted)",
     "voided_published_releases": "voided but published (counted)",
 }
-ENTRY_COLUMNS = [
-    "seq",
-    "kind",
-    "release_id",
-    "mechanism",
-    "partition",
-    "epsilon",
-    "delta",
-    "accountant",
-    "non_private",
-    "voided_by",
-    "created_at",
+ENTRY_COLUMNS = (
+    "seq kind release_id mechanism partition epsilon delta accountant non_private voided_by "
+    "created_at"
+).split()
+
+COMPOSITION_COLUMNS = [
+    *as_stored_columns("dataset", "partition", "adjacency"),
+    ("releases", "releases", val),
+    *COMPOSED_COLUMNS,
+    ("composed eps (prv)", "prv", f),
+    ("at delta", "delta", g),
 ]
 
 
@@ -303,13 +279,9 @@ def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[l
 
 
 def _integrity(ver: Any) -> str:
-    return (
-        ""
-        if not isinstance(ver, dict)
-        else " — hash chain intact"
-        if ver.get("ok")
-        else " — INTEGRITY CHECK FAILED (see notes)"
-    )
+    if not isinstance(ver, dict):
+        return ""
+    return " — hash chain intact" if ver.get("ok") else " — INTEGRITY CHECK FAILED (see notes)"
 
 
 def _summary_blocks(summary: list[dict]) -> list[Block]:
@@ -350,17 +322,10 @@ def _ledger_blocks(report: dict, b: dict) -> list[Block]:
         )
     entries, folded = _fold_sweep_entries(report, b["entries"])
     if entries:
-        out.append(
-            table(
-                "Ledger entries of these datasets (append-only)", *_table_of(entries, ENTRY_COLUMNS)
-            )
-        )
-    return out + [
-        p(
-            f"{k} ledger entries of sweep {name} are summarised in the Sweep section (all are in the JSON report)."
-        )
-        for name, k in folded.items()
-    ]
+        caption = "Ledger entries of these datasets (append-only)"
+        out.append(table(caption, *_table_of(entries, ENTRY_COLUMNS)))
+    where = "are summarised in the Sweep section (all are in the JSON report)"
+    return out + [p(f"{k} ledger entries of sweep {name} {where}.") for name, k in folded.items()]
 
 
 def budget_blocks(report: dict) -> list[Block]:
@@ -369,31 +334,10 @@ def budget_blocks(report: dict) -> list[Block]:
     comp = b.get("composition") or []
     if comp:
         out.append(
-            table(
+            columns(
                 "Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
-                [
-                    "dataset",
-                    "partition",
-                    "adjacency",
-                    "releases",
-                    "naive sum of eps",
-                    "composed eps (rdp)",
-                    "composed eps (prv)",
-                    "at delta",
-                ],
-                [
-                    [
-                        r["dataset"],
-                        r["partition"],
-                        r["adjacency"],
-                        val(r["releases"]),
-                        f(r["naive_sum"]),
-                        f(r["rdp"]),
-                        f(r["prv"]),
-                        g(r["delta"]),
-                    ]
-                    for r in comp
-                ],
+                COMPOSITION_COLUMNS,
+                comp,
             )
         )
     return out or [p("No private release and no ledger: nothing to account.")]
@@ -427,22 +371,14 @@ def _fold_sweep_entries(report: dict, entries: list[dict]) -> tuple[list[dict], 
 def utility_blocks(report: dict) -> list[Block]:
     u = report["sections"]["utility"]
     rows = u["rows"]
+    if not rows and report["sections"].get("sweep"):
+        return [p("The utility of the sweep(s) is in their tables (Sweep section).")]
     if not rows:
-        return [
-            p(
-                "The utility of the sweep(s) is in their tables (Sweep section)."
-                if report["sections"].get("sweep")
-                else "No release among the inputs: no utility to report."
-            )
-        ]
+        return [p("No release among the inputs: no utility to report.")]
     names = ordered_metrics(m for r in rows for m in r["metrics"])
     cells = [
-        [
-            r["mechanism"],
-            r["dataset"],
-            "non-private" if r["non_private"] else f(r["epsilon"]),
-            val(r["n"]),
-        ]
+        [r["mechanism"], r["dataset"], "non-private" if r["non_private"] else f(r["epsilon"])]
+        + [val(r["n"])]
         + [ms(r["metrics"].get(m)) for m in names]
         for r in rows
     ]
@@ -469,11 +405,9 @@ REPRODUCE_KINDS = {
 def _reproduce_head(r: dict) -> str:
     what = REPRODUCE_KINDS.get(r["kind"], r["kind"])
     head = f"{what}: {r['mechanism']}" if r.get("mechanism") else what
-    return head + (
-        (f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})")
-        if r.get("id")
-        else ""
-    )
+    if r.get("id"):
+        head += f" ({r['id']})" if r["kind"] == "sweep" else f" ({str(r['id'])[:12]})"
+    return head
 
 
 def _reproduce_meta(r: dict) -> list[str]:
@@ -493,14 +427,9 @@ def _reproduce_code(r: dict) -> str:
     lines = ["# command not recorded; the audit's recorded parameters:"] + [
         f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())
     ]
-    return "\n".join(
-        lines
-        + (
-            ["#   config = " + json.dumps(cfg, sort_keys=True, default=str)]
-            if cfg is not None
-            else []
-        )
-    )
+    if cfg is not None:
+        lines.append("#   config = " + json.dumps(cfg, sort_keys=True, default=str))
+    return "\n".join(lines)
 
 
 def reproduce_blocks(report: dict) -> list[Block]:

@@ -204,9 +204,8 @@ def _composition_row(key: tuple, rels: list[Release], notes: list[Note]) -> dict
     for acc, res in composed((r.guarantee for r in rels), row["delta"], adj).items():
         row[acc] = res["epsilon"]
         if res["error"]:
-            notes.append(
-                Note("warning", "budget", f"composition of {ds}/{part} with {acc}: {res['error']}")
-            )
+            text = f"composition of {ds}/{part} with {acc}: {res['error']}"
+            notes.append(Note("warning", "budget", text))
     return row
 
 
@@ -214,9 +213,8 @@ def release_composition(releases: list[LoadedRelease], notes: list[Note]) -> lis
     """Sequential composition per (dataset, partition); parallel (max) over partitions."""
     groups: dict[tuple, list[Release]] = {}
     for r in (lr.release for lr in releases if not lr.release.non_private):
-        groups.setdefault((dataset_name(r.dataset), str(r.partition), str(r.adjacency)), []).append(
-            r
-        )
+        key = (dataset_name(r.dataset), str(r.partition), str(r.adjacency))
+        groups.setdefault(key, []).append(r)
     rows = [_composition_row(key, rels, notes) for key, rels in groups.items()]
     by_ds: dict[str, list[dict]] = defaultdict(list)
     for row in rows:

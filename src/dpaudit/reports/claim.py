@@ -34,10 +34,8 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
         return "not recorded", None
     source = str(ns.get("source") or "unknown")
     if public_noise_reason(ns) is not None:
-        return (
-            f"NOT PRIVATE: REPRODUCIBLE ({source}, noise derived from the published seed {ns.get('seed')})",
-            False,
-        )
+        why = f"noise derived from the published seed {ns.get('seed')}"
+        return f"NOT PRIVATE: REPRODUCIBLE ({source}, {why})", False
     if ns.get("reproducible") == "secret-seed":
         return (
             f"secure ({source}, reproducible from a secret noise seed kept out of the release)",
@@ -104,11 +102,15 @@ def _sampler(r) -> str:
     q = num(r.sample_rate)
     if sampler is not None or q is None:
         return "not recorded" if sampler is None else sampler
+    if q >= 1.0:
+        return "full batch (q = 1)"
     return (
-        "full batch (q = 1)"
-        if q >= 1.0
-        else f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
+        f"not recorded (the subsampled-Gaussian accounting assumes Poisson sampling at q = {q:g})"
     )
+
+
+#: The release's fields the card's end repeats as recorded.
+RECORDED_AS_IS = ("partition", "seed", "dpaudit_version", "git_commit", "created_at")
 
 
 def claim_card(lr: LoadedRelease, notes: list[Note]) -> dict:
@@ -126,9 +128,7 @@ def claim_card(lr: LoadedRelease, notes: list[Note]) -> dict:
         "path": str(lr.path),
         "mechanism": r.mechanism,
         "non_private": bool(r.non_private),
-        "privacy_unit": r.privacy_unit,
-        "adjacency": r.adjacency,
-        "accountant": r.accountant,
+        **{k: getattr(r, k) for k in ("privacy_unit", "adjacency", "accountant")},
         "target_epsilon": check.target_epsilon,
         "epsilon": check.recorded_epsilon,
         "delta": delta,
@@ -144,10 +144,6 @@ def claim_card(lr: LoadedRelease, notes: list[Note]) -> dict:
         "noise_secure": secure,
         "sampler": _sampler(r),
         "dataset": dataset_name(r.dataset),
-        "partition": r.partition,
-        "seed": r.seed,
-        "dpaudit_version": r.dpaudit_version,
-        "git_commit": r.git_commit,
-        "created_at": r.created_at,
+        **{k: getattr(r, k) for k in RECORDED_AS_IS},
         "accounting_check": {"status": check.status, "message": check.reason},
     }

@@ -35,6 +35,28 @@ def table(caption: str, headers: list[str], rows: list[list[str]]) -> Block:
     return Block("table", caption=caption, headers=headers, rows=rows)
 
 
+def columns(caption: str, spec: list[tuple], rows: list[dict]) -> Block:
+    """A table of ``rows``; ``spec`` holds a (header, key, show) per column: the cell is
+    ``show(row.get(key))``, or ``show(row)`` when the key is None."""
+    cells = [[show(r if key is None else r.get(key)) for _, key, show in spec] for r in rows]
+    return table(caption, [header for header, *_ in spec], cells)
+
+
+def as_stored(x: Any) -> Any:
+    """A cell shown as the model holds it (the renderers write its text)."""
+    return x
+
+
+def as_stored_columns(*keys: str) -> list[tuple]:
+    """Columns headed by their key whose cells show the value as stored."""
+    return [(key, key, as_stored) for key in keys]
+
+
+def status_word(row: dict) -> str:
+    """A row's status in capitals (as the tables show it)."""
+    return str(row.get("status", "")).upper()
+
+
 def finite(x: Any) -> bool:
     """A number that is not NaN (inf counts)."""
     v = num(x)
@@ -134,3 +156,7 @@ def verdict_word(violated: Any) -> str:
 def chosen(b: Block, figures: list) -> list:
     """The figures a ``figures`` block names (by name prefix, in the block's order)."""
     return [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
+
+
+#: The composed-budget columns the report's and the sweeps' composition tables share.
+COMPOSED_COLUMNS = [("naive sum of eps", "naive_sum", f), ("composed eps (rdp)", "rdp", f)]

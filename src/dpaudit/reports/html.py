@@ -156,11 +156,9 @@ def _block(b: Block, figures: list[Figure]) -> str:
 
 def _sweeps_meta(report: dict) -> str:
     sw = report["inputs"].get("sweeps") or []
-    return (
-        f" and {len(sw)} sweep(s) of {sum(int(x.get('releases') or 0) for x in sw)} releases"
-        if sw
-        else ""
-    )
+    if not sw:
+        return ""
+    return f" and {len(sw)} sweep(s) of {sum(int(x.get('releases') or 0) for x in sw)} releases"
 
 
 def render_html(report: dict, figures: list[Figure] | None = None) -> str:

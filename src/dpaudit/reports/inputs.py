@@ -90,13 +90,9 @@ def dataset_name(ds: Any) -> str:
 
 def command_str(cmd: Any) -> str | None:
     """A recorded command as one shell line (a list is quoted and joined)."""
-    return (
-        None
-        if cmd is None
-        else shlex.join(str(c) for c in cmd)
-        if isinstance(cmd, (list, tuple))
-        else str(cmd)
-    )
+    if cmd is None:
+        return None
+    return shlex.join(str(c) for c in cmd) if isinstance(cmd, (list, tuple)) else str(cmd)
 
 
 def fixed(x: float | None, digits: int = 3) -> str:
@@ -133,11 +129,8 @@ def _given(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 def _kind(f: Path) -> str:
     """What a JSON input is by its name: audit.json, or any other name holding "audit", is an audit."""
-    return (
-        "audit"
-        if f.name == AUDIT_FILE or (f.name != RELEASE_FILE and "audit" in f.name)
-        else "release"
-    )
+    audit = f.name == AUDIT_FILE or (f.name != RELEASE_FILE and "audit" in f.name)
+    return "audit" if audit else "release"
 
 
 def _candidates(p: Path) -> list[Path]:
@@ -200,9 +193,8 @@ class LoadedSweep:
     records: list[dict] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     failures: list[dict] = field(default_factory=list)
-    results: list[dict] = field(
-        default_factory=list
-    )  # done rows' results (release ids, parameters)
+    # done rows' results (release ids, parameters)
+    results: list[dict] = field(default_factory=list)
     spec: dict | None = None
     releases: list[LoadedRelease] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
@@ -213,14 +205,8 @@ class LoadedSweep:
 def _failure(r) -> dict:
     """A failed task of the store, with the last line of its error (at most 300 characters)."""
     last = ((r.error or "").strip().splitlines()[-1:] or [""])[0][:300]
-    return {
-        "key": r.key,
-        "model": r.config.get("model"),
-        "dataset": r.config.get("dataset"),
-        "epsilon": r.config.get("epsilon"),
-        "seed": r.config.get("seed"),
-        "error": last,
-    }
+    task = {k: r.config.get(k) for k in ("model", "dataset", "epsilon", "seed")}
+    return {"key": r.key, **task, "error": last}
 
 
 def _spec_of(meta: dict) -> dict | None:
@@ -274,12 +260,8 @@ def _mark_stale_failures(sweep: LoadedSweep) -> None:
     keys = None
     if isinstance(sweep.spec, dict):
         try:
-            keys = {
-                t.key
-                for t in spec_from_dict(
-                    {k: v for k, v in sweep.spec.items() if k != "source"}
-                ).tasks()
-            }
+            spec = spec_from_dict({k: v for k, v in sweep.spec.items() if k != "source"})
+            keys = {t.key for t in spec.tasks()}
         except Exception:  # noqa: BLE001 - an old or foreign spec: say nothing rather than guess
             keys = None
     for fl in sweep.failures:

@@ -49,24 +49,11 @@ def _eps_point(e: dict) -> dict:
 def _budget_section(inputs, covered: list, ledger_path, notes: list) -> tuple[dict, dict[str, str]]:
     """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
     datasets = list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in covered))
-    ledger = budget.ledger_budget(
-        ledger_path,
-        ledger_path is not None,
-        datasets,
-        [lr.release.id for lr in inputs.releases],
-        notes,
-    )
+    ids = [lr.release.id for lr in inputs.releases]
+    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, ids, notes)
     fingerprints = ledger.pop("data_versions", {})
-    return {
-        **ledger,
-        "composition": budget.release_composition(covered, notes),
-        "datasets": datasets,
-    }, fingerprints
-
-
-def _sweeps(inputs, budget_section: dict, notes: list) -> list[dict]:
-    ledger = budget_section["ledger"] if budget_section["available"] else None
-    return [sweep_section(sw, notes, ledger_path=ledger) for sw in inputs.sweeps]
+    composition = budget.release_composition(covered, notes)
+    return {**ledger, "composition": composition, "datasets": datasets}, fingerprints
 
 
 def _audit_section(entries: list[dict], one_runs: list[dict], white_boxes: list[dict]) -> dict:
@@ -80,16 +67,14 @@ def _audit_section(entries: list[dict], one_runs: list[dict], white_boxes: list[
     }
 
 
-def _one_runs(inputs, notes: list) -> list[dict]:
-    return [
-        e
-        for i, lo in enumerate(inputs.one_runs)
-        if (e := audit.one_run_entry(i, lo, notes)) is not None
-    ]
+def _sweeps(inputs, budget_section: dict, notes: list) -> list[dict]:
+    ledger = budget_section["ledger"] if budget_section["available"] else None
+    return [sweep_section(sw, notes, ledger_path=ledger) for sw in inputs.sweeps]
 
 
-def _white_boxes(inputs, notes: list) -> list[dict]:
-    entries = (audit.white_box_entry(i, lo, notes) for i, lo in enumerate(inputs.white_boxes))
+def _run_entries(entry_of, records: list, notes: list) -> list[dict]:
+    """The entries ``entry_of`` makes of one-run or white-box ``records`` (a skipped one: a note)."""
+    entries = (entry_of(i, lo, notes) for i, lo in enumerate(records))
     return [e for e in entries if e is not None]
 
 
@@ -106,10 +91,7 @@ def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
         ],
         "one_runs": [str(lo.path) for lo in inputs.one_runs],
         "white_boxes": [str(lo.path) for lo in inputs.white_boxes],
-        "sweeps": [
-            {"name": e["name"], "path": e["path"], "store": e["store"], "releases": e["releases"]}
-            for e in sweeps
-        ],
+        "sweeps": [{k: e[k] for k in ("name", "path", "store", "releases")} for e in sweeps],
         "ledger": ledger,
     }
 
@@ -146,7 +128,8 @@ def build_report(
         bar.update(task, advance=1)
         sweeps = _sweeps(inputs, budget_section, notes)
         bar.update(task, advance=1)
-    one_runs, white_boxes = _one_runs(inputs, notes), _white_boxes(inputs, notes)
+    one_runs = _run_entries(audit.one_run_entry, inputs.one_runs, notes)
+    white_boxes = _run_entries(audit.white_box_entry, inputs.white_boxes, notes)
     runs = verdict.one_run_verdicts(one_runs + white_boxes)
     audit_section = _audit_section(audit_entries, one_runs, white_boxes)
     sections = {

@@ -11,6 +11,8 @@ from .tradeoff import new_figure, one_run_figure, png_bytes, style_axes, tradeof
 
 PALETTE = ("#1f4e79", "#c0392b", "#2e7d32", "#8e44ad", "#d35400", "#00838f", "#6d4c41", "#546e7a")
 IN_COLOR = "#c0392b"
+#: The dashed grey line a figure measures against (chance, or eps_LB = claimed).
+REFERENCE_LINE = {"color": "#888888", "linestyle": "--", "linewidth": 1}
 FIGSIZE = (6.4, 4.0)
 MAX_ROC_CURVES = 8
 
@@ -60,14 +62,7 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
             label=lab,
         )
     floor = max(min(floor, 1e-2) / 2, 1e-6)
-    ax.plot(
-        [floor, 1],
-        [floor, 1],
-        color="#888888",
-        linestyle="--",
-        linewidth=1,
-        label="chance (TPR = FPR)",
-    )
+    ax.plot([floor, 1], [floor, 1], **REFERENCE_LINE, label="chance (TPR = FPR)")
     ax.set(xscale="log", yscale="log", xlim=(floor, 1.05), ylim=(floor, 1.05))
     style_axes(
         ax,
@@ -76,11 +71,9 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
         "true positive rate (log scale)",
     )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    more = (
-        f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn."
-        if len(es) > MAX_ROC_CURVES
-        else ""
-    )
+    more = ""
+    if len(es) > MAX_ROC_CURVES:
+        more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn."
     return Figure(
         f"roc_{k}",
         "audit",
@@ -160,14 +153,7 @@ def eps_figure(report: dict) -> list[Figure]:
     fig = new_figure((8.0, 4.2))
     ax = fig.add_subplot()
     top = _top(pts)
-    ax.plot(
-        [0, top],
-        [0, top],
-        color="#888888",
-        linestyle="--",
-        linewidth=1,
-        label="eps_LB = claimed (above: violation)",
-    )
+    ax.plot([0, top], [0, top], **REFERENCE_LINE, label="eps_LB = claimed (above: violation)")
     ax.fill_between([0, top], [0, top], [top, top], color=IN_COLOR, alpha=0.06)
     mechs = sorted({str(p.get("mechanism")) for p in pts})
     # a small horizontal offset per canary keeps coinciding points apart
@@ -233,13 +219,8 @@ def _utility_figure(k: int, c: dict) -> Figure:
     ax = fig.add_subplot()
     eps = [num(p["epsilon"]) for p in pts]
     for j, m in enumerate(names):
-        _draw_metric(
-            ax,
-            m,
-            PALETTE[j % len(PALETTE)],
-            _series(eps, pts, m),
-            (c.get("reference") or {}).get(m),
-        )
+        ref = (c.get("reference") or {}).get(m)
+        _draw_metric(ax, m, PALETTE[j % len(PALETTE)], _series(eps, pts, m), ref)
     if c.get("reference"):
         ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
     if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
@@ -268,14 +249,8 @@ def tradeoff_figures(report: dict) -> list[Figure]:
         cv = e.get("claimed_curve")
         if not cv:
             continue
-        audit = {
-            "mechanism": e.get("mechanism"),
-            "canary": e.get("canary"),
-            "claimed_curve": cv,
-            "claimed_epsilon": e.get("compared_claim"),
-            "delta": e.get("delta"),
-            "confidence": e.get("confidence"),
-        }
+        audit = {k: e.get(k) for k in ("mechanism", "canary", "delta", "confidence")}
+        audit |= {"claimed_curve": cv, "claimed_epsilon": e.get("compared_claim")}
         fig = tradeoff_figure(audit, fig)
         verdict = (
             "VIOLATION: the box is below the claimed curve"
@@ -299,15 +274,9 @@ def one_run_figures(report: dict) -> list[Figure]:
     """One bar figure per one-run record: both analyses' eps_LB, the ceiling and the claim."""
     out = []
     for e in report["sections"]["audit"].get("one_run") or []:
-        rec = {
-            "mechanism": e.get("mechanism"),
-            "kind": e.get("kind"),
-            "canaries": e.get("canaries"),
-            "claimed_epsilon": e.get("claimed_epsilon"),
-            "steinke": e.get("steinke"),
-            "fdp": e.get("fdp"),
-            "statistic": "f-dp" if e.get("statistic") == "one-run f-DP" else "steinke",
-        }
+        shown = ("mechanism", "kind", "canaries", "claimed_epsilon", "steinke", "fdp")
+        rec = {k: e.get(k) for k in shown}
+        rec["statistic"] = "f-dp" if e.get("statistic") == "one-run f-DP" else "steinke"
         out.append(
             Figure(
                 f"onerun_{e['index']}",

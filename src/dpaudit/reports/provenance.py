@@ -13,30 +13,16 @@ from .inputs import LoadedAudit, LoadedRelease, Note
 def _source_file_names(files: Any) -> list[str]:
     """The names of a dataset's source files: new releases publish a list of names, old ones a
     {name: sha256} dict whose hashes the report does not repeat (they fingerprint the data)."""
-    return (
-        sorted(str(k) for k in files)
-        if isinstance(files, dict)
-        else [str(f) for f in files]
-        if isinstance(files, list)
-        else []
-    )
+    if isinstance(files, dict):
+        return sorted(str(k) for k in files)
+    return [str(f) for f in files] if isinstance(files, list) else []
 
 
 def _new_entry(name: Any, ds: dict) -> dict:
-    return {
-        "name": name,
-        "kind": ds.get("kind"),
-        "profile": ds.get("profile"),
-        "split_sizes": ds.get("split_sizes"),
-        "n_features": ds.get("n_features"),
-        "n_classes": ds.get("n_classes"),
-        "source_files": _source_file_names(ds.get("source_files")),
-        "data_versions": [],
-        "split_seeds": [],
-        "partitions": [],
-        "releases": [],
-        "audits": [],
-    }
+    public = {k: ds.get(k) for k in ("kind", "profile", "split_sizes", "n_features", "n_classes")}
+    files = _source_file_names(ds.get("source_files"))
+    found = {k: [] for k in ("data_versions", "split_seeds", "partitions", "releases", "audits")}
+    return {"name": name, **public, "source_files": files, **found}
 
 
 def _add(e: dict, key: str, v: Any) -> None:
@@ -94,11 +80,8 @@ def provenance(
     not repeated here, and such a release gets a warning instead."""
     by: dict[str, dict] = {}
     for lr in releases:
-        ds = (
-            lr.release.dataset
-            if isinstance(lr.release.dataset, dict)
-            else {"name": str(lr.release.dataset)}
-        )
+        ds = lr.release.dataset
+        ds = ds if isinstance(ds, dict) else {"name": str(ds)}
         key = json.dumps([ds.get("name"), ds.get("profile")], default=str)
         _add_release(
             by.setdefault(key, _new_entry(ds.get("name"), ds)), ds, lr, fingerprints or {}, notes

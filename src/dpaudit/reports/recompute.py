@@ -45,12 +45,8 @@ def composed(guarantees, delta: float | None, adjacency: str) -> dict[str, dict]
     for acc in SIDE_BY_SIDE:
         rdp = out.get("rdp", {}).get("epsilon")
         if acc == "prv" and rdp is not None and rdp > PRV_SKIP_ABOVE_RDP_EPSILON:
-            out[acc] = {
-                "epsilon": None,
-                "lower": None,
-                "estimate": None,
-                "error": f"not attempted: the rdp bound {rdp:.1f} exceeds {PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable",
-            }
-            continue
-        out[acc] = recomputed(tree, delta, acc, adjacency)
+            why = f"not attempted: the rdp bound {rdp:.1f} exceeds {PRV_SKIP_ABOVE_RDP_EPSILON:g}, where prv-accountant is unreliable"
+            out[acc] = {**dict.fromkeys(("epsilon", "lower", "estimate")), "error": why}
+        else:
+            out[acc] = recomputed(tree, delta, acc, adjacency)
     return out

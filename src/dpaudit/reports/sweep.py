@@ -30,11 +30,7 @@ MAX_LISTED = 20
 
 def _store_guarantee(result: dict) -> dict | None:
     """A release's event rebuilt from what the store kept (only when its release.json is gone; None: non-private or unknown)."""
-    nm, q, steps = (
-        num(result.get("noise_multiplier")),
-        num(result.get("sample_rate")),
-        num(result.get("steps")),
-    )
+    nm, q, steps = (num(result.get(k)) for k in ("noise_multiplier", "sample_rate", "steps"))
     if result.get("non_private") or nm is None or q is None or steps is None:
         return None
     return {
@@ -46,12 +42,8 @@ def _store_guarantee(result: dict) -> dict | None:
 
 
 def _ref(lr, **extra) -> dict:
-    return {
-        "release_id": lr.release.id,
-        "mechanism": lr.release.mechanism,
-        "path": str(lr.path),
-        **extra,
-    }
+    r = lr.release
+    return {"release_id": r.id, "mechanism": r.mechanism, "path": str(lr.path), **extra}
 
 
 def _accounting_notes(
@@ -90,29 +82,21 @@ def _accounting_notes(
 
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
     no_claim = f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else ""
-    if n["mismatch"]:
-        status, line = (
-            "mismatch",
-            f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)",
-        )
-    elif n["unverified"]:
-        status, line = (
-            "unverified",
-            f"{n['ok']} of {checked} releases check out; {n['unverified']} could not be recomputed",
-        )
-    elif checked:
-        status, line = "ok", f"{n['ok']} of {checked} releases check out"
-    else:
+    if not checked:
         return (
             "no-claim",
             "no private release below the sweep's folder (nothing to check)" + no_claim,
         )
-    return (
-        status,
-        line
-        + " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)"
-        + no_claim,
+    status = "mismatch" if n["mismatch"] else "unverified" if n["unverified"] else "ok"
+    line = {
+        "mismatch": f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)",
+        "unverified": f"{n['ok']} of {checked} releases check out; {n['unverified']} could not be recomputed",
+        "ok": f"{n['ok']} of {checked} releases check out",
+    }[status]
+    rule = (
+        " (each stored guarantee recomputed with its own accountant is at most the claimed epsilon)"
     )
+    return status, line + rule + no_claim
 
 
 def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
@@ -150,15 +134,8 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
 
 
 def _group() -> dict:
-    return {
-        "guarantees": [],
-        "claims": [],
-        "deltas": [],
-        "non_private": 0,
-        "unknown": 0,
-        "from_store": 0,
-        "largest": None,
-    }
+    counts = dict.fromkeys(("non_private", "unknown", "from_store"), 0)
+    return {"guarantees": [], "claims": [], "deltas": [], **counts, "largest": None}
 
 
 def _from_release(r) -> dict:
@@ -298,15 +275,15 @@ def _ledger_entries(sweep: LoadedSweep, ledger_path: str) -> tuple[list, list[di
                 entries.extend(ledger.entries(dataset=ds, kind="release"))
             except DPAuditError:
                 continue
-        try:  # what the ledger says this sweep spent, when its entries carry the sweep tag
+        # What the ledger says this sweep spent, when its entries carry the sweep tag; a ledger
+        # failing verification gives none (the entries above still match by id).
+        try:
             return entries, (
                 [dict(r) for r in ledger.summary(sweep=sweep.name)]
                 if sweep.name and sweep.name in ledger.sweeps()
                 else None
             )
-        except (
-            DPAuditError
-        ):  # e.g. a ledger failing verification: the entries above still match by id
+        except DPAuditError:
             return entries, None
 
 
@@ -347,9 +324,8 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
 def _ledger_row(key: tuple, es: list) -> dict:
     ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
-    delta = max(
-        (d for d in (num(e.payload.get("delta")) for e in private) if d is not None), default=None
-    )
+    deltas = (num(e.payload.get("delta")) for e in private)
+    delta = max((d for d in deltas if d is not None), default=None)
     return {
         "dataset": ds,
         "partition": part,
@@ -369,13 +345,10 @@ def _ledger_block(
     if not ledger_path:
         return None
     name = sweep.name
+    counts = dict.fromkeys(("recorded", "tagged", "tagged_elsewhere", "voided", "missing"), 0)
     out: dict = {
         "ledger": ledger_path,
-        "recorded": 0,
-        "tagged": 0,
-        "tagged_elsewhere": 0,
-        "voided": 0,
-        "missing": 0,
+        **counts,
         "missing_ids": [],
         "composition": [],
         "summary": None,
@@ -406,14 +379,9 @@ def _ledger_block(
         notes.append(Note("info", "sweep", text))
     groups: dict[tuple, list] = {}
     for e in ours:
-        groups.setdefault(
-            (
-                str(e.payload.get("dataset_name") or e.dataset),
-                str(e.payload.get("partition")),
-                str(e.payload.get("adjacency")),
-            ),
-            [],
-        ).append(e)
+        pay = e.payload
+        where = (pay.get("dataset_name") or e.dataset, pay.get("partition"), pay.get("adjacency"))
+        groups.setdefault(tuple(map(str, where)), []).append(e)
     out["composition"] = [_ledger_row(key, es) for key, es in groups.items()]
     return out
 
@@ -449,11 +417,9 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
     if c["failed"]:
         first = failures[0]
         stale = sum(1 for fl in failures if fl.get("in_current_spec") is False)
-        why = (
-            f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
-            if stale
-            else ""
-        )
+        why = ""
+        if stale:
+            why = f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
         text = (
             f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
             f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."
@@ -547,21 +513,25 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
 def _verdict_parts(entry: dict, acc: dict) -> tuple[str, list[str]]:
     if acc.get("status") == "mismatch":
         firsts = "; ".join(m["message"] for m in acc["mismatches"][:3])
-        return "accounting-mismatch", [
-            f"ACCOUNTING MISMATCH: {acc['mismatch']} of {acc['checked']} releases ({firsts})"
-        ]
+        mismatch = f"ACCOUNTING MISMATCH: {acc['mismatch']} of {acc['checked']} releases ({firsts})"
+        return "accounting-mismatch", [mismatch]
     accounting = f"accounting: {acc.get('line', 'n/a')}"
     if entry.get("error"):
-        return "inconclusive", [
-            f"INCONCLUSIVE: the sweep store could not be read ({entry['error']})",
-            accounting,
-        ]
+        unread = f"INCONCLUSIVE: the sweep store could not be read ({entry['error']})"
+        return "inconclusive", [unread, accounting]
     if not entry["releases"]:
         return "no-claim", [accounting]
-    return "not-audited", [
-        accounting,
-        "NOT AUDITED as a sweep (audit single releases with `dpaudit audit`)",
-    ]
+    not_audited = "NOT AUDITED as a sweep (audit single releases with `dpaudit audit`)"
+    return "not-audited", [accounting, not_audited]
+
+
+def _sweep_flags(entry: dict, status: str) -> list[str]:
+    named = (
+        ("accounting-mismatch", status == "accounting-mismatch"),
+        ("missing-releases", entry.get("missing_releases")),
+        ("unreadable-releases", entry.get("unreadable_releases")),
+    )
+    return ["sweep"] + [flag for flag, on in named if on]
 
 
 def sweep_verdict(entry: dict) -> dict:
@@ -577,29 +547,15 @@ def sweep_verdict(entry: dict) -> dict:
         parts.append(
             f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}"
         )
-    flags = ["sweep"] + [
-        f
-        for f, on in (
-            ("accounting-mismatch", status == "accounting-mismatch"),
-            ("missing-releases", entry.get("missing_releases")),
-            ("unreadable-releases", entry.get("unreadable_releases")),
-        )
-        if on
-    ]
+    singles = (b.get("max_single_epsilon") for b in entry["budget"])
     return {
         "mechanism": head,
         "key": f"sweep:{name}",
         "status": status,
-        "flags": flags,
+        "flags": _sweep_flags(entry, status),
         "line": f"{head}: " + "; ".join(parts),
         "max_epsilon_lower_bound": None,
-        "claimed_epsilons": sorted(
-            {
-                b["max_single_epsilon"]
-                for b in entry["budget"]
-                if b.get("max_single_epsilon") is not None
-            }
-        ),
+        "claimed_epsilons": sorted({e for e in singles if e is not None}),
         "releases": [],
         "non_private_releases": [],
         "audits": [],
@@ -627,9 +583,6 @@ def sweep_reproduce(entry: dict) -> dict:
         "id": entry["name"],
         "path": entry["path"],
         "command": cmd,
-        "seed": None,
-        "noise": None,
-        "dpaudit_version": None,
-        "git_commit": None,
+        **dict.fromkeys(("seed", "noise", "dpaudit_version", "git_commit")),
         **params,
     }

@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from .format import (
+    COMPOSED_COLUMNS,
     DASH,
     Block,
+    as_stored,
+    as_stored_columns,
+    columns,
     declined,
     either,
     eps_label,
@@ -29,27 +33,68 @@ TABLES_JSON = {
     "unreadable": " (tables.json unreadable)",
 }
 IN_SPEC = {True: "yes", False: "no (earlier spec)"}
-BUDGET_HEADERS = [
-    "dataset",
-    "partition",
-    "adjacency",
-    "releases",
-    "largest single eps",
-    "naive sum of eps",
-    "composed eps (rdp)",
-    "composed eps (prv)",
-    "at delta",
+
+
+def _prv(b: dict) -> str:
+    prv = b.get("prv")
+    return f(prv) if prv is not None else declined((b.get("errors") or {}).get("prv"))
+
+
+BUDGET_COLUMNS = [
+    *as_stored_columns("dataset", "partition", "adjacency"),
+    ("releases", "releases", val),
+    ("largest single eps", "max_single_epsilon", f),
+    *COMPOSED_COLUMNS,
+    ("composed eps (prv)", None, _prv),
+    ("at delta", "delta", g),
 ]
-CONTRAST_HEADERS = [
-    "dataset",
-    "eps",
-    "metric",
-    "contrast",
-    "n",
-    "mean diff",
-    "p (sign-flip)",
-    "p (Holm)",
-    "W/T/L seeds",
+CONTRAST_COLUMNS = [
+    ("dataset", "dataset", as_stored),
+    ("eps", "epsilon", eps_label),
+    ("metric", "metric", as_stored),
+    ("contrast", None, lambda c: f"{c['reference']} − {c['comparator']}"),
+    ("n", "n", val),
+    ("mean diff", "mean_difference", signed),
+    ("p (sign-flip)", "p_value", pval),
+    ("p (Holm)", "p_holm", pval),
+    ("W/T/L seeds", None, lambda c: f"{c['wins']}/{c['ties']}/{c['losses']}"),
+]
+WIN_TIE_LOSS_COLUMNS = [
+    *as_stored_columns("reference", "comparator", "metric"),
+    ("higher", "wins", val),
+    ("tied", "ties", val),
+    ("lower", "losses", val),
+    ("conditions", "conditions", val),
+]
+LEDGER_COMPOSITION_COLUMNS = [
+    *as_stored_columns("dataset", "partition"),
+    ("releases", "releases", val),
+    *COMPOSED_COLUMNS,
+    ("at delta", "delta", g),
+]
+LEDGER_SUMMARY_COLUMNS = [
+    ("dataset", "dataset", str),
+    ("partition", "partition", str),
+    ("releases", "releases_subtree", val),
+    ("composed eps", "epsilon", f),
+    ("bound by", "bound_by", val),
+    ("naive sum of eps", "naive_epsilon", f),
+    ("delta", "delta", g),
+]
+MISMATCH_COLUMNS = [
+    ("release", "release_id", lambda rid: str(rid)[:12]),
+    ("mechanism", "mechanism", str),
+    ("claimed eps", "epsilon", lambda eps: f(eps, 4)),
+    ("problem", "message", str),
+    ("directory", "path", str),
+]
+FAILED_TASK_COLUMNS = [
+    ("model", "model", str),
+    ("dataset", "dataset", str),
+    ("eps", "epsilon", eps_label),
+    ("seed", "seed", val),
+    ("in current spec", "in_current_spec", lambda in_spec: IN_SPEC.get(in_spec, DASH)),
+    ("error", "error", str),
 ]
 
 
@@ -122,26 +167,12 @@ def _metric_block(cells: list[dict], metric: str) -> Block:
 
 
 def _contrast_table(family: list[dict], what: str, size: Any, floor: str) -> Block:
-    rows = [
-        [
-            c["dataset"],
-            eps_label(c["epsilon"]),
-            c["metric"],
-            f"{c['reference']} − {c['comparator']}",
-            val(c.get("n")),
-            signed(c.get("mean_difference")),
-            pval(c.get("p_value")),
-            pval(c.get("p_holm")),
-            f"{c['wins']}/{c['ties']}/{c['losses']}",
-        ]
-        for c in family
-    ]
-    return table(
+    return columns(
         f"Paired contrasts{what} (reference minus comparator, paired by seed): exact sign-flip p and Holm-adjusted p "
         f"over the whole family of {size}; W/T/L = seeds won/tied/lost"
         + (f" ({floor})" if floor else ""),
-        CONTRAST_HEADERS,
-        rows,
+        CONTRAST_COLUMNS,
+        family,
     )
 
 
@@ -154,37 +185,16 @@ def _contrast_blocks(t: dict) -> list[Block]:
         t.get(k) or [] for k in ("contrasts", "win_tie_loss", "non_private_contrasts")
     )
     if not cons:
-        out = [
-            p(
-                "No paired contrast: no comparator shares at least two seeds with the reference in any condition."
-            )
-        ]
+        none = "no comparator shares at least two seeds with the reference in any condition."
+        out = [p(f"No paired contrast: {none}")]
     else:
         out = [_contrast_table(cons, "", t.get("contrast_family_size"), floor)]
-        out += (
-            [
-                table(
-                    "Win/tie/loss across conditions by mean (descriptive only)",
-                    ["reference", "comparator", "metric", "higher", "tied", "lower", "conditions"],
-                    [
-                        [w["reference"], w["comparator"], w["metric"]]
-                        + [val(w[k]) for k in ("wins", "ties", "losses", "conditions")]
-                        for w in wtl
-                    ],
-                )
-            ]
-            if wtl
-            else []
-        )
+    if cons and wtl:
+        caption = "Win/tie/loss across conditions by mean (descriptive only)"
+        out.append(columns(caption, WIN_TIE_LOSS_COLUMNS, wtl))
     if np_cons:
-        out.append(
-            _contrast_table(
-                np_cons,
-                ", non-private conditions (a separate Holm family)",
-                t.get("non_private_family_size"),
-                floor,
-            )
-        )
+        what = ", non-private conditions (a separate Holm family)"
+        out.append(_contrast_table(np_cons, what, t.get("non_private_family_size"), floor))
     return out
 
 
@@ -220,100 +230,29 @@ def _sweep_card(sw: dict) -> Block:
     return Block("kv", caption=f"Sweep {sw['name']}", pairs=pairs)
 
 
-def _budget_row(b: dict) -> list[str]:
-    prv = (
-        f(b.get("prv"))
-        if b.get("prv") is not None
-        else declined((b.get("errors") or {}).get("prv"))
-    )
-    return [
-        b["dataset"],
-        b["partition"],
-        b["adjacency"],
-        val(b["releases"]),
-        f(b.get("max_single_epsilon")),
-        f(b.get("naive_sum")),
-        f(b.get("rdp")),
-        prv,
-        g(b.get("delta")),
-    ]
-
-
 def _budget_blocks(bud: list[dict]) -> list[Block]:
     if not bud:
         return [
             p("No release below this sweep's folder (e.g. a selftest sweep): nothing to account.")
         ]
-    return [
-        table(
-            "Budget of this sweep: every task is a separate release on the same partition, so they compose "
-            "(recomputed from the releases' stored events)",
-            BUDGET_HEADERS,
-            [_budget_row(b) for b in bud],
-        )
-    ] + [p(b["sentence"]) for b in bud]
+    caption = (
+        "Budget of this sweep: every task is a separate release on the same partition, so they compose "
+        "(recomputed from the releases' stored events)"
+    )
+    return [columns(caption, BUDGET_COLUMNS, bud)] + [p(b["sentence"]) for b in bud]
 
 
 def _ledger_tables(led: dict) -> list[Block]:
     comp = led.get("composition") or []
     summ = [r for r in led.get("summary") or [] if r.get("partition") != "*"]
-    return (
-        [
-            table(
-                "What the ledger recorded for this sweep (its stored events, composed)",
-                [
-                    "dataset",
-                    "partition",
-                    "releases",
-                    "naive sum of eps",
-                    "composed eps (rdp)",
-                    "at delta",
-                ],
-                [
-                    [
-                        r["dataset"],
-                        r["partition"],
-                        val(r["releases"]),
-                        f(r["naive_sum"]),
-                        f(r["rdp"]),
-                        g(r["delta"]),
-                    ]
-                    for r in comp
-                ],
-            )
-        ]
-        if comp
-        else []
-    ) + (
-        [
-            table(
-                "The ledger's own summary of this sweep (ledger summary --sweep)",
-                [
-                    "dataset",
-                    "partition",
-                    "releases",
-                    "composed eps",
-                    "bound by",
-                    "naive sum of eps",
-                    "delta",
-                ],
-                [
-                    [
-                        str(r.get("dataset")),
-                        str(r.get("partition")),
-                        val(r.get("releases_subtree")),
-                        f(r.get("epsilon")),
-                        val(r.get("bound_by")),
-                        f(r.get("naive_epsilon")),
-                        g(r.get("delta")),
-                    ]
-                    for r in summ
-                ],
-            )
-        ]
-        if summ
-        else []
-    )
+    out = []
+    if comp:
+        caption = "What the ledger recorded for this sweep (its stored events, composed)"
+        out.append(columns(caption, LEDGER_COMPOSITION_COLUMNS, comp))
+    if summ:
+        caption = "The ledger's own summary of this sweep (ledger summary --sweep)"
+        out.append(columns(caption, LEDGER_SUMMARY_COLUMNS, summ))
+    return out
 
 
 def _ledger_blocks(sw: dict) -> list[Block]:
@@ -334,52 +273,20 @@ def _problem_blocks(sw: dict) -> list[Block]:
     out = []
     mm = (sw.get("accounting") or {}).get("mismatches") or []
     if mm:
-        out.append(
-            table(
-                "Releases of this sweep whose accounting does NOT check out",
-                ["release", "mechanism", "claimed eps", "problem", "directory"],
-                [
-                    [
-                        str(m["release_id"])[:12],
-                        str(m["mechanism"]),
-                        f(m.get("epsilon"), 4),
-                        str(m["message"]),
-                        str(m["path"]),
-                    ]
-                    for m in mm
-                ],
-            )
-        )
+        caption = "Releases of this sweep whose accounting does NOT check out"
+        out.append(columns(caption, MISMATCH_COLUMNS, mm))
     fails = sw.get("failures") or []
     if fails:
-        out.append(
-            table(
-                f"Failed tasks ({len(fails)}; retried only with --retry-failed)",
-                ["model", "dataset", "eps", "seed", "in current spec", "error"],
-                [
-                    [
-                        str(x["model"]),
-                        str(x["dataset"]),
-                        eps_label(x.get("epsilon")),
-                        val(x.get("seed")),
-                        IN_SPEC.get(x.get("in_current_spec"), DASH),
-                        str(x.get("error")),
-                    ]
-                    for x in fails[:50]
-                ],
-            )
-        )
+        caption = f"Failed tasks ({len(fails)}; retried only with --retry-failed)"
+        out.append(columns(caption, FAILED_TASK_COLUMNS, fails[:50]))
     return out
 
 
 def _one_sweep(sw: dict) -> list[Block]:
     out = [Block("h3", text=f"Sweep {sw['name']}"), _sweep_card(sw)]
     if sw.get("error"):
-        out.append(
-            p(
-                f"The sweep store could not be read ({sw['error']}): no tables; its releases are still checked and composed."
-            )
-        )
+        still = "no tables; its releases are still checked and composed"
+        out.append(p(f"The sweep store could not be read ({sw['error']}): {still}."))
     out += _budget_blocks(sw.get("budget") or []) + _ledger_blocks(sw) + _problem_blocks(sw)
     return out + (_sweep_table_blocks(sw["tables"]) if sw.get("tables") else [])
 

@@ -148,36 +148,15 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     fu, nu = p["fpr_upper"], p["fnr_upper"]
     x0 = floor if log else 0.0
     w, h = max(fu, x0) - x0, max(nu, x0) - x0
-    ax.add_patch(
-        Rectangle(
-            (x0, x0),
-            w,
-            h,
-            facecolor=color,
-            edgecolor=color,
-            alpha=0.18 if viol else 0.12,
-            linewidth=1.6,
-            zorder=3,
-            label=(
-                "confidence box BELOW the claimed curve: VIOLATION"
-                if viol
-                else "confidence box of the chosen test"
-            ),
-            gid="confidence-box",
-        )
+    box = {"xy": (x0, x0), "width": w, "height": h, "edgecolor": color, "linewidth": 1.6}
+    label = (
+        "confidence box BELOW the claimed curve: VIOLATION"
+        if viol
+        else "confidence box of the chosen test"
     )
-    ax.add_patch(
-        Rectangle(
-            (x0, x0),
-            w,
-            h,
-            facecolor="none",
-            edgecolor=color,
-            linewidth=1.6,
-            zorder=4,
-            gid="confidence-box-edge",
-        )
-    )
+    fill = {"facecolor": color, "alpha": 0.18 if viol else 0.12, "label": label}
+    ax.add_patch(Rectangle(**box, **fill, zorder=3, gid="confidence-box"))
+    ax.add_patch(Rectangle(**box, facecolor="none", zorder=4, gid="confidence-box-edge"))
     if p["fpr"] is not None and p["fnr"] is not None:
         _draw_chosen(ax, p, color, log, floor)
     corner = (max(fu, floor), max(nu, floor)) if log else (fu, nu)
@@ -228,27 +207,29 @@ def _draw_chosen(ax, p: dict, color: str, log: bool, floor: float) -> None:
     )
 
 
+#: (title, x label, y label) of the linear (False) and the log-log (True) panel.
+PANEL_LABELS = {
+    False: (
+        "linear",
+        "false positive rate (canary out, test says in)",
+        "false negative rate (canary in, test says out)",
+    ),
+    True: (
+        "log-log (the corners where large epsilons live)",
+        "false positive rate (log scale)",
+        "false negative rate (log scale)",
+    ),
+}
+
+
 def _draw_panel(ax, cv: dict, *, log: bool, floor: float) -> None:
     _draw_curves(ax, cv, log, floor)
     _draw_box(ax, cv, log, floor)
     if log:
         ax.set(xscale="log", yscale="log", xlim=(floor, 1.3), ylim=(floor, 1.3))
-        style_axes(
-            ax,
-            "log-log (the corners where large epsilons live)",
-            "false positive rate (log scale)",
-            "false negative rate (log scale)",
-            size=10,
-        )
     else:
         ax.set(xlim=(0.0, 1.0), ylim=(0.0, 1.0), aspect="equal")
-        style_axes(
-            ax,
-            "linear",
-            "false positive rate (canary out, test says in)",
-            "false negative rate (canary in, test says out)",
-            size=10,
-        )
+    style_axes(ax, *PANEL_LABELS[log], size=10)
 
 
 def _log_floor(cv: dict) -> float:
@@ -265,9 +246,8 @@ def title_of(audit: dict, cv: dict) -> str:
     claim = num(audit.get("claimed_epsilon"))
     conf = cv["confidence"] if cv["confidence"] is not None else num(audit.get("confidence"))
     head = f"{mech}" + (f" · canary {can}" if can else "") + f" · statistic {cv['statistic']}"
-    lb = num(
-        read_record(audit).get("epsilon_lower_bound")
-    )  # the bound for any mechanism (old files: re-read)
+    # the bound for any mechanism (old files: re-read)
+    lb = num(read_record(audit).get("epsilon_lower_bound"))
     tail = (
         f"eps_LB {_fmt(lb)} vs claimed eps {_fmt(claim)}"
         + (f" (delta {num(audit.get('delta')):g})" if num(audit.get("delta")) is not None else "")
@@ -375,42 +355,25 @@ def _one_run_bars(v: dict, record: dict) -> list[tuple[str, float, str, str]]:
     claim, st, fd = v["claimed_epsilon"], v["steinke"] or {}, v["fdp"] or {}
     st_lb, fd_lb = st.get("epsilon_lower_bound"), fd.get("epsilon_lower_bound")
     fdp = _fdp_decides(record, fd_lb)
-    rows = (
-        [
-            _bar(
-                "eps_LB (eps, delta)" + ("" if fdp else " (decides)"),
-                st_lb,
-                _above(st_lb, claim),
-                "steinke",
-            )
-        ]
-        if st_lb is not None
-        else []
-    )
+    rows = []
+    if st_lb is not None:
+        label = "eps_LB (eps, delta)" + ("" if fdp else " (decides)")
+        rows.append(_bar(label, st_lb, _above(st_lb, claim), "steinke"))
     if fd_lb is not None:
-        rows.append(
-            _bar(
-                "eps_LB f-DP" + (" (decides)" if fdp else ""),
-                fd_lb,
-                bool(fd["violated"]) or _above(fd_lb, claim),
-                "fdp",
-            )
-        )
-    return rows + (
-        [("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling")]
-        if st.get("ceiling") is not None
-        else []
-    )
+        label = "eps_LB f-DP" + (" (decides)" if fdp else "")
+        rows.append(_bar(label, fd_lb, bool(fd["violated"]) or _above(fd_lb, claim), "fdp"))
+    if st.get("ceiling") is not None:
+        rows.append(("(eps, delta) ceiling (all correct)", st["ceiling"], "#9e9e9e", "ceiling"))
+    return rows
 
 
 def _one_run_subtitle(v: dict) -> str:
     st = v["steinke"] or {}
     guesses, correct = st.get("guesses"), st.get("correct")
-    return f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})" + (
-        f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct"
-        if guesses is not None and correct is not None
-        else ""
-    )
+    head = f"{_fmt(v['canaries'], 0)} canaries ({v['kind'] or 'kind n/a'})"
+    if guesses is None or correct is None:
+        return head
+    return head + f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct"
 
 
 def one_run_figure(record: dict):

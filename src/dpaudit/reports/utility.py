@@ -13,32 +13,11 @@ from .inputs import LoadedRelease, Note, canonical_mechanism, dataset_name, num
 
 #: Config keys that may differ between releases on one privacy-utility curve.
 EPS_ONLY_KEYS = frozenset(
-    {
-        "eps",
-        "epsilon",
-        "target_epsilon",
-        "seed",
-        "seeds",
-        "noise_multiplier",
-        "sigma",
-        "out",
-        "out_dir",
-        "ledger",
-        "json",
-        "json_out",
-        "data_dir",
-        "reproducible_noise",
-        "noise_source",
-        "workers",
-        "threads",
-        "device",
-        "dtype",
-        "batch_size_eval",
-        "progress",
-        "calibrated_epsilon",
-        "model_seed",
-        "timings",
-    }
+    (
+        "eps epsilon target_epsilon seed seeds noise_multiplier sigma out out_dir ledger json "
+        "json_out data_dir reproducible_noise noise_source workers threads device dtype "
+        "batch_size_eval progress calibrated_epsilon model_seed timings"
+    ).split()
 )
 
 
@@ -120,18 +99,7 @@ def _curve(
         if len(seeds) < len(rels):
             text = f"{rels[0].mechanism} at eps={eps}: {len(rels)} releases but only {len(seeds)} distinct seeds."
             notes.append(Note("info", "utility", text))
-        rows.append(
-            {
-                "mechanism": rels[0].mechanism,
-                "dataset": k["dataset"],
-                "epsilon": eps,
-                "delta": k["delta"],
-                "non_private": False,
-                "n": len(rels),
-                "seeds": seeds,
-                "metrics": ms,
-            }
-        )
+        rows.append(_row(rels, k["dataset"], (eps, k["delta"]), ms))
         if eps is not None:
             points.append({"epsilon": eps, "n": len(rels), "metrics": ms})
     if len(points) < 2:
@@ -145,16 +113,19 @@ def _curve(
     }
 
 
-def _reference_row(ds: str, rels: list[Release]) -> dict:
+def _row(rels: list[Release], dataset: str, claim: tuple | None, metrics: dict) -> dict:
+    """A utility row of ``rels``: a private group's at ``claim`` (epsilon, delta), or (None) the
+    non-private reference."""
+    epsilon, delta = claim or (None, None)
     return {
         "mechanism": rels[0].mechanism,
-        "dataset": ds,
-        "epsilon": None,
-        "delta": None,
-        "non_private": True,
+        "dataset": dataset,
+        "epsilon": epsilon,
+        "delta": delta,
+        "non_private": claim is None,
         "n": len(rels),
         "seeds": _seeds(rels),
-        "metrics": _metric_stats(rels),
+        "metrics": metrics,
     }
 
 
@@ -180,7 +151,7 @@ def utility(releases: list[LoadedRelease], notes: list[Note]) -> dict:
         curve_rows, curve = _curve(k, by_eps, _metric_stats(ref_rels) if ref_rels else None, notes)
         rows += curve_rows
         curves += [curve] if curve is not None else []
-    rows += [_reference_row(ds, rels) for (_mech, ds), rels in reference.items()]
+    rows += [_row(rels, ds, None, _metric_stats(rels)) for (_mech, ds), rels in reference.items()]
     _utility_notes(bool(private), bool(reference), rows, notes)
     return {"rows": rows, "curves": curves}
 

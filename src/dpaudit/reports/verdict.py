@@ -30,11 +30,9 @@ def _statistics(entries: list[dict]) -> list[str]:
 def _tally(entries: list[dict]) -> str:
     """ "claimed-curve" or, for a mix, "claimed-curve (2 audits), clopper-pearson (1)"."""
     names = _statistics(entries)
-    return (
-        names[0]
-        if len(names) == 1
-        else ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
-    )
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(f"{n} ({sum(1 for e in entries if e.get('statistic') == n)})" for n in names)
 
 
 def _one_run_reason(e: dict) -> str:
@@ -70,11 +68,8 @@ def _one_run_verdict(e: dict) -> dict:
     m, stat, claim = e["canaries"], e["statistic"], e["claimed_epsilon"]
     kind = e.get("audit_kind", "one-run")  # one-run, white-box or crafted-final
     name = f"{e['mechanism'] or 'unknown'} ({kind} audit, {m if m is not None else 'n/a'} canaries)"
-    flags = (
-        [kind]
-        + ["not-certified"] * bool(e.get("not_certified"))
-        + ["underpowered"] * bool(e.get("underpowered"))
-    )
+    qualified = (("not-certified", e.get("not_certified")), ("underpowered", e.get("underpowered")))
+    flags = [kind] + [flag for flag, on in qualified if on]
     status = "inconclusive" if e["status"] == "incomplete" else e["status"]
     return {
         "mechanism": name,
@@ -213,14 +208,7 @@ def _by_status(
 
 
 def _violation_line(worst: dict, n_violations: int, n_entries: int) -> str:
-    where = ", ".join(
-        x
-        for x in (
-            f"canary {worst['canary']}" if worst["canary"] else "",
-            f"task {worst['task']}" if worst["task"] else "",
-        )
-        if x
-    )
+    where = ", ".join(f"{k} {worst[k]}" for k in ("canary", "task") if worst[k])
     return (
         _violation_text(worst)
         + (f" ({where})" if where else "")
@@ -235,26 +223,17 @@ def _headline(
     """(status, the line's main part, the statistics that decided it) of one mechanism."""
     if violations:
         worst = max(violations, key=_excess)
-        return (
-            "violation",
-            _violation_line(worst, len(violations), len(entries)),
-            [worst["statistic"]],
-        )
+        line = _violation_line(worst, len(violations), len(entries))
+        return "violation", line, [worst["statistic"]]
     if incomplete:
-        return (
-            "inconclusive",
-            f"INCONCLUSIVE: {len(incomplete)} of {len(entries)} audit record(s) cannot be judged (see notes)",
-            [],
-        )
+        judged = f"{len(incomplete)} of {len(entries)} audit record(s) cannot be judged"
+        return "inconclusive", f"INCONCLUSIVE: {judged} (see notes)", []
     if ok:
         best = max(ok, key=lambda e: e["epsilon_lower_bound"] - e["compared_claim"])
         lb, claim = best["epsilon_lower_bound"], best["compared_claim"]
         op = "<=" if lb is None or lb <= claim else ">"
-        return (
-            "no-evidence",
-            f"no evidence of a violation (max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)})",
-            _statistics(ok),
-        )
+        line = f"max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)}"
+        return "no-evidence", f"no evidence of a violation ({line})", _statistics(ok)
     if entries and all(e["status"] == "control" for e in entries):
         return (
             "not-audited",
@@ -272,16 +251,12 @@ def _ceiling_qualifiers(ok: list[dict]) -> list[tuple[str, str]]:
     weak = [e for e in ok if e["underpowered"]]
     if weak:
         w = min(weak, key=lambda e: e["ceiling"])
-        out.append(
-            (
-                "underpowered",
-                f"audit underpowered: ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}",
-            )
-        )
+        below = f"ceiling {fixed(w['ceiling'])} < claimed {fixed(w['compared_claim'])}"
+        out.append(("underpowered", f"audit underpowered: {below}"))
     unknown = sum(1 for e in ok if e["ceiling"] is None)
-    return out + (
-        [("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)")] if unknown else []
-    )
+    if unknown:
+        out.append(("ceiling-unknown", f"ceiling unknown for {unknown} audit(s)"))
+    return out
 
 
 def _qualifiers(
@@ -305,27 +280,22 @@ def _mismatched(g: _Group, claim_by_id: dict) -> list[tuple[str, str]]:
         for r in g.releases
         if r.id in claim_by_id and claim_by_id[r.id]["accounting_check"]["status"] == "mismatch"
     ]
-    return (
-        [
-            (
-                "accounting-mismatch",
-                "ACCOUNTING MISMATCH: "
-                + "; ".join(c["accounting_check"]["message"] for c in cards),
-            )
-        ]
-        if cards
-        else []
-    )
+    if not cards:
+        return []
+    messages = "; ".join(c["accounting_check"]["message"] for c in cards)
+    return [("accounting-mismatch", f"ACCOUNTING MISMATCH: {messages}")]
 
 
-def _numbers(g: _Group, entries: list[dict]) -> dict:
-    """The numbers behind a line: the largest eps_LB, the claims compared, the statistics."""
+def _numbers(g: _Group, entries: list[dict], decided_by: list[str]) -> dict:
+    """The numbers behind a line: the largest eps_LB, the statistics that decided it and all the
+    line's statistics, the claims compared."""
     lbs = [e["epsilon_lower_bound"] for e in entries if e["epsilon_lower_bound"] is not None]
     claims = {e["compared_claim"] for e in entries if e["compared_claim"] is not None} | {
         num(r.epsilon) for r in g.releases if num(r.epsilon) is not None
     }
     return {
         "max_epsilon_lower_bound": max(lbs) if lbs else None,
+        "decided_by": decided_by,
         "statistics": _statistics([e for e in entries if e["status"] != "control"]),
         "claimed_epsilons": sorted(claims),
     }
@@ -348,19 +318,14 @@ def _group_verdict(
     parts = mismatch + [("", head)] + _qualifiers(status, ok, family, uncovered, entries)
     if mismatch and status in ("no-evidence", "not-audited", "no-claim"):
         status = "accounting-mismatch"
-    numbers = _numbers(g, entries)
-    rows = _rows(g, entries, (violations, incomplete, ok), claim_by_id)
     return {
         "mechanism": g.name,
-        "rows": rows,
+        "rows": _rows(g, entries, (violations, incomplete, ok), claim_by_id),
         "key": g.key,
         "status": status,
         "flags": [f for f, _ in parts if f],
         "line": f"{g.name}: " + "; ".join(t for _, t in parts),
-        "max_epsilon_lower_bound": numbers["max_epsilon_lower_bound"],
-        "decided_by": decided_by,
-        "statistics": numbers["statistics"],
-        "claimed_epsilons": numbers["claimed_epsilons"],
+        **_numbers(g, entries, decided_by),
         "releases": [r.id for r in g.releases],
         "non_private_releases": [r.id for r in g.non_private],
         "audits": [e["path"] for e in entries],
@@ -377,10 +342,7 @@ def _row(
     return {
         "release": release,
         "mechanism": mech,
-        "epsilon": claim[0],
-        "delta": claim[1],
-        "adjacency": claim[2],
-        "accountant": claim[3],
+        **dict(zip(("epsilon", "delta", "adjacency", "accountant"), claim)),
         "plans": list(dict.fromkeys(e.get("plan_id") for e in hits)),
         "statistics": _statistics(hits),
         "audits": [e["path"] for e in hits],
@@ -406,12 +368,9 @@ def _reason(status: str, hits: list[dict]) -> str:
         return statement
     if status == "violation":
         return "eps_LB above the claim"
-    weak = status == "no-evidence" and any(e["underpowered"] for e in hits)
-    return (
-        "audit underpowered (ceiling below the claim): it cannot detect a violation at all"
-        if weak
-        else ""
-    )
+    if status == "no-evidence" and any(e["underpowered"] for e in hits):
+        return "audit underpowered (ceiling below the claim): it cannot detect a violation at all"
+    return ""
 
 
 def _family_statement(hits: list[dict]) -> str | None:
@@ -476,32 +435,20 @@ def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> li
     return rows
 
 
+def _verdict_row(v: dict) -> dict:
+    """The first table's row of a verdict without rows of its own (a one-run audit or a sweep)."""
+    claim = (max(v["claimed_epsilons"], default=None), v.get("delta"), None, v.get("accountant"))
+    return _row(v["mechanism"], claim, v["status"], []) | {
+        "statistics": v.get("statistics") or [],
+        "epsilon_lower_bound": v["max_epsilon_lower_bound"],
+        "ceiling": v.get("ceiling"),
+        "reason": v.get("reason") or "",
+    }
+
+
 def summary_rows(verdicts: list[dict]) -> list[dict]:
     """The first table's rows: every mechanism's, and one per one-run audit or sweep (their verdict line's numbers)."""
-    return [
-        row
-        for v in verdicts
-        for row in v.get("rows")
-        or [
-            _row(
-                v["mechanism"],
-                (
-                    max(v["claimed_epsilons"], default=None),
-                    v.get("delta"),
-                    None,
-                    v.get("accountant"),
-                ),
-                v["status"],
-                [],
-            )
-            | {
-                "statistics": v.get("statistics") or [],
-                "epsilon_lower_bound": v["max_epsilon_lower_bound"],
-                "ceiling": v.get("ceiling"),
-                "reason": v.get("reason") or "",
-            }
-        ]
-    ]
+    return [row for v in verdicts for row in v.get("rows") or [_verdict_row(v)]]
 
 
 def mechanism_verdicts(
@@ -551,11 +498,8 @@ def _excess(e: dict) -> float:
 
 def _violation_text(e: dict) -> str:
     lb = _decided_lb(e)
-    fam = (
-        (e.get("claim_family_bound") or {}).get("statement")
-        if e["statistic"] == "claimed-curve"
-        else None
-    )
+    curve = e["statistic"] == "claimed-curve"
+    fam = (e.get("claim_family_bound") or {}).get("statement") if curve else None
     if fam:
         return f"VIOLATION: the claimed event is ruled out ({fam}; eps_LB {fixed(lb)}, claimed {fixed(e['compared_claim'])})"
     return f"VIOLATION: eps_LB {fixed(lb)} > claimed {fixed(e['compared_claim'])}"

@@ -156,10 +156,8 @@ def _read_all(root: Path) -> tuple[dict, list, dict]:
 
 def _ledger(root: Path, anchor, owner) -> tuple[Check, set, list]:
     """The ledger's check, its registered key ids and its entries (seq, kind, signer, payload)."""
-    meta, dump = (
-        read_json(root / BUNDLE_FILE, "bundle"),
-        read_json(root / LEDGER_FILE, "ledger export"),
-    )
+    meta = read_json(root / BUNDLE_FILE, "bundle")
+    dump = read_json(root / LEDGER_FILE, "ledger export")
     rows, head = [tuple(r) for r in dump.get("rows") or []], meta.get("head") or {}
     rep = verify_snapshot(
         Snapshot(
@@ -230,12 +228,7 @@ def _pipeline_check(rec: dict) -> Check:
     codes = [str((f or {}).get("code")) for f in rec.get("findings") or []]
     bad = codes or rec.get("certified") is not None
     why = f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}"
-    return Check(
-        "pipeline",
-        str(rec.get("id"))[:12],
-        "FAIL" if bad else "pass",
-        why if bad else "no pipeline findings",
-    )
+    return _check("pipeline", str(rec.get("id"))[:12], why if bad else None, "no pipeline findings")
 
 
 def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
@@ -252,15 +245,10 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
         if entry is None
         else differ and f"differs from its signed ledger entry in {', '.join(differ)}"
     )
-    private = _check(
-        "private",
-        rid[:12],
-        _privacy_problems(rel, entry),
-        "its signed ledger entry counts it as private",
-    )
+    private = "its signed ledger entry counts it as private"
     return out + [
         _check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
-        private,
+        _check("private", rid[:12], _privacy_problems(rel, entry), private),
     ]
 
 
@@ -315,11 +303,9 @@ def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
 
 def _fixed_noise(plan: dict) -> str | None:
     """A plan that fixes reproducible DP noise had an outcome that could be previewed."""
-    if (plan.get("request") or {}).get("reproducible_noise"):
-        return (
-            "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
-        )
-    return None
+    if not (plan.get("request") or {}).get("reproducible_noise"):
+        return None
+    return "it fixes reproducible noise (DP noise from its seeds: its outcome could be previewed)"
 
 
 def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> list[Check]:
@@ -343,11 +329,8 @@ def _whole_record_checks(plans: dict, releases: dict, by_plan: dict, entries: li
     """What the ledger records about the bundle's targets, against the bundle: every plan of each
     target (the bundle's plans' targets and its releases) is in the bundle; each plan was registered
     before any audit of its target; each run has one result (the first counts)."""
-    targets = [
-        t
-        for t in [plan_target(p) for p in plans.values()] + [{"release": r} for r in releases]
-        if t
-    ]
+    targets = [plan_target(p) for p in plans.values()] + [{"release": r} for r in releases]
+    targets = [t for t in targets if t]
     unique = [t for i, t in enumerate(targets) if t not in targets[:i]]
     out = [_target_plans_check(t, plans, by_plan) for t in unique]
     for pid, plan in plans.items():
@@ -375,12 +358,11 @@ def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
 def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
     """The plan was registered before any audit of its target (else it could be fitted to a result)."""
     if reg is None or not target:
-        why = (
-            "it names no target (an older plan)"
-            if reg
-            else "the ledger holds no registration of it"
-        )
-        return Check("registered first", pid[:12], "note" if reg else "FAIL", why)
+        if not reg:
+            return _check(
+                "registered first", pid[:12], "the ledger holds no registration of it", ""
+            )
+        return Check("registered first", pid[:12], "note", "it names no target (an older plan)")
     before = [
         f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]
     ]
@@ -396,14 +378,8 @@ def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
 def _results_check(pid: str, led: dict) -> Check:
     """One result per run, after the run: the first counts (another is how an edited result is passed off)."""
     later, orphan = led.get("later_results", []), led.get("orphan_results", [])
-    why = "; ".join(
-        f"{label}: {', '.join(str(a)[:12] for a in ids)}"
-        for label, ids in (
-            ("a second result entry for run", later),
-            ("a result of no recorded run", orphan),
-        )
-        if ids
-    )
+    groups = (("a second result entry for run", later), ("a result of no recorded run", orphan))
+    why = "; ".join(_named_ids(groups))
     return _check(
         "one result",
         pid[:12],
@@ -412,21 +388,22 @@ def _results_check(pid: str, led: dict) -> Check:
     )
 
 
+def _named_ids(groups) -> list[str]:
+    """ "label: id, id" (ids cut to 12 characters) of each (label, ids) group holding any."""
+    return [f"{label}: {', '.join(str(i)[:12] for i in ids)}" for label, ids in groups if ids]
+
+
 def _runs_check(pid: str, runs: list, present: list) -> Check:
     """The plan's runs in the ledger against its audits in the bundle: a hidden run fails, a second one is noted."""
     n = f"{len(runs)} run{'s' * (len(runs) != 1)} of plan {pid[:12]}"
-    why = "".join(
-        f"; {label}: {', '.join(str(i)[:12] for i in ids)}"
-        for label, ids in (
-            ("not in the bundle", [r for r in runs if r not in present]),
-            ("not recorded under the plan", [a for a in present if a not in runs]),
-        )
-        if ids
+    hidden, unrecorded = (
+        [r for r in runs if r not in present],
+        [a for a in present if a not in runs],
     )
+    groups = (("not in the bundle", hidden), ("not recorded under the plan", unrecorded))
+    why = "".join(f"; {named}" for named in _named_ids(groups))
     if why:
-        return Check(
-            "runs", pid[:12], "FAIL", f"{n} in the ledger, {len(present)} in the bundle{why}"
-        )
+        return _check("runs", pid[:12], f"{n} in the ledger, {len(present)} in the bundle{why}", "")
     return Check(
         "runs",
         pid[:12],
@@ -439,16 +416,12 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
     plan = plans.get(reveal.get("id"))
     if plan is None:
-        return [
-            Check(
-                "audit vs plan",
-                aid,
-                "FAIL",
-                f"not pre-registered: its plan {str(reveal['id'])[:12]} is not in the bundle"
-                if reveal.get("id")
-                else "not pre-registered: it names no plan",
-            )
-        ]
+        why = (
+            f"its plan {str(reveal['id'])[:12]} is not in the bundle"
+            if reveal.get("id")
+            else "it names no plan"
+        )
+        return [_check("audit vs plan", aid, f"not pre-registered: {why}", "")]
     try:
         diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
@@ -476,48 +449,36 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     ]
 
 
+#: The settings a plan fixes beyond statistic, confidence and release, by audit kind:
+#: (name, the audit record's key, the plan's key).
+PLANNED_SETTINGS = {
+    "one-run": (("canaries", "canaries", "canaries"), ("canary", "kind", "canary")),
+    "trials": (
+        ("trials", "runs", "trials"),
+        ("canary", "canary", "canary"),
+        ("select_fraction", "select_fraction", "select_fraction"),
+    ),
+}
+
+
 def _settings(rec: dict, plan: dict, seeds: dict) -> tuple[dict, dict]:
     """(what the audit records, what its plan fixed) for each planned setting."""
-    a = plan["audit"]
-    got = {
-        "statistic": rec.get("statistic"),
-        "confidence": rec.get("confidence"),
-        "release": rec.get("release_id"),
-    }
-    want = {
-        "statistic": a["statistic"],
-        "confidence": a["confidence"],
-        "release": plan.get("release_id"),
-    }
-    if a["kind"] == "one-run":
-        return {**got, "canaries": rec.get("canaries"), "canary": rec.get("kind")}, {
-            **want,
-            "canaries": a["canaries"],
-            "canary": a["canary"],
-        }
-    got.update(
-        trials=rec.get("runs"),
-        canary=rec.get("canary"),
-        select_fraction=rec.get("select_fraction"),
-        seed=(rec.get("seeds") or {}).get("public"),
-    )
-    return got, {
-        **want,
-        "trials": a["trials"],
-        "canary": a["canary"],
-        "select_fraction": a["select_fraction"],
-        "seed": seeds.get("public"),
-    }
+    a, one_run = plan["audit"], plan["audit"]["kind"] == "one-run"
+    got = {k: rec.get(k) for k in ("statistic", "confidence")} | {"release": rec.get("release_id")}
+    want = {k: a[k] for k in ("statistic", "confidence")} | {"release": plan.get("release_id")}
+    for name, recorded, planned in PLANNED_SETTINGS["one-run" if one_run else "trials"]:
+        got[name], want[name] = rec.get(recorded), a[planned]
+    if not one_run:
+        got["seed"], want["seed"] = (rec.get("seeds") or {}).get("public"), seeds.get("public")
+    return got, want
 
 
 def _plan_differences(rec: dict, plan: dict, reveal: dict) -> list[str]:
     seeds = reveal.get("seeds") or {}
     got, want = _settings(rec, plan, seeds)
-    out = (
-        []
-        if commitment(reveal.get("salt"), seeds) == plan["commitment"]
-        else ["revealed salt and seeds do not hash to the commitment"]
-    )
+    out = []
+    if commitment(reveal.get("salt"), seeds) != plan["commitment"]:
+        out.append("revealed salt and seeds do not hash to the commitment")
     return out + [
         f"{k} {got[k]!r}, planned {want[k]!r}" for k in want if got[k] != want[k]
     ] or _seeds_unused(rec, plan["audit"], seeds)
@@ -527,19 +488,15 @@ def _seeds_unused(rec: dict, a: dict, seeds: dict) -> list[str]:
     """Whether the run used the revealed seeds: the one-run coins, or the seeded worlds and SELECT split."""
     if a["kind"] == "one-run":
         used = int(plan_coins(seeds["coins"], a["canaries"]).sum()) if "coins" in seeds else None
-        return (
-            []
-            if used == rec.get("included")
-            else [f"{rec.get('included')} canaries included, the committed coins include {used}"]
-        )
+        if used == rec.get("included"):
+            return []
+        return [f"{rec.get('included')} canaries included, the committed coins include {used}"]
     tp = plan_trials(a["trials"], seed=seeds["public"], select_fraction=a["select_fraction"])
     c, ev = rec["counts"], ~tp.select
     sizes = (int((tp.world & ev).sum()), int((~tp.world & ev).sum()))
-    return (
-        []
-        if (c["tp"] + c["fn"], c["tn"] + c["fp"]) == sizes
-        else [f"EVAL counts {c} do not fit the seeded worlds and split {sizes}"]
-    )
+    if (c["tp"] + c["fn"], c["tn"] + c["fp"]) == sizes:
+        return []
+    return [f"EVAL counts {c} do not fit the seeded worlds and split {sizes}"]
 
 
 def _one_run_bound_problem(rec: dict, plan: dict) -> str | None:
@@ -552,22 +509,17 @@ def _one_run_bound_problem(rec: dict, plan: dict) -> str | None:
         adjacency=claim["adjacency"],
     )[key]
     stored = (rec.get(key) or {}).get("epsilon_lower_bound")
-    return (
-        None
-        if got is not None and stored is not None and abs(got - float(stored)) <= 1e-6
-        else f"{key} eps_LB {stored} stored, {got} recomputed from its counts"
-    )
+    if got is not None and stored is not None and abs(got - float(stored)) <= 1e-6:
+        return None
+    return f"{key} eps_LB {stored} stored, {got} recomputed from its counts"
 
 
 def _bound_problem(rec: dict, plan: dict) -> str | None:
     """Why the stored result differs from the one recomputed from its counts with the planned statistic and claim (None: equal)."""
     if plan["audit"]["kind"] == "one-run":
         return _one_run_bound_problem(rec, plan)
-    claim, stat, conf = (
-        plan["claim"],
-        plan["audit"]["statistic"],
-        float(plan["audit"]["confidence"]),
-    )
+    claim, stat = plan["claim"], plan["audit"]["statistic"]
+    conf = float(plan["audit"]["confidence"])
     lb, stored = general_epsilon_at(rec, conf), float(rec["epsilon_lower_bound"])
     if lb is None or abs(lb - stored) > _TOL * max(1.0, stored):
         return f"eps_LB {stored} stored, {lb} recomputed from its counts"
@@ -579,11 +531,9 @@ def _bound_problem(rec: dict, plan: dict) -> str | None:
         else None,
     )
     decided = decision_at(planned, conf)["violated"]
-    return (
-        None
-        if decided == violated(read_record(rec))
-        else f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
-    )
+    if decided == violated(read_record(rec)):
+        return None
+    return f"the {stat} verdict recomputed from its counts (violated: {decided}) differs from the stored one"
 
 
 def _tests(rec: dict, event, delta) -> bool:
@@ -599,12 +549,8 @@ def _tests(rec: dict, event, delta) -> bool:
 
 def _release_match(aid: str, rec: dict, rel: dict | None) -> Check:
     if rel is None:
-        return Check(
-            "audit = release",
-            aid,
-            "FAIL",
-            f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle",
-        )
+        missing = f"audits release {str(rec.get('release_id'))[:12]}, which is not in the bundle"
+        return _check("audit = release", aid, missing, "")
     same = _tests(rec, rel.get("guarantee"), rel.get("delta"))
     return _check(
         "audit = release",

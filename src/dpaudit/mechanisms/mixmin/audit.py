@@ -60,9 +60,8 @@ class MixMinTarget(AuditTarget):
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 500
     info: dict = field(default_factory=dict)
-    accountant: str = (
-        "rdp"  # the accountant of claimed_epsilon (a release's own, when audited from one)
-    )
+    #: the accountant of claimed_epsilon (a release's own, when audited from one)
+    accountant: str = "rdp"
     #: {"dataset", "partition"} of the private records D_mix is (set for a task's D_mix); None: unnamed
     ledger_scope: dict | None = None
 

@@ -90,6 +90,8 @@ PRETRAIN_OBJECTIVES = ("weighted-targets", "source-sampling")
 #: Accountants a DP-MixMin claim can be made under (both are recorded in ``epsilons``).
 ACCOUNTANTS = ("rdp", "prv")
 _TAG_PRETRAIN = 0x9E7
+#: The noise settings both parts' releases record from their config (:func:`_release_fields`).
+RELEASED_SETTINGS = ("noise_multiplier", "sample_rate", "clipping_norm")
 
 
 @dataclass(frozen=True)
@@ -461,9 +463,8 @@ def _task_data(request) -> MixMinData:
 def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[int, int, dict]:
     """(D_mix units, D_ft records, what the release records): from the declared reference size, never from the
     private counts."""
-    if (
-        info.recorded_sizes is not None
-    ):  # an old release: the sizes it recorded and built its schedules from
+    # an old release: the sizes it recorded and built its schedules from
+    if info.recorded_sizes is not None:
         return (
             *info.recorded_sizes,
             {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]},
@@ -959,18 +960,19 @@ def _mixture_part(
         target_epsilon=epsilon,
         config=config,
         steps=cfg.steps,
-        release_fields={
-            "noise_multiplier": cfg.noise_multiplier,
-            "sample_rate": cfg.sample_rate,
-            "clipping_norm": cfg.clipping_norm,
-            "normalizer": int(round(cfg.expected_batch_size)),
-            "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION,
-        },
+        release_fields=_release_fields(cfg, int(round(cfg.expected_batch_size))),
         noise_values=cfg.steps * cfg.k,
         noise_what=f"mixture ({cfg.steps} steps x {cfg.k} weights)",
         out_subdir="" if request.stage == "mixture" else "mixture",
         **common,
     )
+
+
+def _release_fields(config, normalizer: int) -> dict:
+    """The noise settings a part's release records: sigma, q, C (of a MixMinConfig or a
+    DPSGDConfig), the published normaliser and the Gaussian sampler."""
+    settings = {name: getattr(config, name) for name in RELEASED_SETTINGS}
+    return {**settings, "normalizer": normalizer, "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION}
 
 
 def _finetune_part(
@@ -1015,13 +1017,7 @@ def _finetune_part(
             "dpsgd_config": fcfg.to_dict(),
             "calibration": _published_calibration(cal),
         },
-        release_fields={
-            "noise_multiplier": fcfg.noise_multiplier,
-            "sample_rate": fcfg.sample_rate,
-            "clipping_norm": fcfg.clipping_norm,
-            "normalizer": fcfg.normalizer,
-            "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION,
-        },
+        release_fields=_release_fields(fcfg, fcfg.normalizer),
         noise_values=sched.steps * (downstream.hidden + 1),
         noise_what=f"fine-tuning ({sched.steps} steps x {downstream.hidden + 1} head weights)",
         out_subdir="finetune",

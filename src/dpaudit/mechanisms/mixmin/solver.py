@@ -346,11 +346,10 @@ def run_mixmin_runs(
         if config.privacy_unit == "record"
         else _user_sum(F, y, config, user_ids, noise)
     )
-    canary_in, canary_sum = _canary_step(canary, canary_in, runs, config, k)
+    coins, canary_sum = _canary_step(canary, canary_in, runs, config, noise)
     log_w = np.tile(
         np.full(k, -math.log(k)) if init is None else np.log(_check_weights(init, k)), (runs, 1)
     )
-    coins = None if canary is None else _CanaryCoins(canary_in, noise, config.sample_rate)
     units = _MaskedUnits(*units, canary_sum)
     dpsgd_loop.run_dp_sgd(
         units, [log_w], config, noise=noise, runs=runs, canary=coins, optimizer=MirrorDescent
@@ -467,11 +466,10 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
     def user_sum(w: np.ndarray, umask: np.ndarray) -> np.ndarray:
         rec_mask = umask[record_user]
         if need_subsample:
-            # k_u = min(G, |D_u|) records without replacement: rank uniform keys within each user.
+            # k_u = min(G, |D_u|) records without replacement: rank uniform keys within each user
+            # (the sort lists records user by user, keys ascending).
             within = np.empty(n, dtype=np.int64)
-            within[np.lexsort((noise.uniform(n), record_user))] = (
-                pos_in_user  # user by user, keys ascending
-            )
+            within[np.lexsort((noise.uniform(n), record_user))] = pos_in_user
             rec_mask &= within < G
         idx = np.flatnonzero(rec_mask)
         if not len(idx):
@@ -488,31 +486,30 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
     return len(usizes), clipped_sum
 
 
-def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, k: int):
-    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's contribution (:class:`MixMinCanary`) at each
+def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, noise):
+    """(coins, canary_sum): the canary's coins for the loop (:class:`_CanaryCoins`; None without a
+    canary) and its contribution canary_sum(w (m, k)) -> (m, k) (:class:`MixMinCanary`) at each
     including run's weights."""
-    canary_in = (
-        np.zeros(runs, dtype=bool)
-        if canary_in is None and canary is None
-        else np.asarray(np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
+    included = (
+        np.full(runs, canary is not None) if canary_in is None else np.asarray(canary_in, bool)
     )
-    if canary_in.shape != (runs,):
+    if included.shape != (runs,):
         raise UsageError(
-            f"canary_in must be a bool array of shape ({runs},), got shape {canary_in.shape}."
+            f"canary_in must be a bool array of shape ({runs},), got shape {included.shape}."
         )
     if canary is None:
-        if canary_in.any():
+        if included.any():
             raise UsageError("canary must be given when canary_in has true entries, got None.")
-        return canary_in, None
+        return None, None
     if config.privacy_unit != "record":
         raise UsageError("privacy_unit must be record for a canary, got 'user'.")
-    C = config.clipping_norm
+    C, k, coins = config.clipping_norm, config.k, _CanaryCoins(included, noise, config.sample_rate)
     if canary.kind == "gradient":
         d = np.asarray(canary.direction, dtype=np.float64)
         if d.shape != (k,):
             raise UsageError(f"canary direction must have shape ({k},), got {d.shape}.")
         g = d / np.linalg.norm(d) * C
-        return canary_in, lambda w: np.broadcast_to(g, w.shape)
+        return coins, lambda w: np.broadcast_to(g, w.shape)
     cf, cy = _prepare(
         *check_inputs(
             np.asarray(canary.probs, dtype=np.float64).reshape(1, -1),
@@ -525,7 +522,7 @@ def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixM
     )
     cf, cnorm = cf[0], np.linalg.norm(cf[0])
     return (
-        canary_in,
+        coins,
         lambda w: (
             clip_scale(loss_coefficient(w @ cf, cy[0], config.loss), cnorm, C)[:, None]
             * cf[None, :]

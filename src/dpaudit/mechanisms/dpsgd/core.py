@@ -297,7 +297,10 @@ class NoisyStep:
     ``params``: arrays (heads) or tensors (modules, on one device), updated in place. The caller
     writes the clipped sum for ``params[i]`` into ``sums[i]`` (reused C-ordered buffers shaped like
     the parameters, of the same kind); :meth:`apply` adds the noise (:func:`gaussian_filler`, one
-    draw per buffer, in order), divides by m0 and steps the optimizer (:data:`OPTIMIZERS`).
+    draw per buffer, in order), divides by m0 (``config.normalizer``: DP-SGD's integer m0, or
+    DP-MixMin's expected batch size, a float) and steps the optimizer: ``optimizer`` (a class
+    built as ``optimizer(params, config)``, e.g. DP-MixMin's mirror descent) or, by default,
+    ``OPTIMIZERS[config.optimizer]``.
 
     Modules: ``sums`` are views of one flat tensor on the parameters' device (on the CPU, the
     memory of the host buffers ``_arrays``). The noise is always drawn on the CPU by ``noise``'s
@@ -305,27 +308,33 @@ class NoisyStep:
     as one tensor moved once per step (no copy on the CPU).
     """
 
-    def __init__(self, params: Sequence, config: DPSGDConfig, *, noise: NoiseSource):
+    def __init__(
+        self, params: Sequence, config: DPSGDConfig, *, noise: NoiseSource, optimizer=None
+    ):
         self.config, self.device_sums = config, None
         if _is_tensor(params):
-            shapes, dtypes = [tuple(p.shape) for p in params], {p.dtype for p in params}
-            if len(dtypes) != 1:
-                raise UsageError(
-                    f"module parameters must share one dtype, got {sorted(map(str, dtypes))}."
-                )
-            host = torch.empty(sum(math.prod(s) for s in shapes), dtype=dtypes.pop()).numpy()
-            self._arrays = _split(host, shapes)
-            # on the CPU: the same memory
-            self.device_sums = torch.from_numpy(host).to(params[0].device)
-            self.sums = _split(self.device_sums, shapes)
-            self._noise = np.empty_like(host)
-            buffers = _split(self._noise, shapes)
+            buffers = self._module_buffers(params)
         else:
             self._arrays = self.sums = [np.empty(p.shape, dtype=p.dtype) for p in params]
             buffers = [np.empty_like(a) for a in self._arrays]  # own buffers
         std = config.noise_std
         self._fills = [gaussian_filler(noise, b, std) for b in buffers] if std > 0.0 else []
-        self.optimizer = OPTIMIZERS[config.optimizer](params, config)
+        self.optimizer = (optimizer or OPTIMIZERS[config.optimizer])(params, config)
+
+    def _module_buffers(self, params: Sequence) -> list:
+        """Set up a module's sums (module docstring); returns the views of the host noise buffer."""
+        shapes, dtypes = [tuple(p.shape) for p in params], {p.dtype for p in params}
+        if len(dtypes) != 1:
+            raise UsageError(
+                f"module parameters must share one dtype, got {sorted(map(str, dtypes))}."
+            )
+        host = torch.empty(sum(math.prod(s) for s in shapes), dtype=dtypes.pop()).numpy()
+        self._arrays = _split(host, shapes)
+        # on the CPU: the same memory
+        self.device_sums = torch.from_numpy(host).to(params[0].device)
+        self.sums = _split(self.device_sums, shapes)
+        self._noise = np.empty_like(host)
+        return _split(self._noise, shapes)
 
     def apply(self, t: int) -> None:
         if self.device_sums is None:
@@ -446,14 +455,17 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
 
     Every stock :class:`NoiseSource` (any kind): its Gaussian sampler
     (:data:`dpaudit.noise.GAUSSIAN_SAMPLER`, never ``torch.randn``, whose float32 draws are
-    truncated at 5.77 sigma) written straight into ``out``, the same draws as
-    ``noise.gaussian_torch``; a source that overrides ``gaussian_torch``: that method.
+    truncated at 5.77 sigma), the same draws as ``noise.gaussian_torch``: float32 written straight
+    into ``out``, float64 from ``noise.gaussian_numpy`` (the one float64 sampler, also DP-MixMin's);
+    a source that overrides ``gaussian_torch``: that method.
     """
-    if (
-        type(noise).gaussian_torch is NoiseSource.gaussian_torch
-        and out.dtype in (np.float32, np.float64)
-        and out.flags.c_contiguous
-    ):
+    stock = type(noise).gaussian_torch is NoiseSource.gaussian_torch
+    if stock and out.dtype == np.float64:
+
+        def fill() -> np.ndarray:
+            out[...] = noise.gaussian_numpy(out.shape, std)
+            return out
+    elif stock and out.dtype == np.float32 and out.flags.c_contiguous:
 
         def fill() -> np.ndarray:
             return noise.gaussian_into(out, std)

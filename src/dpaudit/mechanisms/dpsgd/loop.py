@@ -15,8 +15,9 @@ level: DP-MixMin paper, appendix A.9, Algorithm 2), at each of ``config.steps`` 
 
 1. every unit is included independently with probability q (eq. 2; Poisson sampling from the
    private :class:`~dpaudit.noise.NoiseSource`, because amplification by subsampling assumes the
-   adversary does not know who was sampled; the R runs' masks are independent,
-   :func:`~dpaudit.mechanisms.dpsgd.core.poisson_batch`);
+   adversary does not know who was sampled; the R runs' masks are independent): the units'
+   sampler, gap sampling for DP-SGD (:func:`~dpaudit.mechanisms.dpsgd.core.poisson_batch`), one
+   uniform draw per unit for DP-MixMin (the same distribution, its releases' draws);
 2. the sampled units' gradients are clipped to joint L2 norm C (eq. 4) and summed by the *units*
    strategy, which fixes the privacy unit and the model kind: :class:`RecordUnits` (a unit is a
    record of a head, closed-form gradients), :class:`UserUnits` (a unit is a user of a head,
@@ -25,8 +26,9 @@ level: DP-MixMin paper, appendix A.9, Algorithm 2), at each of ``config.steps`` 
    :mod:`dpaudit.mechanisms.dpsgd.module_training`); an empty sample gives a zero sum;
 3. N(0, (sigma C)^2 I) is added to each run's sum (eq. 5), the result is divided by the fixed,
    public normaliser m0 -- never the realised batch size, which is private -- and the optimizer
-   (Adam, eq. 6, or SGD with momentum) updates each run's parameters from this sanitised
-   gradient only (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`).
+   (Adam, eq. 6, SGD with momentum, or DP-MixMin's mirror descent on the simplex) updates each
+   run's parameters from this sanitised gradient only
+   (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`).
 
 Private draws from ``noise``, in this order per step: the R Poisson samples; the canary draw
 (head canaries only); within-user record samples (user units, run by run); the Gaussian noise
@@ -164,7 +166,17 @@ class UserSampling:
     records_per_user: int
 
 
-class _HeadUnits:
+class PoissonUnits:
+    """Units sampled by the loop's default sampler: each unit in each run independently with
+    probability q, by gap sampling (:func:`~dpaudit.mechanisms.dpsgd.core.poisson_batch`); the
+    sample is (flat indices, offsets)."""
+
+    def sample(self, noise: NoiseSource, runs: int, q: float) -> tuple:
+        # module lookup: tests may spy on it
+        return dpsgd_core.poisson_batch(noise, runs, self.n_units, q)
+
+
+class _HeadUnits(PoissonUnits):
     """Head units: ``bind`` makes the per-run views of the heads (R, K, d+1) and their sums once."""
 
     def bind(self, params: list, sums: list):
@@ -320,7 +332,7 @@ def _with_extra_user(index, first_row: int, size: int):
     )
 
 
-class SumUnits:
+class SumUnits(PoissonUnits):
     """Units whose clipped sum is a function, one run (module docstring): ``clipped_sum(params,
     idx)``, one tensor per parameter, is never called for an empty sample (the sum is then zero)."""
 
@@ -697,28 +709,32 @@ def run_dp_sgd(
     canary=None,
     recorder=None,
     progress: Progress | None = None,
+    optimizer=None,
 ) -> int:
     """Algorithm 1 on ``params`` (arrays for heads, tensors on one device for modules; updated in
     place) for ``runs`` runs: the one DP-SGD loop
     (module docstring: protocol, order of draws, privacy contract). Returns the executed steps.
 
     ``units``: the privacy unit and model kind (:class:`RecordUnits`, :class:`UserUnits`,
-    :class:`SumUnits`): ``units.n_units``, and ``units.bind(params, sums)``, a function
-    ``step(flat, offsets, hit)`` that writes each run's clipped sum over its sampled units
-    ``flat[offsets[r]:offsets[r + 1]]`` (plus the sampled canary units ``hit``) into ``sums``.
-    ``canary``: an audit's canaries (module docstring); ``recorder``: a :class:`_Recorder`.
+    :class:`SumUnits`; DP-MixMin's units): ``units.sample(noise, runs, q)``, the step's private
+    Poisson samples of all runs (:class:`PoissonUnits`: (flat, offsets)), and
+    ``units.bind(params, sums)``, a function ``step(*sample, hit)`` that writes each run's clipped
+    sum over its sampled units (run r's ``flat[offsets[r]:offsets[r + 1]]``, plus the sampled
+    canary units ``hit``) into ``sums``. ``canary``: an audit's canaries (module docstring);
+    ``recorder``: a :class:`_Recorder`; ``optimizer``: the update rule, when not
+    ``config.optimizer`` (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`). ``config`` needs
+    ``steps``, ``sample_rate`` and what :class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep` reads.
     """
-    sanitise = NoisyStep(params, config, noise=noise)
+    sanitise = NoisyStep(params, config, noise=noise, optimizer=optimizer)
     step = units.bind(params, sanitise.sums)
     rows = canary is not None and canary.rows
     if recorder is not None:
         recorder.attach(sanitise)
     report = _reporter(progress, config.steps)
     for t in range(1, config.steps + 1):
-        # module lookup: tests may spy on it
-        flat, offsets = dpsgd_core.poisson_batch(noise, runs, units.n_units, config.sample_rate)
+        sample = units.sample(noise, runs, config.sample_rate)
         hit = None if canary is None else canary.draw()
-        step(flat, offsets, hit if rows else None)
+        step(*sample, hit if rows else None)
         if canary is not None:
             canary.add(hit, sanitise.sums)
         if recorder is not None:

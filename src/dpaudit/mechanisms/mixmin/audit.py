@@ -17,7 +17,6 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ...accounting import calibrate_noise_multiplier, compute_epsilon
-from ...accounting.events import SubsampledGaussian
 from ...audits.canaries import check_canary
 from ...audits.targets import AuditTarget
 from ...errors import UsageError
@@ -61,9 +60,8 @@ class MixMinTarget(AuditTarget):
     adjacency: str = "add-remove-record"
     default_chunk_size: int = 500
     info: dict = field(default_factory=dict)
-    accountant: str = (
-        "rdp"  # the accountant of claimed_epsilon (a release's own, when audited from one)
-    )
+    #: the accountant of claimed_epsilon (a release's own, when audited from one)
+    accountant: str = "rdp"
     #: {"dataset", "partition"} of the private records D_mix is (set for a task's D_mix); None: unnamed
     ledger_scope: dict | None = None
 
@@ -116,11 +114,7 @@ class MixMinTarget(AuditTarget):
         claim about every record of D_mix, where the canary goes."""
         if self.claimed_epsilon is None or not float(self.config.noise_multiplier) > 0:
             return None  # a configuration without noise claims nothing
-        return SubsampledGaussian(
-            float(self.config.noise_multiplier),
-            float(self.config.sample_rate),
-            int(self.config.steps),
-        )
+        return self.config.event()
 
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         c = np.asarray(canary_in, dtype=bool)

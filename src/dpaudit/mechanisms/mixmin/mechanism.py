@@ -90,6 +90,8 @@ PRETRAIN_OBJECTIVES = ("weighted-targets", "source-sampling")
 #: Accountants a DP-MixMin claim can be made under (both are recorded in ``epsilons``).
 ACCOUNTANTS = ("rdp", "prv")
 _TAG_PRETRAIN = 0x9E7
+#: The noise settings both parts' releases record from their config (:func:`_release_fields`).
+RELEASED_SETTINGS = ("noise_multiplier", "sample_rate", "clipping_norm")
 
 
 @dataclass(frozen=True)
@@ -461,9 +463,8 @@ def _task_data(request) -> MixMinData:
 def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[int, int, dict]:
     """(D_mix units, D_ft records, what the release records): from the declared reference size, never from the
     private counts."""
-    if (
-        info.recorded_sizes is not None
-    ):  # an old release: the sizes it recorded and built its schedules from
+    # an old release: the sizes it recorded and built its schedules from
+    if info.recorded_sizes is not None:
         return (
             *info.recorded_sizes,
             {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]},
@@ -604,7 +605,22 @@ class DPMixMin(MechanismBase):
 
     def plan(self, request: MixMinRequest, info: MixMinInfo) -> ReleasePlan:
         """Public quantities only (the request, the task's public defaults and reference size, k): both stages' calibrated noise
-        and events, the combined event reserved, the partitions."""
+        and events, the combined event reserved, the partitions. Never the private counts |D_mix|, |D_ft| or the number of
+        users, so the plan is the same on add/remove-neighbouring data.
+
+        Args:
+            request: the DP-MixMin request (task or proxy predictions, stage, epsilon, delta, rho, composition, unit).
+            info: the data's public description (:meth:`data_info`): reference size, source names, split rule.
+
+        Returns:
+            The ReleasePlan: one part (``stage="mixture"``: lambda, a SubsampledGaussian under add/remove-record or
+            add/remove-user adjacency) or two (``"pipeline"``: lambda, then the fine-tuned head), their events combined in
+            parallel (the keyed split) or in sequence, each part's config (``mixmin_config``, ``dp_sgd``) the run and the
+            audit use.
+
+        Raises:
+            UsageError: a setting outside its range, or a claim the schedule cannot meet.
+        """
         request = self.validate(request)
         stage, composition, rho = request.stage, request.composition, resolved_rho(request)
         sequential = stage == "pipeline" and composition == "sequential"
@@ -656,6 +672,24 @@ class DPMixMin(MechanismBase):
     def run(
         self, plan: ReleasePlan, data: MixMinData, noise: NoiseSource, *, progress=None
     ) -> RunOutput:
+        """Execute ``plan``: proxies trained on public data only, Algorithm 1 / 2 on D_mix with the plan's ``mixmin_config``
+        (through the one DP-SGD loop), then, for the pipeline, public pretraining and DP fine-tuning on D_ft.
+
+        Args:
+            plan: the plan from :meth:`plan` (its budget already reserved by the caller).
+            data: the loaded data (:meth:`load`); only D_mix reaches the mixture, only D_ft the fine-tuning.
+            noise: the private randomness (Poisson masks, within-user samples, Gaussian noise).
+            progress: a stage callback (:func:`dpaudit.progress.stage`), or None.
+
+        Returns:
+            A RunOutput with one part per planned release: the weights lambda (``weights.json``; post-processing of the noisy
+            sums only), and for the pipeline the fine-tuned head with its AUCs and end-to-end guarantee. Each part executes
+            the plan's ``steps``.
+
+        Raises:
+            DataError: proxy predictions or user ids that do not fit the data.
+        """
+
         def say(message: str) -> None:  # stage updates (dpaudit.progress.stage)
             stage(progress, message)
 
@@ -779,7 +813,18 @@ class DPMixMin(MechanismBase):
 
     def plan_of_release(self, request: MixMinRequest, release) -> ReleasePlan:
         """The plan of a mixture release from its public record (:meth:`MixMinInfo.from_release`), checked against it; a
-        release that records no request plans with the resolved settings it recorded (``mixmin_config``)."""
+        release that records no request plans with the resolved settings it recorded (``mixmin_config``).
+
+        Args:
+            request: the release's request (recorded, or rebuilt from the command line).
+            release: the mixture release record (public: its config, dataset identity, event).
+
+        Returns:
+            The ReleasePlan that :meth:`plan` makes from the release's public record, equal to the plan it was made with.
+
+        Raises:
+            UsageError: a release whose recorded settings cannot be rebuilt, or whose rebuilt plan differs from the record.
+        """
         cfg = release.config or {}
         _check_rebuildable(request, cfg)
         mc = cfg.get("mixmin_config") or {}
@@ -801,7 +846,23 @@ class DPMixMin(MechanismBase):
     ):
         """Algorithm 1 on the task's D_mix (:func:`~.audit.task_target`) with the plan's sigma, q, B and steps, claiming
         the plan's mixture event (a ``release``'s own epsilon and accountant; an old release without a recorded reference size:
-        its recorded configuration, on its own task division). Refused for proxy predictions, user level, another split rule."""
+        its recorded configuration, on its own task division). Refused for proxy predictions, user level, another split rule.
+
+        Args:
+            plan: the plan audited (:meth:`plan` or :meth:`plan_of_release`); its ``mixmin_config`` is what trials run.
+            canary: the canary kind (:func:`dpaudit.audits.canaries.check_canary`), one added record or a max-clip gradient,
+                i.e. an add/remove-record neighbour.
+            release: the audited release record, whose own epsilon, accountant and task division are then used; or None.
+            user_ids: must be None (a user-level audit of DP-MixMin is not supported).
+            no_noise: the noise-free control target (no claim; it must find the leakage).
+
+        Returns:
+            A prepared audit target: trials run Algorithm 1 through the release's loop, with and without the canary.
+
+        Raises:
+            UsageError: user ids given, or a user-level plan.
+            DataError: proxy predictions (cannot be re-run) or a release split by another rule.
+        """
         request, mix = plan.request, plan.parts[0]
         if user_ids is not None:
             raise UsageError(
@@ -899,18 +960,19 @@ def _mixture_part(
         target_epsilon=epsilon,
         config=config,
         steps=cfg.steps,
-        release_fields={
-            "noise_multiplier": cfg.noise_multiplier,
-            "sample_rate": cfg.sample_rate,
-            "clipping_norm": cfg.clipping_norm,
-            "normalizer": int(round(cfg.expected_batch_size)),
-            "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION,
-        },
+        release_fields=_release_fields(cfg, int(round(cfg.expected_batch_size))),
         noise_values=cfg.steps * cfg.k,
         noise_what=f"mixture ({cfg.steps} steps x {cfg.k} weights)",
         out_subdir="" if request.stage == "mixture" else "mixture",
         **common,
     )
+
+
+def _release_fields(config, normalizer: int) -> dict:
+    """The noise settings a part's release records: sigma, q, C (of a MixMinConfig or a
+    DPSGDConfig), the published normaliser and the Gaussian sampler."""
+    settings = {name: getattr(config, name) for name in RELEASED_SETTINGS}
+    return {**settings, "normalizer": normalizer, "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION}
 
 
 def _finetune_part(
@@ -955,13 +1017,7 @@ def _finetune_part(
             "dpsgd_config": fcfg.to_dict(),
             "calibration": _published_calibration(cal),
         },
-        release_fields={
-            "noise_multiplier": fcfg.noise_multiplier,
-            "sample_rate": fcfg.sample_rate,
-            "clipping_norm": fcfg.clipping_norm,
-            "normalizer": fcfg.normalizer,
-            "noise_sampler": GAUSSIAN_SAMPLER_DESCRIPTION,
-        },
+        release_fields=_release_fields(fcfg, fcfg.normalizer),
         noise_values=sched.steps * (downstream.hidden + 1),
         noise_what=f"fine-tuning ({sched.steps} steps x {downstream.hidden + 1} head weights)",
         out_subdir="finetune",

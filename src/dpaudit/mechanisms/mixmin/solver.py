@@ -32,9 +32,11 @@ from dataclasses import asdict, dataclass
 
 from ...accounting.adjacency import Adjacency
 from ...accounting.events import SubsampledGaussian
+from ...data.users import index_users
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource
+from ..dpsgd import loop as dpsgd_loop
 from ...validation import half_open_unit, non_negative_finite, one_of, positive_finite, positive_int
 
 np = lazy_import("numpy")
@@ -102,6 +104,16 @@ class MixMinConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def normalizer(self) -> float:
+        """The DP-SGD loop's fixed divisor of the noisy sum: the expected batch size B."""
+        return self.expected_batch_size
+
+    @property
+    def noise_std(self) -> float:
+        """Standard deviation of the noise added to the clipped sum (sigma * C)."""
+        return self.noise_multiplier * self.clipping_norm
+
 
 @dataclass(frozen=True)
 class MixMinResult:
@@ -141,7 +153,20 @@ class MixMinCanary:
 
 
 def check_inputs(probs, labels, loss: str, k: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Validate proxy predictions (n, k) and labels (n,); one-line DataError naming the bad array."""
+    """Validate proxy predictions and labels before any private computation.
+
+    Args:
+        probs: (n, k) proxy predictions: probabilities for ``bce`` / ``mse``, densities with a positive entry per row for ``nll``.
+        labels: (n,) numeric targets, in [0, 1] for ``bce`` (not checked beyond shape for ``nll``).
+        loss: ``bce`` | ``nll`` | ``mse``.
+        k: the number of columns required, or None.
+
+    Returns:
+        (probs, labels) as arrays.
+
+    Raises:
+        DataError: a one-line message naming the bad array.
+    """
     p, y = _check_probs(np.asarray(probs), loss, k), np.asarray(labels)
     if y.ndim != 1 or y.shape[0] != p.shape[0]:
         raise DataError(
@@ -227,7 +252,14 @@ def clip_scale(coef, fnorm, clipping_norm: float):
 
 
 def objective(probs, labels, weights, loss: str) -> float:
-    """Mean loss F(lambda) of the mixture on the given data (no privacy; for evaluation)."""
+    """Mean loss F(lambda) of the mixture on the given data. Not private: for evaluation on public or test data only.
+
+    Args:
+        probs, labels: (n, k) proxy predictions and (n,) targets. weights: (k,) lambda. loss: ``bce`` | ``nll`` | ``mse``.
+
+    Returns:
+        The mean loss as a float.
+    """
     F, y = _prepare(probs, labels, loss, np.float64)
     p = F @ np.asarray(weights, dtype=np.float64)
     if loss == "bce":
@@ -246,24 +278,29 @@ def _mirror_step(log_w: np.ndarray, grad: np.ndarray, step_size: float) -> np.nd
 # ---- Algorithm 1 / 2: one run
 
 
-def _user_index(user_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Order records by user (users in order of first appearance). Returns order, starts, sizes."""
-    uniq, first, inverse = np.unique(user_ids, return_index=True, return_inverse=True)
-    rank = np.empty(len(uniq), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
-    user_of_record = rank[inverse.ravel()]
-    order = np.argsort(user_of_record, kind="stable")
-    sizes = np.bincount(user_of_record, minlength=len(uniq))
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    return order, starts, sizes
-
-
 def run_mixmin(
     probs, labels, config: MixMinConfig, *, noise: NoiseSource, user_ids=None, init=None
 ) -> MixMinResult:
-    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a release. ``probs`` (n, k): proxy
-    predictions f_i(x) on the private mixture split (computed once). ``labels`` (n,): targets (ignored for ``nll``). ``user_ids``
-    (n,): required for user level. ``init``: starting weights (default uniform 1/k, as in Algorithm 1 line 1)."""
+    """One run of Algorithm 1 (``privacy_unit="record"``) or Algorithm 2 (``"user"``), float64: a release.
+
+    Privacy contract (module docstring): ``SubsampledGaussian(sigma, q, steps)`` under add/remove-record (or add/remove-user)
+    adjacency on the rows of ``probs``, provided the proxies never saw them. Public: ``config``, ``init``, the proxies.
+
+    Args:
+        probs: (n, k) proxy predictions f_i(x) on the private mixture split (computed once).
+        labels: (n,) targets (ignored for ``nll``).
+        config: the run's settings (public).
+        noise: the private randomness (Poisson masks, within-user samples, Gaussian noise).
+        user_ids: (n,) user of each row; required for user level.
+        init: starting weights (public; default uniform 1/k, as in Algorithm 1 line 1).
+
+    Returns:
+        The weights lambda (k,) on the simplex and the executed steps (``config.steps``).
+
+    Raises:
+        DataError: malformed probabilities, labels or user ids.
+        UsageError: bad ``init``, or user level without ``user_ids``.
+    """
     return MixMinResult(
         run_mixmin_runs(probs, labels, config, noise=noise, user_ids=user_ids, init=init)[0],
         config.steps,
@@ -282,47 +319,97 @@ def run_mixmin_runs(
     canary: MixMinCanary | None = None,
     canary_in=None,
 ) -> np.ndarray:
-    """``runs`` independent runs of Algorithm 1 / 2 (module docstring) through the one loop of releases and audits; the final
-    weights (runs, k). Draws per step, all from ``noise``: the Poisson masks of all runs (one ``noise.poisson_mask``), the canary's
-    coin (rate q; record level only, added in the runs where ``canary_in`` is true), the within-user record samples, the Gaussian
-    noise of all runs (one draw). One run without a canary draws exactly what a release draws."""
+    """``runs`` independent runs of Algorithm 1 / 2 (module docstring) through the one DP-SGD loop of releases and audits
+    (:func:`~dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`, with DP-MixMin's uniform-mask sampler, float normaliser B and
+    mirror descent). Draws per step, all from ``noise``: the Poisson masks of all runs (one ``noise.poisson_mask``), the
+    canary's coin (rate q; record level only, added in the runs where ``canary_in`` is true), the within-user record samples,
+    the Gaussian noise of all runs (one draw). One run without a canary draws exactly what a release draws.
+
+    Args:
+        probs, labels, config, noise, user_ids, init: as for :func:`run_mixmin`.
+        runs: the number of independent runs R.
+        canary: an audit's canary (:class:`MixMinCanary`; record level only), or None for a release.
+        canary_in: (R,) bool, the runs whose input holds the canary (a neighbouring input); all runs when omitted.
+
+    Returns:
+        The final weights (R, k), each row on the simplex.
+
+    Raises:
+        DataError: malformed probabilities, labels or user ids.
+        UsageError: bad ``runs``, ``init`` or ``canary_in``, or a canary at user level.
+    """
     check_inputs(probs, labels, config.loss, config.k)
     F, y = _prepare(probs, labels, config.loss, np.float64)
     runs, k = positive_int("runs", runs), F.shape[1]
-    q, B, eta, std = (
-        config.sample_rate,
-        config.expected_batch_size,
-        config.step_size,
-        config.noise_multiplier * config.clipping_norm,
-    )
-    units, clipped_sum = (
+    units = (
         _record_sum(F, y, config)
         if config.privacy_unit == "record"
         else _user_sum(F, y, config, user_ids, noise)
     )
-    canary_in, canary_sum = _canary_step(canary, canary_in, runs, config, k)
+    coins, canary_sum = _canary_step(canary, canary_in, runs, config, noise)
     log_w = np.tile(
         np.full(k, -math.log(k)) if init is None else np.log(_check_weights(init, k)), (runs, 1)
     )
-    for _ in range(config.steps):
-        mask = (
-            noise.poisson_mask(runs * units, q).reshape(runs, units)
-            if q < 1.0
-            else np.ones((runs, units), dtype=bool)
-        )
-        hit = (
-            None
-            if canary is None
-            else canary_in & (noise.poisson_mask(runs, q) if q < 1.0 else True)
-        )
-        w = np.exp(log_w)
-        gsum = clipped_sum(w, mask)
-        if hit is not None and hit.any():
-            gsum[hit] += canary_sum(w[hit])
-        if std > 0:
-            gsum = gsum + noise.gaussian_numpy((runs, k), std)
-        log_w = _mirror_step(log_w, gsum / B, eta)
+    units = _MaskedUnits(*units, canary_sum)
+    dpsgd_loop.run_dp_sgd(
+        units, [log_w], config, noise=noise, runs=runs, canary=coins, optimizer=MirrorDescent
+    )
     return np.exp(log_w)
+
+
+class _MaskedUnits:
+    """DP-MixMin's units (records or users) for :func:`~dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`:
+    sampled as one uniform draw per (run, unit) (``uniform < q``, the draws of every DP-MixMin
+    release), summed by ``clipped_sum(w, mask)`` at the weights w = exp(log-weights); a sampled
+    canary's contribution at its run's weights (``canary_sum``) is added to that run's sum."""
+
+    def __init__(self, n_units: int, clipped_sum, canary_sum):
+        self.n_units, self.clipped_sum, self.canary_sum = n_units, clipped_sum, canary_sum
+
+    def sample(self, noise: NoiseSource, runs: int, q: float) -> tuple:
+        if q >= 1.0:  # everyone, no draw
+            return (np.ones((runs, self.n_units), dtype=bool),)
+        return (noise.poisson_mask(runs * self.n_units, q).reshape(runs, self.n_units),)
+
+    def bind(self, params: list, sums: list):
+        log_w, out = params[0], sums[0]
+
+        def step(mask: np.ndarray, hit) -> None:
+            w = np.exp(log_w)
+            out[...] = self.clipped_sum(w, mask)
+            if hit is not None and hit.any():
+                out[hit] += self.canary_sum(w[hit])
+
+        return step
+
+
+class _CanaryCoins:
+    """The canary's coins for the loop: in each run marked ``included``, Bernoulli(q) per step (no
+    draw at q = 1); the units add the sampled canary (``rows``) at that run's weights."""
+
+    rows = True
+
+    def __init__(self, included: np.ndarray, noise: NoiseSource, q: float):
+        self.included, self.noise, self.q = included, noise, q
+
+    def draw(self) -> np.ndarray:
+        return self.included & (
+            self.noise.poisson_mask(self.included.size, self.q) if self.q < 1.0 else True
+        )
+
+    def add(self, hit: np.ndarray, sums: list) -> None:
+        """Nothing: the units added the sampled canaries."""
+
+
+class MirrorDescent:
+    """DP-MixMin's update rule for the loop (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`):
+    entropic mirror descent on the log-weights (R, k), step size ``config.step_size``."""
+
+    def __init__(self, params: list, config: MixMinConfig):
+        self.log_w, self.step_size = params[0], config.step_size
+
+    def step(self, grads: list, t: int) -> None:
+        self.log_w[...] = _mirror_step(self.log_w, grads[0], self.step_size)
 
 
 def _record_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig):
@@ -366,7 +453,8 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
         raise DataError(
             f"user_ids must be a 1-d array with one entry per row of probs ({n}), got shape {user_ids.shape}."
         )
-    order, starts, usizes = _user_index(user_ids)
+    index = index_users(user_ids)  # users in order of first appearance
+    order, starts, usizes = index.order, index.offsets[:-1], index.counts
     F, y, G, C = F[order], y[order], config.records_per_user, config.clipping_norm
     record_user = np.repeat(np.arange(len(usizes)), usizes)
     pos_in_user = np.arange(n) - starts[record_user]
@@ -378,11 +466,10 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
     def user_sum(w: np.ndarray, umask: np.ndarray) -> np.ndarray:
         rec_mask = umask[record_user]
         if need_subsample:
-            # k_u = min(G, |D_u|) records without replacement: rank uniform keys within each user.
+            # k_u = min(G, |D_u|) records without replacement: rank uniform keys within each user
+            # (the sort lists records user by user, keys ascending).
             within = np.empty(n, dtype=np.int64)
-            within[np.lexsort((noise.uniform(n), record_user))] = (
-                pos_in_user  # user by user, keys ascending
-            )
+            within[np.lexsort((noise.uniform(n), record_user))] = pos_in_user
             rec_mask &= within < G
         idx = np.flatnonzero(rec_mask)
         if not len(idx):
@@ -399,31 +486,30 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
     return len(usizes), clipped_sum
 
 
-def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, k: int):
-    """(canary_in (runs,) bool, canary_sum(w (m, k)) -> (m, k)): the canary's contribution (:class:`MixMinCanary`) at each
+def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixMinConfig, noise):
+    """(coins, canary_sum): the canary's coins for the loop (:class:`_CanaryCoins`; None without a
+    canary) and its contribution canary_sum(w (m, k)) -> (m, k) (:class:`MixMinCanary`) at each
     including run's weights."""
-    canary_in = (
-        np.zeros(runs, dtype=bool)
-        if canary_in is None and canary is None
-        else np.asarray(np.ones(runs, dtype=bool) if canary_in is None else canary_in, dtype=bool)
+    included = (
+        np.full(runs, canary is not None) if canary_in is None else np.asarray(canary_in, bool)
     )
-    if canary_in.shape != (runs,):
+    if included.shape != (runs,):
         raise UsageError(
-            f"canary_in must be a bool array of shape ({runs},), got shape {canary_in.shape}."
+            f"canary_in must be a bool array of shape ({runs},), got shape {included.shape}."
         )
     if canary is None:
-        if canary_in.any():
+        if included.any():
             raise UsageError("canary must be given when canary_in has true entries, got None.")
-        return canary_in, None
+        return None, None
     if config.privacy_unit != "record":
         raise UsageError("privacy_unit must be record for a canary, got 'user'.")
-    C = config.clipping_norm
+    C, k, coins = config.clipping_norm, config.k, _CanaryCoins(included, noise, config.sample_rate)
     if canary.kind == "gradient":
         d = np.asarray(canary.direction, dtype=np.float64)
         if d.shape != (k,):
             raise UsageError(f"canary direction must have shape ({k},), got {d.shape}.")
         g = d / np.linalg.norm(d) * C
-        return canary_in, lambda w: np.broadcast_to(g, w.shape)
+        return coins, lambda w: np.broadcast_to(g, w.shape)
     cf, cy = _prepare(
         *check_inputs(
             np.asarray(canary.probs, dtype=np.float64).reshape(1, -1),
@@ -436,7 +522,7 @@ def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixM
     )
     cf, cnorm = cf[0], np.linalg.norm(cf[0])
     return (
-        canary_in,
+        coins,
         lambda w: (
             clip_scale(loss_coefficient(w @ cf, cy[0], config.loss), cnorm, C)[:, None]
             * cf[None, :]
@@ -457,9 +543,21 @@ def _check_weights(w, k: int) -> np.ndarray:
 def solve_mixmin(
     probs, labels, loss: str, *, steps: int = 3000, step_size: float = 1.0, tol: float = 1e-10
 ) -> np.ndarray:
-    """Non-private MixMin: full-batch entropic mirror descent on the mean loss, no clipping/noise. Returns the minimiser lambda*
-    of the convex objective (paper eq. 2) on the given data, to the precision reachable in ``steps`` steps (stops early when the
-    weights move less than ``tol``)."""
+    """Non-private MixMin: full-batch entropic mirror descent on the mean loss, no clipping/noise. NOT private: for public
+    data, or for a reference lambda* an audit or benchmark compares against; its output must never be released.
+
+    Args:
+        probs, labels: (n, k) proxy predictions and (n,) targets, as for :func:`run_mixmin`.
+        loss: ``bce`` | ``nll`` | ``mse``.
+        steps: at most this many mirror-descent steps; step_size: eta.
+        tol: stop once no weight moves more than this in a step.
+
+    Returns:
+        The minimiser lambda* (k,) of the convex objective (paper eq. 2) on the given data, to the reachable precision.
+
+    Raises:
+        DataError: malformed probabilities or labels.
+    """
     check_inputs(probs, labels, loss)
     F, y = _prepare(probs, labels, loss, np.float64)
     n, k = F.shape
@@ -476,7 +574,19 @@ def max_clip_direction(weights_reference, *, top: int = 1, toward: bool = True) 
     """Unit direction for the max-clip gradient canary (appendix A.8). Aligned with the ``top`` most-weighted sources of
     ``weights_reference``: the gradient is negative on those sources (a mirror-descent step moves weight *toward* them) when
     ``toward`` is true, positive otherwise. The direction has zero sum because a constant shift of the gradient does not change
-    lambda after renormalisation, so all of the canary's clipping norm goes into a component that moves the released weights."""
+    lambda after renormalisation, so all of the canary's clipping norm goes into a component that moves the released weights.
+
+    Args:
+        weights_reference: (k,) weights, k >= 2, from public data (e.g. :func:`solve_mixmin` on public data).
+        top: how many of the most-weighted sources the canary pushes; < k.
+        toward: push weight toward them (True) or away (False).
+
+    Returns:
+        A (k,) unit vector with zero sum.
+
+    Raises:
+        UsageError: fewer than 2 weights, or ``top`` not in [1, k).
+    """
     w = np.asarray(weights_reference, dtype=np.float64)
     k = w.shape[0] if w.ndim == 1 else 0
     if k < 2:

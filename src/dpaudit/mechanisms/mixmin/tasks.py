@@ -544,9 +544,8 @@ def fit(
     xt = torch.as_tensor(x, dtype=torch.float32)
     tt = torch.as_tensor(target, dtype=torch.int64 if loss == "softmax" else torch.float32)
     params = list(model.parameters())
-    state = AdamState.zeros_like(
-        [p.detach() for p in params]
-    )  # torch.optim.Adam(lr=lr), bit for bit
+    # torch.optim.Adam(lr=lr), bit for bit
+    state = AdamState.zeros_like([p.detach() for p in params])
     config = SimpleNamespace(lr=lr, betas=(0.9, 0.999), adam_eps=1e-8)
     n = xt.shape[0]
     for epoch in range(1, epochs + 1):

@@ -255,9 +255,14 @@ class MechanismBase:
 
     def default_out_dir(self, plan: ReleasePlan):
         """Where a release goes when no ``out_dir`` is given:
-        ``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``."""
+        ``runs/<mechanism>-<dataset><tag>-seed<seed>-eps<eps>`` (:meth:`out_dir_tag`)."""
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-        return Path("runs") / f"{plan.mechanism}-{plan.data_name}-seed{plan.seed}-{eps}"
+        tag = self.out_dir_tag(plan)
+        return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
+
+    def out_dir_tag(self, plan: ReleasePlan) -> str:
+        """What the default release folder's name adds after the dataset's (e.g. a width)."""
+        return ""
 
     def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
         """The release's recorded command (derived from the request, never parsed back)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ...data import load_dataset
 from ...audits.targets import prepared
-from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
+from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...ledger.book import open_ledger
@@ -65,8 +65,7 @@ from .schedule import (
     epsilon_curve,
     planned_reference_size,
 )
-from .user_head_audit import synthetic_user_ids
-from .user_head_audit import UserHeadTarget
+from .user_head_audit import UserHeadTarget, with_users
 
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -99,17 +98,10 @@ class DPSGDMechanism(MechanismBase):
         return r
 
     def load(self, r: DPSGDRequest, prepared=None):
+        """The request's dataset, split by users at user level (:meth:`_load_users`)."""
         if r.privacy_unit == "user":
-            data = self._load_users(r, prepared)
-        elif prepared is not None:
-            data = prepared
-        else:
-            data = load_dataset(
-                r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile
-            )
-        if data.y_train.size == 0:
-            raise DataError(f"dataset {data.name} has an empty training partition.")
-        return data
+            prepared = self._load_users(r, prepared)
+        return super().load(r, prepared)
 
     def _user_ids(self, r: DPSGDRequest):
         """The request's user ids (a ``.npy`` path, or an array from a library audit), else the instance's."""
@@ -244,17 +236,9 @@ class DPSGDMechanism(MechanismBase):
             split_seed=r.split_seed,
             profile=r.profile,
         )
-        ids = self._user_ids(r)
-        info = self.data_info(
-            r,
-            attach_user_ids(
-                data,
-                synthetic_user_ids(n_rows(data), r.records_per_user, r.seed)
-                if ids is None
-                else ids,
-            ),
-        )
-        return self.plan(r, info)
+        ids = self.user_ids if r.user_ids is None else r.user_ids
+        data, _ = with_users(data, ids, r.records_per_user, r.seed)
+        return self.plan(r, self.data_info(r, data))
 
     def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
         """The release's plan (checked, :func:`~dpaudit.mechanisms.contract.check_plan_matches_release`). A
@@ -425,10 +409,8 @@ class DPSGDMechanism(MechanismBase):
             noise_what=f"{r.model} run ({steps} steps x {params} noised parameters)",
         )
 
-    def default_out_dir(self, plan: ReleasePlan) -> Path:
-        tag = "-user" if plan.privacy_unit == "user" else ""
-        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-        return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
+    def out_dir_tag(self, plan: ReleasePlan) -> str:
+        return "-user" if plan.privacy_unit == "user" else ""
 
     def summary(self, release, ledger=None) -> tuple[dict, list[str]]:
         """What ``dpaudit train MODEL`` prints: the published fields (rounded timings, no hash of the data) with the keyed

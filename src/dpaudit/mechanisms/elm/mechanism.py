@@ -198,18 +198,13 @@ class ElmStatistics:
             self.grid_bits,
         )
 
-    def gram_float(self) -> np.ndarray:
+    def as_float(self) -> tuple[np.ndarray, np.ndarray]:
+        """(H^T H, H^T Y) as float64 (grid statistics scaled by their exact power of two)."""
+        if self.grid_bits is None:
+            return self.gram, self.cross
         return (
-            self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits)
-            if self.grid_bits is not None
-            else self.gram
-        )
-
-    def cross_float(self) -> np.ndarray:
-        return (
-            self.cross.astype(np.float64) * 2.0 ** (-self.grid_bits)
-            if self.grid_bits is not None
-            else self.cross
+            self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits),
+            self.cross.astype(np.float64) * 2.0 ** (-self.grid_bits),
         )
 
 
@@ -370,9 +365,7 @@ def privatize_statistics(
             "statistics must be float64 statistics for the textbook sampler, got grid ones."
         )
     scale = noise_scale(width, epsilon)
-    return stats.gram + noise.laplace(stats.gram.shape, scale), stats.cross + noise.laplace(
-        stats.cross.shape, scale
-    )
+    return tuple(s + noise.laplace(s.shape, scale) for s in (stats.gram, stats.cross))
 
 
 def fit_from_statistics(
@@ -385,8 +378,7 @@ def fit_from_statistics(
 ) -> ElmResult:
     """Noise the statistics (unless ``epsilon`` is None: non-private reference) and solve."""
     if epsilon is None:
-        gram, cross = stats.gram_float(), stats.cross_float()
-        scale = None
+        (gram, cross), scale = stats.as_float(), None
     else:
         if noise is None:
             raise UsageError("noise must be a NoiseSource for a private fit, got None.")
@@ -589,9 +581,9 @@ class ElmTarget(AuditTarget):
                 "epsilon": self.epsilon,
                 "sampler": self.sampler,
                 "seed": self.seed,
-                "noise_scale": self.width * (self.width + 2) / self.epsilon,
+                "noise_scale": noise_scale(self.width, self.epsilon),
                 "analyses": self._analyses,
-                "accountant": "pure",
+                "accountant": ACCOUNTANT,
             },
             "canary_info": self._canary_info,
         }
@@ -690,7 +682,7 @@ class DPELMMechanism(MechanismBase):
         width, seed, sampler = int(r.width), int(r.seed), r.sampler
         private = plan.event is not None
         feats = elm_features(data.n_features, width, seed)
-        t1 = time.perf_counter()
+        started = time.perf_counter()
         stats = elm_sufficient_statistics(
             data.x_train,
             data.y_train,
@@ -700,16 +692,12 @@ class DPELMMechanism(MechanismBase):
             sampler=sampler if private else "textbook",
             features=feats,
         )
-        stats_seconds = time.perf_counter() - t1
-        t2 = time.perf_counter()
+        counted = time.perf_counter()
         result = fit_from_statistics(
             stats, feats, plan.target_epsilon if private else None, noise=noise, sampler=sampler
         )
-        fit_seconds = time.perf_counter() - t2
-        train_seconds = time.perf_counter() - t1
-        t3 = time.perf_counter()
+        fitted = time.perf_counter()
         metrics = classification_metrics(data.y_test, result.probabilities(data.x_test))
-        eval_seconds = time.perf_counter() - t3
         return RunOutput(
             steps_executed=1,
             metrics=metrics,  # on the test partition: outside the DP claim (Release docstring)
@@ -734,10 +722,10 @@ class DPELMMechanism(MechanismBase):
                 "solver": result.solver,
             },
             timings={
-                "train_seconds": train_seconds,
-                "statistics_seconds": stats_seconds,
-                "noise_and_solve_seconds": fit_seconds,
-                "eval_seconds": eval_seconds,
+                "train_seconds": fitted - started,
+                "statistics_seconds": counted - started,
+                "noise_and_solve_seconds": fitted - counted,
+                "eval_seconds": time.perf_counter() - fitted,
             },
         )
 
@@ -786,11 +774,8 @@ class DPELMMechanism(MechanismBase):
         )
         return d, [head, metrics, f"  release written to {d['release']}"]
 
-    def default_out_dir(self, plan):
-        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-        return (
-            Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"
-        )
+    def out_dir_tag(self, plan) -> str:
+        return f"-L{plan.config['width']}"
 
     def audit_target(
         self, plan, canary: str, *, release=None, user_ids=None, no_noise: bool = False

@@ -173,6 +173,27 @@ class ReleasePlan(Grouped):
         return self.event is None
 
 
+def data_plan(request, info: DataInfo, **fields) -> ReleasePlan:
+    """The plan of one release on the training partition of ``info``'s dataset (its public
+    identity, else its name) under the request's public seed; ``fields``: the rest of the plan."""
+    dataset = info.identity or {"name": info.name}
+    return ReleasePlan(
+        request=request,
+        dataset=dataset,
+        partition="train",
+        seed=int(request.seed),
+        data_name=info.name,
+        **fields,
+    )
+
+
+def public_inputs(request, info: DataInfo) -> dict:
+    """The config entries of a release's public inputs: its seeds and data profile (validation
+    data are never read)."""
+    seeds = {"model_seed": int(request.seed), "split_seed": info.split_seed}
+    return {"seeds": seeds, "profile": info.profile, "validation_used": False}
+
+
 @dataclass(frozen=True)
 class RunOutput:
     """What ``MechanismBase.run`` returns: facts of the run on the private data.

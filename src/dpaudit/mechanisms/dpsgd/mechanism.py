@@ -36,7 +36,15 @@ from ...ledger.book import open_ledger
 from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail
 from ...requests import DPSGDRequest
 from ...validation import one_of
-from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
+from ..contract import (
+    DataInfo,
+    MechanismBase,
+    ReleasePlan,
+    RunOutput,
+    check_plan_matches_release,
+    data_plan,
+    public_inputs,
+)
 
 # The trainers, looked up here at run time (tests substitute them on this module).
 from .module_training import resolve_device, train_module_dp_sgd
@@ -186,15 +194,12 @@ class DPSGDMechanism(MechanismBase):
             if r.reference_size is not None
             else "dataset definition",
             "calibrated_epsilon": setup.calibrated_epsilon,
-            "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
-            "profile": info.profile,
-            "validation_used": False,
+            **public_inputs(r, info),
         }
-        return ReleasePlan(
+        return data_plan(
+            r,
+            info,
             mechanism=r.model,
-            request=r,
-            dataset=info.identity or {"name": info.name},
-            partition="train",
             adjacency=adjacency,
             accountant=ACCOUNTANT,
             event=setup.event,
@@ -203,8 +208,6 @@ class DPSGDMechanism(MechanismBase):
             config=config,
             steps=int(sched.steps),
             privacy_unit="user" if user else "record",
-            seed=int(r.seed),
-            data_name=info.name,
             release_fields={
                 "noise_multiplier": setup.noise_multiplier,
                 "sample_rate": sched.sample_rate,

@@ -56,7 +56,7 @@ from ...ledger.book import sampler_uncertified_reason
 from ...noise import NoiseSource, public_rng
 from ...requests import DPELMRequest
 from ...validation import one_of, positive_finite, positive_int
-from ..contract import MechanismBase, ReleasePlan, RunOutput
+from ..contract import MechanismBase, RunOutput, data_plan, public_inputs
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee
 from ..dpsgd.schedule import classification_metrics
 
@@ -630,19 +630,16 @@ class DPELMMechanism(MechanismBase):
         epsilon = float(r.epsilon) if private else None
         analyses = _covering_analyses(width, epsilon, adjacency) if private else None
         n_values = width * width + width * int(info.n_classes)  # entries of H^T H and H^T Y
-        return ReleasePlan(
+        return data_plan(
+            r,
+            info,
             mechanism=NAME,
-            request=r,
-            dataset=info.identity or {"name": info.name},
-            partition="train",
             adjacency=adjacency,
             accountant=ACCOUNTANT,
             event=PureEpsilon(epsilon) if private else None,
             target_epsilon=epsilon,
             delta=0.0,
             steps=1,
-            seed=int(r.seed),
-            data_name=info.name,
             # Non-private and uncertified-sampler releases count as unbounded in the ledger.
             uncertified=_uncertified(sampler) if private else None,
             config={
@@ -659,9 +656,7 @@ class DPELMMechanism(MechanismBase):
                 "chunk": CHUNK,
                 "symmetrised": False,
                 "ridge": 0.0,
-                "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
-                "profile": info.profile,
-                "validation_used": False,
+                **public_inputs(r, info),
             },
             release_fields=_noise_tail_fields(
                 sampler, not private, epsilon if private else math.inf, n_values

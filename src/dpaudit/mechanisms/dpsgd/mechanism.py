@@ -111,13 +111,11 @@ class DPSGDMechanism(MechanismBase):
             prepared = self._load_users(r, prepared)
         return super().load(r, prepared)
 
-    def _user_ids(self, r: DPSGDRequest):
-        """The request's user ids (a ``.npy`` path, or an array from a library audit), else the instance's."""
-        ids = self.user_ids if r.user_ids is None else r.user_ids
-        return load_user_ids(Path(ids)) if isinstance(ids, (str, os.PathLike)) else ids
-
     def _load_users(self, r: DPSGDRequest, prepared):
-        ids = self._user_ids(r)
+        """The dataset split by the request's user ids (a ``.npy`` path, or an array from a
+        library audit), else the instance's, else the prepared dataset's own."""
+        ids = self.user_ids if r.user_ids is None else r.user_ids
+        ids = load_user_ids(Path(ids)) if isinstance(ids, (str, os.PathLike)) else ids
         if ids is None and getattr(prepared, "user_ids", None) is None:
             raise UsageError(
                 "user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None."
@@ -277,10 +275,6 @@ class DPSGDMechanism(MechanismBase):
         check_plan_matches_release(plan, release)
         return plan
 
-    def dpsgd_config(self, plan: ReleasePlan):
-        """The plan's DP-SGD config (``plan.config["dp_sgd"]``: schedule, noise, optimizer)."""
-        return DPSGDConfig.from_dict(plan.config["dp_sgd"])
-
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd.module_training` /
         :mod:`dpaudit.mechanisms.dpsgd.user_level`) and evaluate on the test partition.
@@ -296,7 +290,7 @@ class DPSGDMechanism(MechanismBase):
         """
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
-        config = self.dpsgd_config(plan)
+        config = DPSGDConfig.from_dict(plan.config["dp_sgd"])  # schedule, noise, optimizer
         steps = plan.steps
         private = plan.event is not None
         users = None  # the privacy unit: records, or users (the plan's (q, T, m0) whatever their actual number, private)

@@ -119,16 +119,22 @@ def head_schedule(target, data, reference_size: int, adjacency: str):
         setup = requested_schedule(target, data, reference_size, adjacency)
         epochs, batch, sigma = setup.epochs, setup.batch_size, setup.noise_multiplier
         config = DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma)
-    rel = target.release
-    if rel is not None:
-        config = dataclasses.replace(
-            config,
-            sample_rate=float(rel.sample_rate),
-            steps=int(rel.steps),
-            normalizer=int(rel.normalizer),
-            noise_multiplier=float(rel.noise_multiplier),
-        )
+    if target.release is not None:
+        config = recorded_schedule(config, target.release)
     return epochs, batch, config
+
+
+def recorded_schedule(config, release, **recorded) -> DPSGDConfig:
+    """``config`` with ``release``'s recorded schedule (q, T, m0) and sigma, and ``recorded``:
+    an audit of a release trains with what it recorded (for old releases, the truth)."""
+    return dataclasses.replace(
+        config,
+        sample_rate=float(release.sample_rate),
+        steps=int(release.steps),
+        normalizer=int(release.normalizer),
+        noise_multiplier=float(release.noise_multiplier),
+        **recorded,
+    )
 
 
 def setup_head(

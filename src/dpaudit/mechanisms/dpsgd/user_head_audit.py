@@ -139,11 +139,6 @@ class UserHeadTarget(HeadAuditTarget):
         one_of("adjacency", self.adjacency, (ADJACENCY,))
 
     @property
-    def expected_user_ids_sha256(self) -> str | None:
-        """An old release's unkeyed user-id checksum (new releases publish none)."""
-        return (self.expected_identity or {}).get("user_ids_sha256")
-
-    @property
     def expected_n_users(self) -> int | None:
         """An old release's recorded number of training users (new ones record only N0)."""
         return None if self.release is None else (self.release.config or {}).get("n_users")
@@ -165,12 +160,10 @@ class UserHeadTarget(HeadAuditTarget):
         )
         # Old releases published unkeyed checksums of the user ids and of the data: still checked
         # exactly. New ones publish only the public identity (users per partition, sizes, ...).
-        if (
-            self.expected_user_ids_sha256 is not None
-            and data.user_ids_sha256 != self.expected_user_ids_sha256
-        ):
+        recorded = (self.expected_identity or {}).get("user_ids_sha256")
+        if recorded is not None and data.user_ids_sha256 != recorded:
             raise DataError(
-                f"user ids sha256 must equal the release's {self.expected_user_ids_sha256[:12]}..., "
+                f"user ids sha256 must equal the release's {recorded[:12]}..., "
                 f"got {str(data.user_ids_sha256)[:12]}... (pass the release's --user-ids file)."
             )
         check_release_identity(data, self.expected_identity, expected_sha256=self.expected_sha256)

@@ -58,6 +58,7 @@ from ...requests import DPELMRequest
 from ...validation import one_of, positive_finite, positive_int
 from ..contract import MechanismBase, RunOutput, data_plan, public_inputs
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee
+from ..dpsgd.head_canaries import TAG_CANARY
 from ..dpsgd.schedule import classification_metrics
 
 np = lazy_import("numpy")
@@ -507,31 +508,27 @@ class ElmTarget(AuditTarget):
         data = load_target_data(self)
         self._n_classes = int(data.n_classes)
         self._feats = elm_features(data.n_features, self.width, self.seed)
-        stat = lambda x, y: elm_sufficient_statistics(
+        stat = lambda x, y: elm_sufficient_statistics(  # noqa: E731
             np.asarray(x),
             np.asarray(y, dtype=np.int64),
             self.width,
-            self.seed,  # noqa: E731
+            self.seed,
             n_classes=self._n_classes,
             sampler=self.sampler,
             features=self._feats,
         )
         self._base = stat(data.x_train, data.y_train)
-        rng = public_rng(self.seed, 0xCA7A)
-        i = int(rng.integers(len(data.y_test)))
-        x_nat, y_nat = np.asarray(data.x_test[i : i + 1], dtype=np.float64), int(data.y_test[i])
+        rng = public_rng(self.seed, TAG_CANARY)
+        i = int(rng.integers(len(data.y_test)))  # drawn for every kind: the stream stays the same
         if self.canary == "worst-case":
             lo, hi = float(np.min(data.x_train)), float(np.max(data.x_train))
-            x_c = worst_case_input(self._feats.weight, self._feats.bias, lo, hi)[None, :]
-            y_c = 0
+            x_c, y_c = worst_case_input(self._feats.weight, self._feats.bias, lo, hi)[None, :], 0
             info = {"kind": "worst-case", "input_box": [lo, hi], "label": y_c}
         else:
-            x_c = x_nat
+            x_c, y_nat = np.asarray(data.x_test[i : i + 1], dtype=np.float64), int(data.y_test[i])
             y_c = (y_nat + 1) % self._n_classes if self.canary == "mislabeled" else y_nat
             info = {"kind": self.canary, "test_index": i, "true_label": y_nat, "label": y_c}
-        self._canary_stats = stat(x_c, [y_c])
-        self._hc = self._feats.transform(x_c)[0]
-        self._yc = y_c
+        self._hc, self._yc = self._feats.transform(x_c)[0], y_c
         info["features"] = self._hc.tolist()
         if self.adjacency == "replace-record":
             # out world: base + a natural record; in world: base + the canary (same size)
@@ -540,7 +537,7 @@ class ElmTarget(AuditTarget):
             info["replaced_test_index"] = j
         else:
             self._out_stats = self._base
-        self._in_stats = self._base.plus(self._canary_stats)
+        self._in_stats = self._base.plus(stat(x_c, [y_c]))
         self._canary_info = info
         self._dataset_name = data.name
         self._analyses = privacy_analyses(self.width, self.epsilon)

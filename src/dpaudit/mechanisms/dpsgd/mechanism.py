@@ -121,15 +121,7 @@ class DPSGDMechanism(MechanismBase):
                 "user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None."
             )
         if prepared is None:
-            data = attach_user_ids(
-                load_dataset(
-                    r.dataset or DEFAULT_DATASET,
-                    data_dir=r.data_dir,
-                    split_seed=r.split_seed,
-                    profile=r.profile,
-                ),
-                ids,
-            )
+            data = attach_user_ids(_unsplit_dataset(r), ids)
         elif ids is not None:
             data = attach_user_ids(prepared, ids, split_seed=r.split_seed)
         else:
@@ -231,14 +223,8 @@ class DPSGDMechanism(MechanismBase):
         if r.privacy_unit != "user":
             return super().plan_of_audit(r)
         r = self.validate(r)
-        data = load_dataset(
-            r.dataset or DEFAULT_DATASET,
-            data_dir=r.data_dir,
-            split_seed=r.split_seed,
-            profile=r.profile,
-        )
         ids = self.user_ids if r.user_ids is None else r.user_ids
-        data, _ = with_users(data, ids, r.records_per_user, r.seed)
+        data, _ = with_users(_unsplit_dataset(r), ids, r.records_per_user, r.seed)
         return self.plan(r, self.data_info(r, data))
 
     def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
@@ -497,6 +483,16 @@ class DPSGDMechanism(MechanismBase):
 
 
 MECHANISM = DPSGDMechanism()
+
+
+def _unsplit_dataset(r: DPSGDRequest):
+    """The request's dataset (digits when it names none), before it is split by users."""
+    return load_dataset(
+        r.dataset or DEFAULT_DATASET,
+        data_dir=r.data_dir,
+        split_seed=r.split_seed,
+        profile=r.profile,
+    )
 
 
 def _ledger_fingerprint(release_id, ledger) -> str | None:

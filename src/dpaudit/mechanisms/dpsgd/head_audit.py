@@ -36,7 +36,7 @@ from .core import DPSGDConfig, head_outputs, init_head
 from .loop import CanaryHook, head_layout, train_heads
 from .features import build_features
 from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
-from .schedule import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
+from .schedule import MODELS, TAG_HEAD, USER_ADJACENCY, audit_reference_size, plan_schedule
 
 np = lazy_import("numpy")
 
@@ -178,7 +178,7 @@ def setup_head(
         **facts,
         "epochs": epochs,
         "batch_size": batch,
-        **({"batch_size_unit": "users"} if adjacency == "add-remove-user" else {}),
+        **({"batch_size_unit": "users"} if adjacency == USER_ADJACENCY else {}),
         **target._config.to_dict(),
         "noise_multiplier": sigma,
         "target_epsilon": target.epsilon,

@@ -173,6 +173,27 @@ class ReleasePlan(Grouped):
         return self.event is None
 
 
+def data_plan(request, info: DataInfo, **fields) -> ReleasePlan:
+    """The plan of one release on the training partition of ``info``'s dataset (its public
+    identity, else its name) under the request's public seed; ``fields``: the rest of the plan."""
+    dataset = info.identity or {"name": info.name}
+    return ReleasePlan(
+        request=request,
+        dataset=dataset,
+        partition="train",
+        seed=int(request.seed),
+        data_name=info.name,
+        **fields,
+    )
+
+
+def public_inputs(request, info: DataInfo) -> dict:
+    """The config entries of a release's public inputs: its seeds and data profile (validation
+    data are never read)."""
+    seeds = {"model_seed": int(request.seed), "split_seed": info.split_seed}
+    return {"seeds": seeds, "profile": info.profile, "validation_used": False}
+
+
 @dataclass(frozen=True)
 class RunOutput:
     """What ``MechanismBase.run`` returns: facts of the run on the private data.
@@ -255,9 +276,14 @@ class MechanismBase:
 
     def default_out_dir(self, plan: ReleasePlan):
         """Where a release goes when no ``out_dir`` is given:
-        ``runs/<mechanism>-<dataset>-seed<seed>-eps<eps>``."""
+        ``runs/<mechanism>-<dataset><tag>-seed<seed>-eps<eps>`` (:meth:`out_dir_tag`)."""
         eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-        return Path("runs") / f"{plan.mechanism}-{plan.data_name}-seed{plan.seed}-{eps}"
+        tag = self.out_dir_tag(plan)
+        return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
+
+    def out_dir_tag(self, plan: ReleasePlan) -> str:
+        """What the default release folder's name adds after the dataset's (e.g. a width)."""
+        return ""
 
     def command_line(self, plan: ReleasePlan, out_dir) -> str | None:
         """The release's recorded command (derived from the request, never parsed back)."""

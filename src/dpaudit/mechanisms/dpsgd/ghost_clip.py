@@ -309,7 +309,7 @@ def _per_record(
     blocks: oneDNN caches a primitive per group count (measured ~2.6 MB each), so the group count
     of a whole Poisson batch would add hundreds of MB over a run. The last block is the batch's
     last ``block`` records (overlapping rows dropped; zero padded only when n < block): no copy."""
-    n, p = grads.shape[0], layer.weight.shape[0]
+    n = grads.shape[0]
     if isinstance(layer, nn.Linear):
         # einsum: measured 2x faster than bmm here
         return torch.einsum("nsp,nsd->npd", _rows(layer, grads), _rows(layer, grads, acts))

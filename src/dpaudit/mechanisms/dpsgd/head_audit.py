@@ -36,7 +36,7 @@ from .core import DPSGDConfig, head_outputs, init_head
 from .loop import CanaryHook, head_layout, train_heads
 from .features import build_features
 from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
-from .schedule import MODELS, TAG_HEAD, audit_reference_size, plan_schedule
+from .schedule import MODELS, TAG_HEAD, USER_ADJACENCY, audit_reference_size, plan_schedule
 
 np = lazy_import("numpy")
 
@@ -119,16 +119,22 @@ def head_schedule(target, data, reference_size: int, adjacency: str):
         setup = requested_schedule(target, data, reference_size, adjacency)
         epochs, batch, sigma = setup.epochs, setup.batch_size, setup.noise_multiplier
         config = DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma)
-    rel = target.release
-    if rel is not None:
-        config = dataclasses.replace(
-            config,
-            sample_rate=float(rel.sample_rate),
-            steps=int(rel.steps),
-            normalizer=int(rel.normalizer),
-            noise_multiplier=float(rel.noise_multiplier),
-        )
+    if target.release is not None:
+        config = recorded_schedule(config, target.release)
     return epochs, batch, config
+
+
+def recorded_schedule(config, release, **recorded) -> DPSGDConfig:
+    """``config`` with ``release``'s recorded schedule (q, T, m0) and sigma, and ``recorded``:
+    an audit of a release trains with what it recorded (for old releases, the truth)."""
+    return dataclasses.replace(
+        config,
+        sample_rate=float(release.sample_rate),
+        steps=int(release.steps),
+        normalizer=int(release.normalizer),
+        noise_multiplier=float(release.noise_multiplier),
+        **recorded,
+    )
 
 
 def setup_head(
@@ -139,12 +145,13 @@ def setup_head(
     *,
     reference_size: int,
     adjacency: str = "add-remove-record",
+    facts: dict,
 ):
     """The public set-up every head audit target shares (record or user level), over
     ``reference_size`` units (records, or users; used only without a plan). Sets the target's
     ``_event``, ``_rdp_epsilon``, ``_claimed``, ``_config``, ``_n_classes``, ``_binary``, ``_z``,
-    ``_y``, ``_init``, ``_k``, ``_dataset_name``; returns (epochs, batch size, noise multiplier,
-    features)."""
+    ``_y``, ``_init``, ``_k``, ``_dataset_name`` and ``_info`` (its recorded set-up: model,
+    features, the unit's ``facts``, schedule, claim); returns the features."""
     epochs, batch, config = head_schedule(target, data, reference_size, adjacency)
     sigma = config.noise_multiplier
     # the schedule's event: the claim the audit's trade-off curve is built from (unless a release gives its own)
@@ -165,7 +172,21 @@ def setup_head(
     target._z = feats.transform(x)
     target._y = y.astype(np.int64)
     target._dataset_name = data.name
-    return epochs, batch, sigma, feats
+    target._info = {
+        "model": target.model,
+        "features": feats.describe(),
+        **facts,
+        "epochs": epochs,
+        "batch_size": batch,
+        **({"batch_size_unit": "users"} if adjacency == USER_ADJACENCY else {}),
+        **target._config.to_dict(),
+        "noise_multiplier": sigma,
+        "target_epsilon": target.epsilon,
+        "rdp_epsilon": target._rdp_epsilon,
+        "accountant": "rdp",
+        "seed": target.seed,
+    }
+    return feats
 
 
 def lay_out(target) -> None:
@@ -300,6 +321,22 @@ class HeadAuditTarget(AuditTarget):
             t._config = dataclasses.replace(self._config, noise_multiplier=NO_NOISE_MULTIPLIER)
         return t
 
+    def _build_canary(self, data, feats) -> None:
+        """The canary of :mod:`.head_canaries` as the loop's hook: its records (one, or a canary
+        user's G), trained on like any, or a gradient on W[0, j] (:meth:`_canary_gradient`)."""
+        users = getattr(self, "records_per_user", None)  # user-level targets only
+        ch = self._choice = head_canary(self.canary)(self, data, feats, users)
+        self._canary_info, self._coord = ch.info, ch.coordinate
+        if ch.coordinate is None:
+            hook = dict(z=np.asarray(ch.z, dtype=np.float64), y=np.asarray(ch.y, dtype=np.int64))
+        else:
+            hook = dict(gradient=self._canary_gradient(dirac_gradient(self, ch.coordinate)))
+        self._canary = CanaryHook(included=np.zeros(1, bool), **hook)
+
+    def _canary_gradient(self, gradient: np.ndarray) -> np.ndarray:
+        """What a gradient canary adds: one record's gradient of norm C, as it is."""
+        return gradient
+
     def describe(self) -> dict:
         """The recorded set-up, with the noise multiplier actually used by the no-noise control."""
         self.prepare()
@@ -348,39 +385,12 @@ class HeadTarget(HeadAuditTarget):
             x, y = x[keep], y[keep]
             reference = self.max_train  # a public subsample: its own size
         reference = audit_reference_size(data, len(y)) if reference is None else reference
-        epochs, batch, sigma, feats = setup_head(self, data, x, y, reference_size=reference)
+        facts = {"n_train": int(len(y)), "reference_size": int(reference)}
+        feats = setup_head(self, data, x, y, reference_size=reference, facts=facts)
         self._build_canary(data, feats)
         lay_out(self)
-        self._info = {
-            "model": self.model,
-            "features": feats.describe(),
-            "n_train": int(len(y)),
-            "reference_size": int(reference),
-            "epochs": epochs,
-            "batch_size": batch,
-            **self._config.to_dict(),
-            "noise_multiplier": sigma,
-            "target_epsilon": self.epsilon,
-            "rdp_epsilon": self._rdp_epsilon,
-            "accountant": "rdp",
-            "seed": self.seed,
-            "max_train": self.max_train,
-        }
+        self._info["max_train"] = self.max_train
         self._ready = True
-
-    def _build_canary(self, data, feats) -> None:
-        ch = self._choice = head_canary(self.canary)(self, data, feats, None)
-        self._canary_info, self._coord = ch.info, ch.coordinate
-        if ch.coordinate is None:  # one record, trained on like any record
-            self._canary = CanaryHook(
-                included=np.zeros(1, bool),
-                z=np.asarray(ch.z[:1], dtype=np.float64),
-                y=np.asarray(ch.y[:1], dtype=np.int64),
-            )
-        else:
-            self._canary = CanaryHook(
-                included=np.zeros(1, bool), gradient=dirac_gradient(self, ch.coordinate)
-            )
 
     # -------------------------------------------------------------------------------- trials
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:

@@ -29,14 +29,22 @@ from pathlib import Path
 
 from ...data import load_dataset
 from ...audits.targets import prepared
-from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
+from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...ledger.book import open_ledger
 from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION, gaussian_run_tail
 from ...requests import DPSGDRequest
 from ...validation import one_of
-from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, check_plan_matches_release
+from ..contract import (
+    DataInfo,
+    MechanismBase,
+    ReleasePlan,
+    RunOutput,
+    check_plan_matches_release,
+    data_plan,
+    public_inputs,
+)
 
 # The trainers, looked up here at run time (tests substitute them on this module).
 from .module_training import resolve_device, train_module_dp_sgd
@@ -65,8 +73,7 @@ from .schedule import (
     epsilon_curve,
     planned_reference_size,
 )
-from .user_head_audit import synthetic_user_ids
-from .user_head_audit import UserHeadTarget
+from .user_head_audit import UserHeadTarget, with_users
 
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -99,39 +106,22 @@ class DPSGDMechanism(MechanismBase):
         return r
 
     def load(self, r: DPSGDRequest, prepared=None):
+        """The request's dataset, split by users at user level (:meth:`_load_users`)."""
         if r.privacy_unit == "user":
-            data = self._load_users(r, prepared)
-        elif prepared is not None:
-            data = prepared
-        else:
-            data = load_dataset(
-                r.dataset, data_dir=r.data_dir, split_seed=r.split_seed, profile=r.profile
-            )
-        if data.y_train.size == 0:
-            raise DataError(f"dataset {data.name} has an empty training partition.")
-        return data
-
-    def _user_ids(self, r: DPSGDRequest):
-        """The request's user ids (a ``.npy`` path, or an array from a library audit), else the instance's."""
-        ids = self.user_ids if r.user_ids is None else r.user_ids
-        return load_user_ids(Path(ids)) if isinstance(ids, (str, os.PathLike)) else ids
+            prepared = self._load_users(r, prepared)
+        return super().load(r, prepared)
 
     def _load_users(self, r: DPSGDRequest, prepared):
-        ids = self._user_ids(r)
+        """The dataset split by the request's user ids (a ``.npy`` path, or an array from a
+        library audit), else the instance's, else the prepared dataset's own."""
+        ids = self.user_ids if r.user_ids is None else r.user_ids
+        ids = load_user_ids(Path(ids)) if isinstance(ids, (str, os.PathLike)) else ids
         if ids is None and getattr(prepared, "user_ids", None) is None:
             raise UsageError(
                 "user_ids must be given for privacy_unit 'user' (one id per row before splitting), got None."
             )
         if prepared is None:
-            data = attach_user_ids(
-                load_dataset(
-                    r.dataset or DEFAULT_DATASET,
-                    data_dir=r.data_dir,
-                    split_seed=r.split_seed,
-                    profile=r.profile,
-                ),
-                ids,
-            )
+            data = attach_user_ids(_unsplit_dataset(r), ids)
         elif ids is not None:
             data = attach_user_ids(prepared, ids, split_seed=r.split_seed)
         else:
@@ -194,15 +184,12 @@ class DPSGDMechanism(MechanismBase):
             if r.reference_size is not None
             else "dataset definition",
             "calibrated_epsilon": setup.calibrated_epsilon,
-            "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
-            "profile": info.profile,
-            "validation_used": False,
+            **public_inputs(r, info),
         }
-        return ReleasePlan(
+        return data_plan(
+            r,
+            info,
             mechanism=r.model,
-            request=r,
-            dataset=info.identity or {"name": info.name},
-            partition="train",
             adjacency=adjacency,
             accountant=ACCOUNTANT,
             event=setup.event,
@@ -211,8 +198,6 @@ class DPSGDMechanism(MechanismBase):
             config=config,
             steps=int(sched.steps),
             privacy_unit="user" if user else "record",
-            seed=int(r.seed),
-            data_name=info.name,
             release_fields={
                 "noise_multiplier": setup.noise_multiplier,
                 "sample_rate": sched.sample_rate,
@@ -238,23 +223,9 @@ class DPSGDMechanism(MechanismBase):
         if r.privacy_unit != "user":
             return super().plan_of_audit(r)
         r = self.validate(r)
-        data = load_dataset(
-            r.dataset or DEFAULT_DATASET,
-            data_dir=r.data_dir,
-            split_seed=r.split_seed,
-            profile=r.profile,
-        )
-        ids = self._user_ids(r)
-        info = self.data_info(
-            r,
-            attach_user_ids(
-                data,
-                synthetic_user_ids(n_rows(data), r.records_per_user, r.seed)
-                if ids is None
-                else ids,
-            ),
-        )
-        return self.plan(r, info)
+        ids = self.user_ids if r.user_ids is None else r.user_ids
+        data, _ = with_users(_unsplit_dataset(r), ids, r.records_per_user, r.seed)
+        return self.plan(r, self.data_info(r, data))
 
     def plan_of_release(self, r: DPSGDRequest, release) -> ReleasePlan:
         """The release's plan (checked, :func:`~dpaudit.mechanisms.contract.check_plan_matches_release`). A
@@ -290,10 +261,6 @@ class DPSGDMechanism(MechanismBase):
         check_plan_matches_release(plan, release)
         return plan
 
-    def dpsgd_config(self, plan: ReleasePlan):
-        """The plan's DP-SGD config (``plan.config["dp_sgd"]``: schedule, noise, optimizer)."""
-        return DPSGDConfig.from_dict(plan.config["dp_sgd"])
-
     def run(self, plan: ReleasePlan, data, noise, *, progress=None) -> RunOutput:
         """Train on the private data (the unit's trainers of :mod:`dpaudit.mechanisms.dpsgd.module_training` /
         :mod:`dpaudit.mechanisms.dpsgd.user_level`) and evaluate on the test partition.
@@ -309,7 +276,7 @@ class DPSGDMechanism(MechanismBase):
         """
         r: DPSGDRequest = plan.request
         spec = MODELS[r.model]
-        config = self.dpsgd_config(plan)
+        config = DPSGDConfig.from_dict(plan.config["dp_sgd"])  # schedule, noise, optimizer
         steps = plan.steps
         private = plan.event is not None
         users = None  # the privacy unit: records, or users (the plan's (q, T, m0) whatever their actual number, private)
@@ -425,10 +392,8 @@ class DPSGDMechanism(MechanismBase):
             noise_what=f"{r.model} run ({steps} steps x {params} noised parameters)",
         )
 
-    def default_out_dir(self, plan: ReleasePlan) -> Path:
-        tag = "-user" if plan.privacy_unit == "user" else ""
-        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-        return Path("runs") / f"{plan.mechanism}-{plan.data_name}{tag}-seed{plan.seed}-{eps}"
+    def out_dir_tag(self, plan: ReleasePlan) -> str:
+        return "-user" if plan.privacy_unit == "user" else ""
 
     def summary(self, release, ledger=None) -> tuple[dict, list[str]]:
         """What ``dpaudit train MODEL`` prints: the published fields (rounded timings, no hash of the data) with the keyed
@@ -518,6 +483,16 @@ class DPSGDMechanism(MechanismBase):
 
 
 MECHANISM = DPSGDMechanism()
+
+
+def _unsplit_dataset(r: DPSGDRequest):
+    """The request's dataset (digits when it names none), before it is split by users."""
+    return load_dataset(
+        r.dataset or DEFAULT_DATASET,
+        data_dir=r.data_dir,
+        split_seed=r.split_seed,
+        profile=r.profile,
+    )
 
 
 def _ledger_fingerprint(release_id, ledger) -> str | None:

@@ -25,7 +25,7 @@ from ...catalogue import MODULE_CANARIES
 from ...errors import UsageError
 from ...lazy import lazy_import
 from .core import DPSGDConfig
-from .head_audit import NO_NOISE_MULTIPLIER
+from .head_audit import NO_NOISE_MULTIPLIER, recorded_schedule
 from .module_training import train_module_dp_sgd
 from .one_run_modules import (
     CANARY_TENSORS,
@@ -106,20 +106,12 @@ class ModuleTarget(AuditTarget):
         return target if release is None else target._of_release(release)
 
     def _of_release(self, release) -> "ModuleTarget":
-        recorded = dict(
-            sample_rate=float(release.sample_rate),
-            steps=int(release.steps),
-            normalizer=int(release.normalizer),
-            noise_multiplier=float(release.noise_multiplier),
-            clipping_norm=float(release.clipping_norm or 1.0),
-        )
         ds = release.dataset or {}
-        config = dataclasses.replace(self.config, **recorded)
-        event = event_from_dict(release.guarantee)
+        clipping_norm = float(release.clipping_norm or 1.0)
         return dataclasses.replace(
             self,
-            config=config,
-            claimed_event=event,
+            config=recorded_schedule(self.config, release, clipping_norm=clipping_norm),
+            claimed_event=event_from_dict(release.guarantee),
             claimed_epsilon=float(release.epsilon),
             accountant=release.accountant,
             expected_identity=ds,

@@ -365,11 +365,5 @@ def module_config(
         epochs=epochs,
         batch_size=batch_size,
     )
-    s = setup.schedule
-    cfg = DPSGDConfig(
-        sample_rate=s.sample_rate,
-        steps=s.steps,
-        normalizer=s.normalizer,
-        noise_multiplier=setup.noise_multiplier,
-    )
-    return cfg, setup.event
+    sigma = setup.noise_multiplier
+    return DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma), setup.event

@@ -49,9 +49,8 @@ from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
-from .loop import CanaryHook, UserSampling, train_heads
-from .head_audit import HeadAuditTarget, canary_scores, dirac_gradient, lay_out, setup_head
-from .head_canaries import head_canary
+from .loop import UserSampling, train_heads
+from .head_audit import HeadAuditTarget, canary_scores, lay_out, setup_head
 
 np = lazy_import("numpy")
 
@@ -76,6 +75,23 @@ def synthetic_user_ids(n_rows: int, records_per_user: int, seed: int) -> np.ndar
     ids = np.empty(n, dtype=np.int64)
     ids[perm] = np.arange(n, dtype=np.int64) // g
     return ids
+
+
+def with_users(data, user_ids, records_per_user: int, seed: int):
+    """(``data`` split by users, where its users came from): the dataset's own user ids, else
+    ``user_ids`` (an array, a partition mapping or a ``.npy`` path), else the public grouping of
+    every row into users of ``records_per_user`` (:func:`synthetic_user_ids` of ``seed``)."""
+    if data.user_ids is not None:
+        return data, "user ids of the prepared dataset"
+    if isinstance(user_ids, (str, os.PathLike)):
+        user_ids = load_user_ids(user_ids)
+    if user_ids is not None:
+        return attach_user_ids(data, user_ids), "given user ids"
+    grouped = synthetic_user_ids(n_rows(data), records_per_user, seed)
+    users_from = (
+        f"synthetic: all rows grouped into users of {records_per_user} (public seed {seed})"
+    )
+    return attach_user_ids(data, grouped), users_from
 
 
 def user_clipped_gradient(record_grads: np.ndarray, clipping_norm: float) -> np.ndarray:
@@ -123,11 +139,6 @@ class UserHeadTarget(HeadAuditTarget):
         one_of("adjacency", self.adjacency, (ADJACENCY,))
 
     @property
-    def expected_user_ids_sha256(self) -> str | None:
-        """An old release's unkeyed user-id checksum (new releases publish none)."""
-        return (self.expected_identity or {}).get("user_ids_sha256")
-
-    @property
     def expected_n_users(self) -> int | None:
         """An old release's recorded number of training users (new ones record only N0)."""
         return None if self.release is None else (self.release.config or {}).get("n_users")
@@ -143,29 +154,16 @@ class UserHeadTarget(HeadAuditTarget):
                 split_seed=self.split_seed,
                 profile=self.profile,
             )
-        if data.user_ids is None:
-            ids = self.user_ids
-            if isinstance(ids, (str, os.PathLike)):
-                ids = load_user_ids(ids)
-            if ids is None:
-                ids = synthetic_user_ids(n_rows(data), self.records_per_user, self.seed)
-                self._users_from = f"synthetic: all rows grouped into users of {self.records_per_user} (public seed {self.seed})"
-            else:
-                self._users_from = "given user ids"
-            data = attach_user_ids(data, ids)
-        else:
-            self._users_from = "user ids of the prepared dataset"
+        data, self._users_from = with_users(data, self.user_ids, self.records_per_user, self.seed)
         check_user_split(
             data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test")
         )
         # Old releases published unkeyed checksums of the user ids and of the data: still checked
         # exactly. New ones publish only the public identity (users per partition, sizes, ...).
-        if (
-            self.expected_user_ids_sha256 is not None
-            and data.user_ids_sha256 != self.expected_user_ids_sha256
-        ):
+        recorded = (self.expected_identity or {}).get("user_ids_sha256")
+        if recorded is not None and data.user_ids_sha256 != recorded:
             raise DataError(
-                f"user ids sha256 must equal the release's {self.expected_user_ids_sha256[:12]}..., "
+                f"user ids sha256 must equal the release's {recorded[:12]}..., "
                 f"got {str(data.user_ids_sha256)[:12]}... (pass the release's --user-ids file)."
             )
         check_release_identity(data, self.expected_identity, expected_sha256=self.expected_sha256)
@@ -183,17 +181,8 @@ class UserHeadTarget(HeadAuditTarget):
             raise DataError(
                 f"training users must number the release's {self.expected_n_users}, got {users.n_users}."
             )
-        # The schedule is the public N0's (a release's recorded one), never the count of this data's users.
-        epochs, batch, sigma, feats = setup_head(
-            self, data, x, y, reference_size=self.reference_size, adjacency=ADJACENCY
-        )
-        self._users = users
-        self._build_canary(data, feats)
-        lay_out(self)
         # n_users, n_train and users (counts of this data) go to audit_local.json (LOCAL_AUDIT_PATHS).
-        self._info = {
-            "model": self.model,
-            "features": feats.describe(),
+        facts = {
             "privacy_unit": "user",
             "records_per_user": self.records_per_user,
             "reference_size": self.reference_size,
@@ -201,38 +190,21 @@ class UserHeadTarget(HeadAuditTarget):
             "users": users.describe(),
             "users_from": self._users_from,
             "n_train": int(len(y)),
-            "epochs": epochs,
-            "batch_size": batch,
-            "batch_size_unit": "users",
-            **self._config.to_dict(),
-            "noise_multiplier": sigma,
-            "target_epsilon": self.epsilon,
-            "rdp_epsilon": self._rdp_epsilon,
-            "accountant": "rdp",
-            "seed": self.seed,
         }
+        # The schedule is the public N0's (a release's recorded one), never the count of this data's users.
+        feats = setup_head(
+            self, data, x, y, reference_size=self.reference_size, adjacency=ADJACENCY, facts=facts
+        )
+        self._users = users
+        self._build_canary(data, feats)
+        lay_out(self)
         self._ready = True
 
-    def _build_canary(self, data, feats) -> None:
-        """The canary user: its records as one more user of the index, or G records whose gradients
-        are all C e_j, contributing :func:`user_clipped_gradient` of them."""
-        g = self.records_per_user
-        ch = self._choice = head_canary(self.canary)(self, data, feats, g)
-        self._canary_info = ch.info
-        if ch.coordinate is None:
-            self._canary = CanaryHook(
-                included=np.zeros(1, bool),
-                z=np.asarray(ch.z, dtype=np.float64),
-                y=np.asarray(ch.y, dtype=np.int64),
-            )
-            return
-        grads = np.broadcast_to(
-            dirac_gradient(self, ch.coordinate), (g, self._k, self._z.shape[1] + 1)
-        ).copy()
-        self._canary = CanaryHook(
-            included=np.zeros(1, bool),
-            gradient=user_clipped_gradient(grads, self._config.clipping_norm),
-        )
+    def _canary_gradient(self, gradient: np.ndarray) -> np.ndarray:
+        """The canary user's contribution: G records whose gradients are all ``gradient`` (C e_j),
+        averaged and clipped jointly (:func:`user_clipped_gradient`)."""
+        grads = np.broadcast_to(gradient, (self.records_per_user, *gradient.shape)).copy()
+        return user_clipped_gradient(grads, self._config.clipping_norm)
 
     # -------------------------------------------------------------------------------- trials
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:

@@ -46,6 +46,7 @@ from .loop import RecordUnits, augmented_features, initial_heads, run_dp_sgd
 from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget
 from .one_run_heads import free_coordinates
 from .one_run_modules import (
+    DiracCanaries,
     GradientCanaries,
     _quiet_coordinates,
     choose_coordinates,
@@ -66,7 +67,7 @@ ROLES = ("main", "no-noise", "null")
 _TAG_WHITE_BOX = 0x57424F58  # "WBOX": public choice of canary coordinates
 
 
-class StepObserver:
+class StepObserver(DiracCanaries):
     """Dirac canaries for the loop (``rows``, ``draw``, ``add``) that also observe every step
     (the loop's recorder interface, ``attach`` and ``before_apply``): module docstring.
 
@@ -75,8 +76,6 @@ class StepObserver:
     canaries only, nothing kept. After the run, ``sampled``,
     ``others`` and ``privatised`` (M, T) hold b_t, the others' clipped sum and the privatised
     sum at each canary coordinate."""
-
-    rows = False
 
     def __init__(
         self,
@@ -88,13 +87,9 @@ class StepObserver:
         scale: float = RAW_GRADIENT_SCALE,
         observe: bool = True,
     ):
-        index = {n: i for i, n in enumerate(names)}
+        super().__init__(canaries, names, included, config.sample_rate, config.clipping_norm, rng)
         # the loop's buffers are NumPy arrays (heads) or tensors over them (modules): work on the arrays
-        self.groups = [(index[t], ids, flat.numpy()) for t, ids, flat in canaries.by_tensor()]
-        self.included = np.asarray(included, dtype=bool)
-        self.q = config.sample_rate
-        self.c = float(config.clipping_norm)
-        self.rng = rng
+        self.groups = [(p, ids, flat.numpy()) for p, ids, flat in self.groups]
         self.scale = float(scale)
         # hidden state: nothing kept
         shape = (self.included.size, config.steps) if observe else (self.included.size, 0)
@@ -105,7 +100,7 @@ class StepObserver:
 
     def draw(self) -> np.ndarray:
         self.t += 1
-        hit = self.included & (self.rng.random(self.included.size) < self.q)
+        hit = super().draw()
         if self.observe:
             self.sampled[:, self.t] = hit
         return hit

@@ -56,8 +56,9 @@ from ...ledger.book import sampler_uncertified_reason
 from ...noise import NoiseSource, public_rng
 from ...requests import DPELMRequest
 from ...validation import one_of, positive_finite, positive_int
-from ..contract import MechanismBase, ReleasePlan, RunOutput
+from ..contract import MechanismBase, RunOutput, data_plan, public_inputs
 from .laplace import DEFAULT_SAMPLER, SAMPLERS, add_grid_laplace, grid_to_float, sampler_guarantee
+from ..dpsgd.head_canaries import TAG_CANARY
 from ..dpsgd.schedule import classification_metrics
 
 np = lazy_import("numpy")
@@ -198,18 +199,13 @@ class ElmStatistics:
             self.grid_bits,
         )
 
-    def gram_float(self) -> np.ndarray:
+    def as_float(self) -> tuple[np.ndarray, np.ndarray]:
+        """(H^T H, H^T Y) as float64 (grid statistics scaled by their exact power of two)."""
+        if self.grid_bits is None:
+            return self.gram, self.cross
         return (
-            self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits)
-            if self.grid_bits is not None
-            else self.gram
-        )
-
-    def cross_float(self) -> np.ndarray:
-        return (
-            self.cross.astype(np.float64) * 2.0 ** (-self.grid_bits)
-            if self.grid_bits is not None
-            else self.cross
+            self.gram.astype(np.float64) * 2.0 ** (-2 * self.grid_bits),
+            self.cross.astype(np.float64) * 2.0 ** (-self.grid_bits),
         )
 
 
@@ -370,9 +366,7 @@ def privatize_statistics(
             "statistics must be float64 statistics for the textbook sampler, got grid ones."
         )
     scale = noise_scale(width, epsilon)
-    return stats.gram + noise.laplace(stats.gram.shape, scale), stats.cross + noise.laplace(
-        stats.cross.shape, scale
-    )
+    return tuple(s + noise.laplace(s.shape, scale) for s in (stats.gram, stats.cross))
 
 
 def fit_from_statistics(
@@ -385,8 +379,7 @@ def fit_from_statistics(
 ) -> ElmResult:
     """Noise the statistics (unless ``epsilon`` is None: non-private reference) and solve."""
     if epsilon is None:
-        gram, cross = stats.gram_float(), stats.cross_float()
-        scale = None
+        (gram, cross), scale = stats.as_float(), None
     else:
         if noise is None:
             raise UsageError("noise must be a NoiseSource for a private fit, got None.")
@@ -515,31 +508,27 @@ class ElmTarget(AuditTarget):
         data = load_target_data(self)
         self._n_classes = int(data.n_classes)
         self._feats = elm_features(data.n_features, self.width, self.seed)
-        stat = lambda x, y: elm_sufficient_statistics(
+        stat = lambda x, y: elm_sufficient_statistics(  # noqa: E731
             np.asarray(x),
             np.asarray(y, dtype=np.int64),
             self.width,
-            self.seed,  # noqa: E731
+            self.seed,
             n_classes=self._n_classes,
             sampler=self.sampler,
             features=self._feats,
         )
         self._base = stat(data.x_train, data.y_train)
-        rng = public_rng(self.seed, 0xCA7A)
-        i = int(rng.integers(len(data.y_test)))
-        x_nat, y_nat = np.asarray(data.x_test[i : i + 1], dtype=np.float64), int(data.y_test[i])
+        rng = public_rng(self.seed, TAG_CANARY)
+        i = int(rng.integers(len(data.y_test)))  # drawn for every kind: the stream stays the same
         if self.canary == "worst-case":
             lo, hi = float(np.min(data.x_train)), float(np.max(data.x_train))
-            x_c = worst_case_input(self._feats.weight, self._feats.bias, lo, hi)[None, :]
-            y_c = 0
+            x_c, y_c = worst_case_input(self._feats.weight, self._feats.bias, lo, hi)[None, :], 0
             info = {"kind": "worst-case", "input_box": [lo, hi], "label": y_c}
         else:
-            x_c = x_nat
+            x_c, y_nat = np.asarray(data.x_test[i : i + 1], dtype=np.float64), int(data.y_test[i])
             y_c = (y_nat + 1) % self._n_classes if self.canary == "mislabeled" else y_nat
             info = {"kind": self.canary, "test_index": i, "true_label": y_nat, "label": y_c}
-        self._canary_stats = stat(x_c, [y_c])
-        self._hc = self._feats.transform(x_c)[0]
-        self._yc = y_c
+        self._hc, self._yc = self._feats.transform(x_c)[0], y_c
         info["features"] = self._hc.tolist()
         if self.adjacency == "replace-record":
             # out world: base + a natural record; in world: base + the canary (same size)
@@ -548,7 +537,7 @@ class ElmTarget(AuditTarget):
             info["replaced_test_index"] = j
         else:
             self._out_stats = self._base
-        self._in_stats = self._base.plus(self._canary_stats)
+        self._in_stats = self._base.plus(stat(x_c, [y_c]))
         self._canary_info = info
         self._dataset_name = data.name
         self._analyses = privacy_analyses(self.width, self.epsilon)
@@ -589,9 +578,9 @@ class ElmTarget(AuditTarget):
                 "epsilon": self.epsilon,
                 "sampler": self.sampler,
                 "seed": self.seed,
-                "noise_scale": self.width * (self.width + 2) / self.epsilon,
+                "noise_scale": noise_scale(self.width, self.epsilon),
                 "analyses": self._analyses,
-                "accountant": "pure",
+                "accountant": ACCOUNTANT,
             },
             "canary_info": self._canary_info,
         }
@@ -638,19 +627,16 @@ class DPELMMechanism(MechanismBase):
         epsilon = float(r.epsilon) if private else None
         analyses = _covering_analyses(width, epsilon, adjacency) if private else None
         n_values = width * width + width * int(info.n_classes)  # entries of H^T H and H^T Y
-        return ReleasePlan(
+        return data_plan(
+            r,
+            info,
             mechanism=NAME,
-            request=r,
-            dataset=info.identity or {"name": info.name},
-            partition="train",
             adjacency=adjacency,
             accountant=ACCOUNTANT,
             event=PureEpsilon(epsilon) if private else None,
             target_epsilon=epsilon,
             delta=0.0,
             steps=1,
-            seed=int(r.seed),
-            data_name=info.name,
             # Non-private and uncertified-sampler releases count as unbounded in the ledger.
             uncertified=_uncertified(sampler) if private else None,
             config={
@@ -667,9 +653,7 @@ class DPELMMechanism(MechanismBase):
                 "chunk": CHUNK,
                 "symmetrised": False,
                 "ridge": 0.0,
-                "seeds": {"model_seed": int(r.seed), "split_seed": info.split_seed},
-                "profile": info.profile,
-                "validation_used": False,
+                **public_inputs(r, info),
             },
             release_fields=_noise_tail_fields(
                 sampler, not private, epsilon if private else math.inf, n_values
@@ -690,7 +674,7 @@ class DPELMMechanism(MechanismBase):
         width, seed, sampler = int(r.width), int(r.seed), r.sampler
         private = plan.event is not None
         feats = elm_features(data.n_features, width, seed)
-        t1 = time.perf_counter()
+        started = time.perf_counter()
         stats = elm_sufficient_statistics(
             data.x_train,
             data.y_train,
@@ -700,16 +684,12 @@ class DPELMMechanism(MechanismBase):
             sampler=sampler if private else "textbook",
             features=feats,
         )
-        stats_seconds = time.perf_counter() - t1
-        t2 = time.perf_counter()
+        counted = time.perf_counter()
         result = fit_from_statistics(
             stats, feats, plan.target_epsilon if private else None, noise=noise, sampler=sampler
         )
-        fit_seconds = time.perf_counter() - t2
-        train_seconds = time.perf_counter() - t1
-        t3 = time.perf_counter()
+        fitted = time.perf_counter()
         metrics = classification_metrics(data.y_test, result.probabilities(data.x_test))
-        eval_seconds = time.perf_counter() - t3
         return RunOutput(
             steps_executed=1,
             metrics=metrics,  # on the test partition: outside the DP claim (Release docstring)
@@ -734,10 +714,10 @@ class DPELMMechanism(MechanismBase):
                 "solver": result.solver,
             },
             timings={
-                "train_seconds": train_seconds,
-                "statistics_seconds": stats_seconds,
-                "noise_and_solve_seconds": fit_seconds,
-                "eval_seconds": eval_seconds,
+                "train_seconds": fitted - started,
+                "statistics_seconds": counted - started,
+                "noise_and_solve_seconds": fitted - counted,
+                "eval_seconds": time.perf_counter() - fitted,
             },
         )
 
@@ -786,11 +766,8 @@ class DPELMMechanism(MechanismBase):
         )
         return d, [head, metrics, f"  release written to {d['release']}"]
 
-    def default_out_dir(self, plan):
-        eps = "nonprivate" if plan.event is None else f"eps{plan.target_epsilon:g}"
-        return (
-            Path("runs") / f"dp-elm-{plan.data_name}-L{plan.config['width']}-seed{plan.seed}-{eps}"
-        )
+    def out_dir_tag(self, plan) -> str:
+        return f"-L{plan.config['width']}"
 
     def audit_target(
         self, plan, canary: str, *, release=None, user_ids=None, no_noise: bool = False

@@ -12,7 +12,7 @@ from ...audits.gaussian import GaussianTarget, calibrate_exact
 from ...audits.targets import prepared
 from ...requests import GaussianRequest
 from ...validation import open_unit, positive_finite
-from ..contract import DataInfo, MechanismBase, ReleasePlan
+from ..contract import DataInfo, MechanismBase, ReleasePlan, data_plan
 
 NAME = "gaussian"
 
@@ -45,18 +45,15 @@ class GaussianMechanism(MechanismBase):
             The ReleasePlan of ``SubsampledGaussian(sigma, 1, 1)`` under the PLD accountant.
         """
         sigma = calibrate_exact(request.epsilon, request.delta)
-        return ReleasePlan(
+        return data_plan(
+            request,
+            info,
             mechanism=NAME,
-            request=request,
-            dataset={"name": info.name},
-            partition="train",
             adjacency="add-remove-record",
             accountant="pld",
             event=SubsampledGaussian(sigma, 1.0, 1),
             target_epsilon=float(request.epsilon),
             delta=float(request.delta),
-            seed=int(request.seed),
-            data_name=info.name,
             config={"noise_multiplier": sigma},
         )
 

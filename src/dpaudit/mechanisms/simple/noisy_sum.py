@@ -27,7 +27,7 @@ from ...lazy import lazy_import
 from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION
 from ...requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
 from ...validation import one_of, open_unit, positive_finite
-from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput
+from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, data_plan, public_inputs
 
 np = lazy_import("numpy")
 
@@ -85,19 +85,16 @@ class NoisySum(MechanismBase):
             )
             sigma, calibrated = cal.noise_multiplier, cal.epsilon
             event = SubsampledGaussian(sigma, 1.0, 1)
-        return ReleasePlan(
+        return data_plan(
+            request,
+            info,
             mechanism=NAME,
-            request=request,
-            dataset=info.identity or {"name": info.name},
-            partition="train",
             adjacency=ADJACENCY,
             accountant=request.accountant,
             event=event,
             target_epsilon=None if request.non_private else float(request.epsilon),
             delta=float(request.delta),
             steps=1,
-            seed=int(request.seed),
-            data_name=info.name,
             config={
                 "model": NAME,
                 "query": "sum of the training rows, each clipped to L2 norm C",
@@ -107,9 +104,7 @@ class NoisySum(MechanismBase):
                 "reference_size": info.reference_size,
                 "noise_multiplier": sigma,
                 "calibrated_epsilon": calibrated,
-                "seeds": {"model_seed": int(request.seed), "split_seed": info.split_seed},
-                "profile": info.profile,
-                "validation_used": False,
+                **public_inputs(request, info),
             },
             release_fields={
                 "noise_multiplier": sigma,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..accounting.accountants import compute_epsilon, merge_leaves
 from ..accounting.adjacency import Adjacency
+from ..accounting.base import first_line
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from ..accounting.events import event_from_dict
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
@@ -718,7 +719,7 @@ def _try_accountant(
     try:
         res = _cached_epsilon(event, delta, name, adj)
     except Exception as e:  # noqa: BLE001 - dropping one bound can only raise the minimum
-        out["accountant_errors"][name] = str(e).splitlines()[0] if str(e) else type(e).__name__
+        out["accountant_errors"][name] = first_line(e)
         return e
     out[f"epsilon_{name}"] = res.epsilon
     candidates[name] = res.epsilon

@@ -428,13 +428,10 @@ def _flatten(events) -> tuple[list, list]:
 
 def _par(events) -> Event | None:
     """Parallel composition; empty children contribute nothing (max with 0)."""
-    kept = [e for e in events if e is not None]
-    if not kept:
-        return None
-    if len(kept) == 1:
-        return kept[0]
     # Identical children have identical worst cases; keep one of each.
-    uniq = list(OrderedDict.fromkeys(kept))
+    uniq = list(dict.fromkeys(e for e in events if e is not None))
+    if not uniq:
+        return None
     return uniq[0] if len(uniq) == 1 else Parallel(tuple(uniq))
 
 

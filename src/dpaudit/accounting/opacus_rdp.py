@@ -27,9 +27,8 @@ _module: ModuleType | None = None
 
 def _standalone() -> ModuleType:
     """Execute Opacus's rdp.py as a top-level module (it has only absolute imports)."""
-    spec = importlib.util.find_spec(
-        "opacus"
-    )  # a top-level find_spec locates the package without running it
+    # a top-level find_spec locates the package without running it
+    spec = importlib.util.find_spec("opacus")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("opacus is not installed; the rdp accountant needs opacus==1.6.0.")
     candidates = (

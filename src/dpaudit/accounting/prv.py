@@ -28,24 +28,7 @@ PRV_MAX_COMPOSITIONS = 100_000
 #: points and was killed for memory). Above this many points prv declines before allocating.
 PRV_MAX_GRID_POINTS = 5_000_000
 #: integer RDP orders for the quick estimate of prv-accountant's grid size.
-_PRV_GRID_ORDERS = (
-    2.0,
-    3.0,
-    4.0,
-    6.0,
-    8.0,
-    12.0,
-    16.0,
-    24.0,
-    32.0,
-    48.0,
-    64.0,
-    96.0,
-    128.0,
-    256.0,
-    512.0,
-    1024.0,
-)
+_PRV_GRID_ORDERS = tuple(map(float, "2 3 4 6 8 12 16 24 32 48 64 96 128 256 512 1024".split()))
 #: prv-accountant's failures far in the tails, e.g. "Discrete mean differs from continuous mean
 #: significantly" (composed eps ~ 80): it gives no bound there, and callers fall back on rdp.
 _LIBRARY_FAILURES = (RuntimeError, ValueError, FloatingPointError, OverflowError, MemoryError)

@@ -884,9 +884,8 @@ class Ledger:
             DatasetIdentityError: an unknown data digest.
             RowRoleCollisionError: a role collision with another name's rows.
         """
-        with (
-            result_cache.recomputed()
-        ):  # a cap is decided on numbers computed here, never on a file
+        # a cap is decided on numbers computed here, never on a file
+        with result_cache.recomputed():
             return self._check(PlannedSpend(**planned), exclude_reservations)
 
     def _check(self, plan: PlannedSpend, held) -> dict:
@@ -968,15 +967,14 @@ class Ledger:
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
         with self._store.write():
             self.preflight(**{**planned, "data_rows": footprint})
+            fp = self.fingerprint(plan.data_digest) if plan.data_digest else None
             payload = {
                 "dataset_name": plan.dataset,
                 "partition": plan.partition,
                 "adjacency": Adjacency.parse(plan.adjacency).value,
                 "guarantee": None if plan.event is None else plan.event.to_dict(),
                 "non_private": plan.event is None,
-                "dataset_fingerprint": self.fingerprint(plan.data_digest)
-                if plan.data_digest
-                else None,
+                "dataset_fingerprint": fp,
                 "mechanism": str(mechanism or ""),
                 "pid": os.getpid(),
                 "host": _hostname(),
@@ -1210,14 +1208,12 @@ class Ledger:
             LedgerError: the export's chain does not verify (nothing imported).
         """
         integrity.require_export(dump)
-        key = base64.b64decode(
-            dump.get("fingerprint_key") or ""
-        )  # b"": exported without the key (kept as is here)
+        # b"": exported without the key (kept as is here)
+        key = base64.b64decode(dump.get("fingerprint_key") or "")
         with self._store.write():
-            if self._store.rows():
+            if present := len(self._store.rows()):
                 raise UsageError(
-                    f"ledger to import into must be empty, got {self.path} "
-                    f"with {len(self._store.rows())} entries."
+                    f"ledger to import into must be empty, got {self.path} with {present} entries."
                 )
             rows = integrity.import_chain(dump)
             for r in rows:

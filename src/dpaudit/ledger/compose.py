@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..accounting.accountants import compute_epsilon, merge_leaves
 from ..accounting.adjacency import Adjacency
+from ..accounting.base import first_line
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from ..accounting.events import event_from_dict
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
@@ -427,13 +428,10 @@ def _flatten(events) -> tuple[list, list]:
 
 def _par(events) -> Event | None:
     """Parallel composition; empty children contribute nothing (max with 0)."""
-    kept = [e for e in events if e is not None]
-    if not kept:
-        return None
-    if len(kept) == 1:
-        return kept[0]
     # Identical children have identical worst cases; keep one of each.
-    uniq = list(OrderedDict.fromkeys(kept))
+    uniq = list(dict.fromkeys(e for e in events if e is not None))
+    if not uniq:
+        return None
     return uniq[0] if len(uniq) == 1 else Parallel(tuple(uniq))
 
 
@@ -718,7 +716,7 @@ def _try_accountant(
     try:
         res = _cached_epsilon(event, delta, name, adj)
     except Exception as e:  # noqa: BLE001 - dropping one bound can only raise the minimum
-        out["accountant_errors"][name] = str(e).splitlines()[0] if str(e) else type(e).__name__
+        out["accountant_errors"][name] = first_line(e)
         return e
     out[f"epsilon_{name}"] = res.epsilon
     candidates[name] = res.epsilon

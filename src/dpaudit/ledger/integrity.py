@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from ..accounting.base import first_line
 from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
 from . import signing
@@ -341,7 +342,7 @@ def _held_when_declared(earlier: list[_Row], e: _Row, parent: str, children) -> 
         state = state or DatasetState(e.dataset)
         return [] if state.check_partition(parent, children) else held_children(state, children)
     except Exception as ex:  # noqa: BLE001 - an invalid declaration is a finding, never skipped
-        return [f"an invalid split ({str(ex).splitlines()[0] if str(ex) else type(ex).__name__})"]
+        return [f"an invalid split ({first_line(ex)})"]
 
 
 def seal_problems(rows) -> list[Problem]:
@@ -376,8 +377,7 @@ def _unreadable(rows) -> list[Problem]:
             if kind in ("release", "reservation", "audit") and not payload.get("non_private"):
                 parse_event(payload.get("guarantee"))
         except Exception as e:  # noqa: BLE001 - any failure to read an entry is reported, never skipped
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            message = f"entry #{seq} ({kind} {eid}) cannot be read: {msg}"
+            message = f"entry #{seq} ({kind} {eid}) cannot be read: {first_line(e)}"
             out.append(Problem("unreadable", message, seq, eid))
     return out
 

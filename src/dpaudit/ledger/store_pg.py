@@ -170,11 +170,8 @@ class PostgresStore(StoreBase):
         self._prefix = self.s + "."
         self._busy_timeout = float(busy_timeout)
         # The advisory lock of this ledger: one 64-bit key from its schema name.
-        self._lock_key = int.from_bytes(
-            hashlib.sha256(f"dpaudit-ledger:{self.schema}".encode()).digest()[:8],
-            "big",
-            signed=True,
-        )
+        digest = hashlib.sha256(f"dpaudit-ledger:{self.schema}".encode()).digest()
+        self._lock_key = int.from_bytes(digest[:8], "big", signed=True)
         self._conn = None
         self._connect()
         try:

@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..accounting.base import first_line
 from ..errors import LedgerError
 from .fingerprint import key_path, ledger_key, write_secret
 
@@ -50,7 +51,7 @@ def latest_schema_version() -> int:
 
 
 def describe_sqlite_error(path: Path, e: BaseException) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    text = first_line(e)
     low = text.lower()
     if "readonly" in low or "read-only" in low:
         return f"ledger {path} is read-only ({text}); dpaudit needs write access to the file and its directory."

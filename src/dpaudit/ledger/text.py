@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-import math
-
 
 def num(x, digits: int = 4) -> str:
     if x is None:
         return ""
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if isinstance(x, float):
+    if isinstance(x, float):  # infinities format as "inf" / "-inf"
         return f"{x:.{digits}f}"
     return str(x)
 

@@ -44,17 +44,11 @@ def register(app: typer.Typer) -> None:
     @app.command("verify")
     def verify(
         bundle: Path = typer.Argument(..., help="A folder written by `dpaudit bundle`."),
-        anchor: Optional[str] = typer.Option(
-            None,
-            "--anchor",
-            help="A head hash published earlier (`ledger head`): the chain must contain it.",
-            show_default=False,
+        anchor: Optional[str] = options.optional(
+            "--anchor", "A head hash published earlier (`ledger head`): the chain must contain it."
         ),
-        owner: Optional[str] = typer.Option(
-            None,
-            "--owner",
-            help="The ledger owner's key id, known from outside the bundle.",
-            show_default=False,
+        owner: Optional[str] = options.optional(
+            "--owner", "The ledger owner's key id, known from outside the bundle."
         ),
         json_out: bool = options.json_out(),
     ) -> None:

@@ -125,18 +125,14 @@ _RUN_OPTIONS = ("out", "ledger", "json_out")
 
 
 def _run_parameters(name: str, rtype) -> list[inspect.Parameter]:
-    threads = typer.Option(
-        None,
+    threads = options.optional(
         "--threads",
-        help="Threads of torch and NumPy's BLAS (a speed setting; default: their own choice; "
+        "Threads of torch and NumPy's BLAS (a speed setting; default: their own choice; "
         "a linear head trains on one).",
-        show_default=False,
     )
-    out = typer.Option(
-        None,
+    out = options.optional(
         "--out",
-        help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
-        show_default=False,
+        f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
     )
     return [
         keyword("out", Optional[Path], out),

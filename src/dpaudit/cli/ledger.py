@@ -26,6 +26,10 @@ ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
 
 
+def _dataset() -> typer.models.OptionInfo:
+    return typer.Option(None, "--dataset", help="Only this dataset.")
+
+
 def _say(json_out: bool, obj, text: str) -> None:
     """``obj`` as JSON with ``--json``, else ``text`` (plain) for people."""
     if json_out:
@@ -53,14 +57,11 @@ def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
 def register(app: typer.Typer) -> None:
     @ledger_app.command("summary")
     def summary(
-        dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
-        sweep: Optional[str] = typer.Option(
-            None,
-            "--sweep",
-            help="Compose only the releases recorded under this sweep.",
-            show_default=False,
+        dataset: Optional[str] = _dataset(),
+        sweep: Optional[str] = options.optional(
+            "--sweep", "Compose only the releases recorded under this sweep."
         ),
-        owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
+        owner: Optional[str] = options.optional("--owner", OWNER_HELP),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -76,11 +77,8 @@ def register(app: typer.Typer) -> None:
         if not rows:
             console.print(f"ledger {path}: no releases recorded.")
             return
-        t = Table(
-            title=f"privacy budget spent ({path})"
-            if sweep is None
-            else f"privacy budget spent by sweep {sweep} ({path})"
-        )
+        by_sweep = "" if sweep is None else f" by sweep {sweep}"
+        t = Table(title=f"privacy budget spent{by_sweep} ({path})")
         for col in text.SUMMARY_COLUMNS:
             t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=True)
         for cells in text.summary_table(rows):
@@ -92,9 +90,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("list")
     def list_(
-        dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
-        sweep: Optional[str] = typer.Option(
-            None, "--sweep", help="Only the releases recorded under this sweep.", show_default=False
+        dataset: Optional[str] = _dataset(),
+        sweep: Optional[str] = options.optional(
+            "--sweep", "Only the releases recorded under this sweep."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -151,19 +149,14 @@ def register(app: typer.Typer) -> None:
             "--include-audits/--exclude-audits",
             help="Count the audits that train on the dataset's private data too (default); --exclude-audits (recorded) counts releases only.",
         ),
-        data_dir: Optional[Path] = typer.Option(
-            None,
+        data_dir: Optional[Path] = options.optional(
             "--data-dir",
-            show_default=False,
-            help="Where the dataset's files are (default $DPAUDIT_DATA_DIR). The cap declares the rows the "
+            "Where the dataset's files are (default $DPAUDIT_DATA_DIR). The cap declares the rows the "
             "dataset reads (another name: the rows its entries read), so it covers their people under "
             "every name.",
         ),
-        key: Optional[str] = typer.Option(
-            None,
-            "--key",
-            show_default=False,
-            help="Your signing key (a signed ledger's caps are signed by its owner).",
+        key: Optional[str] = options.optional(
+            "--key", "Your signing key (a signed ledger's caps are signed by its owner)."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -188,21 +181,12 @@ def register(app: typer.Typer) -> None:
                 f" Its releases + audits total is already infinite: {unbounded[0]}; "
                 "nothing is left under this cap until that audit is voided."
             )
-        obj = {
-            "id": eid,
-            "dataset": dataset,
-            "epsilon": eps,
-            "delta": delta,
-            "include_audits": include_audits,
-            "unbounded_audits": unbounded,
-        }
-        _say(json_out, obj, line)
+        obj = dict(id=eid, dataset=dataset, epsilon=eps, delta=delta, include_audits=include_audits)
+        _say(json_out, {**obj, "unbounded_audits": unbounded}, line)
 
     @ledger_app.command("seal")
     def seal(
-        key: Optional[str] = typer.Option(
-            None, "--key", show_default=False, help="The owner's signing key (name or path)."
-        ),
+        key: Optional[str] = options.optional("--key", "The owner's signing key (name or path)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -220,13 +204,11 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("verify")
     def verify(
-        anchor: Optional[str] = typer.Option(
-            None,
+        anchor: Optional[str] = options.optional(
             "--anchor",
-            help="A head hash published earlier (`ledger head`): the chain must still contain it.",
-            show_default=False,
+            "A head hash published earlier (`ledger head`): the chain must still contain it.",
         ),
-        owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
+        owner: Optional[str] = options.optional("--owner", OWNER_HELP),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -253,17 +235,12 @@ def register(app: typer.Typer) -> None:
             ..., metavar="ID", help="Release, or open reservation of a killed run, to withdraw."
         ),
         reason: str = typer.Option(..., "--reason", help="Why it is withdrawn (recorded)."),
-        published: Optional[bool] = typer.Option(
-            None,
+        published: Optional[bool] = options.optional(
             "--published/--never-published",
-            show_default=False,
-            help="Required: were the artefacts ever published? Published ones stay counted.",
+            "Required: were the artefacts ever published? Published ones stay counted.",
         ),
-        key: Optional[str] = typer.Option(
-            None,
-            "--key",
-            help="Your signing key (a signed ledger's voids are signed by its owner).",
-            show_default=False,
+        key: Optional[str] = options.optional(
+            "--key", "Your signing key (a signed ledger's voids are signed by its owner)."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -281,13 +258,7 @@ def register(app: typer.Typer) -> None:
         counted = "its budget stays spent (published)" if published else "no longer counted"
         _say(
             json_out,
-            {
-                "id": vid,
-                "target": target,
-                "kind": kind,
-                "reason": reason,
-                "artefacts_published": published,
-            },
+            dict(id=vid, target=target, kind=kind, reason=reason, artefacts_published=published),
             f"{kind} {target} voided (entry {vid}; {counted}).",
         )
 
@@ -344,13 +315,7 @@ def register(app: typer.Typer) -> None:
             eid = led.declare_partition(dataset, parent, child, declared_by)
         _say(
             json_out,
-            {
-                "id": eid,
-                "dataset": dataset,
-                "parent": parent,
-                "children": list(child),
-                "declared_by": declared_by,
-            },
+            dict(id=eid, dataset=dataset, parent=parent, children=child, declared_by=declared_by),
             f"{dataset}:{parent} = "
             + " + ".join(f"{dataset}:{c}" for c in child)
             + f" (declared by {declared_by}; entry {eid}).",
@@ -436,18 +401,13 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("register-key")
     def register_key(
-        public_key: Optional[str] = typer.Option(
-            None,
+        public_key: Optional[str] = options.optional(
             "--public-key",
-            help="ed25519:BASE64 (printed by keygen) or a .pub file; default: your own key (the first one registered becomes the owner).",
-            show_default=False,
+            "ed25519:BASE64 (printed by keygen) or a .pub file; default: your own key (the first one registered becomes the owner).",
         ),
         name: str = typer.Option("", "--name", help="Who the key belongs to (recorded)."),
-        key: Optional[str] = typer.Option(
-            None,
-            "--key",
-            help="Your signing key (name or path; default $DPAUDIT_SIGNING_KEY or 'default').",
-            show_default=False,
+        key: Optional[str] = options.optional(
+            "--key", "Your signing key (name or path; default $DPAUDIT_SIGNING_KEY or 'default')."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -459,21 +419,13 @@ def register(app: typer.Typer) -> None:
         k = next(k for k in ring.keys.values() if k.entry_id == eid)
         _say(
             json_out,
-            {
-                "id": eid,
-                "key_id": k.key_id,
-                "name": k.name,
-                "role": k.role,
-                "registered_by": k.registered_by,
-            },
+            dict(id=eid, key_id=k.key_id, name=k.name, role=k.role, registered_by=k.registered_by),
             f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).",
         )
 
     @ledger_app.command("require-signatures")
     def require_signatures(
-        key: Optional[str] = typer.Option(
-            None, "--key", help="Your signing key (name or path).", show_default=False
-        ),
+        key: Optional[str] = options.optional("--key", "Your signing key (name or path)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):

@@ -26,11 +26,8 @@ def register(app: typer.Typer) -> None:
         alpha: float = typer.Option(
             ..., "--alpha", help="Target excess error alpha of the mixture objective."
         ),
-        rho: Optional[float] = typer.Option(
-            None,
-            "--rho",
-            help="Also report the alpha the guideline predicts at this rho.",
-            show_default=False,
+        rho: Optional[float] = options.optional(
+            "--rho", "Also report the alpha the guideline predicts at this rho."
         ),
         json_out: bool = options.json_out(),
     ):

@@ -14,7 +14,7 @@ from .. import reports
 from ..paths import check_new_file, fresh_file
 from ..records import check_out_dir
 from .common import emit_json, note, print_message
-from .options import json_out, ledger
+from .options import json_out, ledger, optional
 
 
 class ReportFormat(str, Enum):
@@ -35,16 +35,11 @@ def register(app: typer.Typer) -> None:
             "--format",
             help="html (self-contained), md (PNGs beside it) or json (the source of truth).",
         ),
-        out: Optional[Path] = typer.Option(
-            None,
-            "--out",
-            help="Output file (default: report.html / report.md; json goes to stdout).",
-            show_default=False,
+        out: Optional[Path] = optional(
+            "--out", "Output file (default: report.html / report.md; json goes to stdout)."
         ),
         ledger_path: Optional[Path] = ledger(),
-        title: Optional[str] = typer.Option(
-            None, "--title", help="Title of the report.", show_default=False
-        ),
+        title: Optional[str] = optional("--title", "Title of the report."),
         fail_on_violation: bool = typer.Option(
             False,
             "--fail-on-violation",

@@ -38,7 +38,7 @@ from typer.core import TyperCommand, TyperGroup
 from ..console import console, err_console, print_message  # noqa: F401
 from ..errors import DPAuditError
 from ..integrations.opacus_script import warning_lines
-from ..paths import check_new_folder, fresh_folder
+from ..paths import check_new_file, check_new_folder, fresh_folder
 from ..progress import heartbeat
 from ..records import _json_safe, check_out_dir
 from .coercion import install
@@ -421,13 +421,13 @@ def recorded_argv(
         if p.name in omit or p.name not in params:
             continue
         if p.param_type_name == "argument":
-            head.append(str(_plain(value)))
+            head.append(str(plain(value)))
         elif value is not None and (p.name in always or value != p.default):
-            placed.get(p.name, body).extend(_spelt(p, _plain(value)))
+            placed.get(p.name, body).extend(_spelt(p, plain(value)))
     return head + body + tail
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A parsed value as the user typed it: a choice's string, a path's text."""
     if isinstance(value, Enum):
         return value.value
@@ -457,15 +457,25 @@ def new_out(out: Any) -> Path:
     return check_new_folder(check_out_dir(out, name="out"), name="out")
 
 
-def out_or_fresh(out: Any, default: Path, quiet: bool) -> Path:
-    """``--out`` as given, else ``default`` or a fresh ``-2``, ``-3``, ... beside it when an earlier
-    audit holds it (said in one line unless ``quiet``): results are never overwritten."""
+def new_file(out: Any) -> Path:
+    """An explicit ``--out`` file, refused (one line) before any work when it exists (a user's file
+    is never replaced) or its folder cannot be written."""
+    check_out_dir(check_new_file(out, name="out").parent, name="out")
+    return Path(out)
+
+
+def out_or_fresh(
+    out: Any, default: Path, quiet: bool, what: str = "audit", fresh: Callable = fresh_folder
+) -> Path:
+    """``--out`` as given, else ``default`` or a fresh ``-2``, ``-3``, ... beside it (``fresh``: a
+    folder's or a file's) when an earlier ``what`` holds it (said in one line unless ``quiet``):
+    results are never overwritten."""
     if out is not None:
         return Path(out)
-    fresh = fresh_folder(default)
-    if fresh != default and not quiet:
-        note(f"{default} holds an earlier audit (never overwritten): writing to {fresh}")
-    return fresh
+    chosen = fresh(default)
+    if chosen != default and not quiet:
+        note(f"{default} holds an earlier {what} (never overwritten): writing to {chosen}")
+    return chosen
 
 
 def default_workers() -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import re
 import shlex
 from enum import Enum
@@ -44,6 +43,7 @@ from .common import (
     new_out,
     note,
     out_or_fresh,
+    plain,
     print_message,
     recorded_argv,
     say,
@@ -98,16 +98,7 @@ def request_from_options(rtype, values: dict, **fixed):
     """The Request of ``rtype`` from parsed option ``values`` (enums to their strings, paths to
     strings) and ``fixed`` field values (a positional model name)."""
     names = {f.name for f in rtype.option_fields()}
-    kwargs = {}
-    for k, v in values.items():
-        if k not in names:
-            continue
-        if isinstance(v, Enum):
-            v = v.value
-        elif isinstance(v, os.PathLike):
-            v = os.fspath(v)
-        kwargs[k] = v
-    return rtype(**kwargs, **fixed)
+    return rtype(**{k: plain(v) for k, v in values.items() if k in names}, **fixed)
 
 
 def make_command(func, params: list[inspect.Parameter], name: str, doc: str):

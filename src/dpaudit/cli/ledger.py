@@ -16,11 +16,10 @@ from ..data import DATASETS
 from ..errors import UsageError
 from ..ledger import book, integrity, result_cache, signing, store_pg, text
 from ..mechanisms.mixmin.tasks import TASKS, declared_rows
-from ..paths import check_new_file
-from ..records import check_out_dir, read_release
+from ..records import read_release
 from ..validation import open_unit, positive_finite
 from . import options
-from .common import console, emit_json, err_console, new_app, print_message, print_table
+from .common import console, emit_json, err_console, new_app, new_file, print_message, print_table
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
@@ -486,9 +485,7 @@ def register(app: typer.Typer) -> None:
         """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
         if shareable and include_key:
             raise UsageError("--shareable must be given without --include-key, got both.")
-        check_out_dir(
-            check_new_file(out, name="out").parent, name="out"
-        )  # an earlier export is never replaced
+        new_file(out)  # an earlier export is never replaced
         with book.open_ledger(ledger, create=False) as led:
             dump = led.export_rows(include_key=include_key)
             dump = integrity.withhold_row_sets(dump) if shareable else dump

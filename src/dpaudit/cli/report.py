@@ -11,9 +11,8 @@ from typing import List, Optional
 import typer
 
 from .. import reports
-from ..paths import check_new_file, fresh_file
-from ..records import check_out_dir
-from .common import emit_json, note, print_message
+from ..paths import fresh_file
+from .common import emit_json, new_file, note, out_or_fresh, print_message
 from .options import json_out, ledger, optional
 
 
@@ -69,11 +68,10 @@ def _out_file(out: Path | None, fmt: ReportFormat, as_json: bool) -> Path | None
     or folder is never replaced): the default file, or a fresh report-2.html beside an earlier one
     (None: a JSON model on stdout)."""
     if out is not None:
-        check_out_dir(check_new_file(out, name="out").parent, name="out")
-        return out
-    return (
-        None if fmt is ReportFormat.json else _fresh_default(Path(f"report.{fmt.value}"), as_json)
-    )
+        return new_file(out)
+    if fmt is ReportFormat.json:
+        return None
+    return out_or_fresh(None, Path(f"report.{fmt.value}"), as_json, "report", fresh_file)
 
 
 def _emit(model: dict, out: Path | None, fmt: ReportFormat, as_json: bool) -> None:
@@ -84,13 +82,6 @@ def _emit(model: dict, out: Path | None, fmt: ReportFormat, as_json: bool) -> No
     else:
         written = reports.write_report(model, out, fmt=fmt.value)
         _summary(model, model["sections"]["verdict"], written, fmt.value, as_json)
-
-
-def _fresh_default(default: Path, as_json: bool) -> Path:
-    out = fresh_file(default)
-    if out != default and not as_json:
-        note(f"{default} holds an earlier report (never overwritten): writing to {out}")
-    return out
 
 
 def _summary(model: dict, verdicts: list[dict], written: Path, fmt: str, as_json: bool) -> None:

@@ -71,11 +71,11 @@ def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Par
         keyword(f.name, tp, opt)
         for f in rtype.option_fields()
         if not (f.metadata.get("positional") or f.name in skip)
-        for tp, opt in (_typer_option(rtype.__name__, f, types[f.name]),)
+        for tp, opt in (typer_option(rtype.__name__, f, types[f.name]),)
     ]
 
 
-def _typer_option(owner: str, f: dataclasses.Field, tp: type) -> tuple[Any, Any]:
+def typer_option(owner: str, f: dataclasses.Field, tp: type) -> tuple[Any, Any]:
     """The annotation and typer Option of one request option (choices an Enum, a switch
     ``--x`` or ``--x/--no-x``, a path option a Path)."""
     default = None if f.default is dataclasses.MISSING else f.default

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,6 +14,7 @@ from ..claims import verify_claim
 from ..data import DATASETS
 from ..errors import UsageError
 from ..ledger import book, integrity, result_cache, signing, store_pg, text
+from ..ledger.fingerprint import write_secret
 from ..mechanisms.mixmin.tasks import TASKS, declared_rows
 from ..records import read_release
 from ..validation import open_unit, positive_finite
@@ -281,15 +281,10 @@ def register(app: typer.Typer) -> None:
         with book.open_ledger(ledger) as led:
             eid = led.declare_version(dataset, fingerprint, reason)
             previous = led.get(eid).payload.get("previous", [])
+        declared = dict(id=eid, dataset=dataset, fingerprint=fingerprint.strip().lower())
         _say(
             json_out,
-            {
-                "id": eid,
-                "dataset": dataset,
-                "fingerprint": fingerprint.strip().lower(),
-                "previous": previous,
-                "reason": reason,
-            },
+            {**declared, "previous": previous, "reason": reason},
             f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
             "its releases compose sequentially with the earlier versions'.",
         )
@@ -370,15 +365,8 @@ def register(app: typer.Typer) -> None:
         """Create your Ed25519 signing key pair (private key 0600 in $XDG_CONFIG_HOME/dpaudit/keys; never overwritten)."""
         k = signing.keygen(name)
         if json_out:
-            emit_json(
-                {
-                    "name": k.name,
-                    "key_id": k.key_id,
-                    "public_key": k.public_text,
-                    "private_key_path": str(k.path),
-                }
-            )
-            return
+            public = dict(name=k.name, key_id=k.key_id, public_key=k.public_text)
+            return emit_json({**public, "private_key_path": str(k.path)})
         console.print(
             f"signing key {k.name} created: {k.path} (mode 0600; keep it private).", highlight=False
         )
@@ -490,21 +478,13 @@ def register(app: typer.Typer) -> None:
             dump = led.export_rows(include_key=include_key)
             dump = integrity.withhold_row_sets(dump) if shareable else dump
             src = str(led.path)
-        fd = os.open(
-            out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
-        )  # private data's history (and maybe the key)
-        with os.fdopen(fd, "w") as f:
-            json.dump(dump, f)
+        # private data's history (and maybe the key): mode 0600 from its creation
+        write_secret(out, json.dumps(dump).encode())
         keyed = "with" if include_key else "without (--include-key to carry it)"
+        written = dict(ledger=src, out=str(out), entries=len(dump["rows"]))
         _say(
             json_out,
-            {
-                "ledger": src,
-                "out": str(out),
-                "entries": len(dump["rows"]),
-                "head_hash": dump["head_hash"],
-                "fingerprint_key": include_key,
-            },
+            {**written, "head_hash": dump["head_hash"], "fingerprint_key": include_key},
             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key "
             f"(head {dump['head_hash'][:16]}).",
         )

@@ -32,8 +32,7 @@ def register(app: typer.Typer) -> None:
         check_out_dir(out, name="out")
         made = reports.make_bundle(inputs, ledger=ledger, out=out)
         if json_out:
-            emit_json({"bundle": str(out), **made})
-            return
+            return emit_json({"bundle": str(out), **made})
         counts = ", ".join(f"{len(made[k])} {k[:-1]}(s)" for k in ("releases", "audits", "plans"))
         head = made["head"]["hash"][:16]
         print_message(

@@ -392,6 +392,11 @@ def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
     )
 
 
+def choice_enum(name: str, values) -> type[Enum]:
+    """A string enum of ``values`` for a typer option (member names with ``_`` for ``-``)."""
+    return Enum(name, {v.replace("-", "_"): v for v in values}, type=str)
+
+
 def keyword(name: str, annotation: Any, option: Any) -> Parameter:
     """A keyword-only parameter of a generated command, its typer ``option`` as its default."""
     return Parameter(name, Parameter.KEYWORD_ONLY, annotation=annotation, default=option)

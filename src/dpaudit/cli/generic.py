@@ -11,7 +11,6 @@ import dataclasses
 import inspect
 import re
 import shlex
-from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -35,6 +34,7 @@ from . import options
 from .audit_render import show
 from .common import (
     ROUTES,
+    choice_enum,
     default_workers,
     emit_json,
     exit_on_violation,
@@ -59,10 +59,6 @@ def generic_audit_names() -> tuple[str, ...]:
 # ---------------------------------------------------------------- Request fields -> typer options
 
 
-def _choice_enum(owner: str, name: str, choices: tuple[str, ...]) -> type[Enum]:
-    return Enum(f"{owner}_{name}", {c: c for c in choices}, type=str)  # type: ignore[return-value]
-
-
 def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
     """One keyword parameter per option of the Request type ``rtype`` (positional fields and
     ``skip`` left out), each with its typer Option: the signature a generic command exposes."""
@@ -82,7 +78,7 @@ def typer_option(owner: str, f: dataclasses.Field, tp: type) -> tuple[Any, Any]:
     help_text, hidden = f.metadata.get("help") or "", bool(f.metadata.get("hidden"))
     flag, shown = flag_of(f), {"help": help_text, "hidden": hidden}
     if f.metadata.get("choices"):
-        tp = _choice_enum(owner, f.name, f.metadata["choices"])
+        tp = choice_enum(f"{owner}_{f.name}", f.metadata["choices"])
         default = default if default is None else tp(default)
     elif tp is bool:
         return bool, typer.Option(
@@ -216,8 +212,7 @@ def make_train_command(entry):
             )
         shown = mech.summary(rel, ledger)
         if json_out:
-            emit_json(rel.to_dict() if shown is None else shown[0])
-            return
+            return emit_json(rel.to_dict() if shown is None else shown[0])
         _print_release(rel, shown)
         print_message(written_line(rel, ledger))
 
@@ -249,7 +244,7 @@ _AUDIT_OPTIONS = tuple(
 
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
     """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
-    canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
+    canary_enum = choice_enum(f"{entry.name.replace('-', '_')}_canary", entry.canaries)
     help_text = f"{', '.join(entry.canaries)} (default: {entry.canaries[0]})."
     canary = keyword(
         "canary",

@@ -32,9 +32,8 @@ def _dataset() -> typer.models.OptionInfo:
 def _say(json_out: bool, obj, text: str) -> None:
     """``obj`` as JSON with ``--json``, else ``text`` (plain) for people."""
     if json_out:
-        emit_json(obj)
-    else:
-        print_message(text)
+        return emit_json(obj)
+    print_message(text)
 
 
 def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
@@ -71,8 +70,7 @@ def register(app: typer.Typer) -> None:
             sealed = led.seal_status()
             path = str(led.path)
         if json_out:
-            emit_json({"ledger": path, "sweep": sweep, "rows": rows, "seal": sealed})
-            return
+            return emit_json({"ledger": path, "sweep": sweep, "rows": rows, "seal": sealed})
         if not rows:
             console.print(f"ledger {path}: no releases recorded.")
             return
@@ -108,8 +106,7 @@ def register(app: typer.Typer) -> None:
                     if e.kind == "release" and (e.payload.get("sweep") or {}).get("name") == sweep
                 ]
         if json_out:
-            emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
-            return
+            return emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
         t = Table("#", "id", "time (UTC)", "kind", "what", title=f"ledger {path}")
         for e in es:
             t.add_row(str(e.seq), e.id[:12], e.created_at[:19], e.kind, escape(text.describe(e)))
@@ -127,8 +124,7 @@ def register(app: typer.Typer) -> None:
         with book.open_ledger(ledger, create=False) as led:
             d = led.get(entry_id).to_dict()
         if json_out:
-            emit_json(d)
-            return
+            return emit_json(d)
         t = Table("field", "value", show_header=False)
         for k, v in d.items():
             t.add_row(k, escape(str(v)))

@@ -34,8 +34,7 @@ def register(app: typer.Typer) -> None:
         """Statistics- and privacy-limited mixing sizes and the rho needed for excess error alpha (eq. 4-7)."""
         p = plan_rho(n=n, k=k, epsilon=epsilon, delta=delta, alpha=alpha, rho=rho)
         if json_out:
-            emit_json(p.to_dict())
-            return
+            return emit_json(p.to_dict())
         t = Table(
             title=f"rho plan: N={n}, k={k}, eps={epsilon:g}, delta={delta:g}, alpha={alpha:g}"
         )

@@ -46,9 +46,8 @@ def _request(values: dict) -> SweepRequest:
 
 def _print_tables(tables: dict, json_out: bool) -> None:
     if json_out:
-        emit_json(tables)
-    else:
-        _echo_markdown(sweeps.render_markdown(tables))
+        return emit_json(tables)
+    _echo_markdown(sweeps.render_markdown(tables))
 
 
 def _echo_markdown(text: str) -> None:
@@ -66,8 +65,7 @@ def _echo_markdown(text: str) -> None:
 
 def _print_plan(result: dict, json_out: bool) -> None:
     if json_out:
-        emit_json(result)
-        return
+        return emit_json(result)
     for k, v in result["skipped_datasets"].items():
         note(f"skipping dataset {k}: {v}")
     console.print(

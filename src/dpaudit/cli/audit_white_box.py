@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ..auditing import target_for, target_from_release
+from ..auditing import target_claim, target_for, target_from_release
 from ..audits.power import power_line
 from ..errors import UsageError
 from ..mechanisms.dpsgd.head_audit import HEAD_MODELS
@@ -68,13 +68,8 @@ def _head_setup(a: AuditRequest, rel):
         else target_from_release(rel, data_dir=a.data.data_dir, mechanism=a.mechanism)
     )
     target.prepare()
-    claim = dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=float(target.delta),
-        claimed_epsilon=float(target.claimed_epsilon),
-    )
+    claim = target_claim(target)
+    claim.update(delta=float(claim["delta"]), claimed_epsilon=float(claim["claimed_epsilon"]))
     return target, target._dataset_name, claim, a.seed if rel is None else int(rel.seed)
 
 

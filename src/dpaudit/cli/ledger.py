@@ -19,7 +19,7 @@ from ..mechanisms.mixmin.tasks import TASKS, declared_rows
 from ..records import read_release
 from ..validation import open_unit, positive_finite
 from . import options
-from .common import console, emit_json, err_console, new_app, new_file, print_message, print_table
+from .common import console, emit_json, new_app, new_file, note, print_message, print_table
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
@@ -132,13 +132,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("cap")
     def cap(
-        dataset: str = typer.Option(..., "--dataset", help="Dataset name (as in release.json)."),
-        eps: float = typer.Option(
-            ..., "--eps", help="Cap on the dataset's composed epsilon (> 0)."
-        ),
-        delta: float = typer.Option(
-            ..., "--delta", help="The delta at which the cap holds, in (0, 1)."
-        ),
+        dataset: str = options.required("--dataset", "Dataset name (as in release.json)."),
+        eps: float = options.required("--eps", "Cap on the dataset's composed epsilon (> 0)."),
+        delta: float = options.required("--delta", "The delta at which the cap holds, in (0, 1)."),
         include_audits: bool = typer.Option(
             True,
             "--include-audits/--exclude-audits",
@@ -229,7 +225,7 @@ def register(app: typer.Typer) -> None:
         entry_id: str = typer.Argument(
             ..., metavar="ID", help="Release, or open reservation of a killed run, to withdraw."
         ),
-        reason: str = typer.Option(..., "--reason", help="Why it is withdrawn (recorded)."),
+        reason: str = options.required("--reason", "Why it is withdrawn (recorded)."),
         published: Optional[bool] = options.optional(
             "--published/--never-published",
             "Required: were the artefacts ever published? Published ones stay counted.",
@@ -262,13 +258,11 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Argument(
             ..., metavar="DATASET", help="Dataset name (as in release.json)."
         ),
-        fingerprint: str = typer.Option(
-            ...,
-            "--fingerprint",
-            help="The new data's keyed fingerprint, as printed by the refusal (64 hex).",
+        fingerprint: str = options.required(
+            "--fingerprint", "The new data's keyed fingerprint, as printed by the refusal (64 hex)."
         ),
-        reason: str = typer.Option(
-            ..., "--reason", help="Why the data changed (recorded), e.g. 'new split seed 7'."
+        reason: str = options.required(
+            "--reason", "Why the data changed (recorded), e.g. 'new split seed 7'."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -287,15 +281,13 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("declare-partition")
     def declare_partition(
-        dataset: str = typer.Option(..., "--dataset", help="Dataset name."),
-        parent: str = typer.Option(..., "--parent", help="Partition being split, e.g. train."),
-        child: List[str] = typer.Option(
-            ...,
-            "--child",
-            help="A disjoint part (repeat), e.g. --child train/mix --child train/ft.",
+        dataset: str = options.required("--dataset", "Dataset name."),
+        parent: str = options.required("--parent", "Partition being split, e.g. train."),
+        child: List[str] = options.required(
+            "--child", "A disjoint part (repeat), e.g. --child train/mix --child train/ft."
         ),
-        declared_by: str = typer.Option(
-            ..., "--declared-by", help="Mechanism or person that made the split disjoint."
+        declared_by: str = options.required(
+            "--declared-by", "Mechanism or person that made the split disjoint."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -337,12 +329,9 @@ def register(app: typer.Typer) -> None:
                 if check.steps_reason
                 else "recorded: the ledger composes its stored events, not its claimed epsilon"
             )
-            mismatch = f"ACCOUNTING MISMATCH: {check.reason}; {then}."
-            print_message(f"warning: release {rel.id}: {mismatch}", err_console)
+            note(f"warning: release {rel.id}: ACCOUNTING MISMATCH: {check.reason}; {then}.")
         elif check.status == "unverified":
-            print_message(
-                f"warning: release {rel.id}: claim not verified: {check.reason}.", err_console
-            )
+            note(f"warning: release {rel.id}: claim not verified: {check.reason}.")
         _say(
             json_out,
             {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
@@ -423,10 +412,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("grant")
     def grant(
-        role: str = typer.Option(
-            ...,
+        role: str = options.required(
             "--role",
-            help="PostgreSQL role (an analyst or a group) that may write: INSERT and SELECT only.",
+            "PostgreSQL role (an analyst or a group) that may write: INSERT and SELECT only.",
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -448,10 +436,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("export")
     def export(
-        out: Path = typer.Option(
-            ...,
+        out: Path = options.required(
             "--out",
-            help="JSON file to write (every entry verbatim, hashes, signatures; keep it private).",
+            "JSON file to write (every entry verbatim, hashes, signatures; keep it private).",
         ),
         include_key: bool = typer.Option(
             False,
@@ -487,7 +474,7 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("import")
     def import_(
-        source: Path = typer.Option(..., "--from", help="A file written by `ledger export`."),
+        source: Path = options.required("--from", "A file written by `ledger export`."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):

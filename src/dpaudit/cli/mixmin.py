@@ -19,12 +19,12 @@ mixmin_app = new_app(
 def register(app: typer.Typer) -> None:
     @mixmin_app.command("plan")
     def plan(
-        n: int = typer.Option(..., "--n", help="N: number of private training records (or users)."),
-        k: int = typer.Option(..., "--k", help="Number of public sources."),
+        n: int = options.required("--n", "N: number of private training records (or users)."),
+        k: int = options.required("--k", "Number of public sources."),
         epsilon: float = options.eps(1.0),
         delta: float = options.delta(),
-        alpha: float = typer.Option(
-            ..., "--alpha", help="Target excess error alpha of the mixture objective."
+        alpha: float = options.required(
+            "--alpha", "Target excess error alpha of the mixture objective."
         ),
         rho: Optional[float] = options.optional(
             "--rho", "Also report the alpha the guideline predicts at this rho."

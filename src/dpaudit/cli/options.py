@@ -23,6 +23,11 @@ def optional(flag: str, help: str) -> typer.models.OptionInfo:
     return typer.Option(None, flag, help=help, show_default=False)
 
 
+def required(flag: str, help: str) -> typer.models.OptionInfo:
+    """An option that must be given."""
+    return typer.Option(..., flag, help=help)
+
+
 def ledger() -> typer.models.OptionInfo:
     return optional(
         "--ledger", f"Ledger database (default: ${LEDGER_ENV} or ./.dpaudit/ledger.sqlite)."

@@ -92,11 +92,8 @@ def _check(a: AuditRequest) -> None:
 
 def _check_modes(a: AuditRequest) -> None:
     """--canaries with a one-run or white-box audit only, --sequential with a final-model trial audit only."""
-    if (
-        a.protocol.canaries is not None
-        and not a.protocol.one_run
-        and a.threat_model not in WHITE_BOX_THREAT_MODELS
-    ):
+    canaries_without_one_run = a.protocol.canaries is not None and not a.protocol.one_run
+    if canaries_without_one_run and a.threat_model not in WHITE_BOX_THREAT_MODELS:
         raise UsageError(
             f"canaries must only be given with --one-run, got --canaries {a.protocol.canaries}."
         )

@@ -84,16 +84,11 @@ def _setup(a: AuditRequest, rel):
 
 def _record_costs(a: AuditRequest, rel, dataset: str, claim: dict) -> None:
     """Each training run (the main one and its controls) is an audit entry of the ledger, before it runs."""
+    release_id = None if rel is None else rel.id
     for role in ("main", "no-noise", "null") if a.trials.controls else ("main",):
-        _record_cost(
-            a.mechanism,
-            dataset,
-            "add-remove-record",
-            None if role == "no-noise" else claim["event"],
-            a.output.ledger,
-            None if rel is None else rel.id,
-            uuid.uuid4().hex,
-        )
+        event = None if role == "no-noise" else claim["event"]
+        entry = (a.mechanism, dataset, "add-remove-record", event, a.output.ledger, release_id)
+        _record_cost(*entry, uuid.uuid4().hex)
 
 
 def run(a: AuditRequest, plan=None):

@@ -55,9 +55,7 @@ def register(app: typer.Typer) -> None:
         checks = reports.verify_bundle(bundle, anchor=anchor, owner=owner)
         bad = reports.failed(checks)
         if json_out:
-            emit_json(
-                {"bundle": str(bundle), "ok": not bad, "checks": [c.__dict__ for c in checks]}
-            )
+            emit_json({"bundle": str(bundle), "ok": not bad, "checks": [vars(c) for c in checks]})
         else:
             t = Table("check", "subject", "result", "detail", width=min(console.width, 80))
             marks = {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}

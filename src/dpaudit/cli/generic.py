@@ -246,11 +246,7 @@ def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
     """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
     canary_enum = choice_enum(f"{entry.name.replace('-', '_')}_canary", entry.canaries)
     help_text = f"{', '.join(entry.canaries)} (default: {entry.canaries[0]})."
-    canary = keyword(
-        "canary",
-        Optional[canary_enum],
-        typer.Option(None, "--canary", help=help_text, show_default=False),
-    )
+    canary = keyword("canary", Optional[canary_enum], options.optional("--canary", help_text))
     params = {p.name: p for p in request_parameters(AuditRequest)}
     return [canary] + [params[n] for n in _AUDIT_OPTIONS if n not in taken]
 

@@ -25,10 +25,6 @@ ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
 
 
-def _dataset() -> typer.models.OptionInfo:
-    return typer.Option(None, "--dataset", help="Only this dataset.")
-
-
 def _say(json_out: bool, obj, text: str) -> None:
     """``obj`` as JSON with ``--json``, else ``text`` (plain) for people."""
     if json_out:
@@ -55,7 +51,7 @@ def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
 def register(app: typer.Typer) -> None:
     @ledger_app.command("summary")
     def summary(
-        dataset: Optional[str] = _dataset(),
+        dataset: Optional[str] = options.optional("--dataset", "Only this dataset."),
         sweep: Optional[str] = options.optional(
             "--sweep", "Compose only the releases recorded under this sweep."
         ),
@@ -87,7 +83,7 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("list")
     def list_(
-        dataset: Optional[str] = _dataset(),
+        dataset: Optional[str] = options.optional("--dataset", "Only this dataset."),
         sweep: Optional[str] = options.optional(
             "--sweep", "Only the releases recorded under this sweep."
         ),

@@ -17,6 +17,7 @@ from .. import sweeps
 from ..console import wrap_width, wrap_words
 from ..requests import flag_of
 from ..sweeps.request import SweepRequest
+from . import options
 from .common import console, emit_json, keyword, note, plain, print_table
 from .generic import make_command, typer_option
 
@@ -30,8 +31,7 @@ def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
         argument = typer.Argument(None, help=help_text, show_default=False)
         return keyword(f.name, Optional[scalar], argument)
     if typing.get_origin(tp) is tuple:
-        repeated = typer.Option(None, flag_of(f), help=help_text, show_default=False)
-        return keyword(f.name, Optional[List[scalar]], repeated)
+        return keyword(f.name, Optional[List[scalar]], options.optional(flag_of(f), help_text))
     return keyword(f.name, *typer_option("Sweep", f, scalar))
 
 

@@ -244,10 +244,8 @@ def _allowed(param: Any) -> str:
         Path: "a path",
     }
     many = getattr(param, "nargs", 1) != 1
-    word = words.get(
-        typing.get_args(annotation)[0] if many and typing.get_args(annotation) else annotation,
-        "a value",
-    )
+    items = typing.get_args(annotation) if many else ()
+    word = words.get(items[0] if items else annotation, "a value")
     return f"one or more: {word}" if many else word
 
 
@@ -419,7 +417,8 @@ def recorded_argv(
     computes. Flags are ``--x`` / ``--no-x``, floats ``repr`` (exact round trip)."""
     ctx = get_current_context() if ctx is None else ctx
     params = {**ctx.params, **(values or {})}
-    head, body, tail = ["dpaudit", *_command_path(ctx)], [], []
+    # the root's own name is the program's, always ``dpaudit``
+    head, body, tail = ["dpaudit", *ctx.command_path.split()[1:]], [], []
     placed = dict.fromkeys(last, tail)  # where an option goes: the tail, else the body
     for p in ctx.command.params:
         value = params.get(p.name)
@@ -437,15 +436,6 @@ def plain(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-def _command_path(ctx: Any) -> list[str]:
-    """The command's names below the root (whose own name is the program's: always ``dpaudit``)."""
-    names = []
-    while ctx.parent is not None:
-        names.append(ctx.info_name)
-        ctx = ctx.parent
-    return names[::-1]
 
 
 def _spelt(p: Any, value: Any) -> list[str]:

@@ -48,6 +48,11 @@ def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
     return None
 
 
+def _sweep_of(entry) -> Optional[str]:
+    """The sweep a release entry was recorded under (None: none)."""
+    return (entry.payload.get("sweep") or {}).get("name")
+
+
 def register(app: typer.Typer) -> None:
     @ledger_app.command("summary")
     def summary(
@@ -96,11 +101,7 @@ def register(app: typer.Typer) -> None:
             path = str(led.path)
             if sweep is not None:
                 led.require_sweep(sweep)
-                es = [
-                    e
-                    for e in es
-                    if e.kind == "release" and (e.payload.get("sweep") or {}).get("name") == sweep
-                ]
+                es = [e for e in es if e.kind == "release" and _sweep_of(e) == sweep]
         if json_out:
             return emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
         t = Table("#", "id", "time (UTC)", "kind", "what", title=f"ledger {path}")
@@ -348,13 +349,12 @@ def register(app: typer.Typer) -> None:
         if json_out:
             public = dict(name=k.name, key_id=k.key_id, public_key=k.public_text)
             return emit_json({**public, "private_key_path": str(k.path)})
-        console.print(
-            f"signing key {k.name} created: {k.path} (mode 0600; keep it private).", highlight=False
-        )
-        console.print(
+        lines = (
+            f"signing key {k.name} created: {k.path} (mode 0600; keep it private).",
             f"key id {k.key_id}; public key (give it to the ledger's owner to register):",
-            highlight=False,
         )
+        for line in lines:
+            console.print(line, highlight=False)
         console.print(k.public_text, highlight=False, soft_wrap=True)
 
     @ledger_app.command("head")

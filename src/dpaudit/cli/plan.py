@@ -4,7 +4,6 @@ plan.json` (run exactly that plan): :mod:`dpaudit.audit_plans`. Parsing and rend
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from pathlib import Path
 from typing import Optional
@@ -49,12 +48,7 @@ _OPACUS = tuple(name for name, _, _ in _OPACUS_OPTIONS)
 
 #: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
 PARAMETERS = [
-    inspect.Parameter(
-        "planned",
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        annotation=Optional[str],
-        default=typer.Argument(None, hidden=True, metavar="MECHANISM"),
-    ),
+    keyword("planned", Optional[str], typer.Argument(None, hidden=True, metavar="MECHANISM")),
     keyword("plan", Optional[Path], options.optional("--plan", _PLAN_HELP)),
     keyword("key", Optional[str], options.optional("--key", _KEY_HELP)),
     *[

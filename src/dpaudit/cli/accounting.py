@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Optional
 
 import typer
@@ -13,17 +12,12 @@ from ..accounting.adjacency import Adjacency
 from ..accounting.events import SubsampledGaussian
 from ..accounting.schedule import dp_sgd_schedule
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
-from .common import console, emit_json, print_message, print_table
+from .common import choice_enum, console, emit_json, print_message, print_table
 
 
-def _choice(name: str, values) -> type[Enum]:
-    """A string enum of ``values`` for typer (member names with ``_`` for ``-``)."""
-    return Enum(name, {v.replace("-", "_"): v for v in values}, type=str)
-
-
-AccountantChoice = _choice("AccountantChoice", ("rdp", "prv", "pld", "all"))
-CalibrationAccountant = _choice("CalibrationAccountant", ("rdp", "prv", "pld"))
-AdjacencyChoice = _choice("AdjacencyChoice", [a.value for a in Adjacency])
+AccountantChoice = choice_enum("AccountantChoice", ("rdp", "prv", "pld", "all"))
+CalibrationAccountant = choice_enum("CalibrationAccountant", ("rdp", "prv", "pld"))
+AdjacencyChoice = choice_enum("AdjacencyChoice", [a.value for a in Adjacency])
 
 
 def _result_cells(r: dict) -> tuple:
@@ -73,8 +67,7 @@ def register(app: typer.Typer) -> None:
                 record["results"] = results
             if skipped:
                 record["skipped"] = skipped
-            emit_json(record)
-            return
+            return emit_json(record)
         heads = ("accountant", "epsilon", "lower", "estimate", "order")
         t = Table(*heads, title=f"epsilon at delta={delta:g} ({adj.value})")
         for r in results:
@@ -119,8 +112,7 @@ def register(app: typer.Typer) -> None:
             use_cache=not no_cache,
         )
         if json_out:
-            emit_json({**c.to_dict(), "adjacency": adj.value})
-            return
+            return emit_json({**c.to_dict(), "adjacency": adj.value})
         console.print(
             f"noise_multiplier = [bold]{c.noise_multiplier:.6f}[/]  achieves epsilon = {c.epsilon:.6f} "
             f"<= target {c.target_epsilon:g} at delta = {c.delta:g} ({c.accountant}, {adj.value}, q = {c.sample_rate:g}, "
@@ -137,8 +129,7 @@ def register(app: typer.Typer) -> None:
         """DP-SGD schedule from public quantities: J = ceil(N0/B), q = 1/J, T = E*J, m0 = floor(q N0)."""
         s = dp_sgd_schedule(n, batch_size, epochs)
         if json_out:
-            emit_json(s.to_dict())
-            return
+            return emit_json(s.to_dict())
         heads = ("batches_per_epoch", "sample_rate", "steps", "normalizer")
         t = Table(*heads, title=f"DP-SGD schedule for N0={n}, B={batch_size}, E={epochs}")
         t.add_row(str(s.batches_per_epoch), f"{s.sample_rate:.8g}", str(s.steps), str(s.normalizer))

@@ -5,7 +5,6 @@ their Requests); parsing and rendering only."""
 
 from __future__ import annotations
 
-import inspect
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -26,7 +25,7 @@ from ..sweeps.executors import check_executor_args, make_executor
 from ..validation import positive_int
 from . import audit_opacus, audit_white_box, generic, plan as plan_cli
 from .audit_render import render_one_run, show
-from .common import ROUTES, console, default_workers, emit_json, exit_on_violation, note
+from .common import ROUTES, console, default_workers, emit_json, exit_on_violation, keyword, note
 from .common import NOT_RECORDED, new_out, out_or_fresh, recorded_argv
 
 
@@ -46,17 +45,12 @@ def register(app: typer.Typer) -> None:
         n + (f" (alias {', '.join(CATALOGUE[n].aliases)})" if CATALOGUE[n].aliases else "")
         for n in names(auditable=True)
     )
-    arg = inspect.Parameter(
-        "mechanism",
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        annotation=Optional[str],
-        default=typer.Argument(
-            None,
-            metavar="MECHANISM|plan",
-            help=f"{mechanisms}. `audit plan MECHANISM ...`: write a "
-            "pre-registered plan; `audit opacus SCRIPT.py -- ARGS`: audit your own Opacus script.",
-        ),
+    help_text = (
+        f"{mechanisms}. `audit plan MECHANISM ...`: write a "
+        "pre-registered plan; `audit opacus SCRIPT.py -- ARGS`: audit your own Opacus script."
     )
+    mechanism = typer.Argument(None, metavar="MECHANISM|plan", help=help_text)
+    arg = keyword("mechanism", Optional[str], mechanism)
 
     def audit(**kwargs):
         todo = plan_cli.dispatch(kwargs, _check)
@@ -92,11 +86,8 @@ def _check(a: AuditRequest) -> None:
 
 def _check_modes(a: AuditRequest) -> None:
     """--canaries with a one-run or white-box audit only, --sequential with a final-model trial audit only."""
-    if (
-        a.protocol.canaries is not None
-        and not a.protocol.one_run
-        and a.threat_model not in WHITE_BOX_THREAT_MODELS
-    ):
+    canaries_without_one_run = a.protocol.canaries is not None and not a.protocol.one_run
+    if canaries_without_one_run and a.threat_model not in WHITE_BOX_THREAT_MODELS:
         raise UsageError(
             f"canaries must only be given with --one-run, got --canaries {a.protocol.canaries}."
         )

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..audit_outputs import shareable_one_run
 from ..integrations import opacus_script
+from . import options
 from .audit_render import render_one_run
 from ..progress import phase
 from .common import console, emit_json, new_app, new_out, note, out_or_fresh, print_message
@@ -33,27 +34,22 @@ def command(
     args: Optional[List[str]] = typer.Argument(
         None, metavar="-- ARGS", help="The script's own arguments, after `--`."
     ),
-    out: Optional[Path] = typer.Option(
-        None,
-        "--out",
-        help="Folder of one_run.json (default: the plan's folder, else audits/opacus-SCRIPT).",
+    out: Optional[Path] = options.optional(
+        "--out", "Folder of one_run.json (default: the plan's folder, else audits/opacus-SCRIPT)."
     ),
-    plan: Optional[Path] = typer.Option(
-        None,
-        "--plan",
-        help="plan.json of `dpaudit audit plan opacus ...`: its canaries, claim and delta.",
+    plan: Optional[Path] = options.optional(
+        "--plan", "plan.json of `dpaudit audit plan opacus ...`: its canaries, claim and delta."
     ),
-    canaries: Optional[int] = typer.Option(
-        None, "--canaries", help="Gradient canaries, >= 2 (default 1000; a plan fixes its own)."
+    canaries: Optional[int] = options.optional(
+        "--canaries", "Gradient canaries, >= 2 (default 1000; a plan fixes its own)."
     ),
-    tensors: Optional[str] = typer.Option(
-        None,
+    tensors: Optional[str] = options.optional(
         "--tensors",
-        help="Comma-separated parameter names holding the canaries (default: all "
+        "Comma-separated parameter names holding the canaries (default: all "
         "trainable); pick ones the data moves little.",
     ),
-    delta: Optional[float] = typer.Option(
-        None, "--delta", help="delta of the claim (default 1e-5; a plan fixes its own)."
+    delta: Optional[float] = options.optional(
+        "--delta", "delta of the claim (default 1e-5; a plan fixes its own)."
     ),
     seed: int = typer.Option(0, "--seed", help="Public seed of the canary coordinates."),
     json_out: bool = typer.Option(False, "--json", help="Print the shareable record as JSON."),

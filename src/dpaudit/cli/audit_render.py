@@ -27,8 +27,7 @@ def show(results: list, out_dirs: list, *, json_out: bool) -> None:
                 "epsilon_lower_bound": results[1].epsilon_lower_bound,
                 "statistic": getattr(results[1], "statistic", "clopper-pearson"),
             }
-        emit_json(d)
-        return
+        return emit_json(d)
     render(results[0], Path(out_dirs[0]))
     if len(results) > 1:
         render_threat_models(results[0], results[1], Path(out_dirs[1]))

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from ..auditing import target_for, target_from_release
+from ..auditing import target_claim, target_for, target_from_release
 from ..audits.power import power_line
 from ..errors import UsageError
 from ..mechanisms.dpsgd.head_audit import HEAD_MODELS
@@ -68,13 +68,8 @@ def _head_setup(a: AuditRequest, rel):
         else target_from_release(rel, data_dir=a.data.data_dir, mechanism=a.mechanism)
     )
     target.prepare()
-    claim = dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=float(target.delta),
-        claimed_epsilon=float(target.claimed_epsilon),
-    )
+    claim = target_claim(target)
+    claim.update(delta=float(claim["delta"]), claimed_epsilon=float(claim["claimed_epsilon"]))
     return target, target._dataset_name, claim, a.seed if rel is None else int(rel.seed)
 
 
@@ -89,16 +84,11 @@ def _setup(a: AuditRequest, rel):
 
 def _record_costs(a: AuditRequest, rel, dataset: str, claim: dict) -> None:
     """Each training run (the main one and its controls) is an audit entry of the ledger, before it runs."""
+    release_id = None if rel is None else rel.id
     for role in ("main", "no-noise", "null") if a.trials.controls else ("main",):
-        _record_cost(
-            a.mechanism,
-            dataset,
-            "add-remove-record",
-            None if role == "no-noise" else claim["event"],
-            a.output.ledger,
-            None if rel is None else rel.id,
-            uuid.uuid4().hex,
-        )
+        event = None if role == "no-noise" else claim["event"]
+        entry = (a.mechanism, dataset, "add-remove-record", event, a.output.ledger, release_id)
+        _record_cost(*entry, uuid.uuid4().hex)
 
 
 def run(a: AuditRequest, plan=None):

@@ -32,8 +32,7 @@ def register(app: typer.Typer) -> None:
         check_out_dir(out, name="out")
         made = reports.make_bundle(inputs, ledger=ledger, out=out)
         if json_out:
-            emit_json({"bundle": str(out), **made})
-            return
+            return emit_json({"bundle": str(out), **made})
         counts = ", ".join(f"{len(made[k])} {k[:-1]}(s)" for k in ("releases", "audits", "plans"))
         head = made["head"]["hash"][:16]
         print_message(
@@ -44,17 +43,11 @@ def register(app: typer.Typer) -> None:
     @app.command("verify")
     def verify(
         bundle: Path = typer.Argument(..., help="A folder written by `dpaudit bundle`."),
-        anchor: Optional[str] = typer.Option(
-            None,
-            "--anchor",
-            help="A head hash published earlier (`ledger head`): the chain must contain it.",
-            show_default=False,
+        anchor: Optional[str] = options.optional(
+            "--anchor", "A head hash published earlier (`ledger head`): the chain must contain it."
         ),
-        owner: Optional[str] = typer.Option(
-            None,
-            "--owner",
-            help="The ledger owner's key id, known from outside the bundle.",
-            show_default=False,
+        owner: Optional[str] = options.optional(
+            "--owner", "The ledger owner's key id, known from outside the bundle."
         ),
         json_out: bool = options.json_out(),
     ) -> None:
@@ -62,9 +55,7 @@ def register(app: typer.Typer) -> None:
         checks = reports.verify_bundle(bundle, anchor=anchor, owner=owner)
         bad = reports.failed(checks)
         if json_out:
-            emit_json(
-                {"bundle": str(bundle), "ok": not bad, "checks": [c.__dict__ for c in checks]}
-            )
+            emit_json({"bundle": str(bundle), "ok": not bad, "checks": [vars(c) for c in checks]})
         else:
             t = Table("check", "subject", "result", "detail", width=min(console.width, 80))
             marks = {"pass": "[green]pass[/]", "FAIL": "[bold red]FAIL[/]"}

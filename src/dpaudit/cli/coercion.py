@@ -145,9 +145,8 @@ def install(command: Any) -> Any:
     The ``--help`` option, which click creates on first parse, is created here (with click's
     default name, the only one dpaudit uses) so that it gets one too."""
     params = list(getattr(command, "params", ()))
-    if getattr(command, "_help_option", 0) is None and getattr(
-        command, "context_settings", None
-    ) in (None, {}):
+    default_settings = getattr(command, "context_settings", None) in (None, {})
+    if getattr(command, "_help_option", 0) is None and default_settings:
         try:
             params.append(command.get_help_option(_DefaultHelpNames()))
         except Exception:  # pragma: no cover - another click: leave the help option to it

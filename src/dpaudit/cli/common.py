@@ -38,7 +38,7 @@ from typer.core import TyperCommand, TyperGroup
 from ..console import console, err_console, print_message  # noqa: F401
 from ..errors import DPAuditError
 from ..integrations.opacus_script import warning_lines
-from ..paths import check_new_folder, fresh_folder
+from ..paths import check_new_file, check_new_folder, fresh_folder
 from ..progress import heartbeat
 from ..records import _json_safe, check_out_dir
 from .coercion import install
@@ -244,10 +244,8 @@ def _allowed(param: Any) -> str:
         Path: "a path",
     }
     many = getattr(param, "nargs", 1) != 1
-    word = words.get(
-        typing.get_args(annotation)[0] if many and typing.get_args(annotation) else annotation,
-        "a value",
-    )
+    items = typing.get_args(annotation) if many else ()
+    word = words.get(items[0] if items else annotation, "a value")
     return f"one or more: {word}" if many else word
 
 
@@ -392,6 +390,11 @@ def new_app(help: str, root: type = typer.Typer) -> typer.Typer:
     )
 
 
+def choice_enum(name: str, values) -> type[Enum]:
+    """A string enum of ``values`` for a typer option (member names with ``_`` for ``-``)."""
+    return Enum(name, {v.replace("-", "_"): v for v in values}, type=str)
+
+
 def keyword(name: str, annotation: Any, option: Any) -> Parameter:
     """A keyword-only parameter of a generated command, its typer ``option`` as its default."""
     return Parameter(name, Parameter.KEYWORD_ONLY, annotation=annotation, default=option)
@@ -414,33 +417,25 @@ def recorded_argv(
     computes. Flags are ``--x`` / ``--no-x``, floats ``repr`` (exact round trip)."""
     ctx = get_current_context() if ctx is None else ctx
     params = {**ctx.params, **(values or {})}
-    head, body, tail = ["dpaudit", *_command_path(ctx)], [], []
+    # the root's own name is the program's, always ``dpaudit``
+    head, body, tail = ["dpaudit", *ctx.command_path.split()[1:]], [], []
     placed = dict.fromkeys(last, tail)  # where an option goes: the tail, else the body
     for p in ctx.command.params:
         value = params.get(p.name)
         if p.name in omit or p.name not in params:
             continue
         if p.param_type_name == "argument":
-            head.append(str(_plain(value)))
+            head.append(str(plain(value)))
         elif value is not None and (p.name in always or value != p.default):
-            placed.get(p.name, body).extend(_spelt(p, _plain(value)))
+            placed.get(p.name, body).extend(_spelt(p, plain(value)))
     return head + body + tail
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A parsed value as the user typed it: a choice's string, a path's text."""
     if isinstance(value, Enum):
         return value.value
     return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-def _command_path(ctx: Any) -> list[str]:
-    """The command's names below the root (whose own name is the program's: always ``dpaudit``)."""
-    names = []
-    while ctx.parent is not None:
-        names.append(ctx.info_name)
-        ctx = ctx.parent
-    return names[::-1]
 
 
 def _spelt(p: Any, value: Any) -> list[str]:
@@ -457,15 +452,25 @@ def new_out(out: Any) -> Path:
     return check_new_folder(check_out_dir(out, name="out"), name="out")
 
 
-def out_or_fresh(out: Any, default: Path, quiet: bool) -> Path:
-    """``--out`` as given, else ``default`` or a fresh ``-2``, ``-3``, ... beside it when an earlier
-    audit holds it (said in one line unless ``quiet``): results are never overwritten."""
+def new_file(out: Any) -> Path:
+    """An explicit ``--out`` file, refused (one line) before any work when it exists (a user's file
+    is never replaced) or its folder cannot be written."""
+    check_out_dir(check_new_file(out, name="out").parent, name="out")
+    return Path(out)
+
+
+def out_or_fresh(
+    out: Any, default: Path, quiet: bool, what: str = "audit", fresh: Callable = fresh_folder
+) -> Path:
+    """``--out`` as given, else ``default`` or a fresh ``-2``, ``-3``, ... beside it (``fresh``: a
+    folder's or a file's) when an earlier ``what`` holds it (said in one line unless ``quiet``):
+    results are never overwritten."""
     if out is not None:
         return Path(out)
-    fresh = fresh_folder(default)
-    if fresh != default and not quiet:
-        note(f"{default} holds an earlier audit (never overwritten): writing to {fresh}")
-    return fresh
+    chosen = fresh(default)
+    if chosen != default and not quiet:
+        note(f"{default} holds an earlier {what} (never overwritten): writing to {chosen}")
+    return chosen
 
 
 def default_workers() -> int:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import re
 import shlex
-from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,6 +34,7 @@ from . import options
 from .audit_render import show
 from .common import (
     ROUTES,
+    choice_enum,
     default_workers,
     emit_json,
     exit_on_violation,
@@ -44,6 +43,7 @@ from .common import (
     new_out,
     note,
     out_or_fresh,
+    plain,
     print_message,
     recorded_argv,
     say,
@@ -59,10 +59,6 @@ def generic_audit_names() -> tuple[str, ...]:
 # ---------------------------------------------------------------- Request fields -> typer options
 
 
-def _choice_enum(owner: str, name: str, choices: tuple[str, ...]) -> type[Enum]:
-    return Enum(f"{owner}_{name}", {c: c for c in choices}, type=str)  # type: ignore[return-value]
-
-
 def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Parameter]:
     """One keyword parameter per option of the Request type ``rtype`` (positional fields and
     ``skip`` left out), each with its typer Option: the signature a generic command exposes."""
@@ -71,18 +67,18 @@ def request_parameters(rtype, *, skip: tuple[str, ...] = ()) -> list[inspect.Par
         keyword(f.name, tp, opt)
         for f in rtype.option_fields()
         if not (f.metadata.get("positional") or f.name in skip)
-        for tp, opt in (_typer_option(rtype.__name__, f, types[f.name]),)
+        for tp, opt in (typer_option(rtype.__name__, f, types[f.name]),)
     ]
 
 
-def _typer_option(owner: str, f: dataclasses.Field, tp: type) -> tuple[Any, Any]:
+def typer_option(owner: str, f: dataclasses.Field, tp: type) -> tuple[Any, Any]:
     """The annotation and typer Option of one request option (choices an Enum, a switch
     ``--x`` or ``--x/--no-x``, a path option a Path)."""
     default = None if f.default is dataclasses.MISSING else f.default
     help_text, hidden = f.metadata.get("help") or "", bool(f.metadata.get("hidden"))
     flag, shown = flag_of(f), {"help": help_text, "hidden": hidden}
     if f.metadata.get("choices"):
-        tp = _choice_enum(owner, f.name, f.metadata["choices"])
+        tp = choice_enum(f"{owner}_{f.name}", f.metadata["choices"])
         default = default if default is None else tp(default)
     elif tp is bool:
         return bool, typer.Option(
@@ -98,16 +94,7 @@ def request_from_options(rtype, values: dict, **fixed):
     """The Request of ``rtype`` from parsed option ``values`` (enums to their strings, paths to
     strings) and ``fixed`` field values (a positional model name)."""
     names = {f.name for f in rtype.option_fields()}
-    kwargs = {}
-    for k, v in values.items():
-        if k not in names:
-            continue
-        if isinstance(v, Enum):
-            v = v.value
-        elif isinstance(v, os.PathLike):
-            v = os.fspath(v)
-        kwargs[k] = v
-    return rtype(**kwargs, **fixed)
+    return rtype(**{k: plain(v) for k, v in values.items() if k in names}, **fixed)
 
 
 def make_command(func, params: list[inspect.Parameter], name: str, doc: str):
@@ -125,18 +112,14 @@ _RUN_OPTIONS = ("out", "ledger", "json_out")
 
 
 def _run_parameters(name: str, rtype) -> list[inspect.Parameter]:
-    threads = typer.Option(
-        None,
+    threads = options.optional(
         "--threads",
-        help="Threads of torch and NumPy's BLAS (a speed setting; default: their own choice; "
+        "Threads of torch and NumPy's BLAS (a speed setting; default: their own choice; "
         "a linear head trains on one).",
-        show_default=False,
     )
-    out = typer.Option(
-        None,
+    out = options.optional(
         "--out",
-        help=f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
-        show_default=False,
+        f"Output directory for release.json and artefacts (default: runs/MODEL-DATASET-seedS-epsE, MODEL = {name}).",
     )
     return [
         keyword("out", Optional[Path], out),
@@ -229,8 +212,7 @@ def make_train_command(entry):
             )
         shown = mech.summary(rel, ledger)
         if json_out:
-            emit_json(rel.to_dict() if shown is None else shown[0])
-            return
+            return emit_json(rel.to_dict() if shown is None else shown[0])
         _print_release(rel, shown)
         print_message(written_line(rel, ledger))
 
@@ -262,13 +244,9 @@ _AUDIT_OPTIONS = tuple(
 
 def _audit_parameters(entry, taken: set[str]) -> list[inspect.Parameter]:
     """The canary (a choice of the entry's) and the :data:`_AUDIT_OPTIONS` of AuditRequest the request lacks."""
-    canary_enum = _choice_enum(entry.name.replace("-", "_"), "canary", entry.canaries)
+    canary_enum = choice_enum(f"{entry.name.replace('-', '_')}_canary", entry.canaries)
     help_text = f"{', '.join(entry.canaries)} (default: {entry.canaries[0]})."
-    canary = keyword(
-        "canary",
-        Optional[canary_enum],
-        typer.Option(None, "--canary", help=help_text, show_default=False),
-    )
+    canary = keyword("canary", Optional[canary_enum], options.optional("--canary", help_text))
     params = {p.name: p for p in request_parameters(AuditRequest)}
     return [canary] + [params[n] for n in _AUDIT_OPTIONS if n not in taken]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,12 +14,12 @@ from ..claims import verify_claim
 from ..data import DATASETS
 from ..errors import UsageError
 from ..ledger import book, integrity, result_cache, signing, store_pg, text
+from ..ledger.fingerprint import write_secret
 from ..mechanisms.mixmin.tasks import TASKS, declared_rows
-from ..paths import check_new_file
-from ..records import check_out_dir, read_release
+from ..records import read_release
 from ..validation import open_unit, positive_finite
 from . import options
-from .common import console, emit_json, err_console, new_app, print_message, print_table
+from .common import console, emit_json, new_app, new_file, note, print_message, print_table
 
 ledger_app = new_app("The privacy budget ledger: what each dataset has spent, by which releases.")
 OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after its registration must be signed (default $DPAUDIT_LEDGER_OWNER)."
@@ -29,9 +28,8 @@ OWNER_HELP = "Key id (or public key) the ledger's owner must have; entries after
 def _say(json_out: bool, obj, text: str) -> None:
     """``obj`` as JSON with ``--json``, else ``text`` (plain) for people."""
     if json_out:
-        emit_json(obj)
-    else:
-        print_message(text)
+        return emit_json(obj)
+    print_message(text)
 
 
 def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
@@ -50,17 +48,19 @@ def _cap_rows(led, dataset: str, data_dir: Optional[Path]):
     return None
 
 
+def _sweep_of(entry) -> Optional[str]:
+    """The sweep a release entry was recorded under (None: none)."""
+    return (entry.payload.get("sweep") or {}).get("name")
+
+
 def register(app: typer.Typer) -> None:
     @ledger_app.command("summary")
     def summary(
-        dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
-        sweep: Optional[str] = typer.Option(
-            None,
-            "--sweep",
-            help="Compose only the releases recorded under this sweep.",
-            show_default=False,
+        dataset: Optional[str] = options.optional("--dataset", "Only this dataset."),
+        sweep: Optional[str] = options.optional(
+            "--sweep", "Compose only the releases recorded under this sweep."
         ),
-        owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
+        owner: Optional[str] = options.optional("--owner", OWNER_HELP),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -71,16 +71,12 @@ def register(app: typer.Typer) -> None:
             sealed = led.seal_status()
             path = str(led.path)
         if json_out:
-            emit_json({"ledger": path, "sweep": sweep, "rows": rows, "seal": sealed})
-            return
+            return emit_json({"ledger": path, "sweep": sweep, "rows": rows, "seal": sealed})
         if not rows:
             console.print(f"ledger {path}: no releases recorded.")
             return
-        t = Table(
-            title=f"privacy budget spent ({path})"
-            if sweep is None
-            else f"privacy budget spent by sweep {sweep} ({path})"
-        )
+        by_sweep = "" if sweep is None else f" by sweep {sweep}"
+        t = Table(title=f"privacy budget spent{by_sweep} ({path})")
         for col in text.SUMMARY_COLUMNS:
             t.add_column(col, justify="left" if col == "partition" else "right", no_wrap=True)
         for cells in text.summary_table(rows):
@@ -92,9 +88,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("list")
     def list_(
-        dataset: Optional[str] = typer.Option(None, "--dataset", help="Only this dataset."),
-        sweep: Optional[str] = typer.Option(
-            None, "--sweep", help="Only the releases recorded under this sweep.", show_default=False
+        dataset: Optional[str] = options.optional("--dataset", "Only this dataset."),
+        sweep: Optional[str] = options.optional(
+            "--sweep", "Only the releases recorded under this sweep."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -105,14 +101,9 @@ def register(app: typer.Typer) -> None:
             path = str(led.path)
             if sweep is not None:
                 led.require_sweep(sweep)
-                es = [
-                    e
-                    for e in es
-                    if e.kind == "release" and (e.payload.get("sweep") or {}).get("name") == sweep
-                ]
+                es = [e for e in es if e.kind == "release" and _sweep_of(e) == sweep]
         if json_out:
-            emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
-            return
+            return emit_json({"ledger": path, "entries": [e.to_dict() for e in es]})
         t = Table("#", "id", "time (UTC)", "kind", "what", title=f"ledger {path}")
         for e in es:
             t.add_row(str(e.seq), e.id[:12], e.created_at[:19], e.kind, escape(text.describe(e)))
@@ -130,8 +121,7 @@ def register(app: typer.Typer) -> None:
         with book.open_ledger(ledger, create=False) as led:
             d = led.get(entry_id).to_dict()
         if json_out:
-            emit_json(d)
-            return
+            return emit_json(d)
         t = Table("field", "value", show_header=False)
         for k, v in d.items():
             t.add_row(k, escape(str(v)))
@@ -139,31 +129,22 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("cap")
     def cap(
-        dataset: str = typer.Option(..., "--dataset", help="Dataset name (as in release.json)."),
-        eps: float = typer.Option(
-            ..., "--eps", help="Cap on the dataset's composed epsilon (> 0)."
-        ),
-        delta: float = typer.Option(
-            ..., "--delta", help="The delta at which the cap holds, in (0, 1)."
-        ),
+        dataset: str = options.required("--dataset", "Dataset name (as in release.json)."),
+        eps: float = options.required("--eps", "Cap on the dataset's composed epsilon (> 0)."),
+        delta: float = options.required("--delta", "The delta at which the cap holds, in (0, 1)."),
         include_audits: bool = typer.Option(
             True,
             "--include-audits/--exclude-audits",
             help="Count the audits that train on the dataset's private data too (default); --exclude-audits (recorded) counts releases only.",
         ),
-        data_dir: Optional[Path] = typer.Option(
-            None,
+        data_dir: Optional[Path] = options.optional(
             "--data-dir",
-            show_default=False,
-            help="Where the dataset's files are (default $DPAUDIT_DATA_DIR). The cap declares the rows the "
+            "Where the dataset's files are (default $DPAUDIT_DATA_DIR). The cap declares the rows the "
             "dataset reads (another name: the rows its entries read), so it covers their people under "
             "every name.",
         ),
-        key: Optional[str] = typer.Option(
-            None,
-            "--key",
-            show_default=False,
-            help="Your signing key (a signed ledger's caps are signed by its owner).",
+        key: Optional[str] = options.optional(
+            "--key", "Your signing key (a signed ledger's caps are signed by its owner)."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -188,21 +169,12 @@ def register(app: typer.Typer) -> None:
                 f" Its releases + audits total is already infinite: {unbounded[0]}; "
                 "nothing is left under this cap until that audit is voided."
             )
-        obj = {
-            "id": eid,
-            "dataset": dataset,
-            "epsilon": eps,
-            "delta": delta,
-            "include_audits": include_audits,
-            "unbounded_audits": unbounded,
-        }
-        _say(json_out, obj, line)
+        obj = dict(id=eid, dataset=dataset, epsilon=eps, delta=delta, include_audits=include_audits)
+        _say(json_out, {**obj, "unbounded_audits": unbounded}, line)
 
     @ledger_app.command("seal")
     def seal(
-        key: Optional[str] = typer.Option(
-            None, "--key", show_default=False, help="The owner's signing key (name or path)."
-        ),
+        key: Optional[str] = options.optional("--key", "The owner's signing key (name or path)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -220,13 +192,11 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("verify")
     def verify(
-        anchor: Optional[str] = typer.Option(
-            None,
+        anchor: Optional[str] = options.optional(
             "--anchor",
-            help="A head hash published earlier (`ledger head`): the chain must still contain it.",
-            show_default=False,
+            "A head hash published earlier (`ledger head`): the chain must still contain it.",
         ),
-        owner: Optional[str] = typer.Option(None, "--owner", help=OWNER_HELP, show_default=False),
+        owner: Optional[str] = options.optional("--owner", OWNER_HELP),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -252,18 +222,13 @@ def register(app: typer.Typer) -> None:
         entry_id: str = typer.Argument(
             ..., metavar="ID", help="Release, or open reservation of a killed run, to withdraw."
         ),
-        reason: str = typer.Option(..., "--reason", help="Why it is withdrawn (recorded)."),
-        published: Optional[bool] = typer.Option(
-            None,
+        reason: str = options.required("--reason", "Why it is withdrawn (recorded)."),
+        published: Optional[bool] = options.optional(
             "--published/--never-published",
-            show_default=False,
-            help="Required: were the artefacts ever published? Published ones stay counted.",
+            "Required: were the artefacts ever published? Published ones stay counted.",
         ),
-        key: Optional[str] = typer.Option(
-            None,
-            "--key",
-            help="Your signing key (a signed ledger's voids are signed by its owner).",
-            show_default=False,
+        key: Optional[str] = options.optional(
+            "--key", "Your signing key (a signed ledger's voids are signed by its owner)."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -281,13 +246,7 @@ def register(app: typer.Typer) -> None:
         counted = "its budget stays spent (published)" if published else "no longer counted"
         _say(
             json_out,
-            {
-                "id": vid,
-                "target": target,
-                "kind": kind,
-                "reason": reason,
-                "artefacts_published": published,
-            },
+            dict(id=vid, target=target, kind=kind, reason=reason, artefacts_published=published),
             f"{kind} {target} voided (entry {vid}; {counted}).",
         )
 
@@ -296,13 +255,11 @@ def register(app: typer.Typer) -> None:
         dataset: str = typer.Argument(
             ..., metavar="DATASET", help="Dataset name (as in release.json)."
         ),
-        fingerprint: str = typer.Option(
-            ...,
-            "--fingerprint",
-            help="The new data's keyed fingerprint, as printed by the refusal (64 hex).",
+        fingerprint: str = options.required(
+            "--fingerprint", "The new data's keyed fingerprint, as printed by the refusal (64 hex)."
         ),
-        reason: str = typer.Option(
-            ..., "--reason", help="Why the data changed (recorded), e.g. 'new split seed 7'."
+        reason: str = options.required(
+            "--reason", "Why the data changed (recorded), e.g. 'new split seed 7'."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -311,30 +268,23 @@ def register(app: typer.Typer) -> None:
         with book.open_ledger(ledger) as led:
             eid = led.declare_version(dataset, fingerprint, reason)
             previous = led.get(eid).payload.get("previous", [])
+        declared = dict(id=eid, dataset=dataset, fingerprint=fingerprint.strip().lower())
         _say(
             json_out,
-            {
-                "id": eid,
-                "dataset": dataset,
-                "fingerprint": fingerprint.strip().lower(),
-                "previous": previous,
-                "reason": reason,
-            },
+            {**declared, "previous": previous, "reason": reason},
             f"{dataset}: data fingerprint {fingerprint.strip()[:12]} declared a new version (entry {eid}); "
             "its releases compose sequentially with the earlier versions'.",
         )
 
     @ledger_app.command("declare-partition")
     def declare_partition(
-        dataset: str = typer.Option(..., "--dataset", help="Dataset name."),
-        parent: str = typer.Option(..., "--parent", help="Partition being split, e.g. train."),
-        child: List[str] = typer.Option(
-            ...,
-            "--child",
-            help="A disjoint part (repeat), e.g. --child train/mix --child train/ft.",
+        dataset: str = options.required("--dataset", "Dataset name."),
+        parent: str = options.required("--parent", "Partition being split, e.g. train."),
+        child: List[str] = options.required(
+            "--child", "A disjoint part (repeat), e.g. --child train/mix --child train/ft."
         ),
-        declared_by: str = typer.Option(
-            ..., "--declared-by", help="Mechanism or person that made the split disjoint."
+        declared_by: str = options.required(
+            "--declared-by", "Mechanism or person that made the split disjoint."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -344,13 +294,7 @@ def register(app: typer.Typer) -> None:
             eid = led.declare_partition(dataset, parent, child, declared_by)
         _say(
             json_out,
-            {
-                "id": eid,
-                "dataset": dataset,
-                "parent": parent,
-                "children": list(child),
-                "declared_by": declared_by,
-            },
+            dict(id=eid, dataset=dataset, parent=parent, children=child, declared_by=declared_by),
             f"{dataset}:{parent} = "
             + " + ".join(f"{dataset}:{c}" for c in child)
             + f" (declared by {declared_by}; entry {eid}).",
@@ -382,12 +326,9 @@ def register(app: typer.Typer) -> None:
                 if check.steps_reason
                 else "recorded: the ledger composes its stored events, not its claimed epsilon"
             )
-            mismatch = f"ACCOUNTING MISMATCH: {check.reason}; {then}."
-            print_message(f"warning: release {rel.id}: {mismatch}", err_console)
+            note(f"warning: release {rel.id}: ACCOUNTING MISMATCH: {check.reason}; {then}.")
         elif check.status == "unverified":
-            print_message(
-                f"warning: release {rel.id}: claim not verified: {check.reason}.", err_console
-            )
+            note(f"warning: release {rel.id}: claim not verified: {check.reason}.")
         _say(
             json_out,
             {"id": eid, "dataset": rel.dataset.get("name"), "partition": rel.partition},
@@ -406,22 +347,14 @@ def register(app: typer.Typer) -> None:
         """Create your Ed25519 signing key pair (private key 0600 in $XDG_CONFIG_HOME/dpaudit/keys; never overwritten)."""
         k = signing.keygen(name)
         if json_out:
-            emit_json(
-                {
-                    "name": k.name,
-                    "key_id": k.key_id,
-                    "public_key": k.public_text,
-                    "private_key_path": str(k.path),
-                }
-            )
-            return
-        console.print(
-            f"signing key {k.name} created: {k.path} (mode 0600; keep it private).", highlight=False
-        )
-        console.print(
+            public = dict(name=k.name, key_id=k.key_id, public_key=k.public_text)
+            return emit_json({**public, "private_key_path": str(k.path)})
+        lines = (
+            f"signing key {k.name} created: {k.path} (mode 0600; keep it private).",
             f"key id {k.key_id}; public key (give it to the ledger's owner to register):",
-            highlight=False,
         )
+        for line in lines:
+            console.print(line, highlight=False)
         console.print(k.public_text, highlight=False, soft_wrap=True)
 
     @ledger_app.command("head")
@@ -436,18 +369,13 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("register-key")
     def register_key(
-        public_key: Optional[str] = typer.Option(
-            None,
+        public_key: Optional[str] = options.optional(
             "--public-key",
-            help="ed25519:BASE64 (printed by keygen) or a .pub file; default: your own key (the first one registered becomes the owner).",
-            show_default=False,
+            "ed25519:BASE64 (printed by keygen) or a .pub file; default: your own key (the first one registered becomes the owner).",
         ),
         name: str = typer.Option("", "--name", help="Who the key belongs to (recorded)."),
-        key: Optional[str] = typer.Option(
-            None,
-            "--key",
-            help="Your signing key (name or path; default $DPAUDIT_SIGNING_KEY or 'default').",
-            show_default=False,
+        key: Optional[str] = options.optional(
+            "--key", "Your signing key (name or path; default $DPAUDIT_SIGNING_KEY or 'default')."
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -459,21 +387,13 @@ def register(app: typer.Typer) -> None:
         k = next(k for k in ring.keys.values() if k.entry_id == eid)
         _say(
             json_out,
-            {
-                "id": eid,
-                "key_id": k.key_id,
-                "name": k.name,
-                "role": k.role,
-                "registered_by": k.registered_by,
-            },
+            dict(id=eid, key_id=k.key_id, name=k.name, role=k.role, registered_by=k.registered_by),
             f"key {k.key_id} ({k.name}) registered as {k.role} (entry {eid}).",
         )
 
     @ledger_app.command("require-signatures")
     def require_signatures(
-        key: Optional[str] = typer.Option(
-            None, "--key", help="Your signing key (name or path).", show_default=False
-        ),
+        key: Optional[str] = options.optional("--key", "Your signing key (name or path)."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):
@@ -488,10 +408,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("grant")
     def grant(
-        role: str = typer.Option(
-            ...,
+        role: str = options.required(
             "--role",
-            help="PostgreSQL role (an analyst or a group) that may write: INSERT and SELECT only.",
+            "PostgreSQL role (an analyst or a group) that may write: INSERT and SELECT only.",
         ),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
@@ -513,10 +432,9 @@ def register(app: typer.Typer) -> None:
 
     @ledger_app.command("export")
     def export(
-        out: Path = typer.Option(
-            ...,
+        out: Path = options.required(
             "--out",
-            help="JSON file to write (every entry verbatim, hashes, signatures; keep it private).",
+            "JSON file to write (every entry verbatim, hashes, signatures; keep it private).",
         ),
         include_key: bool = typer.Option(
             False,
@@ -534,35 +452,25 @@ def register(app: typer.Typer) -> None:
         """Write the whole ledger to a file, to import it into another backend (verify must pass first)."""
         if shareable and include_key:
             raise UsageError("--shareable must be given without --include-key, got both.")
-        check_out_dir(
-            check_new_file(out, name="out").parent, name="out"
-        )  # an earlier export is never replaced
+        new_file(out)  # an earlier export is never replaced
         with book.open_ledger(ledger, create=False) as led:
             dump = led.export_rows(include_key=include_key)
             dump = integrity.withhold_row_sets(dump) if shareable else dump
             src = str(led.path)
-        fd = os.open(
-            out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
-        )  # private data's history (and maybe the key)
-        with os.fdopen(fd, "w") as f:
-            json.dump(dump, f)
+        # private data's history (and maybe the key): mode 0600 from its creation
+        write_secret(out, json.dumps(dump).encode())
         keyed = "with" if include_key else "without (--include-key to carry it)"
+        written = dict(ledger=src, out=str(out), entries=len(dump["rows"]))
         _say(
             json_out,
-            {
-                "ledger": src,
-                "out": str(out),
-                "entries": len(dump["rows"]),
-                "head_hash": dump["head_hash"],
-                "fingerprint_key": include_key,
-            },
+            {**written, "head_hash": dump["head_hash"], "fingerprint_key": include_key},
             f"exported {len(dump['rows'])} entries of {src} to {out} {keyed} the fingerprint key "
             f"(head {dump['head_hash'][:16]}).",
         )
 
     @ledger_app.command("import")
     def import_(
-        source: Path = typer.Option(..., "--from", help="A file written by `ledger export`."),
+        source: Path = options.required("--from", "A file written by `ledger export`."),
         ledger: options.OptionalPath = options.ledger(),
         json_out: bool = options.json_out(),
     ):

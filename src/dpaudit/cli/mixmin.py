@@ -19,26 +19,22 @@ mixmin_app = new_app(
 def register(app: typer.Typer) -> None:
     @mixmin_app.command("plan")
     def plan(
-        n: int = typer.Option(..., "--n", help="N: number of private training records (or users)."),
-        k: int = typer.Option(..., "--k", help="Number of public sources."),
+        n: int = options.required("--n", "N: number of private training records (or users)."),
+        k: int = options.required("--k", "Number of public sources."),
         epsilon: float = options.eps(1.0),
         delta: float = options.delta(),
-        alpha: float = typer.Option(
-            ..., "--alpha", help="Target excess error alpha of the mixture objective."
+        alpha: float = options.required(
+            "--alpha", "Target excess error alpha of the mixture objective."
         ),
-        rho: Optional[float] = typer.Option(
-            None,
-            "--rho",
-            help="Also report the alpha the guideline predicts at this rho.",
-            show_default=False,
+        rho: Optional[float] = options.optional(
+            "--rho", "Also report the alpha the guideline predicts at this rho."
         ),
         json_out: bool = options.json_out(),
     ):
         """Statistics- and privacy-limited mixing sizes and the rho needed for excess error alpha (eq. 4-7)."""
         p = plan_rho(n=n, k=k, epsilon=epsilon, delta=delta, alpha=alpha, rho=rho)
         if json_out:
-            emit_json(p.to_dict())
-            return
+            return emit_json(p.to_dict())
         t = Table(
             title=f"rho plan: N={n}, k={k}, eps={epsilon:g}, delta={delta:g}, alpha={alpha:g}"
         )

@@ -18,12 +18,19 @@ def delta(default: float = 1e-5) -> typer.models.OptionInfo:
     return typer.Option(default, "--delta", help="Target delta in (0, 1).")
 
 
+def optional(flag: str, help: str) -> typer.models.OptionInfo:
+    """An option that is None unless given (its help shows no default)."""
+    return typer.Option(None, flag, help=help, show_default=False)
+
+
+def required(flag: str, help: str) -> typer.models.OptionInfo:
+    """An option that must be given."""
+    return typer.Option(..., flag, help=help)
+
+
 def ledger() -> typer.models.OptionInfo:
-    return typer.Option(
-        None,
-        "--ledger",
-        help=f"Ledger database (default: ${LEDGER_ENV} or ./.dpaudit/ledger.sqlite).",
-        show_default=False,
+    return optional(
+        "--ledger", f"Ledger database (default: ${LEDGER_ENV} or ./.dpaudit/ledger.sqlite)."
     )
 
 
@@ -32,11 +39,9 @@ def json_out() -> typer.models.OptionInfo:
 
 
 def noise_seed_file() -> typer.models.OptionInfo:
-    return typer.Option(
-        None,
+    return optional(
         "--noise-seed-file",
-        show_default=False,
-        help="Reproducible AND private noise: each release draws its own use of the "
+        "Reproducible AND private noise: each release draws its own use of the "
         "secret seed in FILE (created with 256 random bits if absent; keep it private; "
         "uses are recorded there, never repeated). Never published: release.json says "
         "reproducible-secret.",

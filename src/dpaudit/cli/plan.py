@@ -4,7 +4,6 @@ plan.json` (run exactly that plan): :mod:`dpaudit.audit_plans`. Parsing and rend
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from pathlib import Path
 from typing import Optional
@@ -16,23 +15,14 @@ from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
 from ..requests import AuditRequest, flag_of
 from ..validation import half_open_unit
-from . import generic
+from . import generic, options
 from .common import emit_json, keyword, print_message
 
 #: What --plan leaves to the command line: how the result is printed and the ledger that registered the
 #: plan (its entries go there), never what is computed.
 _FREE = ("json_out", "ledger")
 #: `audit plan opacus`: the audit command's options it takes (any other is refused).
-_OPACUS_TAKES = (
-    "delta",
-    "canaries",
-    "confidence",
-    "epochs",
-    "out",
-    "ledger",
-    "one_run",
-    "json_out",
-)
+_OPACUS_TAKES = tuple("delta canaries confidence epochs out ledger one_run json_out".split())
 
 _PLAN_HELP = (
     "Run exactly this pre-registered plan (plan.json of `dpaudit audit plan MECHANISM ...`); "
@@ -56,22 +46,15 @@ _OPACUS_OPTIONS = (
 _OPACUS = tuple(name for name, _, _ in _OPACUS_OPTIONS)
 
 
-def _option(flag: str, help_text: str) -> typer.models.OptionInfo:
-    return typer.Option(None, flag, show_default=False, help=help_text)
-
-
 #: The audit command's extra parameters: the planned MECHANISM after ``plan``, ``--plan`` and ``--key``.
 PARAMETERS = [
-    inspect.Parameter(
-        "planned",
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        annotation=Optional[str],
-        default=typer.Argument(None, hidden=True, metavar="MECHANISM"),
-    ),
-    keyword("plan", Optional[Path], _option("--plan", _PLAN_HELP)),
-    keyword("key", Optional[str], _option("--key", _KEY_HELP)),
+    keyword("planned", Optional[str], typer.Argument(None, hidden=True, metavar="MECHANISM")),
+    keyword("plan", Optional[Path], options.optional("--plan", _PLAN_HELP)),
+    keyword("key", Optional[str], options.optional("--key", _KEY_HELP)),
     *[
-        keyword(n, Optional[t], _option("--" + n.replace("_", "-"), f"audit plan opacus: {h}"))
+        keyword(
+            n, Optional[t], options.optional("--" + n.replace("_", "-"), f"audit plan opacus: {h}")
+        )
         for n, t, h in _OPACUS_OPTIONS
     ],
 ]

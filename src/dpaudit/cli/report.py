@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import shlex
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from .. import reports
-from ..paths import check_new_file, fresh_file
-from ..records import check_out_dir
-from .common import emit_json, note, print_message
-from .options import json_out, ledger
+from ..paths import fresh_file
+from .common import choice_enum, emit_json, new_file, note, out_or_fresh, print_message
+from .options import json_out, ledger, optional
 
 
-class ReportFormat(str, Enum):
-    html = "html"
-    md = "md"
-    json = "json"
+ReportFormat = choice_enum("ReportFormat", ("html", "md", "json"))
+
+
+#: Verdict statuses that fail ``--fail-on-violation``, and each status's colour (others: yellow).
+_FAILED = ("violation", "accounting-mismatch")
+_STYLES = {**dict.fromkeys(_FAILED, "bold red"), "no-evidence": "green"}
 
 
 def register(app: typer.Typer) -> None:
@@ -35,16 +35,11 @@ def register(app: typer.Typer) -> None:
             "--format",
             help="html (self-contained), md (PNGs beside it) or json (the source of truth).",
         ),
-        out: Optional[Path] = typer.Option(
-            None,
-            "--out",
-            help="Output file (default: report.html / report.md; json goes to stdout).",
-            show_default=False,
+        out: Optional[Path] = optional(
+            "--out", "Output file (default: report.html / report.md; json goes to stdout)."
         ),
         ledger_path: Optional[Path] = ledger(),
-        title: Optional[str] = typer.Option(
-            None, "--title", help="Title of the report.", show_default=False
-        ),
+        title: Optional[str] = optional("--title", "Title of the report."),
         fail_on_violation: bool = typer.Option(
             False,
             "--fail-on-violation",
@@ -54,17 +49,14 @@ def register(app: typer.Typer) -> None:
     ):
         """Write a reviewer report: verdict, claim card, provenance, budget, (sweep,) utility, audit, reproduce."""
         out = _out_file(out, fmt, as_json)
-        command = (
-            "dpaudit " + shlex.join(sys.argv[1:])
-            if sys.argv and Path(sys.argv[0]).name == "dpaudit"
-            else None
-        )
+        typed = sys.argv and Path(sys.argv[0]).name == "dpaudit"
+        command = "dpaudit " + shlex.join(sys.argv[1:]) if typed else None
         model = reports.build_report(
             paths, ledger_path=ledger_path, title=title, command=command, progress=True
         )
         verdicts = model["sections"]["verdict"]
         _emit(model, out, fmt, as_json)
-        failed = [v for v in verdicts if v["status"] in ("violation", "accounting-mismatch")]
+        failed = [v for v in verdicts if v["status"] in _FAILED]
         if fail_on_violation and failed:
             raise typer.Exit(1)
 
@@ -74,11 +66,10 @@ def _out_file(out: Path | None, fmt: ReportFormat, as_json: bool) -> Path | None
     or folder is never replaced): the default file, or a fresh report-2.html beside an earlier one
     (None: a JSON model on stdout)."""
     if out is not None:
-        check_out_dir(check_new_file(out, name="out").parent, name="out")
-        return out
-    return (
-        None if fmt is ReportFormat.json else _fresh_default(Path(f"report.{fmt.value}"), as_json)
-    )
+        return new_file(out)
+    if fmt is ReportFormat.json:
+        return None
+    return out_or_fresh(None, Path(f"report.{fmt.value}"), as_json, "report", fresh_file)
 
 
 def _emit(model: dict, out: Path | None, fmt: ReportFormat, as_json: bool) -> None:
@@ -91,35 +82,14 @@ def _emit(model: dict, out: Path | None, fmt: ReportFormat, as_json: bool) -> No
         _summary(model, model["sections"]["verdict"], written, fmt.value, as_json)
 
 
-def _fresh_default(default: Path, as_json: bool) -> Path:
-    out = fresh_file(default)
-    if out != default and not as_json:
-        note(f"{default} holds an earlier report (never overwritten): writing to {out}")
-    return out
-
-
 def _summary(model: dict, verdicts: list[dict], written: Path, fmt: str, as_json: bool) -> None:
     """What was written, and the verdict lines (coloured by status)."""
     if as_json:
-        emit_json(
-            {
-                "out": str(written),
-                "format": fmt,
-                "notes": model["notes"],
-                "verdicts": [
-                    {"mechanism": v["mechanism"], "status": v["status"], "line": v["line"]}
-                    for v in verdicts
-                ],
-            }
-        )
-        return
+        lines = [{k: v[k] for k in ("mechanism", "status", "line")} for v in verdicts]
+        written_to = {"out": str(written), "format": fmt}
+        return emit_json({**written_to, "notes": model["notes"], "verdicts": lines})
     for v in verdicts:
-        style = {
-            "violation": "bold red",
-            "accounting-mismatch": "bold red",
-            "no-evidence": "green",
-        }.get(v["status"], "yellow")
-        print_message(v["line"], style=style)
+        print_message(v["line"], style=_STYLES.get(v["status"], "yellow"))
     n_err = sum(1 for n in model["notes"] if n["level"] == "error")
     if n_err:
         note(f"{n_err} error note(s) in the report: read them before signing.")

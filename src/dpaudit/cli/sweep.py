@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from enum import Enum
 from typing import List, Optional
 
 import typer
@@ -18,46 +17,37 @@ from .. import sweeps
 from ..console import wrap_width, wrap_words
 from ..requests import flag_of
 from ..sweeps.request import SweepRequest
-from .common import console, emit_json, keyword, print_table, note
-from .generic import make_command
+from . import options
+from .common import console, emit_json, keyword, note, plain, print_table
+from .generic import make_command, typer_option
 
 
 def _parameter(f: dataclasses.Field, tp) -> inspect.Parameter:
-    """The typer parameter of one SweepRequest field (tuples repeatable, choices an Enum)."""
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    meta, default = f.metadata, f.default
-    kw = dict(help=meta.get("help") or "", show_default=default not in (None, ()))
-    if meta.get("positional"):
-        return keyword(f.name, Optional[args[0]], typer.Argument(default, **kw))
-    if meta.get("choices"):
-        tp = Enum(f"Sweep_{f.name}", {c: c for c in meta["choices"]}, type=str)
-        default = tp(default)
-    elif typing.get_origin(tp) is tuple:
-        tp, default = Optional[List[args[0]]], None
-    elif type(None) in typing.get_args(tp):
-        tp = Optional[args[0]]
-    return keyword(f.name, tp, typer.Option(default, flag_of(f), **kw))
+    """The typer parameter of one SweepRequest field: SPEC an argument, tuples repeatable options,
+    the others as a request's (:func:`dpaudit.cli.generic.typer_option`)."""
+    scalar = next(a for a in (*typing.get_args(tp), tp) if a is not type(None))
+    help_text = f.metadata.get("help") or ""
+    if f.metadata.get("positional"):
+        argument = typer.Argument(None, help=help_text, show_default=False)
+        return keyword(f.name, Optional[scalar], argument)
+    if typing.get_origin(tp) is tuple:
+        return keyword(f.name, Optional[List[scalar]], options.optional(flag_of(f), help_text))
+    return keyword(f.name, *typer_option("Sweep", f, scalar))
 
 
 def _request(values: dict) -> SweepRequest:
     """Parsed options as a SweepRequest: choices as strings, repeated options as tuples (none: ())."""
-    kwargs = {}
-    for k, v in values.items():
-        if isinstance(v, Enum):
-            v = v.value
-        elif isinstance(v, list):
-            v = tuple(v)
-        elif v is None and isinstance(SweepRequest.__dataclass_fields__[k].default, tuple):
-            v = ()
-        kwargs[k] = v
-    return SweepRequest(**kwargs)
+    fields = SweepRequest.__dataclass_fields__
+    repeated = {k for k, f in fields.items() if isinstance(f.default, tuple)}
+    return SweepRequest(
+        **{k: tuple(v or ()) if k in repeated else plain(v) for k, v in values.items()}
+    )
 
 
 def _print_tables(tables: dict, json_out: bool) -> None:
     if json_out:
-        emit_json(tables)
-    else:
-        _echo_markdown(sweeps.render_markdown(tables))
+        return emit_json(tables)
+    _echo_markdown(sweeps.render_markdown(tables))
 
 
 def _echo_markdown(text: str) -> None:
@@ -75,8 +65,7 @@ def _echo_markdown(text: str) -> None:
 
 def _print_plan(result: dict, json_out: bool) -> None:
     if json_out:
-        emit_json(result)
-        return
+        return emit_json(result)
     for k, v in result["skipped_datasets"].items():
         note(f"skipping dataset {k}: {v}")
     console.print(

@@ -11,10 +11,32 @@ from .calibration import calibrate_noise_multiplier
 from .events import Composed, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
 from .schedule import Schedule, dp_sgd_schedule
 
-__all__ = (
-    "ACCOUNTANTS RDP_ORDERS AccountantResult compute_epsilon Adjacency require_same "
-    "Calibration calibrate_noise_multiplier Composed Parallel PureEpsilon "
-    "SubsampledGaussian event_from_dict Schedule dp_sgd_schedule Accountant EpsilonResult "
-    "DeltaResult compute_delta register_accountant unregister_accountant get_accountant "
-    "accountants_supporting accountant_names CalibrationResult calibrate SearchRange"
-).split()
+__all__ = [
+    "ACCOUNTANTS",
+    "RDP_ORDERS",
+    "AccountantResult",
+    "compute_epsilon",
+    "Adjacency",
+    "require_same",
+    "Calibration",
+    "calibrate_noise_multiplier",
+    "Composed",
+    "Parallel",
+    "PureEpsilon",
+    "SubsampledGaussian",
+    "event_from_dict",
+    "Schedule",
+    "dp_sgd_schedule",
+    "Accountant",
+    "EpsilonResult",
+    "DeltaResult",
+    "compute_delta",
+    "register_accountant",
+    "unregister_accountant",
+    "get_accountant",
+    "accountants_supporting",
+    "accountant_names",
+    "CalibrationResult",
+    "calibrate",
+    "SearchRange",
+]

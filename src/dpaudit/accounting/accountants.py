@@ -19,7 +19,6 @@ and so is an answer labelled with another adjacency or accountant.
 
 from __future__ import annotations
 
-import math
 
 from ..errors import UnsupportedEventError, UsageError
 from ..validation import non_negative_finite, open_unit

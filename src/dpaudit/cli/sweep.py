@@ -6,6 +6,7 @@ The command is generated from :class:`dpaudit.sweeps.request.SweepRequest` (one 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from typing import List, Optional
 

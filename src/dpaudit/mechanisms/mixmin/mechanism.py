@@ -200,16 +200,13 @@ def pretrain(
     that source's label. Returns (model, info dict)."""
     one_of("pretrain_objective", settings.pretrain_objective, PRETRAIN_OBJECTIVES)
     w = np.asarray(weights, dtype=np.float64)
-    d = task.public_x.shape[1]
-    model = new_mlp(d, settings.hidden, 1, seed, _TAG_PRETRAIN, tag)
+    model = new_mlp(task.public_x.shape[1], settings.hidden, 1, seed, _TAG_PRETRAIN, tag)
     best = {"auc": -math.inf, "epoch": None, "state": None}
     val_aucs = {}
 
     def keep(epoch, m):
         if epoch in settings.pretrain_checkpoints:
-            with torch.no_grad():
-                s = m(torch.as_tensor(x_val, dtype=torch.float32)).numpy().ravel()
-            a = auc(y_val, s)
+            a = auc(y_val, model_scores(m, x_val))  # float32 scores widened: the same ranks
             val_aucs[epoch] = a
             if a > best["auc"] or best["state"] is None:
                 best.update(
@@ -220,37 +217,33 @@ def pretrain(
     objective = settings.pretrain_objective
     if objective == "weighted-targets" and not task.shared_inputs:
         objective = "source-sampling"  # sources with their own inputs cannot share a target
-    if objective == "weighted-targets":
+
+    def train(x, target, epochs: int, *key: int, callback=None) -> None:
+        key = (seed, _TAG_PRETRAIN, tag, *key)
+        batch_size = settings.pretrain_batch_size
         fit(
             model,
-            task.public_x,
-            _soft_targets(task, w),
+            x,
+            target,
             loss="bce",
             epochs=epochs,
-            key=(seed, _TAG_PRETRAIN, tag, 1),
-            batch_size=settings.pretrain_batch_size,
-            callback=keep,
+            key=key,
+            batch_size=batch_size,
+            callback=callback,
         )
+
+    if objective == "weighted-targets":
+        train(task.public_x, _soft_targets(task, w), epochs, 1, callback=keep)
     else:
         rng = public_rng(seed, _TAG_PRETRAIN, tag, 2)
-        n = task.public_x.shape[0]
-        k = task.k
+        n, k = task.public_x.shape[0], task.k
         rows_of = [
             np.flatnonzero((task.public_source == i) | (task.public_source < 0)) for i in range(k)
         ]
         for epoch in range(1, epochs + 1):
             src = rng.choice(k, size=n, p=w / w.sum())
             rows = np.array([rows_of[i][rng.integers(len(rows_of[i]))] for i in src])
-            tgt = task.public_y[rows, src][:, None]
-            fit(
-                model,
-                task.public_x[rows],
-                tgt,
-                loss="bce",
-                epochs=1,
-                key=(seed, _TAG_PRETRAIN, tag, 3, epoch),
-                batch_size=settings.pretrain_batch_size,
-            )
+            train(task.public_x[rows], task.public_y[rows, src][:, None], 1, 3, epoch)
             keep(epoch, model)
     model.load_state_dict(best["state"])
     model.eval()
@@ -287,24 +280,6 @@ FINETUNE_MECHANISM = "dp-mixmin-finetune"
 ACCOUNTANT = "rdp"
 
 
-def _split_info(
-    rule: str, *, rho: float, seed: int, privacy_unit: str, composition: str, parallel: bool
-) -> dict:
-    """What the release says about its D_mix / D_ft split (public): its rule and how the two stages compose."""
-    return {
-        "rule": rule,
-        "rho": rho,
-        "seed": int(seed),
-        "unit": privacy_unit,
-        "composition": composition,
-        "stable_under_add_remove": rule in STABLE_SPLIT_RULES,
-        "parallel_composition": bool(parallel),
-        "key": "record ids = rows of the task's source data"
-        if privacy_unit == "record"
-        else "user ids",
-    }
-
-
 # ---- The mechanism (dpaudit.mechanisms.contract): plan, run and audit target of a release
 
 
@@ -320,11 +295,11 @@ class MixMinData:
     source_names: tuple
     user_ids: np.ndarray | None
     mix_idx: np.ndarray
-    ft_idx: np.ndarray | None
-    partition: str
-    split_partition: str | None
-    split_rule: str
     target_name: str
+    ft_idx: np.ndarray | None = None
+    partition: str = "train"
+    split_partition: str | None = None
+    split_rule: str = "all-records"
     task: MixMinTask | None = None
     probs: np.ndarray | None = None
     y_all: np.ndarray | None = None
@@ -350,6 +325,19 @@ class MixMinInfo(DataInfo):
     recorded_sizes: tuple[int, int] | None = None
 
     @classmethod
+    def of_identity(cls, ds: dict, **fields) -> "MixMinInfo":
+        """The info of dataset identity ``ds`` (public) with DP-MixMin's ``fields``."""
+        return cls(
+            name=ds.get("name", ""),
+            kind=ds.get("kind", ""),
+            n_features=int(ds.get("n_features", 0) or 0),
+            n_classes=2,
+            split_seed=ds.get("split_seed"),
+            identity=dict(ds),
+            **fields,
+        )
+
+    @classmethod
     def from_release(cls, release) -> "MixMinInfo":
         """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
         ds, cfg = release.dataset or {}, release.config or {}
@@ -360,14 +348,9 @@ class MixMinInfo(DataInfo):
             if "reference_size" in cfg
             else (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
         )
-        return cls(
-            name=ds.get("name", ""),
-            kind=ds.get("kind", ""),
+        return cls.of_identity(
+            ds,
             n_train=0,
-            n_features=int(ds.get("n_features", 0) or 0),
-            n_classes=2,
-            split_seed=ds.get("split_seed"),
-            identity=dict(ds),
             reference_size=cfg.get("reference_size"),
             source_names=tuple(cfg.get("source_names") or ()),
             partition=sp + "/mix" if sp else "train",
@@ -412,10 +395,6 @@ def _proxy_data(request, ledger_path) -> MixMinData:
         source_names=tuple(pp.source_names),
         user_ids=pp.user_ids if request.privacy_unit == "user" else None,
         mix_idx=np.arange(pp.probs.shape[0]),
-        ft_idx=None,
-        partition="train",
-        split_partition=None,
-        split_rule="all-records",
         target_name=request.target or "labels",
         probs=pp.probs,
         rows=pp.rows,
@@ -515,13 +494,17 @@ def _split_declaration(data_name: str, split_partition: str) -> PartitionDeclara
     )
 
 
+def _refuse_proxy_file() -> None:
+    raise DataError(
+        "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
+    )
+
+
 def _check_rebuildable(request, cfg: dict) -> None:
     """A release an audit can rebuild: it records its task, and its D_mix comes from the keyed split
     (another rule would audit other records) unless the pipeline is sequential (D_mix = all)."""
     if request.proxy_predictions is not None or not cfg.get("task"):
-        raise DataError(
-            "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
-        )
+        _refuse_proxy_file()
     rule = (cfg.get("split") or {}).get("rule")
     sequential = request.stage == "pipeline" and request.composition == "sequential"
     if not sequential and rule != SPLIT_RULE:
@@ -583,16 +566,10 @@ class DPMixMin(MechanismBase):
         )
 
     def data_info(self, request: MixMinRequest, data: MixMinData) -> MixMinInfo:
-        ds = data.dataset
-        return MixMinInfo(
-            name=ds["name"],
-            kind=ds.get("kind", ""),
+        return MixMinInfo.of_identity(
+            data.dataset,
             n_train=int(len(data.labels)),
-            n_features=int(ds.get("n_features", 0) or 0),
-            n_classes=2,
-            profile=ds.get("profile"),
-            split_seed=ds.get("split_seed"),
-            identity=dict(ds),
+            profile=data.dataset.get("profile"),
             reference_size=None if data.task is None else REFERENCE_SIZES[data.task.name],
             source_names=tuple(data.source_names),
             partition=data.partition,
@@ -626,14 +603,19 @@ class DPMixMin(MechanismBase):
         sequential = stage == "pipeline" and composition == "sequential"
         mixture = resolved_mixture(request)
         n_mix, n_ft, sizes = _plan_sizes(request, info, mixture)
-        split = _split_info(
-            info.split_rule,
-            rho=rho,
-            seed=request.seed,
-            privacy_unit=request.privacy_unit,
-            composition=composition,
-            parallel=info.split_partition is not None,
-        )
+        # What the release says about its D_mix / D_ft split (public): its rule and how the stages compose.
+        split = {
+            "rule": info.split_rule,
+            "rho": rho,
+            "seed": int(request.seed),
+            "unit": request.privacy_unit,
+            "composition": composition,
+            "stable_under_add_remove": info.split_rule in STABLE_SPLIT_RULES,
+            "parallel_composition": info.split_partition is not None,
+            "key": "record ids = rows of the task's source data"
+            if request.privacy_unit == "record"
+            else "user ids",
+        }
         common = _common_plan_fields(request, info)
         shared = {
             "task": info.task,
@@ -709,24 +691,24 @@ class DPMixMin(MechanismBase):
         )
         timings["mixture_s"] = time.perf_counter() - t
         weights = {str(s): float(w) for s, w in zip(data.source_names, res.weights)}
-        if plan.request.stage == "mixture":
+        mix_out = RunOutput(
+            steps_executed=res.steps_executed, metrics={"weights": weights}, timings=dict(timings)
+        )
+        if plan.request.stage == "pipeline":
+            ft_out = _run_finetune(plan, data, noise, res.weights, mix_out, say)
+            ft_out.timings["total_s"] = time.perf_counter() - started
+            return RunOutput(steps_executed=ft_out.steps_executed, parts=(mix_out, ft_out))
 
-            def save(folder) -> None:
-                write_json_atomic(
-                    folder / "weights.json",
-                    {"source_names": list(data.source_names), "weights": res.weights.tolist()},
-                )
-
-            mix_out = RunOutput(
-                steps_executed=res.steps_executed,
-                metrics={"weights": weights},
-                timings=dict(timings),
-                save=save,
-                weights_name=None,
-                artefact_paths={"weights": "weights.json"},
+        def save(folder) -> None:
+            write_json_atomic(
+                folder / "weights.json",
+                {"source_names": list(data.source_names), "weights": res.weights.tolist()},
             )
-            return RunOutput(steps_executed=res.steps_executed, parts=(mix_out,))
-        return _run_finetune(plan, data, noise, res, weights, timings, say, started)
+
+        mix_out = replace(
+            mix_out, save=save, weights_name=None, artefact_paths={"weights": "weights.json"}
+        )
+        return RunOutput(steps_executed=res.steps_executed, parts=(mix_out,))
 
     def link_releases(self, plan: ReleasePlan, releases: list) -> list:
         """The fine-tuning release names the mixture release it was pretrained from."""
@@ -869,9 +851,7 @@ class DPMixMin(MechanismBase):
                 f"user ids must only be given for a user-level release, got a {NAME} release."
             )
         if request.proxy_predictions is not None:
-            raise DataError(
-                "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
-            )
+            _refuse_proxy_file()
         if request.privacy_unit != "record":
             raise UsageError(
                 f"release privacy unit must be record for the audit runner, got {request.privacy_unit!r}."
@@ -907,11 +887,18 @@ class DPMixMin(MechanismBase):
         return t.without_noise() if no_noise else t
 
 
-def _published_calibration(cal) -> dict:
-    """The calibration a plan publishes. Whether its sigma came from the local cache is a fact of
-    this machine, not of the request (a second plan would differ), so it is left out; old releases
-    that recorded it still load."""
-    return {k: v for k, v in cal.to_dict().items() if k != "cached"}
+def _calibrated(epsilon: float, delta: float, sample_rate: float, steps: int) -> tuple[float, dict]:
+    """sigma for (epsilon, delta) under :data:`ACCOUNTANT`, and the calibration a plan publishes.
+    Whether sigma came from the local cache is a fact of this machine, not of the request (a second
+    plan would differ), so it is left out; old releases that recorded it still load."""
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        steps=steps,
+        accountant=ACCOUNTANT,
+    )
+    return cal.noise_multiplier, {k: v for k, v in cal.to_dict().items() if k != "cached"}
 
 
 def _mixture_part(
@@ -925,17 +912,11 @@ def _mixture_part(
 ) -> ReleasePlan:
     """Stage 1's release plan: lambda on D_mix, sigma calibrated at q = B / |D_mix| (reference)."""
     b = min(mixture.batch_size, n_units)
-    cal = calibrate_noise_multiplier(
-        target_epsilon=epsilon,
-        delta=common["delta"],
-        sample_rate=b / n_units,
-        steps=mixture.steps,
-        accountant=ACCOUNTANT,
-    )
+    sigma, calibration = _calibrated(epsilon, common["delta"], b / n_units, mixture.steps)
     cfg = mixture.config(
         k=len(info.source_names),
         n_units=n_units,
-        noise_multiplier=cal.noise_multiplier,
+        noise_multiplier=sigma,
         privacy_unit=request.privacy_unit,
     )
     config = {
@@ -950,7 +931,7 @@ def _mixture_part(
         if info.task is None
         else "trained on public data only",
         "mixmin_config": cfg.to_dict(),
-        "calibration": _published_calibration(cal),
+        "calibration": calibration,
     }
     # Stage 1 noises the k mixture coordinates at every step (noise tails: dpaudit.noise).
     return ReleasePlan(
@@ -989,18 +970,12 @@ def _finetune_part(
     sched = dp_sgd_schedule(
         n_ft, min(downstream.finetune_batch_size, n_ft), downstream.finetune_epochs
     )
-    cal = calibrate_noise_multiplier(
-        target_epsilon=epsilon,
-        delta=common["delta"],
-        sample_rate=sched.sample_rate,
-        steps=sched.steps,
-        accountant=ACCOUNTANT,
-    )
+    sigma, calibration = _calibrated(epsilon, common["delta"], sched.sample_rate, sched.steps)
     fcfg = DPSGDConfig(
         sample_rate=sched.sample_rate,
         steps=sched.steps,
         normalizer=sched.normalizer,
-        noise_multiplier=cal.noise_multiplier,
+        noise_multiplier=sigma,
         clipping_norm=downstream.finetune_clipping_norm,
         lr=downstream.finetune_lr,
     )
@@ -1008,14 +983,14 @@ def _finetune_part(
     return ReleasePlan(
         mechanism=FINETUNE_MECHANISM,
         partition=partition,
-        event=SubsampledGaussian(cal.noise_multiplier, sched.sample_rate, sched.steps),
+        event=SubsampledGaussian(sigma, sched.sample_rate, sched.steps),
         target_epsilon=epsilon,
         steps=fcfg.steps,
         config={
             **shared,
             "downstream": downstream.to_dict(),
             "dpsgd_config": fcfg.to_dict(),
-            "calibration": _published_calibration(cal),
+            "calibration": calibration,
         },
         release_fields=_release_fields(fcfg, fcfg.normalizer),
         noise_values=sched.steps * (downstream.hidden + 1),
@@ -1026,18 +1001,12 @@ def _finetune_part(
 
 
 def _run_finetune(
-    plan: ReleasePlan,
-    data: MixMinData,
-    noise: NoiseSource,
-    res,
-    weights: dict,
-    timings: dict,
-    say,
-    started: float,
+    plan: ReleasePlan, data: MixMinData, noise: NoiseSource, weights, mix_out: RunOutput, say
 ) -> RunOutput:
-    """Stage 2 of :meth:`DPMixMin.run`: pretrain on public data with lambda, DP fine-tune the head on D_ft."""
+    """Stage 2 of :meth:`DPMixMin.run`: pretrain on public data with lambda, DP fine-tune the head on
+    D_ft. Its part's output; the pretrained AUC is added to the mixture part's metrics."""
     request, ft_plan, task = plan.request, plan.parts[1], data.task
-    mix_timings = dict(timings)
+    timings = dict(mix_out.timings)
     d = ft_plan.config["downstream"]
     downstream = DownstreamSettings(
         **{**d, "pretrain_checkpoints": tuple(d["pretrain_checkpoints"])}
@@ -1048,7 +1017,7 @@ def _run_finetune(
     say("pretraining on public data with the mixture")
     model, pinfo = pretrain(
         task,
-        res.weights,
+        weights,
         seed=request.seed,
         settings=downstream,
         x_val=task.private_x[task.val_idx],
@@ -1056,6 +1025,7 @@ def _run_finetune(
     )
     timings["pretrain_s"] = time.perf_counter() - t
     auc_pre = auc(y_te, model_scores(model, x_te))
+    mix_out.metrics["auc"] = {"pretrained": auc_pre}
     t = time.perf_counter()
     say("DP fine-tuning on D_ft")
     fcfg = DPSGDConfig.from_dict(ft_plan.config["dpsgd_config"])
@@ -1070,7 +1040,7 @@ def _run_finetune(
     )
     timings["finetune_s"] = time.perf_counter() - t
     stage_metrics = {
-        "weights": weights,
+        "weights": mix_out.metrics["weights"],
         "auc": {
             "pretrained": auc_pre,
             "finetuned": auc(y_te, head_scores(model, head.weights[0], x_te)),
@@ -1090,15 +1060,10 @@ def _run_finetune(
         np.save(folder / "head.npy", head.weights[0])
         torch.save(model.state_dict(), folder / "pretrained.pt")
 
-    mix_out = RunOutput(
-        steps_executed=res.steps_executed,
-        metrics={"weights": weights, "auc": {"pretrained": auc_pre}},
-        timings=mix_timings,
-    )
-    ft_out = RunOutput(
+    return RunOutput(
         steps_executed=head.steps_executed,
         metrics=stage_metrics,
-        timings={**timings, "total_s": time.perf_counter() - started},
+        timings=timings,
         save=save_ft,
         weights_name=None,
         artefact_paths={
@@ -1107,7 +1072,6 @@ def _run_finetune(
             "mixture_release": "../mixture/release.json",
         },
     )
-    return RunOutput(steps_executed=head.steps_executed, parts=(mix_out, ft_out))
 
 
 MECHANISM = DPMixMin()

@@ -70,11 +70,7 @@ _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 #: The public key that fixes each task's public / private division: a constant of the task, NOT the run's ``--seed`` (a dataset
 #: name must mean one set of private records). It is the registry's default split seed, so the task and the registry dataset read
 #: the same private rows and no public source row is private under the registry name.
-TASK_DIVISION_KEYS = {
-    "digits-mix": DEFAULT_SPLIT_SEED,
-    "mnist-mix": DEFAULT_SPLIT_SEED,
-    "heart-mix": DEFAULT_SPLIT_SEED,
-}
+TASK_DIVISION_KEYS = dict.fromkeys(TASKS, DEFAULT_SPLIT_SEED)
 #: The former division (public halves that held registry training rows). Kept only so that an audit can rebuild a release
 #: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
 FORMER_DIVISION_KEY = 42
@@ -175,16 +171,11 @@ def resolved_mixture(request) -> MixtureSettings:
     """The request's mixture settings: unset options take the task's public defaults, set ones override them; G (default 4) for a
     task's synthetic users."""
     given = {
-        "steps": request.mixture.steps,
-        "batch_size": request.mixture.batch_size,
-        "clipping_norm": request.mixture.clipping_norm,
-        "step_size": request.mixture.step_size,
+        name: getattr(request.mixture, name)
+        for name in ("steps", "batch_size", "clipping_norm", "step_size")
+        if getattr(request.mixture, name) is not None
     }
-    mixture = replace(
-        default_mixture(request_task(request)),
-        loss=request.mixture.loss,
-        **{k: v for k, v in given.items() if v is not None},
-    )
+    mixture = replace(default_mixture(request_task(request)), loss=request.mixture.loss, **given)
     if request.privacy_unit == "user" and request_task(request) is not None:
         mixture = replace(
             mixture,
@@ -315,12 +306,23 @@ def _former_division(n_train_file: int, n_test_file: int) -> tuple:
     return priv, pub, n_train_file + np.sort(te_perm[:half]), n_train_file + np.sort(te_perm[half:])
 
 
+def _is_current_division(name: str, division: int | None) -> bool:
+    """Whether ``division`` is the task's current one (None or its key); else it must be the former."""
+    if division is None or division == TASK_DIVISION_KEYS[name]:
+        return True
+    if division != FORMER_DIVISION_KEY:
+        raise UsageError(
+            f"division of task {name} must be {TASK_DIVISION_KEYS[name]} or {FORMER_DIVISION_KEY}, got {division!r}."
+        )
+    return False
+
+
 def _division(
     name: str, train, public, held_out, n_train_file: int, n_test_file: int, division: int | None
 ) -> tuple:
     """(train, public, val, test, rows) source ids of ``division`` (None: the task's current one: the registry's split,
     ``held_out`` halved into val / test)."""
-    if division is None or division == TASK_DIVISION_KEYS[name]:
+    if _is_current_division(name, division):
         perm = public_rng(TASK_DIVISION_KEYS[name], _TAG_SPLIT).permutation(len(held_out))
         held_out = np.asarray(held_out)
         val, test = (
@@ -332,10 +334,6 @@ def _division(
             SOURCES[name], {"train": train, "public": np.concatenate([public, val, test])}
         )
         return train, public, val, test, rows
-    if division != FORMER_DIVISION_KEY:
-        raise UsageError(
-            f"division of task {name} must be {TASK_DIVISION_KEYS[name]} or {FORMER_DIVISION_KEY}, got {division!r}."
-        )
     return (*_former_division(n_train_file, n_test_file), ())
 
 
@@ -424,11 +422,7 @@ def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) 
     rows = row_sets(SOURCES["heart"], {"train": train, "val": val, "test": test}) + tuple(
         RowSet(f"uci-heart-{c}", "public", tuple(range(len(ys[i])))) for i, c in enumerate(names)
     )
-    if division is not None and division != TASK_DIVISION_KEYS["heart-mix"]:
-        if division != FORMER_DIVISION_KEY:
-            raise UsageError(
-                f"division of task heart-mix must be {TASK_DIVISION_KEYS['heart-mix']} or {FORMER_DIVISION_KEY}, got {division!r}."
-            )
+    if not _is_current_division("heart-mix", division):
         train, val, test = _split_three(len(y_priv), public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT))
         rows = ()
     return MixMinTask(
@@ -778,12 +772,8 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed fingerprint, so a renamed copy of
     # the file shares the budget). Taken over the arrays as the mechanism uses them (float64), so re-saving the same values in
     # another float dtype does not escape the budget either.
-    sha = array_sha256(
-        np.asarray(probs, dtype=np.float64),
-        np.asarray(labels, dtype=np.float64),
-        *([user_ids] if user_ids is not None else []),
-    )
     p64, y64 = np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    sha = array_sha256(p64, y64, *([user_ids] if user_ids is not None else []))
     return ProxyPredictions(
         p64, y64, user_ids, source_names, str(p), sha, rows=proxy_row_sets(p64, y64)
     )

@@ -94,10 +94,8 @@ class MixMinTarget(AuditTarget):
             if self.canary == "mislabeled":
                 y = 1.0 - y  # binary targets: the wrong label
             self._canary = MixMinCanary(kind="record", probs=f, label=y)
-            g = per_example_gradients(f[None, :], np.array([y]), self._reference, self.config.loss)[
-                0
-            ]
-            d = g - g.mean()
+            g = per_example_gradients(f[None, :], np.array([y]), self._reference, self.config.loss)
+            d = g[0] - g[0].mean()
             if not np.linalg.norm(d) > 0:
                 d = max_clip_direction(self._reference)
             self._canary_info = {
@@ -218,18 +216,14 @@ def mixmin_config_for(
     default bce, 200, 1, 1)."""
     q = min(1.0, expected_batch_size / n_mix)
     settings = {"loss": "bce", "steps": 200, "clipping_norm": 1.0, "step_size": 1.0, **settings}
-    cal = calibrate_noise_multiplier(
+    sigma = calibrate_noise_multiplier(
         target_epsilon=epsilon,
         delta=delta,
         sample_rate=q,
         steps=settings["steps"],
         accountant="rdp",
-    )
+    ).noise_multiplier
     cfg = MixMinConfig(
-        k=k,
-        noise_multiplier=cal.noise_multiplier,
-        sample_rate=q,
-        expected_batch_size=q * n_mix,
-        **settings,
+        k=k, noise_multiplier=sigma, sample_rate=q, expected_batch_size=q * n_mix, **settings
     )
     return cfg, compute_epsilon(cfg.event(), delta=delta, accountant="rdp").epsilon

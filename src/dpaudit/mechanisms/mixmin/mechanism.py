@@ -68,7 +68,6 @@ from .tasks import (
     MixMinTask,
     MixtureSettings,
     default_mixture,  # noqa: F401
-    default_rho,
     fit,
     load_proxy_predictions,
     load_task,
@@ -134,26 +133,18 @@ def default_downstream_for(name: str | None, image: bool) -> DownstreamSettings:
     )
 
 
-def utility_on_test_partition(
-    task: str,
-    target: str | None,
-    weights,
-    *,
-    seed: int = 42,
-    data_dir=None,
-    proxy_mode: str = "joint",
-    loss: str = "bce",
-) -> dict:
+def utility_on_test_partition(request: MixMinRequest, release) -> dict:
     """The mixture's mean loss on the task's private TEST partition, beside two references. For the operator's console only, never
     written into a release (the test records are private and outside the guarantee).
     References: the uniform mixture (what lambda starts from) and the best single source (the best vertex of the simplex). Lower
-    is better. Uses the same cached task and proxies (public data only) as the release."""
-    t = load_task(task, seed=seed, data_dir=data_dir)
-    tname, y_all = t.target_labels(target)
-    te = t.test_idx
-    probs = train_proxies(t, mode=proxy_mode).predict(t.private_x[te])
+    is better. Uses the same cached task and proxies (public data only) as the release (of ``request``,
+    a built-in task's)."""
+    t = load_task(request.task, seed=request.seed, data_dir=request.data_dir)
+    tname, y_all = t.target_labels(release.config.get("target"))
+    te, loss = t.test_idx, release.config.get("loss", "bce")
+    probs = train_proxies(t, mode=request.proxy_mode).predict(t.private_x[te])
     y = np.asarray(y_all[te], dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
+    w = np.asarray(list(release.metrics["weights"].values()), dtype=np.float64)
     singles = [objective(probs, y, np.eye(t.k)[i], loss) for i in range(t.k)]
     best = int(np.argmin(singles))
     return {
@@ -177,10 +168,6 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
 
 
 # ---- Downstream model: pretraining on public data, DP fine-tuning of its head
-
-
-def _soft_targets(task: MixMinTask, weights: np.ndarray) -> np.ndarray:
-    return (np.nan_to_num(task.public_y, nan=0.0) @ weights).astype(np.float32)[:, None]
 
 
 def pretrain(
@@ -233,7 +220,8 @@ def pretrain(
         )
 
     if objective == "weighted-targets":
-        train(task.public_x, _soft_targets(task, w), epochs, 1, callback=keep)
+        soft_targets = (np.nan_to_num(task.public_y, nan=0.0) @ w).astype(np.float32)[:, None]
+        train(task.public_x, soft_targets, epochs, 1, callback=keep)
     else:
         rng = public_rng(seed, _TAG_PRETRAIN, tag, 2)
         n, k = task.public_x.shape[0], task.k
@@ -307,6 +295,10 @@ class MixMinData:
     rows: tuple = ()
 
 
+#: What the plan reads of the loaded data as it is (the sources, the split, the target's name).
+_SPLIT_FIELDS = ("source_names", "partition", "split_partition", "split_rule", "target_name")
+
+
 @dataclass(frozen=True)
 class MixMinInfo(DataInfo):
     """:class:`~dpaudit.mechanisms.contract.DataInfo` plus what DP-MixMin's plan uses: the sources, the split's partitions and
@@ -342,7 +334,10 @@ class MixMinInfo(DataInfo):
         """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
         ds, cfg = release.dataset or {}, release.config or {}
         split = cfg.get("split") or {}
-        sp = _recorded_split_partition(split, release.privacy_unit)
+        # the partition of the keyed split the release records (None: another rule, no disjoint split)
+        sp = None
+        if split.get("rule") == SPLIT_RULE:
+            sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit)
         old = (
             None
             if "reference_size" in cfg
@@ -361,13 +356,6 @@ class MixMinInfo(DataInfo):
             task_image=cfg.get("task") in ("digits-mix", "mnist-mix"),
             recorded_sizes=old,
         )
-
-
-def _recorded_split_partition(split: dict, privacy_unit: str) -> str | None:
-    """The partition of the keyed split a release records (None: another rule, no disjoint split)."""
-    if split.get("rule") != SPLIT_RULE:
-        return None
-    return split_partition_of(float(split["rho"]), int(split["seed"]), privacy_unit)
 
 
 def _proxy_data(request, ledger_path) -> MixMinData:
@@ -412,15 +400,14 @@ def _task_data(request) -> MixMinData:
         if request.privacy_unit == "user"
         else None
     )
-    split_partition = None
     if request.composition == "sequential" and request.stage == "pipeline":
         mix_idx = ft_idx = np.arange(len(tr))
-        partition, split_rule = "train", "all-records"
+        split = {}  # every training record in both stages (MixMinData's defaults)
     else:
         rho = resolved_rho(request)
         mix_idx, ft_idx = mixture_split(task.train_record_ids, rho, request.seed, user_ids)
-        split_partition = split_partition_of(rho, request.seed, request.privacy_unit)
-        partition, split_rule = split_partition + "/mix", SPLIT_RULE
+        part = split_partition_of(rho, request.seed, request.privacy_unit)
+        split = {"partition": part + "/mix", "split_partition": part, "split_rule": SPLIT_RULE}
     return MixMinData(
         dataset=task.dataset_identity(),
         sha256=task.data_digest(),
@@ -429,13 +416,11 @@ def _task_data(request) -> MixMinData:
         user_ids=user_ids,
         mix_idx=mix_idx,
         ft_idx=ft_idx,
-        partition=partition,
-        split_partition=split_partition,
-        split_rule=split_rule,
         target_name=target_name,
         task=task,
         y_all=y_all,
         rows=task.rows,
+        **split,
     )
 
 
@@ -449,9 +434,7 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
             {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]},
         )
     n0 = planned_reference_size(
-        request.reference_size,
-        info.reference_size,
-        unit="user" if request.privacy_unit == "user" else "record",
+        request.reference_size, info.reference_size, unit=request.privacy_unit
     )
     sizes = {
         "reference_size": n0,
@@ -461,13 +444,9 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
     }
     if info.task is None:
         return n0, 0, sizes
-    g = mixture.records_per_user if request.privacy_unit == "user" else 1
-    return (
-        *reference_units(
-            n0, resolved_rho(request), records_per_user=g, whole=info.split_rule == "all-records"
-        ),
-        sizes,
-    )
+    # G records per user (1 for records: resolved_mixture sets it for users only)
+    g, whole = mixture.records_per_user, info.split_rule == "all-records"
+    return (*reference_units(n0, resolved_rho(request), records_per_user=g, whole=whole), sizes)
 
 
 def _common_plan_fields(request, info: MixMinInfo) -> dict:
@@ -483,14 +462,6 @@ def _common_plan_fields(request, info: MixMinInfo) -> dict:
         privacy_unit=request.privacy_unit,
         time_run=False,
         compare_accountants=tuple(a for a in ACCOUNTANTS if a != ACCOUNTANT),
-    )
-
-
-def _split_declaration(data_name: str, split_partition: str) -> PartitionDeclaration:
-    """D_mix and D_ft as disjoint children of the keyed split's partition."""
-    children = (split_partition + "/mix", split_partition + "/ft")
-    return PartitionDeclaration(
-        data_name, split_partition, children, f"{NAME} (split rule {SPLIT_RULE})"
     )
 
 
@@ -548,7 +519,7 @@ class DPMixMin(MechanismBase):
         planned_reference_size(
             request.reference_size,
             None if request.proxy_predictions else 1,
-            unit="user" if request.privacy_unit == "user" else "record",
+            unit=request.privacy_unit,
         )
         return request
 
@@ -571,11 +542,7 @@ class DPMixMin(MechanismBase):
             n_train=int(len(data.labels)),
             profile=data.dataset.get("profile"),
             reference_size=None if data.task is None else REFERENCE_SIZES[data.task.name],
-            source_names=tuple(data.source_names),
-            partition=data.partition,
-            split_partition=data.split_partition,
-            split_rule=data.split_rule,
-            target_name=data.target_name,
+            **{name: getattr(data, name) for name in _SPLIT_FIELDS},
             task=None if data.task is None else data.task.name,
             task_image=bool(data.task is not None and data.task.image),
         )
@@ -639,7 +606,10 @@ class DPMixMin(MechanismBase):
             events = tuple(p.event for p in parts)
             event, partition = (Composed(events), "train") if sequential else (Parallel(events), sp)
         # Only the keyed split rule declares D_mix / D_ft as disjoint children (module docstring).
-        declarations = () if sp is None else (_split_declaration(info.name, sp),)
+        declarations = ()
+        if sp is not None:
+            children, why = (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"
+            declarations = (PartitionDeclaration(info.name, sp, children, why),)
         return ReleasePlan(
             mechanism=NAME,
             partition=partition,
@@ -777,15 +747,7 @@ class DPMixMin(MechanismBase):
             )
         request = MixMinRequest.from_dict(release.request)
         if not request.proxy_predictions and weights:
-            u = utility_on_test_partition(
-                request.task,
-                release.config.get("target"),
-                list(weights.values()),
-                seed=request.seed,
-                data_dir=request.data_dir,
-                proxy_mode=request.proxy_mode,
-                loss=release.config.get("loss", "bce"),
-            )
+            u = utility_on_test_partition(request, release)
             b = u["best_single_source"]
             lines.append(
                 f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss of lambda "
@@ -819,7 +781,7 @@ class DPMixMin(MechanismBase):
                 step_size=float(mc["step_size"]),
                 loss=mc.get("loss", request.mixture.loss),
             )
-        plan = self.plan(self.validate(request), MixMinInfo.from_release(release))
+        plan = self.plan(request, MixMinInfo.from_release(release))
         check_plan_matches_release(plan.parts[0], release)
         return plan
 
@@ -868,11 +830,8 @@ class DPMixMin(MechanismBase):
                     f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rc['split']['rule']!r}."
                 )
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
-            claimed, accountant, division = (
-                float(release.epsilon),
-                release.accountant,
-                (release.dataset or {}).get("split_seed"),
-            )
+            claimed, accountant = float(release.epsilon), release.accountant
+            division = (release.dataset or {}).get("split_seed")
         t = task_target(
             request,
             cfg,
@@ -888,9 +847,7 @@ class DPMixMin(MechanismBase):
 
 
 def _calibrated(epsilon: float, delta: float, sample_rate: float, steps: int) -> tuple[float, dict]:
-    """sigma for (epsilon, delta) under :data:`ACCOUNTANT`, and the calibration a plan publishes.
-    Whether sigma came from the local cache is a fact of this machine, not of the request (a second
-    plan would differ), so it is left out; old releases that recorded it still load."""
+    """sigma for (epsilon, delta) under :data:`ACCOUNTANT`, and the calibration a plan publishes."""
     cal = calibrate_noise_multiplier(
         target_epsilon=epsilon,
         delta=delta,
@@ -898,7 +855,14 @@ def _calibrated(epsilon: float, delta: float, sample_rate: float, steps: int) ->
         steps=steps,
         accountant=ACCOUNTANT,
     )
-    return cal.noise_multiplier, {k: v for k, v in cal.to_dict().items() if k != "cached"}
+    return cal.noise_multiplier, _published_calibration(cal)
+
+
+def _published_calibration(cal) -> dict:
+    """The calibration a plan publishes. Whether its sigma came from the local cache is a fact of
+    this machine, not of the request (a second plan would differ), so it is left out; old releases
+    that recorded it still load."""
+    return {k: v for k, v in cal.to_dict().items() if k != "cached"}
 
 
 def _mixture_part(
@@ -919,13 +883,10 @@ def _mixture_part(
         noise_multiplier=sigma,
         privacy_unit=request.privacy_unit,
     )
+    published = ("loss", "step_size", "expected_batch_size", "records_per_user", "k")
     config = {
         **shared,
-        "loss": cfg.loss,
-        "step_size": cfg.step_size,
-        "expected_batch_size": cfg.expected_batch_size,
-        "records_per_user": cfg.records_per_user,
-        "k": cfg.k,
+        **{name: getattr(cfg, name) for name in published},
         "proxy_mode": None if info.task is None else request.proxy_mode,
         "proxies": "bring-your-own predictions file"
         if info.task is None
@@ -960,12 +921,9 @@ def _finetune_part(
     request, info: MixMinInfo, n_ft: int, epsilon: float, shared: dict, partition: str, common: dict
 ) -> ReleasePlan:
     """Stage 2's release plan: DP-SGD on the head over D_ft, its schedule from |D_ft| (reference)."""
-    downstream = default_downstream_for(info.task, info.task_image)
+    objective = one_of("pretrain_objective", request.pretrain_objective, PRETRAIN_OBJECTIVES)
     downstream = replace(
-        downstream,
-        pretrain_objective=one_of(
-            "pretrain_objective", request.pretrain_objective, PRETRAIN_OBJECTIVES
-        ),
+        default_downstream_for(info.task, info.task_image), pretrain_objective=objective
     )
     sched = dp_sgd_schedule(
         n_ft, min(downstream.finetune_batch_size, n_ft), downstream.finetune_epochs

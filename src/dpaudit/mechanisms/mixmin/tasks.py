@@ -49,7 +49,7 @@ from ...data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import, torch_module_classes
 from ...noise import public_rng
-from ...validation import one_of
+from ...validation import one_of, open_unit
 from ..dpsgd.core import AdamState, adam_update
 from .solver import MixMinConfig, check_inputs
 
@@ -440,7 +440,6 @@ def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) 
         seed=seed,
         target_kinds={"cleveland": "partial"},
         record_ids=np.arange(len(y_priv), dtype=np.int64),
-        public_record_ids=None,
         division_key=TASK_DIVISION_KEYS["heart-mix"] if division is None else int(division),
         rows=rows,
     )
@@ -663,8 +662,7 @@ def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.
     so the memberships behave as independent Bernoulli(rho) draws, and each depends on that one identifier only (never on n or on
     the other identifiers). That is the property parallel composition of the two stages needs under add/remove adjacency. The seed
     is public (it is in the release); the split needs no secret, only independence from the other records."""
-    if not (0.0 < rho < 1.0):
-        raise UsageError(f"rho must be in the open interval (0, 1), got {rho!r}.")
+    open_unit("rho", rho)
     key = f"dpaudit/mixmin-split/{SPLIT_RULE}/seed={int(seed)}".encode("ascii")
     # rho * 2**64 rounded down: P(h < threshold) = threshold / 2**64, within 2**-64 of rho.
     threshold = int(rho * 2.0**64)

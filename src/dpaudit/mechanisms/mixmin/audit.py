@@ -13,8 +13,7 @@ computable by this adversary)."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...accounting import calibrate_noise_multiplier, compute_epsilon
 from ...audits.canaries import check_canary
@@ -87,8 +86,7 @@ class MixMinTarget(AuditTarget):
                 raise UsageError(
                     f"holdout records must be given for a {self.canary} canary, got none."
                 )
-            rng = public_rng(self.seed, 0xCA7A)
-            i = int(rng.integers(len(self.holdout_probs)))
+            i = int(public_rng(self.seed, 0xCA7A).integers(len(self.holdout_probs)))
             f = np.asarray(self.holdout_probs[i], dtype=np.float64)
             y = float(self.holdout_labels[i]) if self.holdout_labels is not None else 0.0
             if self.canary == "mislabeled":
@@ -128,21 +126,20 @@ class MixMinTarget(AuditTarget):
         return -np.log(np.maximum(w, 1e-300)) @ self._u
 
     def _config_now(self):
-        return self.config if self.noise else dataclasses.replace(self.config, noise_multiplier=0.0)
+        return self.config if self.noise else replace(self.config, noise_multiplier=0.0)
 
     def private_data(self) -> dict | None:
         return self.ledger_scope
 
     def without_noise(self) -> "MixMinTarget":
-        return dataclasses.replace(self, noise=False)
+        return replace(self, noise=False)
 
     def describe(self) -> dict:
-        cfg = self.config.to_dict()
         return {
             "task": self.task,
             "dataset": self.dataset,
             "config": {
-                **cfg,
+                **self.config.to_dict(),
                 "n_mix": int(self.probs.shape[0]),
                 "reference_weights": self._reference.tolist(),
                 **self.info,
@@ -158,7 +155,6 @@ def task_target(
     canary: str,
     claimed: float | None,
     division: int | None = None,
-    data_dir=None,
     scope: dict | None = None,
 ) -> MixMinTarget:
     """The :class:`MixMinTarget` of ``request`` (a built-in task's :class:`~dpaudit.requests.MixMinRequest`) run with ``config``
@@ -171,7 +167,7 @@ def task_target(
     ``{"dataset", "partition"}`` of D_mix."""
     whole = request.stage == "pipeline" and request.composition == "sequential"
     rho = resolved_rho(request)
-    t = load_task(request.task, seed=request.seed, data_dir=data_dir, division=division)
+    t = load_task(request.task, seed=request.seed, data_dir=request.data_dir, division=division)
     tname, y_all = t.target_labels(request.target)
     proxies = train_proxies(t, mode=request.proxy_mode)
     tr, te = t.train_idx, t.test_idx

@@ -25,7 +25,7 @@ The section 5 baselines are benchmarks/mixmin_experiments.py's (docs/experiments
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 import time
 from dataclasses import asdict, dataclass, replace
@@ -89,6 +89,8 @@ PRETRAIN_OBJECTIVES = ("weighted-targets", "source-sampling")
 #: Accountants a DP-MixMin claim can be made under (both are recorded in ``epsilons``).
 ACCOUNTANTS = ("rdp", "prv")
 _TAG_PRETRAIN = 0x9E7
+#: What a split's membership is keyed on, per privacy unit (recorded in the release's ``split``).
+SPLIT_KEYS = {"record": "record ids = rows of the task's source data", "user": "user ids"}
 #: The noise settings both parts' releases record from their config (:func:`_release_fields`).
 RELEASED_SETTINGS = ("noise_multiplier", "sample_rate", "clipping_norm")
 
@@ -338,11 +340,9 @@ class MixMinInfo(DataInfo):
         sp = None
         if split.get("rule") == SPLIT_RULE:
             sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit)
-        old = (
-            None
-            if "reference_size" in cfg
-            else (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
-        )
+        old = None
+        if "reference_size" not in cfg:
+            old = (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
         return cls.of_identity(
             ds,
             n_train=0,
@@ -394,12 +394,12 @@ def _task_data(request) -> MixMinData:
     task = load_task(request.task, seed=request.seed, data_dir=request.data_dir)
     target_name, y_all = task.target_labels(request.target)
     tr = task.train_idx
-    # Who the users are is part of the task (its constant key), not of the run's seed.
     user_ids = (
-        synthetic_user_ids(len(tr), resolved_mixture(request).records_per_user, task.division_key)
-        if request.privacy_unit == "user"
-        else None
+        None  # who the users are is part of the task (its constant key), not of the run's seed
     )
+    if request.privacy_unit == "user":
+        g = resolved_mixture(request).records_per_user
+        user_ids = synthetic_user_ids(len(tr), g, task.division_key)
     if request.composition == "sequential" and request.stage == "pipeline":
         mix_idx = ft_idx = np.arange(len(tr))
         split = {}  # every training record in both stages (MixMinData's defaults)
@@ -429,19 +429,13 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
     private counts."""
     # an old release: the sizes it recorded and built its schedules from
     if info.recorded_sizes is not None:
-        return (
-            *info.recorded_sizes,
-            {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]},
-        )
+        n_mix, n_ft = info.recorded_sizes
+        return n_mix, n_ft, {"n_mix_units": n_mix, "n_finetune_records": n_ft}
     n0 = planned_reference_size(
         request.reference_size, info.reference_size, unit=request.privacy_unit
     )
-    sizes = {
-        "reference_size": n0,
-        "reference_size_from": "request"
-        if request.reference_size is not None
-        else "task definition",
-    }
+    given_by = "request" if request.reference_size is not None else "task definition"
+    sizes = {"reference_size": n0, "reference_size_from": given_by}
     if info.task is None:
         return n0, 0, sizes
     # G records per user (1 for records: resolved_mixture sets it for users only)
@@ -500,12 +494,9 @@ class DPMixMin(MechanismBase):
         positive_finite("epsilon", request.epsilon)
         open_unit("delta", request.delta)
         open_unit("rho", resolved_rho(request))
-        for name, value, allowed in (
-            ("stage", request.stage, STAGES),
-            ("privacy_unit", request.privacy_unit, ("record", "user")),
-            ("composition", request.composition, COMPOSITIONS),
-        ):
-            one_of(name, value, allowed)
+        one_of("stage", request.stage, STAGES)
+        one_of("privacy_unit", request.privacy_unit, ("record", "user"))
+        one_of("composition", request.composition, COMPOSITIONS)
         if request.proxy_predictions is not None and request.stage == "pipeline":
             raise UsageError(
                 "stage must be mixture with --proxy-predictions (the pipeline needs the task's public data), got 'pipeline'."
@@ -530,11 +521,9 @@ class DPMixMin(MechanismBase):
             raise UsageError(
                 f"prepared must be None for {NAME} (it loads its task or proxy predictions file), got {type(prepared).__name__}."
             )
-        return (
-            _task_data(request)
-            if request.proxy_predictions is None
-            else _proxy_data(request, ledger_path)
-        )
+        if request.proxy_predictions is None:
+            return _task_data(request)
+        return _proxy_data(request, ledger_path)
 
     def data_info(self, request: MixMinRequest, data: MixMinData) -> MixMinInfo:
         return MixMinInfo.of_identity(
@@ -579,9 +568,7 @@ class DPMixMin(MechanismBase):
             "composition": composition,
             "stable_under_add_remove": info.split_rule in STABLE_SPLIT_RULES,
             "parallel_composition": info.split_partition is not None,
-            "key": "record ids = rows of the task's source data"
-            if request.privacy_unit == "record"
-            else "user ids",
+            "key": SPLIT_KEYS[request.privacy_unit],
         }
         common = _common_plan_fields(request, info)
         shared = {
@@ -642,8 +629,7 @@ class DPMixMin(MechanismBase):
             DataError: proxy predictions or user ids that do not fit the data.
         """
 
-        def say(message: str) -> None:  # stage updates (dpaudit.progress.stage)
-            stage(progress, message)
+        say = functools.partial(stage, progress)  # stage updates (dpaudit.progress.stage)
 
         started, timings, probs = time.perf_counter(), {}, data.probs
         if data.task is not None:
@@ -686,20 +672,15 @@ class DPMixMin(MechanismBase):
             return releases
         mix, ft = releases
         metrics = {k: (mix.id if k == "mixture_release_id" else v) for k, v in ft.metrics.items()}
-        return [mix, dataclasses.replace(ft, metrics=metrics)]
+        return [mix, replace(ft, metrics=metrics)]
 
     def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
         """``pipeline.json`` beside the two releases: both, and the end-to-end guarantee."""
         if len(releases) == 2:
             mix, ft = releases
-            write_json_atomic(
-                Path(out_dir) / "pipeline.json",
-                {
-                    "mixture": mix.to_dict(),
-                    "finetune": ft.to_dict(),
-                    "end_to_end": ft.metrics["end_to_end"],
-                },
-            )
+            pipeline = {"mixture": mix.to_dict(), "finetune": ft.to_dict()}
+            pipeline["end_to_end"] = ft.metrics["end_to_end"]
+            write_json_atomic(Path(out_dir) / "pipeline.json", pipeline)
 
     def command_line(self, plan: ReleasePlan, out_dir) -> str:
         """The command recorded: derived from the request at the release folder (a part's parent)."""
@@ -713,11 +694,9 @@ class DPMixMin(MechanismBase):
 
     def notes(self, request: MixMinRequest) -> list[str]:
         """What ``dpaudit train mixmin`` says before it runs (the resolved public defaults)."""
-        on = (
-            f"proxy predictions {request.proxy_predictions}"
-            if request.proxy_predictions
-            else request.task
-        )
+        on = request.task
+        if request.proxy_predictions:
+            on = f"proxy predictions {request.proxy_predictions}"
         return [
             f"DP-MixMin {request.stage} on {on}: eps={request.epsilon:g}, delta={request.delta:g}, rho={resolved_rho(request):g}, "
             f"C={resolved_mixture(request).clipping_norm:g}"
@@ -832,14 +811,9 @@ class DPMixMin(MechanismBase):
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
             claimed, accountant = float(release.epsilon), release.accountant
             division = (release.dataset or {}).get("split_seed")
+        scope = {"dataset": plan.dataset.get("name", request.task), "partition": mix.partition}
         t = task_target(
-            request,
-            cfg,
-            canary=canary,
-            claimed=claimed,
-            division=division,
-            data_dir=request.data_dir,
-            scope={"dataset": plan.dataset.get("name", request.task), "partition": mix.partition},
+            request, cfg, canary=canary, claimed=claimed, division=division, scope=scope
         )
         t.accountant = accountant
         t.prepare()
@@ -969,17 +943,14 @@ def _run_finetune(
     downstream = DownstreamSettings(
         **{**d, "pretrain_checkpoints": tuple(d["pretrain_checkpoints"])}
     )
-    x_tr, y_tr = task.private_x[task.train_idx], data.labels.astype(np.int64)
+    x_ft = task.private_x[task.train_idx][data.ft_idx]
+    y_ft = data.labels.astype(np.int64)[data.ft_idx]
+    x_val, y_val = task.private_x[task.val_idx], data.y_all[task.val_idx]
     x_te, y_te = task.private_x[task.test_idx], data.y_all[task.test_idx]
     t = time.perf_counter()
     say("pretraining on public data with the mixture")
     model, pinfo = pretrain(
-        task,
-        weights,
-        seed=request.seed,
-        settings=downstream,
-        x_val=task.private_x[task.val_idx],
-        y_val=data.y_all[task.val_idx],
+        task, weights, seed=request.seed, settings=downstream, x_val=x_val, y_val=y_val
     )
     timings["pretrain_s"] = time.perf_counter() - t
     auc_pre = auc(y_te, model_scores(model, x_te))
@@ -987,22 +958,13 @@ def _run_finetune(
     t = time.perf_counter()
     say("DP fine-tuning on D_ft")
     fcfg = DPSGDConfig.from_dict(ft_plan.config["dpsgd_config"])
-    head = train_heads(
-        features(model, x_tr[data.ft_idx]).astype(np.float32),
-        y_tr[data.ft_idx],
-        2,
-        fcfg,
-        noise=noise,
-        init=head_init(model),
-        binary_logit=True,
-    )
+    z_ft, init = features(model, x_ft).astype(np.float32), head_init(model)
+    head = train_heads(z_ft, y_ft, 2, fcfg, noise=noise, init=init, binary_logit=True)
     timings["finetune_s"] = time.perf_counter() - t
+    auc_ft = auc(y_te, head_scores(model, head.weights[0], x_te))
     stage_metrics = {
         "weights": mix_out.metrics["weights"],
-        "auc": {
-            "pretrained": auc_pre,
-            "finetuned": auc(y_te, head_scores(model, head.weights[0], x_te)),
-        },
+        "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
         "pretrain": pinfo,
         "mixture_release_id": None,  # the mixture release's id (link_releases)
         "end_to_end": {

@@ -177,12 +177,8 @@ def resolved_mixture(request) -> MixtureSettings:
     }
     mixture = replace(default_mixture(request_task(request)), loss=request.mixture.loss, **given)
     if request.privacy_unit == "user" and request_task(request) is not None:
-        mixture = replace(
-            mixture,
-            records_per_user=4
-            if request.records_per_user is None
-            else int(request.records_per_user),
-        )
+        g = 4 if request.records_per_user is None else int(request.records_per_user)
+        mixture = replace(mixture, records_per_user=g)
     return mixture
 
 
@@ -324,11 +320,8 @@ def _division(
     ``held_out`` halved into val / test)."""
     if _is_current_division(name, division):
         perm = public_rng(TASK_DIVISION_KEYS[name], _TAG_SPLIT).permutation(len(held_out))
-        held_out = np.asarray(held_out)
-        val, test = (
-            np.sort(held_out[perm[: len(held_out) // 2]]),
-            np.sort(held_out[perm[len(held_out) // 2 :]]),
-        )
+        held_out, half = np.asarray(held_out), len(held_out) // 2
+        val, test = np.sort(held_out[perm[:half]]), np.sort(held_out[perm[half:]])
         train, public = np.sort(train), np.sort(public)
         rows = row_sets(
             SOURCES[name], {"train": train, "public": np.concatenate([public, val, test])}
@@ -344,9 +337,8 @@ def _digit_division(name: str, parts: tuple, x, y, seed: int, division: int | No
     ids = np.concatenate([train, val, test])
     n_tr, n_va = len(train), len(val)
     x_pub, d_pub, x_priv, d_priv = x[public], y[public], x[ids], y[ids]
-    thr = float(
-        np.median(x_pub.sum(axis=1))
-    )  # the ink threshold is public: the median ink mass of the public images
+    # the ink threshold is public: the median ink mass of the public images
+    thr = float(np.median(x_pub.sum(axis=1)))
     return MixMinTask(
         name=name,
         source_names=tuple(f"digit-{c}" for c in range(10)),
@@ -540,7 +532,7 @@ def fit(
     # torch.optim.Adam(lr=lr), bit for bit
     state = AdamState.zeros_like([p.detach() for p in params])
     config = SimpleNamespace(lr=lr, betas=(0.9, 0.999), adam_eps=1e-8)
-    n = xt.shape[0]
+    n, functional = xt.shape[0], torch.nn.functional
     for epoch in range(1, epochs + 1):
         model.train()
         perm = torch.randperm(n, generator=g)
@@ -548,11 +540,9 @@ def fit(
             idx = perm[s : s + batch_size]
             out = model(xt[idx])
             if loss == "softmax":
-                lv = torch.nn.functional.cross_entropy(out, tt[idx])
+                lv = functional.cross_entropy(out, tt[idx])
             else:
-                lv = torch.nn.functional.binary_cross_entropy_with_logits(
-                    out, tt[idx].reshape(out.shape)
-                )
+                lv = functional.binary_cross_entropy_with_logits(out, tt[idx].reshape(out.shape))
             for p in params:
                 p.grad = None
             lv.backward()
@@ -616,16 +606,9 @@ def _per_source_proxies(task: MixMinTask, seed: int, epochs: int, batch_size: in
     for i in range(task.k):
         rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
         m = new_mlp(task.public_x.shape[1], 128 if task.image else 0, 1, seed, _TAG_PROXY, 10 + i)
-        fit(
-            m,
-            task.public_x[rows],
-            task.public_y[rows, i : i + 1],
-            loss="bce",
-            epochs=epochs,
-            key=(seed, _TAG_PROXY, 100 + i),
-            batch_size=batch_size,
-            lr=1e-3 if task.image else 1e-2,
-        )
+        x, y, key = task.public_x[rows], task.public_y[rows, i : i + 1], (seed, _TAG_PROXY, 100 + i)
+        lr = 1e-3 if task.image else 1e-2
+        fit(m, x, y, loss="bce", epochs=epochs, key=key, batch_size=batch_size, lr=lr)
         models.append(m)
     return Proxies("per-source", models, softmax=False)
 
@@ -667,11 +650,11 @@ def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.
     # rho * 2**64 rounded down: P(h < threshold) = threshold / 2**64, within 2**-64 of rho.
     threshold = int(rho * 2.0**64)
     prefix = unit.encode("ascii") + b"|"
-    out = np.empty(len(ids), dtype=bool)
-    for j, v in enumerate(np.asarray(ids).tolist()):
-        h = hashlib.blake2b(prefix + _id_bytes(v), key=key, digest_size=8).digest()
-        out[j] = int.from_bytes(h, "big") < threshold
-    return out
+    hashes = [
+        hashlib.blake2b(prefix + _id_bytes(v), key=key, digest_size=8).digest()
+        for v in np.asarray(ids).tolist()
+    ]
+    return np.array([int.from_bytes(h, "big") < threshold for h in hashes], dtype=bool)
 
 
 def mixture_split(

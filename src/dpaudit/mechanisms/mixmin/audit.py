@@ -13,8 +13,7 @@ computable by this adversary)."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...accounting import calibrate_noise_multiplier, compute_epsilon
 from ...audits.canaries import check_canary
@@ -87,17 +86,14 @@ class MixMinTarget(AuditTarget):
                 raise UsageError(
                     f"holdout records must be given for a {self.canary} canary, got none."
                 )
-            rng = public_rng(self.seed, 0xCA7A)
-            i = int(rng.integers(len(self.holdout_probs)))
+            i = int(public_rng(self.seed, 0xCA7A).integers(len(self.holdout_probs)))
             f = np.asarray(self.holdout_probs[i], dtype=np.float64)
             y = float(self.holdout_labels[i]) if self.holdout_labels is not None else 0.0
             if self.canary == "mislabeled":
                 y = 1.0 - y  # binary targets: the wrong label
             self._canary = MixMinCanary(kind="record", probs=f, label=y)
-            g = per_example_gradients(f[None, :], np.array([y]), self._reference, self.config.loss)[
-                0
-            ]
-            d = g - g.mean()
+            g = per_example_gradients(f[None, :], np.array([y]), self._reference, self.config.loss)
+            d = g[0] - g[0].mean()
             if not np.linalg.norm(d) > 0:
                 d = max_clip_direction(self._reference)
             self._canary_info = {
@@ -130,21 +126,20 @@ class MixMinTarget(AuditTarget):
         return -np.log(np.maximum(w, 1e-300)) @ self._u
 
     def _config_now(self):
-        return self.config if self.noise else dataclasses.replace(self.config, noise_multiplier=0.0)
+        return self.config if self.noise else replace(self.config, noise_multiplier=0.0)
 
     def private_data(self) -> dict | None:
         return self.ledger_scope
 
     def without_noise(self) -> "MixMinTarget":
-        return dataclasses.replace(self, noise=False)
+        return replace(self, noise=False)
 
     def describe(self) -> dict:
-        cfg = self.config.to_dict()
         return {
             "task": self.task,
             "dataset": self.dataset,
             "config": {
-                **cfg,
+                **self.config.to_dict(),
                 "n_mix": int(self.probs.shape[0]),
                 "reference_weights": self._reference.tolist(),
                 **self.info,
@@ -160,7 +155,6 @@ def task_target(
     canary: str,
     claimed: float | None,
     division: int | None = None,
-    data_dir=None,
     scope: dict | None = None,
 ) -> MixMinTarget:
     """The :class:`MixMinTarget` of ``request`` (a built-in task's :class:`~dpaudit.requests.MixMinRequest`) run with ``config``
@@ -173,7 +167,7 @@ def task_target(
     ``{"dataset", "partition"}`` of D_mix."""
     whole = request.stage == "pipeline" and request.composition == "sequential"
     rho = resolved_rho(request)
-    t = load_task(request.task, seed=request.seed, data_dir=data_dir, division=division)
+    t = load_task(request.task, seed=request.seed, data_dir=request.data_dir, division=division)
     tname, y_all = t.target_labels(request.target)
     proxies = train_proxies(t, mode=request.proxy_mode)
     tr, te = t.train_idx, t.test_idx
@@ -218,18 +212,14 @@ def mixmin_config_for(
     default bce, 200, 1, 1)."""
     q = min(1.0, expected_batch_size / n_mix)
     settings = {"loss": "bce", "steps": 200, "clipping_norm": 1.0, "step_size": 1.0, **settings}
-    cal = calibrate_noise_multiplier(
+    sigma = calibrate_noise_multiplier(
         target_epsilon=epsilon,
         delta=delta,
         sample_rate=q,
         steps=settings["steps"],
         accountant="rdp",
-    )
+    ).noise_multiplier
     cfg = MixMinConfig(
-        k=k,
-        noise_multiplier=cal.noise_multiplier,
-        sample_rate=q,
-        expected_batch_size=q * n_mix,
-        **settings,
+        k=k, noise_multiplier=sigma, sample_rate=q, expected_batch_size=q * n_mix, **settings
     )
     return cfg, compute_epsilon(cfg.event(), delta=delta, accountant="rdp").epsilon

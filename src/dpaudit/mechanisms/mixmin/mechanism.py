@@ -25,7 +25,7 @@ The section 5 baselines are benchmarks/mixmin_experiments.py's (docs/experiments
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import math
 import time
 from dataclasses import asdict, dataclass, replace
@@ -68,7 +68,6 @@ from .tasks import (
     MixMinTask,
     MixtureSettings,
     default_mixture,  # noqa: F401
-    default_rho,
     fit,
     load_proxy_predictions,
     load_task,
@@ -90,6 +89,8 @@ PRETRAIN_OBJECTIVES = ("weighted-targets", "source-sampling")
 #: Accountants a DP-MixMin claim can be made under (both are recorded in ``epsilons``).
 ACCOUNTANTS = ("rdp", "prv")
 _TAG_PRETRAIN = 0x9E7
+#: What a split's membership is keyed on, per privacy unit (recorded in the release's ``split``).
+SPLIT_KEYS = {"record": "record ids = rows of the task's source data", "user": "user ids"}
 #: The noise settings both parts' releases record from their config (:func:`_release_fields`).
 RELEASED_SETTINGS = ("noise_multiplier", "sample_rate", "clipping_norm")
 
@@ -134,26 +135,18 @@ def default_downstream_for(name: str | None, image: bool) -> DownstreamSettings:
     )
 
 
-def utility_on_test_partition(
-    task: str,
-    target: str | None,
-    weights,
-    *,
-    seed: int = 42,
-    data_dir=None,
-    proxy_mode: str = "joint",
-    loss: str = "bce",
-) -> dict:
+def utility_on_test_partition(request: MixMinRequest, release) -> dict:
     """The mixture's mean loss on the task's private TEST partition, beside two references. For the operator's console only, never
     written into a release (the test records are private and outside the guarantee).
     References: the uniform mixture (what lambda starts from) and the best single source (the best vertex of the simplex). Lower
-    is better. Uses the same cached task and proxies (public data only) as the release."""
-    t = load_task(task, seed=seed, data_dir=data_dir)
-    tname, y_all = t.target_labels(target)
-    te = t.test_idx
-    probs = train_proxies(t, mode=proxy_mode).predict(t.private_x[te])
+    is better. Uses the same cached task and proxies (public data only) as the release (of ``request``,
+    a built-in task's)."""
+    t = load_task(request.task, seed=request.seed, data_dir=request.data_dir)
+    tname, y_all = t.target_labels(release.config.get("target"))
+    te, loss = t.test_idx, release.config.get("loss", "bce")
+    probs = train_proxies(t, mode=request.proxy_mode).predict(t.private_x[te])
     y = np.asarray(y_all[te], dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
+    w = np.asarray(list(release.metrics["weights"].values()), dtype=np.float64)
     singles = [objective(probs, y, np.eye(t.k)[i], loss) for i in range(t.k)]
     best = int(np.argmin(singles))
     return {
@@ -179,10 +172,6 @@ def auc(y: np.ndarray, score: np.ndarray) -> float:
 # ---- Downstream model: pretraining on public data, DP fine-tuning of its head
 
 
-def _soft_targets(task: MixMinTask, weights: np.ndarray) -> np.ndarray:
-    return (np.nan_to_num(task.public_y, nan=0.0) @ weights).astype(np.float32)[:, None]
-
-
 def pretrain(
     task: MixMinTask,
     weights,
@@ -200,16 +189,13 @@ def pretrain(
     that source's label. Returns (model, info dict)."""
     one_of("pretrain_objective", settings.pretrain_objective, PRETRAIN_OBJECTIVES)
     w = np.asarray(weights, dtype=np.float64)
-    d = task.public_x.shape[1]
-    model = new_mlp(d, settings.hidden, 1, seed, _TAG_PRETRAIN, tag)
+    model = new_mlp(task.public_x.shape[1], settings.hidden, 1, seed, _TAG_PRETRAIN, tag)
     best = {"auc": -math.inf, "epoch": None, "state": None}
     val_aucs = {}
 
     def keep(epoch, m):
         if epoch in settings.pretrain_checkpoints:
-            with torch.no_grad():
-                s = m(torch.as_tensor(x_val, dtype=torch.float32)).numpy().ravel()
-            a = auc(y_val, s)
+            a = auc(y_val, model_scores(m, x_val))  # float32 scores widened: the same ranks
             val_aucs[epoch] = a
             if a > best["auc"] or best["state"] is None:
                 best.update(
@@ -220,37 +206,34 @@ def pretrain(
     objective = settings.pretrain_objective
     if objective == "weighted-targets" and not task.shared_inputs:
         objective = "source-sampling"  # sources with their own inputs cannot share a target
-    if objective == "weighted-targets":
+
+    def train(x, target, epochs: int, *key: int, callback=None) -> None:
+        key = (seed, _TAG_PRETRAIN, tag, *key)
+        batch_size = settings.pretrain_batch_size
         fit(
             model,
-            task.public_x,
-            _soft_targets(task, w),
+            x,
+            target,
             loss="bce",
             epochs=epochs,
-            key=(seed, _TAG_PRETRAIN, tag, 1),
-            batch_size=settings.pretrain_batch_size,
-            callback=keep,
+            key=key,
+            batch_size=batch_size,
+            callback=callback,
         )
+
+    if objective == "weighted-targets":
+        soft_targets = (np.nan_to_num(task.public_y, nan=0.0) @ w).astype(np.float32)[:, None]
+        train(task.public_x, soft_targets, epochs, 1, callback=keep)
     else:
         rng = public_rng(seed, _TAG_PRETRAIN, tag, 2)
-        n = task.public_x.shape[0]
-        k = task.k
+        n, k = task.public_x.shape[0], task.k
         rows_of = [
             np.flatnonzero((task.public_source == i) | (task.public_source < 0)) for i in range(k)
         ]
         for epoch in range(1, epochs + 1):
             src = rng.choice(k, size=n, p=w / w.sum())
             rows = np.array([rows_of[i][rng.integers(len(rows_of[i]))] for i in src])
-            tgt = task.public_y[rows, src][:, None]
-            fit(
-                model,
-                task.public_x[rows],
-                tgt,
-                loss="bce",
-                epochs=1,
-                key=(seed, _TAG_PRETRAIN, tag, 3, epoch),
-                batch_size=settings.pretrain_batch_size,
-            )
+            train(task.public_x[rows], task.public_y[rows, src][:, None], 1, 3, epoch)
             keep(epoch, model)
     model.load_state_dict(best["state"])
     model.eval()
@@ -287,24 +270,6 @@ FINETUNE_MECHANISM = "dp-mixmin-finetune"
 ACCOUNTANT = "rdp"
 
 
-def _split_info(
-    rule: str, *, rho: float, seed: int, privacy_unit: str, composition: str, parallel: bool
-) -> dict:
-    """What the release says about its D_mix / D_ft split (public): its rule and how the two stages compose."""
-    return {
-        "rule": rule,
-        "rho": rho,
-        "seed": int(seed),
-        "unit": privacy_unit,
-        "composition": composition,
-        "stable_under_add_remove": rule in STABLE_SPLIT_RULES,
-        "parallel_composition": bool(parallel),
-        "key": "record ids = rows of the task's source data"
-        if privacy_unit == "record"
-        else "user ids",
-    }
-
-
 # ---- The mechanism (dpaudit.mechanisms.contract): plan, run and audit target of a release
 
 
@@ -320,16 +285,20 @@ class MixMinData:
     source_names: tuple
     user_ids: np.ndarray | None
     mix_idx: np.ndarray
-    ft_idx: np.ndarray | None
-    partition: str
-    split_partition: str | None
-    split_rule: str
     target_name: str
+    ft_idx: np.ndarray | None = None
+    partition: str = "train"
+    split_partition: str | None = None
+    split_rule: str = "all-records"
     task: MixMinTask | None = None
     probs: np.ndarray | None = None
     y_all: np.ndarray | None = None
     #: the task's source rows (dpaudit.data.rows; local only): the ledger budgets their people
     rows: tuple = ()
+
+
+#: What the plan reads of the loaded data as it is (the sources, the split, the target's name).
+_SPLIT_FIELDS = ("source_names", "partition", "split_partition", "split_rule", "target_name")
 
 
 @dataclass(frozen=True)
@@ -350,24 +319,33 @@ class MixMinInfo(DataInfo):
     recorded_sizes: tuple[int, int] | None = None
 
     @classmethod
-    def from_release(cls, release) -> "MixMinInfo":
-        """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
-        ds, cfg = release.dataset or {}, release.config or {}
-        split = cfg.get("split") or {}
-        sp = _recorded_split_partition(split, release.privacy_unit)
-        old = (
-            None
-            if "reference_size" in cfg
-            else (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
-        )
+    def of_identity(cls, ds: dict, **fields) -> "MixMinInfo":
+        """The info of dataset identity ``ds`` (public) with DP-MixMin's ``fields``."""
         return cls(
             name=ds.get("name", ""),
             kind=ds.get("kind", ""),
-            n_train=0,
             n_features=int(ds.get("n_features", 0) or 0),
             n_classes=2,
             split_seed=ds.get("split_seed"),
             identity=dict(ds),
+            **fields,
+        )
+
+    @classmethod
+    def from_release(cls, release) -> "MixMinInfo":
+        """The public facts a release records (identity and config, no private data): what an audit of it plans from."""
+        ds, cfg = release.dataset or {}, release.config or {}
+        split = cfg.get("split") or {}
+        # the partition of the keyed split the release records (None: another rule, no disjoint split)
+        sp = None
+        if split.get("rule") == SPLIT_RULE:
+            sp = split_partition_of(float(split["rho"]), int(split["seed"]), release.privacy_unit)
+        old = None
+        if "reference_size" not in cfg:
+            old = (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
+        return cls.of_identity(
+            ds,
+            n_train=0,
             reference_size=cfg.get("reference_size"),
             source_names=tuple(cfg.get("source_names") or ()),
             partition=sp + "/mix" if sp else "train",
@@ -378,13 +356,6 @@ class MixMinInfo(DataInfo):
             task_image=cfg.get("task") in ("digits-mix", "mnist-mix"),
             recorded_sizes=old,
         )
-
-
-def _recorded_split_partition(split: dict, privacy_unit: str) -> str | None:
-    """The partition of the keyed split a release records (None: another rule, no disjoint split)."""
-    if split.get("rule") != SPLIT_RULE:
-        return None
-    return split_partition_of(float(split["rho"]), int(split["seed"]), privacy_unit)
 
 
 def _proxy_data(request, ledger_path) -> MixMinData:
@@ -412,10 +383,6 @@ def _proxy_data(request, ledger_path) -> MixMinData:
         source_names=tuple(pp.source_names),
         user_ids=pp.user_ids if request.privacy_unit == "user" else None,
         mix_idx=np.arange(pp.probs.shape[0]),
-        ft_idx=None,
-        partition="train",
-        split_partition=None,
-        split_rule="all-records",
         target_name=request.target or "labels",
         probs=pp.probs,
         rows=pp.rows,
@@ -427,21 +394,20 @@ def _task_data(request) -> MixMinData:
     task = load_task(request.task, seed=request.seed, data_dir=request.data_dir)
     target_name, y_all = task.target_labels(request.target)
     tr = task.train_idx
-    # Who the users are is part of the task (its constant key), not of the run's seed.
     user_ids = (
-        synthetic_user_ids(len(tr), resolved_mixture(request).records_per_user, task.division_key)
-        if request.privacy_unit == "user"
-        else None
+        None  # who the users are is part of the task (its constant key), not of the run's seed
     )
-    split_partition = None
+    if request.privacy_unit == "user":
+        g = resolved_mixture(request).records_per_user
+        user_ids = synthetic_user_ids(len(tr), g, task.division_key)
     if request.composition == "sequential" and request.stage == "pipeline":
         mix_idx = ft_idx = np.arange(len(tr))
-        partition, split_rule = "train", "all-records"
+        split = {}  # every training record in both stages (MixMinData's defaults)
     else:
         rho = resolved_rho(request)
         mix_idx, ft_idx = mixture_split(task.train_record_ids, rho, request.seed, user_ids)
-        split_partition = split_partition_of(rho, request.seed, request.privacy_unit)
-        partition, split_rule = split_partition + "/mix", SPLIT_RULE
+        part = split_partition_of(rho, request.seed, request.privacy_unit)
+        split = {"partition": part + "/mix", "split_partition": part, "split_rule": SPLIT_RULE}
     return MixMinData(
         dataset=task.dataset_identity(),
         sha256=task.data_digest(),
@@ -450,13 +416,11 @@ def _task_data(request) -> MixMinData:
         user_ids=user_ids,
         mix_idx=mix_idx,
         ft_idx=ft_idx,
-        partition=partition,
-        split_partition=split_partition,
-        split_rule=split_rule,
         target_name=target_name,
         task=task,
         y_all=y_all,
         rows=task.rows,
+        **split,
     )
 
 
@@ -465,30 +429,18 @@ def _plan_sizes(request, info: MixMinInfo, mixture: MixtureSettings) -> tuple[in
     private counts."""
     # an old release: the sizes it recorded and built its schedules from
     if info.recorded_sizes is not None:
-        return (
-            *info.recorded_sizes,
-            {"n_mix_units": info.recorded_sizes[0], "n_finetune_records": info.recorded_sizes[1]},
-        )
+        n_mix, n_ft = info.recorded_sizes
+        return n_mix, n_ft, {"n_mix_units": n_mix, "n_finetune_records": n_ft}
     n0 = planned_reference_size(
-        request.reference_size,
-        info.reference_size,
-        unit="user" if request.privacy_unit == "user" else "record",
+        request.reference_size, info.reference_size, unit=request.privacy_unit
     )
-    sizes = {
-        "reference_size": n0,
-        "reference_size_from": "request"
-        if request.reference_size is not None
-        else "task definition",
-    }
+    given_by = "request" if request.reference_size is not None else "task definition"
+    sizes = {"reference_size": n0, "reference_size_from": given_by}
     if info.task is None:
         return n0, 0, sizes
-    g = mixture.records_per_user if request.privacy_unit == "user" else 1
-    return (
-        *reference_units(
-            n0, resolved_rho(request), records_per_user=g, whole=info.split_rule == "all-records"
-        ),
-        sizes,
-    )
+    # G records per user (1 for records: resolved_mixture sets it for users only)
+    g, whole = mixture.records_per_user, info.split_rule == "all-records"
+    return (*reference_units(n0, resolved_rho(request), records_per_user=g, whole=whole), sizes)
 
 
 def _common_plan_fields(request, info: MixMinInfo) -> dict:
@@ -507,11 +459,9 @@ def _common_plan_fields(request, info: MixMinInfo) -> dict:
     )
 
 
-def _split_declaration(data_name: str, split_partition: str) -> PartitionDeclaration:
-    """D_mix and D_ft as disjoint children of the keyed split's partition."""
-    children = (split_partition + "/mix", split_partition + "/ft")
-    return PartitionDeclaration(
-        data_name, split_partition, children, f"{NAME} (split rule {SPLIT_RULE})"
+def _refuse_proxy_file() -> None:
+    raise DataError(
+        "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
     )
 
 
@@ -519,9 +469,7 @@ def _check_rebuildable(request, cfg: dict) -> None:
     """A release an audit can rebuild: it records its task, and its D_mix comes from the keyed split
     (another rule would audit other records) unless the pipeline is sequential (D_mix = all)."""
     if request.proxy_predictions is not None or not cfg.get("task"):
-        raise DataError(
-            "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
-        )
+        _refuse_proxy_file()
     rule = (cfg.get("split") or {}).get("rule")
     sequential = request.stage == "pipeline" and request.composition == "sequential"
     if not sequential and rule != SPLIT_RULE:
@@ -546,12 +494,9 @@ class DPMixMin(MechanismBase):
         positive_finite("epsilon", request.epsilon)
         open_unit("delta", request.delta)
         open_unit("rho", resolved_rho(request))
-        for name, value, allowed in (
-            ("stage", request.stage, STAGES),
-            ("privacy_unit", request.privacy_unit, ("record", "user")),
-            ("composition", request.composition, COMPOSITIONS),
-        ):
-            one_of(name, value, allowed)
+        one_of("stage", request.stage, STAGES)
+        one_of("privacy_unit", request.privacy_unit, ("record", "user"))
+        one_of("composition", request.composition, COMPOSITIONS)
         if request.proxy_predictions is not None and request.stage == "pipeline":
             raise UsageError(
                 "stage must be mixture with --proxy-predictions (the pipeline needs the task's public data), got 'pipeline'."
@@ -565,7 +510,7 @@ class DPMixMin(MechanismBase):
         planned_reference_size(
             request.reference_size,
             None if request.proxy_predictions else 1,
-            unit="user" if request.privacy_unit == "user" else "record",
+            unit=request.privacy_unit,
         )
         return request
 
@@ -576,29 +521,17 @@ class DPMixMin(MechanismBase):
             raise UsageError(
                 f"prepared must be None for {NAME} (it loads its task or proxy predictions file), got {type(prepared).__name__}."
             )
-        return (
-            _task_data(request)
-            if request.proxy_predictions is None
-            else _proxy_data(request, ledger_path)
-        )
+        if request.proxy_predictions is None:
+            return _task_data(request)
+        return _proxy_data(request, ledger_path)
 
     def data_info(self, request: MixMinRequest, data: MixMinData) -> MixMinInfo:
-        ds = data.dataset
-        return MixMinInfo(
-            name=ds["name"],
-            kind=ds.get("kind", ""),
+        return MixMinInfo.of_identity(
+            data.dataset,
             n_train=int(len(data.labels)),
-            n_features=int(ds.get("n_features", 0) or 0),
-            n_classes=2,
-            profile=ds.get("profile"),
-            split_seed=ds.get("split_seed"),
-            identity=dict(ds),
+            profile=data.dataset.get("profile"),
             reference_size=None if data.task is None else REFERENCE_SIZES[data.task.name],
-            source_names=tuple(data.source_names),
-            partition=data.partition,
-            split_partition=data.split_partition,
-            split_rule=data.split_rule,
-            target_name=data.target_name,
+            **{name: getattr(data, name) for name in _SPLIT_FIELDS},
             task=None if data.task is None else data.task.name,
             task_image=bool(data.task is not None and data.task.image),
         )
@@ -626,14 +559,17 @@ class DPMixMin(MechanismBase):
         sequential = stage == "pipeline" and composition == "sequential"
         mixture = resolved_mixture(request)
         n_mix, n_ft, sizes = _plan_sizes(request, info, mixture)
-        split = _split_info(
-            info.split_rule,
-            rho=rho,
-            seed=request.seed,
-            privacy_unit=request.privacy_unit,
-            composition=composition,
-            parallel=info.split_partition is not None,
-        )
+        # What the release says about its D_mix / D_ft split (public): its rule and how the stages compose.
+        split = {
+            "rule": info.split_rule,
+            "rho": rho,
+            "seed": int(request.seed),
+            "unit": request.privacy_unit,
+            "composition": composition,
+            "stable_under_add_remove": info.split_rule in STABLE_SPLIT_RULES,
+            "parallel_composition": info.split_partition is not None,
+            "key": SPLIT_KEYS[request.privacy_unit],
+        }
         common = _common_plan_fields(request, info)
         shared = {
             "task": info.task,
@@ -657,7 +593,10 @@ class DPMixMin(MechanismBase):
             events = tuple(p.event for p in parts)
             event, partition = (Composed(events), "train") if sequential else (Parallel(events), sp)
         # Only the keyed split rule declares D_mix / D_ft as disjoint children (module docstring).
-        declarations = () if sp is None else (_split_declaration(info.name, sp),)
+        declarations = ()
+        if sp is not None:
+            children, why = (sp + "/mix", sp + "/ft"), f"{NAME} (split rule {SPLIT_RULE})"
+            declarations = (PartitionDeclaration(info.name, sp, children, why),)
         return ReleasePlan(
             mechanism=NAME,
             partition=partition,
@@ -690,8 +629,7 @@ class DPMixMin(MechanismBase):
             DataError: proxy predictions or user ids that do not fit the data.
         """
 
-        def say(message: str) -> None:  # stage updates (dpaudit.progress.stage)
-            stage(progress, message)
+        say = functools.partial(stage, progress)  # stage updates (dpaudit.progress.stage)
 
         started, timings, probs = time.perf_counter(), {}, data.probs
         if data.task is not None:
@@ -709,24 +647,24 @@ class DPMixMin(MechanismBase):
         )
         timings["mixture_s"] = time.perf_counter() - t
         weights = {str(s): float(w) for s, w in zip(data.source_names, res.weights)}
-        if plan.request.stage == "mixture":
+        mix_out = RunOutput(
+            steps_executed=res.steps_executed, metrics={"weights": weights}, timings=dict(timings)
+        )
+        if plan.request.stage == "pipeline":
+            ft_out = _run_finetune(plan, data, noise, res.weights, mix_out, say)
+            ft_out.timings["total_s"] = time.perf_counter() - started
+            return RunOutput(steps_executed=ft_out.steps_executed, parts=(mix_out, ft_out))
 
-            def save(folder) -> None:
-                write_json_atomic(
-                    folder / "weights.json",
-                    {"source_names": list(data.source_names), "weights": res.weights.tolist()},
-                )
-
-            mix_out = RunOutput(
-                steps_executed=res.steps_executed,
-                metrics={"weights": weights},
-                timings=dict(timings),
-                save=save,
-                weights_name=None,
-                artefact_paths={"weights": "weights.json"},
+        def save(folder) -> None:
+            write_json_atomic(
+                folder / "weights.json",
+                {"source_names": list(data.source_names), "weights": res.weights.tolist()},
             )
-            return RunOutput(steps_executed=res.steps_executed, parts=(mix_out,))
-        return _run_finetune(plan, data, noise, res, weights, timings, say, started)
+
+        mix_out = replace(
+            mix_out, save=save, weights_name=None, artefact_paths={"weights": "weights.json"}
+        )
+        return RunOutput(steps_executed=res.steps_executed, parts=(mix_out,))
 
     def link_releases(self, plan: ReleasePlan, releases: list) -> list:
         """The fine-tuning release names the mixture release it was pretrained from."""
@@ -734,20 +672,15 @@ class DPMixMin(MechanismBase):
             return releases
         mix, ft = releases
         metrics = {k: (mix.id if k == "mixture_release_id" else v) for k, v in ft.metrics.items()}
-        return [mix, dataclasses.replace(ft, metrics=metrics)]
+        return [mix, replace(ft, metrics=metrics)]
 
     def after_publish(self, plan: ReleasePlan, releases: list, out_dir) -> None:
         """``pipeline.json`` beside the two releases: both, and the end-to-end guarantee."""
         if len(releases) == 2:
             mix, ft = releases
-            write_json_atomic(
-                Path(out_dir) / "pipeline.json",
-                {
-                    "mixture": mix.to_dict(),
-                    "finetune": ft.to_dict(),
-                    "end_to_end": ft.metrics["end_to_end"],
-                },
-            )
+            pipeline = {"mixture": mix.to_dict(), "finetune": ft.to_dict()}
+            pipeline["end_to_end"] = ft.metrics["end_to_end"]
+            write_json_atomic(Path(out_dir) / "pipeline.json", pipeline)
 
     def command_line(self, plan: ReleasePlan, out_dir) -> str:
         """The command recorded: derived from the request at the release folder (a part's parent)."""
@@ -761,11 +694,9 @@ class DPMixMin(MechanismBase):
 
     def notes(self, request: MixMinRequest) -> list[str]:
         """What ``dpaudit train mixmin`` says before it runs (the resolved public defaults)."""
-        on = (
-            f"proxy predictions {request.proxy_predictions}"
-            if request.proxy_predictions
-            else request.task
-        )
+        on = request.task
+        if request.proxy_predictions:
+            on = f"proxy predictions {request.proxy_predictions}"
         return [
             f"DP-MixMin {request.stage} on {on}: eps={request.epsilon:g}, delta={request.delta:g}, rho={resolved_rho(request):g}, "
             f"C={resolved_mixture(request).clipping_norm:g}"
@@ -795,15 +726,7 @@ class DPMixMin(MechanismBase):
             )
         request = MixMinRequest.from_dict(release.request)
         if not request.proxy_predictions and weights:
-            u = utility_on_test_partition(
-                request.task,
-                release.config.get("target"),
-                list(weights.values()),
-                seed=request.seed,
-                data_dir=request.data_dir,
-                proxy_mode=request.proxy_mode,
-                loss=release.config.get("loss", "bce"),
-            )
+            u = utility_on_test_partition(request, release)
             b = u["best_single_source"]
             lines.append(
                 f"utility on the private TEST partition ({u['n']} records; not in the release): mean {u['loss_name']} loss of lambda "
@@ -837,7 +760,7 @@ class DPMixMin(MechanismBase):
                 step_size=float(mc["step_size"]),
                 loss=mc.get("loss", request.mixture.loss),
             )
-        plan = self.plan(self.validate(request), MixMinInfo.from_release(release))
+        plan = self.plan(request, MixMinInfo.from_release(release))
         check_plan_matches_release(plan.parts[0], release)
         return plan
 
@@ -869,9 +792,7 @@ class DPMixMin(MechanismBase):
                 f"user ids must only be given for a user-level release, got a {NAME} release."
             )
         if request.proxy_predictions is not None:
-            raise DataError(
-                "release must record the mixmin task to be rebuilt, got none (bring-your-own proxy predictions cannot be re-run)."
-            )
+            _refuse_proxy_file()
         if request.privacy_unit != "record":
             raise UsageError(
                 f"release privacy unit must be record for the audit runner, got {request.privacy_unit!r}."
@@ -888,23 +809,27 @@ class DPMixMin(MechanismBase):
                     f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rc['split']['rule']!r}."
                 )
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
-            claimed, accountant, division = (
-                float(release.epsilon),
-                release.accountant,
-                (release.dataset or {}).get("split_seed"),
-            )
+            claimed, accountant = float(release.epsilon), release.accountant
+            division = (release.dataset or {}).get("split_seed")
+        scope = {"dataset": plan.dataset.get("name", request.task), "partition": mix.partition}
         t = task_target(
-            request,
-            cfg,
-            canary=canary,
-            claimed=claimed,
-            division=division,
-            data_dir=request.data_dir,
-            scope={"dataset": plan.dataset.get("name", request.task), "partition": mix.partition},
+            request, cfg, canary=canary, claimed=claimed, division=division, scope=scope
         )
         t.accountant = accountant
         t.prepare()
         return t.without_noise() if no_noise else t
+
+
+def _calibrated(epsilon: float, delta: float, sample_rate: float, steps: int) -> tuple[float, dict]:
+    """sigma for (epsilon, delta) under :data:`ACCOUNTANT`, and the calibration a plan publishes."""
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        steps=steps,
+        accountant=ACCOUNTANT,
+    )
+    return cal.noise_multiplier, _published_calibration(cal)
 
 
 def _published_calibration(cal) -> dict:
@@ -925,32 +850,23 @@ def _mixture_part(
 ) -> ReleasePlan:
     """Stage 1's release plan: lambda on D_mix, sigma calibrated at q = B / |D_mix| (reference)."""
     b = min(mixture.batch_size, n_units)
-    cal = calibrate_noise_multiplier(
-        target_epsilon=epsilon,
-        delta=common["delta"],
-        sample_rate=b / n_units,
-        steps=mixture.steps,
-        accountant=ACCOUNTANT,
-    )
+    sigma, calibration = _calibrated(epsilon, common["delta"], b / n_units, mixture.steps)
     cfg = mixture.config(
         k=len(info.source_names),
         n_units=n_units,
-        noise_multiplier=cal.noise_multiplier,
+        noise_multiplier=sigma,
         privacy_unit=request.privacy_unit,
     )
+    published = ("loss", "step_size", "expected_batch_size", "records_per_user", "k")
     config = {
         **shared,
-        "loss": cfg.loss,
-        "step_size": cfg.step_size,
-        "expected_batch_size": cfg.expected_batch_size,
-        "records_per_user": cfg.records_per_user,
-        "k": cfg.k,
+        **{name: getattr(cfg, name) for name in published},
         "proxy_mode": None if info.task is None else request.proxy_mode,
         "proxies": "bring-your-own predictions file"
         if info.task is None
         else "trained on public data only",
         "mixmin_config": cfg.to_dict(),
-        "calibration": _published_calibration(cal),
+        "calibration": calibration,
     }
     # Stage 1 noises the k mixture coordinates at every step (noise tails: dpaudit.noise).
     return ReleasePlan(
@@ -979,28 +895,19 @@ def _finetune_part(
     request, info: MixMinInfo, n_ft: int, epsilon: float, shared: dict, partition: str, common: dict
 ) -> ReleasePlan:
     """Stage 2's release plan: DP-SGD on the head over D_ft, its schedule from |D_ft| (reference)."""
-    downstream = default_downstream_for(info.task, info.task_image)
+    objective = one_of("pretrain_objective", request.pretrain_objective, PRETRAIN_OBJECTIVES)
     downstream = replace(
-        downstream,
-        pretrain_objective=one_of(
-            "pretrain_objective", request.pretrain_objective, PRETRAIN_OBJECTIVES
-        ),
+        default_downstream_for(info.task, info.task_image), pretrain_objective=objective
     )
     sched = dp_sgd_schedule(
         n_ft, min(downstream.finetune_batch_size, n_ft), downstream.finetune_epochs
     )
-    cal = calibrate_noise_multiplier(
-        target_epsilon=epsilon,
-        delta=common["delta"],
-        sample_rate=sched.sample_rate,
-        steps=sched.steps,
-        accountant=ACCOUNTANT,
-    )
+    sigma, calibration = _calibrated(epsilon, common["delta"], sched.sample_rate, sched.steps)
     fcfg = DPSGDConfig(
         sample_rate=sched.sample_rate,
         steps=sched.steps,
         normalizer=sched.normalizer,
-        noise_multiplier=cal.noise_multiplier,
+        noise_multiplier=sigma,
         clipping_norm=downstream.finetune_clipping_norm,
         lr=downstream.finetune_lr,
     )
@@ -1008,14 +915,14 @@ def _finetune_part(
     return ReleasePlan(
         mechanism=FINETUNE_MECHANISM,
         partition=partition,
-        event=SubsampledGaussian(cal.noise_multiplier, sched.sample_rate, sched.steps),
+        event=SubsampledGaussian(sigma, sched.sample_rate, sched.steps),
         target_epsilon=epsilon,
         steps=fcfg.steps,
         config={
             **shared,
             "downstream": downstream.to_dict(),
             "dpsgd_config": fcfg.to_dict(),
-            "calibration": _published_calibration(cal),
+            "calibration": calibration,
         },
         release_fields=_release_fields(fcfg, fcfg.normalizer),
         noise_values=sched.steps * (downstream.hidden + 1),
@@ -1026,55 +933,38 @@ def _finetune_part(
 
 
 def _run_finetune(
-    plan: ReleasePlan,
-    data: MixMinData,
-    noise: NoiseSource,
-    res,
-    weights: dict,
-    timings: dict,
-    say,
-    started: float,
+    plan: ReleasePlan, data: MixMinData, noise: NoiseSource, weights, mix_out: RunOutput, say
 ) -> RunOutput:
-    """Stage 2 of :meth:`DPMixMin.run`: pretrain on public data with lambda, DP fine-tune the head on D_ft."""
+    """Stage 2 of :meth:`DPMixMin.run`: pretrain on public data with lambda, DP fine-tune the head on
+    D_ft. Its part's output; the pretrained AUC is added to the mixture part's metrics."""
     request, ft_plan, task = plan.request, plan.parts[1], data.task
-    mix_timings = dict(timings)
+    timings = dict(mix_out.timings)
     d = ft_plan.config["downstream"]
     downstream = DownstreamSettings(
         **{**d, "pretrain_checkpoints": tuple(d["pretrain_checkpoints"])}
     )
-    x_tr, y_tr = task.private_x[task.train_idx], data.labels.astype(np.int64)
+    x_ft = task.private_x[task.train_idx][data.ft_idx]
+    y_ft = data.labels.astype(np.int64)[data.ft_idx]
+    x_val, y_val = task.private_x[task.val_idx], data.y_all[task.val_idx]
     x_te, y_te = task.private_x[task.test_idx], data.y_all[task.test_idx]
     t = time.perf_counter()
     say("pretraining on public data with the mixture")
     model, pinfo = pretrain(
-        task,
-        res.weights,
-        seed=request.seed,
-        settings=downstream,
-        x_val=task.private_x[task.val_idx],
-        y_val=data.y_all[task.val_idx],
+        task, weights, seed=request.seed, settings=downstream, x_val=x_val, y_val=y_val
     )
     timings["pretrain_s"] = time.perf_counter() - t
     auc_pre = auc(y_te, model_scores(model, x_te))
+    mix_out.metrics["auc"] = {"pretrained": auc_pre}
     t = time.perf_counter()
     say("DP fine-tuning on D_ft")
     fcfg = DPSGDConfig.from_dict(ft_plan.config["dpsgd_config"])
-    head = train_heads(
-        features(model, x_tr[data.ft_idx]).astype(np.float32),
-        y_tr[data.ft_idx],
-        2,
-        fcfg,
-        noise=noise,
-        init=head_init(model),
-        binary_logit=True,
-    )
+    z_ft, init = features(model, x_ft).astype(np.float32), head_init(model)
+    head = train_heads(z_ft, y_ft, 2, fcfg, noise=noise, init=init, binary_logit=True)
     timings["finetune_s"] = time.perf_counter() - t
+    auc_ft = auc(y_te, head_scores(model, head.weights[0], x_te))
     stage_metrics = {
-        "weights": weights,
-        "auc": {
-            "pretrained": auc_pre,
-            "finetuned": auc(y_te, head_scores(model, head.weights[0], x_te)),
-        },
+        "weights": mix_out.metrics["weights"],
+        "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
         "pretrain": pinfo,
         "mixture_release_id": None,  # the mixture release's id (link_releases)
         "end_to_end": {
@@ -1090,15 +980,10 @@ def _run_finetune(
         np.save(folder / "head.npy", head.weights[0])
         torch.save(model.state_dict(), folder / "pretrained.pt")
 
-    mix_out = RunOutput(
-        steps_executed=res.steps_executed,
-        metrics={"weights": weights, "auc": {"pretrained": auc_pre}},
-        timings=mix_timings,
-    )
-    ft_out = RunOutput(
+    return RunOutput(
         steps_executed=head.steps_executed,
         metrics=stage_metrics,
-        timings={**timings, "total_s": time.perf_counter() - started},
+        timings=timings,
         save=save_ft,
         weights_name=None,
         artefact_paths={
@@ -1107,7 +992,6 @@ def _run_finetune(
             "mixture_release": "../mixture/release.json",
         },
     )
-    return RunOutput(steps_executed=head.steps_executed, parts=(mix_out, ft_out))
 
 
 MECHANISM = DPMixMin()

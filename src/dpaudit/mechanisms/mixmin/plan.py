@@ -13,8 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ...errors import UsageError
-from ...validation import open_unit, positive_finite, positive_int
+from ...validation import half_open_unit, open_unit, positive_finite, positive_int
 
 
 @dataclass(frozen=True)
@@ -54,9 +53,7 @@ def plan_rho(
     delta = open_unit("delta", delta)
     alpha = positive_finite("alpha", alpha)
     if rho is not None:
-        rho = positive_finite("rho", rho)
-        if rho > 1:
-            raise UsageError(f"rho must be in (0, 1], got {rho!r}.")
+        rho = half_open_unit("rho", rho)
     root = math.sqrt(k * math.log(1.0 / delta))
     t_stat = 4.0 / alpha**2
     t_priv = 2.0 * root / (epsilon * alpha)

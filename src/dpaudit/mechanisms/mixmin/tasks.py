@@ -49,7 +49,7 @@ from ...data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import, torch_module_classes
 from ...noise import public_rng
-from ...validation import one_of
+from ...validation import one_of, open_unit
 from ..dpsgd.core import AdamState, adam_update
 from .solver import MixMinConfig, check_inputs
 
@@ -70,11 +70,7 @@ _TAG_SPLIT, _TAG_PROXY, _TAG_USERS = 0x5EED01, 0x5EED02, 0x5EED03
 #: The public key that fixes each task's public / private division: a constant of the task, NOT the run's ``--seed`` (a dataset
 #: name must mean one set of private records). It is the registry's default split seed, so the task and the registry dataset read
 #: the same private rows and no public source row is private under the registry name.
-TASK_DIVISION_KEYS = {
-    "digits-mix": DEFAULT_SPLIT_SEED,
-    "mnist-mix": DEFAULT_SPLIT_SEED,
-    "heart-mix": DEFAULT_SPLIT_SEED,
-}
+TASK_DIVISION_KEYS = dict.fromkeys(TASKS, DEFAULT_SPLIT_SEED)
 #: The former division (public halves that held registry training rows). Kept only so that an audit can rebuild a release
 #: made on it (``load_task(..., division=42)``); a new release always uses :data:`TASK_DIVISION_KEYS`. Its tasks declare no rows.
 FORMER_DIVISION_KEY = 42
@@ -175,23 +171,14 @@ def resolved_mixture(request) -> MixtureSettings:
     """The request's mixture settings: unset options take the task's public defaults, set ones override them; G (default 4) for a
     task's synthetic users."""
     given = {
-        "steps": request.mixture.steps,
-        "batch_size": request.mixture.batch_size,
-        "clipping_norm": request.mixture.clipping_norm,
-        "step_size": request.mixture.step_size,
+        name: getattr(request.mixture, name)
+        for name in ("steps", "batch_size", "clipping_norm", "step_size")
+        if getattr(request.mixture, name) is not None
     }
-    mixture = replace(
-        default_mixture(request_task(request)),
-        loss=request.mixture.loss,
-        **{k: v for k, v in given.items() if v is not None},
-    )
+    mixture = replace(default_mixture(request_task(request)), loss=request.mixture.loss, **given)
     if request.privacy_unit == "user" and request_task(request) is not None:
-        mixture = replace(
-            mixture,
-            records_per_user=4
-            if request.records_per_user is None
-            else int(request.records_per_user),
-        )
+        g = 4 if request.records_per_user is None else int(request.records_per_user)
+        mixture = replace(mixture, records_per_user=g)
     return mixture
 
 
@@ -315,27 +302,31 @@ def _former_division(n_train_file: int, n_test_file: int) -> tuple:
     return priv, pub, n_train_file + np.sort(te_perm[:half]), n_train_file + np.sort(te_perm[half:])
 
 
+def _is_current_division(name: str, division: int | None) -> bool:
+    """Whether ``division`` is the task's current one (None or its key); else it must be the former."""
+    if division is None or division == TASK_DIVISION_KEYS[name]:
+        return True
+    if division != FORMER_DIVISION_KEY:
+        raise UsageError(
+            f"division of task {name} must be {TASK_DIVISION_KEYS[name]} or {FORMER_DIVISION_KEY}, got {division!r}."
+        )
+    return False
+
+
 def _division(
     name: str, train, public, held_out, n_train_file: int, n_test_file: int, division: int | None
 ) -> tuple:
     """(train, public, val, test, rows) source ids of ``division`` (None: the task's current one: the registry's split,
     ``held_out`` halved into val / test)."""
-    if division is None or division == TASK_DIVISION_KEYS[name]:
+    if _is_current_division(name, division):
         perm = public_rng(TASK_DIVISION_KEYS[name], _TAG_SPLIT).permutation(len(held_out))
-        held_out = np.asarray(held_out)
-        val, test = (
-            np.sort(held_out[perm[: len(held_out) // 2]]),
-            np.sort(held_out[perm[len(held_out) // 2 :]]),
-        )
+        held_out, half = np.asarray(held_out), len(held_out) // 2
+        val, test = np.sort(held_out[perm[:half]]), np.sort(held_out[perm[half:]])
         train, public = np.sort(train), np.sort(public)
         rows = row_sets(
             SOURCES[name], {"train": train, "public": np.concatenate([public, val, test])}
         )
         return train, public, val, test, rows
-    if division != FORMER_DIVISION_KEY:
-        raise UsageError(
-            f"division of task {name} must be {TASK_DIVISION_KEYS[name]} or {FORMER_DIVISION_KEY}, got {division!r}."
-        )
     return (*_former_division(n_train_file, n_test_file), ())
 
 
@@ -346,9 +337,8 @@ def _digit_division(name: str, parts: tuple, x, y, seed: int, division: int | No
     ids = np.concatenate([train, val, test])
     n_tr, n_va = len(train), len(val)
     x_pub, d_pub, x_priv, d_priv = x[public], y[public], x[ids], y[ids]
-    thr = float(
-        np.median(x_pub.sum(axis=1))
-    )  # the ink threshold is public: the median ink mass of the public images
+    # the ink threshold is public: the median ink mass of the public images
+    thr = float(np.median(x_pub.sum(axis=1)))
     return MixMinTask(
         name=name,
         source_names=tuple(f"digit-{c}" for c in range(10)),
@@ -424,11 +414,7 @@ def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) 
     rows = row_sets(SOURCES["heart"], {"train": train, "val": val, "test": test}) + tuple(
         RowSet(f"uci-heart-{c}", "public", tuple(range(len(ys[i])))) for i, c in enumerate(names)
     )
-    if division is not None and division != TASK_DIVISION_KEYS["heart-mix"]:
-        if division != FORMER_DIVISION_KEY:
-            raise UsageError(
-                f"division of task heart-mix must be {TASK_DIVISION_KEYS['heart-mix']} or {FORMER_DIVISION_KEY}, got {division!r}."
-            )
+    if not _is_current_division("heart-mix", division):
         train, val, test = _split_three(len(y_priv), public_rng(FORMER_DIVISION_KEY, _TAG_SPLIT))
         rows = ()
     return MixMinTask(
@@ -446,7 +432,6 @@ def load_heart_task(seed: int = 42, data_dir=None, division: int | None = None) 
         seed=seed,
         target_kinds={"cleveland": "partial"},
         record_ids=np.arange(len(y_priv), dtype=np.int64),
-        public_record_ids=None,
         division_key=TASK_DIVISION_KEYS["heart-mix"] if division is None else int(division),
         rows=rows,
     )
@@ -547,7 +532,7 @@ def fit(
     # torch.optim.Adam(lr=lr), bit for bit
     state = AdamState.zeros_like([p.detach() for p in params])
     config = SimpleNamespace(lr=lr, betas=(0.9, 0.999), adam_eps=1e-8)
-    n = xt.shape[0]
+    n, functional = xt.shape[0], torch.nn.functional
     for epoch in range(1, epochs + 1):
         model.train()
         perm = torch.randperm(n, generator=g)
@@ -555,11 +540,9 @@ def fit(
             idx = perm[s : s + batch_size]
             out = model(xt[idx])
             if loss == "softmax":
-                lv = torch.nn.functional.cross_entropy(out, tt[idx])
+                lv = functional.cross_entropy(out, tt[idx])
             else:
-                lv = torch.nn.functional.binary_cross_entropy_with_logits(
-                    out, tt[idx].reshape(out.shape)
-                )
+                lv = functional.binary_cross_entropy_with_logits(out, tt[idx].reshape(out.shape))
             for p in params:
                 p.grad = None
             lv.backward()
@@ -623,16 +606,9 @@ def _per_source_proxies(task: MixMinTask, seed: int, epochs: int, batch_size: in
     for i in range(task.k):
         rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
         m = new_mlp(task.public_x.shape[1], 128 if task.image else 0, 1, seed, _TAG_PROXY, 10 + i)
-        fit(
-            m,
-            task.public_x[rows],
-            task.public_y[rows, i : i + 1],
-            loss="bce",
-            epochs=epochs,
-            key=(seed, _TAG_PROXY, 100 + i),
-            batch_size=batch_size,
-            lr=1e-3 if task.image else 1e-2,
-        )
+        x, y, key = task.public_x[rows], task.public_y[rows, i : i + 1], (seed, _TAG_PROXY, 100 + i)
+        lr = 1e-3 if task.image else 1e-2
+        fit(m, x, y, loss="bce", epochs=epochs, key=key, batch_size=batch_size, lr=lr)
         models.append(m)
     return Proxies("per-source", models, softmax=False)
 
@@ -669,17 +645,16 @@ def keyed_membership(ids, rho: float, seed: int, *, unit: str = "record") -> np.
     so the memberships behave as independent Bernoulli(rho) draws, and each depends on that one identifier only (never on n or on
     the other identifiers). That is the property parallel composition of the two stages needs under add/remove adjacency. The seed
     is public (it is in the release); the split needs no secret, only independence from the other records."""
-    if not (0.0 < rho < 1.0):
-        raise UsageError(f"rho must be in the open interval (0, 1), got {rho!r}.")
+    open_unit("rho", rho)
     key = f"dpaudit/mixmin-split/{SPLIT_RULE}/seed={int(seed)}".encode("ascii")
     # rho * 2**64 rounded down: P(h < threshold) = threshold / 2**64, within 2**-64 of rho.
     threshold = int(rho * 2.0**64)
     prefix = unit.encode("ascii") + b"|"
-    out = np.empty(len(ids), dtype=bool)
-    for j, v in enumerate(np.asarray(ids).tolist()):
-        h = hashlib.blake2b(prefix + _id_bytes(v), key=key, digest_size=8).digest()
-        out[j] = int.from_bytes(h, "big") < threshold
-    return out
+    hashes = [
+        hashlib.blake2b(prefix + _id_bytes(v), key=key, digest_size=8).digest()
+        for v in np.asarray(ids).tolist()
+    ]
+    return np.array([int.from_bytes(h, "big") < threshold for h in hashes], dtype=bool)
 
 
 def mixture_split(
@@ -778,12 +753,8 @@ def load_proxy_predictions(path: str | os.PathLike, *, loss: str = "bce") -> Pro
     # The content digest (LOCAL ONLY: the ledger keys it, and names the dataset after the keyed fingerprint, so a renamed copy of
     # the file shares the budget). Taken over the arrays as the mechanism uses them (float64), so re-saving the same values in
     # another float dtype does not escape the budget either.
-    sha = array_sha256(
-        np.asarray(probs, dtype=np.float64),
-        np.asarray(labels, dtype=np.float64),
-        *([user_ids] if user_ids is not None else []),
-    )
     p64, y64 = np.asarray(probs, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    sha = array_sha256(p64, y64, *([user_ids] if user_ids is not None else []))
     return ProxyPredictions(
         p64, y64, user_ids, source_names, str(p), sha, rows=proxy_row_sets(p64, y64)
     )

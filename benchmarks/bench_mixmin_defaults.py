@@ -12,7 +12,7 @@ the non-private lambda* on the pseudo-private half is recorded over repetitions 
 worst cosine of each setting.
 
 ``measure`` runs the chosen defaults (:func:`dpaudit.mechanisms.mixmin.mechanism.default_mixture`,
-:func:`~dpaudit.mechanisms.mixmin.mechanism.default_rho`) exactly as the release path does on the
+:func:`~dpaudit.mechanisms.mixmin.tasks.default_rho`) exactly as the release path does on the
 real task (proxies from public data, keyed D_mix split of the private training records, sigma
 calibrated for eps = 1) for seeds 42-46, and reports the cosine to the non-private lambda* on all
 private training records (what the pipeline's "non-private MixMin" baseline uses) and on D_mix.

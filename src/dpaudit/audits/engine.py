@@ -528,12 +528,7 @@ def claim_family_bound(curve: dict | None) -> dict | None:
 
 
 #: What :func:`audit_scores` and :func:`audit_callable` record the claim under, by default.
-_LABELS = {
-    "mechanism": "custom",
-    "canary": "custom",
-    "adjacency": "add-remove-record",
-    "accountant": "rdp",
-}
+_LABELS = dict(mechanism="custom", canary="custom", adjacency="add-remove-record", accountant="rdp")
 
 
 def _labels(given: dict) -> dict:
@@ -604,9 +599,7 @@ def audit_scores(
         claimed_epsilon=claimed_epsilon,
         select_fraction=select_fraction,
     )
-    return result.replace(
-        power=audit_power_of(claim, adjacency, int(s.size), result, select_fraction=select_fraction)
-    )
+    return _with_power(result, claim, adjacency, int(s.size), select_fraction)
 
 
 # ------------------------------------------------------------------------------ running trials
@@ -662,15 +655,7 @@ def _executor_chunk(targets: dict, item: tuple) -> tuple[str, int, np.ndarray, f
     return _worker_run(role, chunk, inserted, noise_seed)
 
 
-def _fingerprint(
-    target: AuditTarget,
-    role: str,
-    runs: int,
-    seed: int,
-    select_fraction: float,
-    chunk_size: int,
-    noise_seed: int | None,
-) -> str:
+def _fingerprint(target: AuditTarget, role: str, runs: int, o: AuditOptions) -> str:
     """The digest of everything public that fixes a role's trials: a checkpoint resumes only
     under the same one."""
     claim = ("mechanism", "canary", "claimed_epsilon", "delta", "adjacency", "noise")
@@ -678,11 +663,11 @@ def _fingerprint(
         **{name: getattr(target, name) for name in claim},
         "role": role,
         "runs": runs,
-        "seed": seed,
-        "select_fraction": select_fraction,
-        "chunk_size": chunk_size,
-        "noise_seed": noise_seed,
-        "reproducible": noise_seed is not None,
+        "seed": o.seed,
+        "select_fraction": o.select_fraction,
+        "chunk_size": o.chunk_size,
+        "noise_seed": o.trial_noise_seed,
+        "reproducible": o.trial_noise_seed is not None,
         "describe": target.describe(),
     }
     return hashlib.sha256(
@@ -729,21 +714,14 @@ class _Checkpoint:
         os.replace(tmp, self.dir / f"chunk_{chunk:05d}.npy")
 
 
-def _run_roles(
-    jobs: dict[str, tuple[AuditTarget, np.ndarray]],
-    *,
-    chunk_size: int,
-    workers: int,
-    noise_seed: int | None,
-    checkpoints: dict[str, _Checkpoint],
-    progress: bool,
-    executor=None,
-) -> tuple[dict[str, np.ndarray], float, float]:
-    """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints."""
+def _run_roles(jobs: dict, o: AuditOptions, checkpoints: dict[str, _Checkpoint]) -> tuple:
+    """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints, with
+    the chunk size, workers, executor and noise seed of ``o``: (role -> scores, busy, cpu)."""
+    chunk_size, noise_seed = o.chunk_size, o.trial_noise_seed
     results, pending = _resumed(jobs, chunk_size, checkpoints)
     busy = cpu = 0.0
     targets = {r: t for r, (t, _) in jobs.items()}
-    with JobProgress("trials", enabled=progress) as bar:
+    with JobProgress("trials", enabled=o.progress) as bar:
         tasks = {
             role: bar.add(
                 f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role])))
@@ -760,17 +738,17 @@ def _run_roles(
             bar.update(tasks[role], advance=s.size)
 
         # an executor (dpaudit.sweeps.executors: local pool or Dask): same chunks, same noise
-        if executor is not None:
-            executor.map_chunks(
+        if o.executor is not None:
+            o.executor.map_chunks(
                 _executor_chunk,
                 [(r, c, ins, noise_seed) for r, c, ins in pending],
                 shared=targets,
                 on_done=lambda outcome: finish(*outcome.value) if outcome.ok else None,
             )
-        elif workers <= 1 or len(pending) <= 1:
+        elif o.workers <= 1 or len(pending) <= 1:
             _run_here(targets, pending, noise_seed, finish)
         else:
-            _run_pool(targets, pending, noise_seed, finish, workers)
+            _run_pool(targets, pending, noise_seed, finish, o.workers)
     return results, busy, cpu
 
 
@@ -905,40 +883,26 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     roles = _roles(target, o)
     seq = sequential.plan_sequential(o.runs, seed=o.seed) if o.sequential else None
     plans = _trial_plans(roles, o, seq)
-    jobs = {r: (t, _inserted(r, plans[r])) for r, (t, _) in roles.items()}
-    prints = {
-        r: _fingerprint(t, r, n, o.seed, o.select_fraction, o.chunk_size, o.trial_noise_seed)
-        for r, (t, n) in roles.items()
-    }
+    prints = {r: _fingerprint(t, r, n, o) for r, (t, n) in roles.items()}
     audit_id = _started(target, roles, prints, o, root)
     t0 = time.perf_counter()
-    scores, busy, cpu = _run_fixed(jobs, seq is not None, prints, root, o)
-    stop = _run_sequential_main(target, seq, o, scores, roles, plans, jobs)
+    # every role but a sequential main one (run batch by batch, without checkpoints)
+    fixed = {
+        r: (t, _inserted(r, plans[r])) for r, (t, _) in roles.items() if not seq or r != "main"
+    }
+    scores, busy, cpu = _run_roles(fixed, o, {r: _Checkpoint(root, r, prints[r]) for r in fixed})
+    stop = _run_sequential_main(target, seq, o, scores, roles, plans)
     phase("computing the bounds and writing the results")
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
     results = _results(target, roles, scores, plans, o, timings, audit_id)
     main = _main_result(target, o, seq, stop, results)
     if root is not None:
-        write_audit(main, root, scores={r: (scores[r], *plans[r].masks, jobs[r][1]) for r in roles})
+        columns = {r: (scores[r], *plans[r].masks, _inserted(r, plans[r])) for r in roles}
+        write_audit(main, root, scores=columns)
         shutil.rmtree(root / ".checkpoint", ignore_errors=True)
     if o.plan is not None:
         o.plan.finished(main.id, shareable_audit(main.to_dict()))
     return main
-
-
-def _run_fixed(jobs: dict, sequential_main: bool, prints: dict, root, o: AuditOptions):
-    """The scores of the roles with a fixed number of trials, checkpointed under ``root``: every
-    role but a sequential main role (run batch by batch, without checkpoints)."""
-    fixed = {r: j for r, j in jobs.items() if not (sequential_main and r == "main")}
-    return _run_roles(
-        fixed,
-        chunk_size=o.chunk_size,
-        workers=o.workers,
-        noise_seed=o.trial_noise_seed,
-        checkpoints={r: _Checkpoint(root, r, prints[r]) for r in fixed},
-        progress=o.progress,
-        executor=o.executor,
-    )
 
 
 def _trial_plans(roles: dict, o: AuditOptions, seq) -> dict[str, TrialPlan]:
@@ -977,7 +941,7 @@ def _started(target: AuditTarget, roles: dict, prints: dict, o: AuditOptions, ro
     return audit_id
 
 
-def _run_sequential_main(target, seq, o: AuditOptions, scores, roles, plans, jobs):
+def _run_sequential_main(target, seq, o: AuditOptions, scores, roles, plans):
     """Run a sequential main role and put its trials used in place; the stop (None: fixed N)."""
     if seq is None:
         return None
@@ -985,7 +949,6 @@ def _run_sequential_main(target, seq, o: AuditOptions, scores, roles, plans, job
     used = scores["main"].size
     roles["main"] = (target, used)
     plans["main"] = TrialPlan(world=seq.world[:used], select=plans["main"].select[:used])
-    jobs["main"] = (target, plans["main"].world.copy())
     return stop
 
 
@@ -1003,30 +966,19 @@ def _main_result(target, o: AuditOptions, seq, stop, results: dict) -> AuditResu
     main = results["main"]
     if seq is not None:
         main = _sequential_result(main, target, seq, stop)
-    power_block = audit_power_of(
-        target.claimed_event,
-        target.adjacency,
-        o.runs,
-        main,
-        select_fraction=o.select_fraction,
-        sequential_mode=o.sequential,
+    main = _with_power(
+        main, target.claimed_event, target.adjacency, o.runs, o.select_fraction, o.sequential
     )
-    controls = {r: res for r, res in results.items() if r != "main"}
-    return main.replace(power=power_block, controls=controls)
+    return main.replace(controls={r: res for r, res in results.items() if r != "main"})
 
 
-def audit_power_of(
-    event,
-    adjacency: str,
-    trials: int,
-    result: AuditResult,
-    *,
-    select_fraction: float,
-    sequential_mode: bool = False,
-) -> dict:
-    """audit.json "power": what an audit of ``trials`` trials of this claim can detect (:mod:`dpaudit.audits.power`)."""
+def _with_power(
+    result: AuditResult, event, adjacency, trials: int, select_fraction, sequential_mode=False
+):
+    """``result`` with audit.json "power": what an audit of ``trials`` trials of the claim
+    ``event`` can detect (:mod:`dpaudit.audits.power`)."""
     curve = None if event is None else claimed_curve(event, adjacency)
-    return power.audit_power(
+    block = power.audit_power(
         trials=trials,
         delta=result.delta,
         claimed_epsilon=result.claimed_epsilon,
@@ -1034,7 +986,8 @@ def audit_power_of(
         confidence=result.confidence,
         select_fraction=select_fraction,
         sequential_mode=sequential_mode,
-    ).to_dict()
+    )
+    return result.replace(power=block.to_dict())
 
 
 def _check_sequential(target: AuditTarget, runs: int) -> None:

@@ -886,16 +886,12 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     prints = {r: _fingerprint(t, r, n, o) for r, (t, n) in roles.items()}
     audit_id = _started(target, roles, prints, o, root)
     t0 = time.perf_counter()
-    # every role but a sequential main one (run batch by batch, without checkpoints)
-    fixed = {
-        r: (t, _inserted(r, plans[r])) for r, (t, _) in roles.items() if not seq or r != "main"
-    }
+    fixed = _fixed_jobs(roles, plans, seq)
     scores, busy, cpu = _run_roles(fixed, o, {r: _Checkpoint(root, r, prints[r]) for r in fixed})
     stop = _run_sequential_main(target, seq, o, scores, roles, plans)
     phase("computing the bounds and writing the results")
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
-    results = _results(target, roles, scores, plans, o, timings, audit_id)
-    main = _main_result(target, o, seq, stop, results)
+    main = _main_result(target, roles, scores, plans, o, timings, audit_id, seq, stop)
     if root is not None:
         columns = {r: (scores[r], *plans[r].masks, _inserted(r, plans[r])) for r in roles}
         write_audit(main, root, scores=columns)
@@ -915,6 +911,13 @@ def _trial_plans(roles: dict, o: AuditOptions, seq) -> dict[str, TrialPlan]:
         select = np.arange(seq.max_trials) < seq.select_trials
         plans["main"] = TrialPlan(world=seq.world, select=select)
     return plans
+
+
+def _fixed_jobs(roles: dict, plans: dict, seq) -> dict:
+    """role -> (target, inserted mask) of every role but a sequential main one (that one runs
+    batch by batch, without checkpoints)."""
+    fixed = {r: t for r, (t, _) in roles.items() if seq is None or r != "main"}
+    return {r: (t, _inserted(r, plans[r])) for r, t in fixed.items()}
 
 
 def _inserted(role: str, plan: TrialPlan) -> np.ndarray:
@@ -952,24 +955,21 @@ def _run_sequential_main(target, seq, o: AuditOptions, scores, roles, plans):
     return stop
 
 
-def _results(target, roles, scores, plans, o: AuditOptions, timings, audit_id) -> dict:
-    """Every role's result; the main one carries the audit's id."""
+def _main_result(target, roles, scores, plans, o: AuditOptions, timings, audit_id, seq, stop):
+    """Every role's result, the main one (which carries the audit's id) with its sequential
+    stop, its power and the others as its controls."""
     ids = {r: uuid.uuid4().hex for r in roles} | {"main": audit_id}
-    return {
+    results = {
         r: _role_result(target, r, t, n, scores[r], plans[r], o, timings=timings, audit_id=ids[r])
         for r, (t, n) in roles.items()
     }
-
-
-def _main_result(target, o: AuditOptions, seq, stop, results: dict) -> AuditResult:
-    """The main result with its sequential stop, its power and its controls."""
-    main = results["main"]
+    main = results.pop("main")
     if seq is not None:
         main = _sequential_result(main, target, seq, stop)
     main = _with_power(
         main, target.claimed_event, target.adjacency, o.runs, o.select_fraction, o.sequential
     )
-    return main.replace(controls={r: res for r, res in results.items() if r != "main"})
+    return main.replace(controls=results)
 
 
 def _with_power(

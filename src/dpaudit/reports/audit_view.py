@@ -128,12 +128,9 @@ def control_of(controls: Any, names: tuple[str, ...]) -> dict | None:
 
 
 def _control_view(c: dict) -> dict:
-    auc = num(c.get("auc"))
     return {
         "epsilon_lower_bound": num(c.get("epsilon_lower_bound")),
-        "auc": auc
-        if auc is not None or not isinstance(c.get("roc"), dict)
-        else num(c["roc"].get("auc")),
+        "auc": _auc(c.get("auc"), _dict(c.get("roc"))),
         "counts": counts_of(c.get("counts")),
         "ceiling": num(c.get("ceiling")),
     }
@@ -169,8 +166,8 @@ def _gdp(gdp: Any) -> float | None:
 
 
 def _auc(auc: Any, roc: dict | None) -> float | None:
-    """The recorded AUC, else the ROC's."""
-    return num(auc) if num(auc) is not None or roc is None else roc["auc"]
+    """The recorded AUC, else the ROC's (a view's or a record's block)."""
+    return num(auc) if num(auc) is not None or roc is None else num(roc.get("auc"))
 
 
 def power_of(block: Any) -> dict | None:
@@ -346,8 +343,7 @@ def _evidence(rec: dict) -> dict:
     curve, threat = curve_view(rec.get("claimed_curve")), _str(rec.get("threat_model"))
     return {
         "method": name_of(rec.get("method")),
-        "no_noise": control_of(rec.get("controls"), CONTROL_NAMES["no_noise"]),
-        "null": control_of(rec.get("controls"), CONTROL_NAMES["null"]),
+        **{k: control_of(rec.get("controls"), names) for k, names in CONTROL_NAMES.items()},
         "statistic": statistic,
         "clopper_pearson_epsilon": cp,
         "threat_model": "final-model" if threat is None else threat,
@@ -373,15 +369,9 @@ def _pairs(d: Any) -> dict | None:
     if not isinstance(d, dict):
         return None
     fpr, fnr = _floats(d.get("fpr")), _floats(d.get("fnr"))
-    if (
-        fpr is None
-        or fnr is None
-        or len(fpr) != len(fnr)
-        or not fpr
-        or any(not 0.0 <= v <= 1.0 for v in fpr + fnr)
-    ):
+    if fpr is None or fnr is None or len(fpr) != len(fnr) or not fpr:
         return None
-    return {"fpr": fpr, "fnr": fnr}
+    return {"fpr": fpr, "fnr": fnr} if all(map(_unit, fpr + fnr)) else None
 
 
 def _str(v: Any) -> str | None:

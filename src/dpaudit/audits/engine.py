@@ -377,10 +377,6 @@ class TrialPlan:
     world: np.ndarray  # bool (runs,): canary-in world
     select: np.ndarray  # bool (runs,): SELECT (True) or EVAL (False)
 
-    @property
-    def masks(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.world, self.select
-
 
 #: Fewest trials an audit can split into both worlds and SELECT / EVAL halves.
 MIN_RUNS = 4
@@ -440,11 +436,8 @@ def evaluate_scores(
     tp, fp, tn, fn = stats.confusion(s[ev], w[ev], thr.threshold, thr.direction)
     bound = stats.epsilon_lower_bound(tp=tp, fp=fp, tn=tn, fn=fn, **level)
     roc = stats.roc(s[ev], w[ev], thr.direction)
-    curve = None
-    if event is not None:
-        curve = curve_test(
-            s, w, sel, event=event, accountant=accountant, adjacency=adjacency, **level
-        )
+    tested = {"event": event, "accountant": accountant, "adjacency": adjacency}
+    curve = None if event is None else curve_test(s, w, sel, **tested, **level)
     general = general_bound(s, w, bound.counts, **level)
     return {
         "statistic": "claimed-curve" if curve is not None else "clopper-pearson",
@@ -893,7 +886,9 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
     main = _main_result(target, roles, scores, plans, o, timings, audit_id, seq, stop)
     if root is not None:
-        columns = {r: (scores[r], *plans[r].masks, _inserted(r, plans[r])) for r in roles}
+        columns = {
+            r: (scores[r], plans[r].world, plans[r].select, _inserted(r, plans[r])) for r in roles
+        }
         write_audit(main, root, scores=columns)
         shutil.rmtree(root / ".checkpoint", ignore_errors=True)
     if o.plan is not None:
@@ -1097,10 +1092,8 @@ def _role_result(
         runs=n,
         claimed_epsilon=target.claimed_epsilon,
         select_fraction=o.select_fraction,
-        task=desc.get("task"),
-        dataset=desc.get("dataset"),
-        config=desc.get("config", {}),
-        canary_info=desc.get("canary_info", {}),
+        **{k: desc.get(k) for k in ("task", "dataset")},
+        **{k: desc.get(k, {}) for k in ("config", "canary_info")},
         scores_file=SCORES_FILE if o.out_dir is not None else None,
         timings=timings,
         command=o.command,

@@ -395,6 +395,16 @@ def _point(p: Any) -> dict | None:
     return {k: v if k.endswith("_upper") or _unit(v) else None for k, v in point.items()}
 
 
+#: The readers of a claimed_curve block's labels (what was tested, at which level).
+CURVE_LABELS = {
+    "accountant": _str,
+    "adjacency": _str,
+    "delta": num,
+    "confidence": num,
+    "event": _dict,
+}
+
+
 def curve_view(block: Any) -> dict | None:
     """A validated, plain copy of an audit.json ``claimed_curve`` block, or None when it cannot be drawn
     (absent, or without ``curve`` and ``point`` in [0, 1] and a boolean ``violated``: the report says so in
@@ -417,16 +427,7 @@ def curve_view(block: Any) -> dict | None:
             "claimed": num(fam.get("claimed")),
             "lower_bound": num(fam.get("lower_bound")),
         },
-        **_read(
-            block,
-            {
-                "accountant": _str,
-                "adjacency": _str,
-                "delta": num,
-                "confidence": num,
-                "event": _dict,
-            },
-        ),
+        **_read(block, CURVE_LABELS),
         "direction": block.get("direction")
         if block.get("direction") in ("greater", "less")
         else None,
@@ -518,8 +519,10 @@ def _tpr_at_fpr(ts: Any) -> list[dict]:
     ]
 
 
+#: audit.json's ``comparison`` parts: a block's fields (key -> reader), or the reader of a list.
 COMPARISON = {
     "cp_bonferroni": {"epsilon_lower_bound": num, "thresholds_tested": integer, "method": _str},
+    "tpr_at_fpr": _tpr_at_fpr,
     "auroc": {"auc": num, "interval": _interval, "bootstrap": integer, "confidence": num},
     "gdp_estimate": {
         "kind": lambda _: "estimate (not a bound)",
@@ -534,12 +537,9 @@ def comparison_view(block: Any) -> dict | None:
     """The cross-tool statistics of audit.json's ``comparison`` block (each part None when absent)."""
     if not isinstance(block, dict):
         return None
-    parts = {k: _maybe(fields, block.get(k)) for k, fields in COMPARISON.items()}
     return {
-        "cp_bonferroni": parts["cp_bonferroni"],
-        "tpr_at_fpr": _tpr_at_fpr(block.get("tpr_at_fpr")),
-        "auroc": parts["auroc"],
-        "gdp_estimate": parts["gdp_estimate"],
+        k: _maybe(read, block.get(k)) if isinstance(read, dict) else read(block.get(k))
+        for k, read in COMPARISON.items()
     }
 
 

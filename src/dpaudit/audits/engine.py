@@ -264,7 +264,7 @@ class AuditResult(Grouped):
         absent = [k for k in REQUIRED_KEYS if k not in data]
         if absent:
             raise DataError(f"audit is missing required keys: {', '.join(absent)}.")
-        keys = _numbers({k: data[k] for k in KEYS if k in data})
+        keys = {k: data[k] for k in KEYS if k in data}
         keys["controls"] = {k: cls._of_record(v) for k, v in (data.get("controls") or {}).items()}
         return cls.of(**_older_layout(keys, data))
 
@@ -322,24 +322,17 @@ def _eval_counts_bound(rec: dict) -> float | None:
     return stats.epsilon_lower_bound(**counts, delta=delta, confidence=confidence).epsilon
 
 
-def _numbers(keys: dict) -> dict:
-    """Infinities are stored as strings; the shareable part has no threshold (score units)."""
+def _older_layout(keys: dict, data: dict) -> dict:
+    """The keys as numbers (infinities are stored as strings; the shareable part has no
+    threshold: score units) and those older files lack, as those files meant them."""
     keys.setdefault("threshold", None)
     for k in ("threshold", "epsilon_lower_bound", "clopper_pearson_epsilon"):
         if isinstance(keys.get(k), str):
             keys[k] = float(keys[k])
-    return keys
-
-
-def _older_layout(keys: dict, data: dict) -> dict:
-    """The keys older files lack, as those files meant them."""
     # before the claimed-curve statistic the Clopper–Pearson eps_LB decided
     keys.setdefault("statistic", "clopper-pearson")
-    if (
-        keys.get("clopper_pearson_epsilon") is None
-        and keys["statistic"] == "clopper-pearson"
-        and "general_bound" not in data
-    ):
+    old_cp = keys["statistic"] == "clopper-pearson" and "general_bound" not in data
+    if keys.get("clopper_pearson_epsilon") is None and old_cp:
         keys["clopper_pearson_epsilon"] = float(keys["epsilon_lower_bound"])
     curve = keys.get("claimed_curve")
     if keys.get("claim_family_bound") is None and isinstance(curve, dict) and "family" in curve:
@@ -482,15 +475,13 @@ def general_bound(
         "trials_per_world": band["trials_per_world"],
     }
     n_in, n_out = counts["tp"] + counts["fn"], counts["tn"] + counts["fp"]
+    level = {"confidence": confidence, "delta": delta}  # of both bounds, recorded in this order
     return {
-        "epsilon_lower_bound": stats.general_epsilon(
-            counts, band, delta=delta, confidence=confidence
-        ),
+        "epsilon_lower_bound": stats.general_epsilon(counts, band, **level),
         "ceiling": stats.general_epsilon(
-            {"tp": n_in, "fp": 0, "tn": n_out, "fn": 0}, perfect, delta=delta, confidence=confidence
+            {"tp": n_in, "fp": 0, "tn": n_out, "fn": 0}, perfect, **level
         ),
-        "confidence": confidence,
-        "delta": delta,
+        **level,
         "rule_epsilon": stats.epsilon_lower_bound(
             **counts, delta=delta, confidence=box_conf
         ).epsilon,
@@ -939,17 +930,6 @@ def _started(target: AuditTarget, roles: dict, prints: dict, o: AuditOptions, ro
     return audit_id
 
 
-def _run_sequential_main(target, seq, o: AuditOptions, scores, roles, plans):
-    """Run a sequential main role and put its trials used in place; the stop (None: fixed N)."""
-    if seq is None:
-        return None
-    scores["main"], stop = _run_sequential(target, seq, o)
-    used = scores["main"].size
-    roles["main"] = (target, used)
-    plans["main"] = TrialPlan(world=seq.world[:used], select=plans["main"].select[:used])
-    return stop
-
-
 def _main_result(target, roles, scores, plans, o: AuditOptions, timings, audit_id, seq, stop):
     """Every role's result, the main one (which carries the audit's id) with its sequential
     stop, its power and the others as its controls."""
@@ -994,9 +974,12 @@ def _check_sequential(target: AuditTarget, runs: int) -> None:
     positive_int("runs", runs, sequential.SELECT_TRIALS + sequential.BATCH)
 
 
-def _run_sequential(target: AuditTarget, plan, o: AuditOptions):
-    """The main role batch by batch until the sequential test stops: (scores used, (test, last look, reason)).
-    Batch c draws its noise as chunk c does (:func:`_chunk_noise`)."""
+def _run_sequential_main(target: AuditTarget, plan, o: AuditOptions, scores, roles, plans):
+    """Run a sequential main role batch by batch until its test stops and put its trials used in
+    place; the stop: (test, last look, reason), None for a fixed-N audit (``plan`` None). Batch c
+    draws its noise as chunk c does (:func:`_chunk_noise`)."""
+    if plan is None:
+        return None
     curve = claimed_curve(target.claimed_event, target.adjacency)
     test = sequential.SequentialTest(
         curve, plan, confidence=o.confidence, criterion=sequential.criterion_for(curve)
@@ -1011,8 +994,11 @@ def _run_sequential(target: AuditTarget, plan, o: AuditOptions):
         return np.concatenate(parts)
 
     with limited_threads(1):
-        scores, look, reason = sequential.run_sequential(draw, test)
-    return scores, (test, look, reason)
+        scores["main"], look, reason = sequential.run_sequential(draw, test)
+    used = scores["main"].size
+    roles["main"] = (target, used)
+    plans["main"] = TrialPlan(world=plan.world[:used], select=plans["main"].select[:used])
+    return test, look, reason
 
 
 def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> AuditResult:

@@ -583,7 +583,7 @@ def audit_scores(
         claimed_epsilon=claimed_epsilon,
         select_fraction=select_fraction,
     )
-    return _with_power(result, claim, adjacency, int(s.size), select_fraction)
+    return _with_power(result, tested, int(s.size), select_fraction)
 
 
 # ------------------------------------------------------------------------------ running trials
@@ -632,11 +632,11 @@ def _worker_run(
 
 def _executor_chunk(targets: dict, item: tuple) -> tuple[str, int, np.ndarray, float, float]:
     """One chunk on an external executor (``Executor.map_chunks(fn, chunks, shared=targets)``)."""
-    role, chunk, inserted, noise_seed = item
+    role = item[0]
     if _WORKER_TARGETS.get(role) is not targets[role]:
         targets[role].prepare()
         _WORKER_TARGETS[role] = targets[role]
-    return _worker_run(role, chunk, inserted, noise_seed)
+    return _worker_run(*item)
 
 
 def _fingerprint(target: AuditTarget, role: str, runs: int, o: AuditOptions) -> str:
@@ -701,8 +701,8 @@ class _Checkpoint:
 def _run_roles(jobs: dict, o: AuditOptions, checkpoints: dict[str, _Checkpoint]) -> tuple:
     """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints, with
     the chunk size, workers, executor and noise seed of ``o``: (role -> scores, busy, cpu)."""
-    chunk_size, noise_seed = o.chunk_size, o.trial_noise_seed
-    results, pending = _resumed(jobs, chunk_size, checkpoints)
+    chunk_size = o.chunk_size
+    results, pending = _resumed(jobs, o, checkpoints)
     busy = cpu = 0.0
     targets = {r: t for r, (t, _) in jobs.items()}
     with JobProgress("trials", enabled=o.progress) as bar:
@@ -725,45 +725,46 @@ def _run_roles(jobs: dict, o: AuditOptions, checkpoints: dict[str, _Checkpoint])
         if o.executor is not None:
             o.executor.map_chunks(
                 _executor_chunk,
-                [(r, c, ins, noise_seed) for r, c, ins in pending],
+                pending,
                 shared=targets,
                 on_done=lambda outcome: finish(*outcome.value) if outcome.ok else None,
             )
         elif o.workers <= 1 or len(pending) <= 1:
-            _run_here(targets, pending, noise_seed, finish)
+            _run_here(targets, pending, finish)
         else:
-            _run_pool(targets, pending, noise_seed, finish, o.workers)
+            _run_pool(targets, pending, finish, o.workers)
     return results, busy, cpu
 
 
-def _resumed(jobs: dict, chunk_size: int, checkpoints: dict) -> tuple[dict, list]:
-    """(role -> scores, NaN where still to run; the (role, chunk, inserted) chunks still to run)."""
+def _resumed(jobs: dict, o: AuditOptions, checkpoints: dict) -> tuple[dict, list]:
+    """(role -> scores, NaN where still to run; the (role, chunk, inserted, noise seed) chunks
+    still to run)."""
     results: dict[str, np.ndarray] = {}
-    pending: list[tuple[str, int, np.ndarray]] = []
+    pending: list[tuple[str, int, np.ndarray, int | None]] = []
     for role, (_, inserted) in jobs.items():
         results[role] = np.full(inserted.size, np.nan)
         done = checkpoints[role].done()
-        for c in range(-(-inserted.size // chunk_size)):
-            sl = slice(c * chunk_size, min((c + 1) * chunk_size, inserted.size))
+        for c in range(-(-inserted.size // o.chunk_size)):
+            sl = slice(c * o.chunk_size, min((c + 1) * o.chunk_size, inserted.size))
             if c in done and done[c].shape == (sl.stop - sl.start,):
                 results[role][sl] = done[c]
             else:
-                pending.append((role, c, inserted[sl]))
+                pending.append((role, c, inserted[sl], o.trial_noise_seed))
     return results, pending
 
 
-def _run_here(targets: dict, pending: list, noise_seed: int | None, finish) -> None:
+def _run_here(targets: dict, pending: list, finish) -> None:
     """The chunks in this process. Trials are many skinny matrix products: one thread each, as in
     the worker processes; extra intra-op threads only spin against other jobs on a busy machine
     (measured about 10x slower for the MNIST head audit with 2 threads under load)."""
     _WORKER_TARGETS.clear()
     _WORKER_TARGETS.update(targets)
     with limited_threads(1):
-        for role, c, ins in pending:
-            finish(*_worker_run(role, c, ins, noise_seed))
+        for chunk in pending:
+            finish(*_worker_run(*chunk))
 
 
-def _run_pool(targets: dict, pending: list, noise_seed: int | None, finish, workers: int) -> None:
+def _run_pool(targets: dict, pending: list, finish, workers: int) -> None:
     """The chunks on a process pool, a bounded queue of them at a time (checkpoints stay fresh).
     Fork where the platform has it: workers inherit the prepared targets without pickling (and
     closures work); elsewhere the targets are pickled once per worker."""
@@ -776,7 +777,7 @@ def _run_pool(targets: dict, pending: list, noise_seed: int | None, finish, work
         todo, running = list(pending), set()
         while todo or running:
             while todo and len(running) < 2 * workers:
-                running.add(pool.submit(_worker_run, *todo.pop(0), noise_seed))
+                running.add(pool.submit(_worker_run, *todo.pop(0)))
             finished, running = wait(running, return_when=FIRST_COMPLETED)
             for fut in finished:
                 finish(*fut.result())
@@ -941,18 +942,27 @@ def _main_result(target, roles, scores, plans, o: AuditOptions, timings, audit_i
     main = results.pop("main")
     if seq is not None:
         main = _sequential_result(main, target, seq, stop)
-    main = _with_power(
-        main, target.claimed_event, target.adjacency, o.runs, o.select_fraction, o.sequential
-    )
+    main = _with_power(main, _tested(target), o.runs, o.select_fraction, o.sequential)
     return main.replace(controls=results)
 
 
+def _tested(target: AuditTarget) -> dict:
+    """The claim every role of an audit of ``target`` is tested against (the main target's)."""
+    return {
+        "event": target.claimed_event,
+        "accountant": target.accountant,
+        "adjacency": target.adjacency,
+        "delta": target.delta,
+    }
+
+
 def _with_power(
-    result: AuditResult, event, adjacency, trials: int, select_fraction, sequential_mode=False
+    result: AuditResult, tested: dict, trials: int, select_fraction, sequential_mode=False
 ):
-    """``result`` with audit.json "power": what an audit of ``trials`` trials of the claim
-    ``event`` can detect (:mod:`dpaudit.audits.power`)."""
-    curve = None if event is None else claimed_curve(event, adjacency)
+    """``result`` with audit.json "power": what an audit of ``trials`` trials of the ``tested``
+    claim can detect (:mod:`dpaudit.audits.power`)."""
+    event = tested["event"]
+    curve = None if event is None else claimed_curve(event, tested["adjacency"])
     block = power.audit_power(
         trials=trials,
         delta=result.delta,
@@ -1006,15 +1016,7 @@ def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> 
     valid at the stopping time (the fixed-N bounds are not: optional stopping)."""
     test, look, reason = stop
     fields = sequential.audit_fields(
-        result.claimed_curve,
-        plan,
-        test,
-        look,
-        reason,
-        event=target.claimed_event,
-        delta=target.delta,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
+        result.claimed_curve, plan, test, look, reason, **_tested(target)
     )
     if reason != "completed":
         # the comparison block's fixed-N bounds (Bonferroni Clopper-Pearson...) are not valid after an early stop
@@ -1059,15 +1061,9 @@ def _role_result(
         "secret": nseed is None,
     }
     desc = t.describe()
-    tested = {
-        "event": target.claimed_event,
-        "accountant": target.accountant,
-        "adjacency": target.adjacency,
-        "delta": target.delta,
-    }
     return _judged(
         (scores, plan.world, plan.select),
-        tested,
+        _tested(target),
         confidence=o.confidence,
         seeds={"public": o.seed, "noise": noise_rec},
         mechanism=target.mechanism,

@@ -380,9 +380,7 @@ def plan_trials(runs: int, *, seed: int, select_fraction: float = SELECT_FRACTIO
     runs = positive_int("runs", runs, MIN_RUNS)
     open_unit("select_fraction", select_fraction)
     rng = public_rng(seed, 0xA0D17)
-    world = np.zeros(runs, dtype=bool)
-    world[: runs // 2] = True
-    world = world[rng.permutation(runs)]
+    world = (np.arange(runs) < runs // 2)[rng.permutation(runs)]  # exactly runs // 2 in, shuffled
     return TrialPlan(world=world, select=_select(rng, world, select_fraction))
 
 
@@ -420,9 +418,7 @@ def evaluate_scores(
     is reported either way (``clopper_pearson_epsilon``), and the comparison statistics
     (``comparison``; ``seed``: public seed of its bootstrap) with the direction chosen on SELECT.
     """
-    s = np.asarray(scores, dtype=float)
-    w = np.asarray(world, dtype=bool)
-    sel = np.asarray(select, dtype=bool)
+    s, w, sel = np.asarray(scores, float), np.asarray(world, bool), np.asarray(select, bool)
     level = {"delta": delta, "confidence": confidence}  # of every bound below
     thr = stats.select_threshold(s[sel], w[sel], **level)
     ev = ~sel
@@ -528,11 +524,8 @@ def _claimed_epsilon(given: float | None, claim, delta: float, labels: dict) -> 
     """The claimed epsilon: as given, else the claim's at ``delta`` under the labels' accountant."""
     if claim is None or given is not None:
         return given
-    return float(
-        compute_epsilon(
-            claim, delta=delta, accountant=labels["accountant"], adjacency=labels["adjacency"]
-        ).epsilon
-    )
+    stated = {k: labels[k] for k in ("accountant", "adjacency")}
+    return float(compute_epsilon(claim, delta=delta, **stated).epsilon)
 
 
 def audit_scores(
@@ -618,10 +611,8 @@ def _worker_run(
     role: str, chunk: int, inserted: np.ndarray, noise_seed: int | None
 ) -> tuple[str, int, np.ndarray, float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
-    target = _WORKER_TARGETS[role]
-    s = np.asarray(
-        target.scores(inserted, _chunk_noise(noise_seed, role, chunk)), dtype=float
-    ).reshape(-1)
+    noise = _chunk_noise(noise_seed, role, chunk)
+    s = np.asarray(_WORKER_TARGETS[role].scores(inserted, noise), dtype=float).reshape(-1)
     if s.shape != inserted.shape:
         raise DataError(
             f"target scores must have one value per trial, got shape {s.shape} for {inserted.size} trials."
@@ -664,7 +655,6 @@ class _Checkpoint:
 
     def __init__(self, root: Path | None, role: str, fingerprint: str):
         self.dir = None if root is None else root / ".checkpoint" / role
-        self.fingerprint = fingerprint
         if self.dir is None:
             return
         plan = self.dir / "plan.json"
@@ -701,23 +691,20 @@ class _Checkpoint:
 def _run_roles(jobs: dict, o: AuditOptions, checkpoints: dict[str, _Checkpoint]) -> tuple:
     """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints, with
     the chunk size, workers, executor and noise seed of ``o``: (role -> scores, busy, cpu)."""
-    chunk_size = o.chunk_size
     results, pending = _resumed(jobs, o, checkpoints)
     busy = cpu = 0.0
     targets = {r: t for r, (t, _) in jobs.items()}
     with JobProgress("trials", enabled=o.progress) as bar:
         tasks = {
-            role: bar.add(
-                f"audit {role}", inserted.size, completed=int(np.sum(~np.isnan(results[role])))
-            )
-            for role, (_, inserted) in jobs.items()
+            r: bar.add(f"audit {r}", v.size, completed=int(np.sum(~np.isnan(v))))
+            for r, v in results.items()
         }
 
         def finish(role: str, c: int, s: np.ndarray, dt: float, dc: float) -> None:
             nonlocal busy, cpu
             busy += dt
             cpu += dc
-            results[role][c * chunk_size : c * chunk_size + s.size] = s
+            results[role][c * o.chunk_size : c * o.chunk_size + s.size] = s
             checkpoints[role].save(c, s)
             bar.update(tasks[role], advance=s.size)
 
@@ -838,13 +825,11 @@ class AuditOptions:
         controls = tuple(one_of("control", c, CONTROLS) for c in self.controls)
         # a noiseless main audit is its own control
         controls = tuple(c for c in controls if target.noise or c != "no-noise")
-        chunk = positive_int(
-            "chunk_size",
-            self.chunk_size if self.chunk_size is not None else target.default_chunk_size,
-        )
+        chunk = target.default_chunk_size if self.chunk_size is None else self.chunk_size
+        checked["chunk_size"] = positive_int("chunk_size", chunk)
         if self.sequential:
             _check_sequential(target, runs)
-        return dataclasses.replace(self, controls=controls, chunk_size=chunk, **checked)
+        return dataclasses.replace(self, controls=controls, **checked)
 
     @property
     def trial_noise_seed(self) -> int | None:
@@ -895,8 +880,7 @@ def _trial_plans(roles: dict, o: AuditOptions, seq) -> dict[str, TrialPlan]:
         for r, (_, n) in roles.items()
     }
     if seq is not None:
-        select = np.arange(seq.max_trials) < seq.select_trials
-        plans["main"] = TrialPlan(world=seq.world, select=select)
+        plans["main"] = TrialPlan(seq.world, np.arange(seq.max_trials) < seq.select_trials)
     return plans
 
 
@@ -956,9 +940,7 @@ def _tested(target: AuditTarget) -> dict:
     }
 
 
-def _with_power(
-    result: AuditResult, tested: dict, trials: int, select_fraction, sequential_mode=False
-):
+def _with_power(result: AuditResult, tested: dict, trials: int, select_fraction, seq_mode=False):
     """``result`` with audit.json "power": what an audit of ``trials`` trials of the ``tested``
     claim can detect (:mod:`dpaudit.audits.power`)."""
     event = tested["event"]
@@ -970,7 +952,7 @@ def _with_power(
         curve=curve,
         confidence=result.confidence,
         select_fraction=select_fraction,
-        sequential_mode=sequential_mode,
+        sequential_mode=seq_mode,
     )
     return result.replace(power=block.to_dict())
 
@@ -1055,11 +1037,8 @@ def _role_result(
     """One role's result: its scores evaluated against the main target's claim (the controls are
     judged against the same curve: how far the no-noise control lies below it shows the power)."""
     nseed = o.trial_noise_seed
-    noise_rec = {
-        "source": "reproducible" if nseed is not None else "os-entropy",
-        "seed": nseed,
-        "secret": nseed is None,
-    }
+    source = "reproducible" if nseed is not None else "os-entropy"
+    noise_rec = {"source": source, "seed": nseed, "secret": nseed is None}
     desc = t.describe()
     return _judged(
         (scores, plan.world, plan.select),

@@ -645,9 +645,8 @@ def _fingerprint(target: AuditTarget, role: str, runs: int, o: AuditOptions) -> 
         "reproducible": o.trial_noise_seed is not None,
         "describe": target.describe(),
     }
-    return hashlib.sha256(
-        json.dumps(_json_safe(payload), sort_keys=True, default=str).encode()
-    ).hexdigest()
+    text = json.dumps(_json_safe(payload), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class _Checkpoint:
@@ -755,9 +754,8 @@ def _run_pool(targets: dict, pending: list, finish, workers: int) -> None:
     """The chunks on a process pool, a bounded queue of them at a time (checkpoints stay fresh).
     Fork where the platform has it: workers inherit the prepared targets without pickling (and
     closures work); elsewhere the targets are pickled once per worker."""
-    ctx = multiprocessing.get_context(
-        "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    )
+    fork = "fork" in multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if fork else None)
     with ProcessPoolExecutor(
         max_workers=workers, initializer=_worker_init, initargs=(targets,), mp_context=ctx
     ) as pool:

@@ -507,16 +507,14 @@ def _interval(iv: Any) -> list | None:
     return [num(x) for x in iv] if isinstance(iv, list) and len(iv) == 2 else None
 
 
+#: The readers of one point of the comparison block's ``tpr_at_fpr`` list.
+TPR_AT_FPR = {"fpr": num, "tpr": num, "tpr_interval": _interval}
+
+
 def _tpr_at_fpr(ts: Any) -> list[dict]:
-    return [
-        {
-            "fpr": num(t["fpr"]),
-            "tpr": num(t.get("tpr")),
-            "tpr_interval": _interval(t.get("tpr_interval")),
-        }
-        for t in ts or []
-        if isinstance(t, dict) and num(t.get("fpr")) is not None
-    ]
+    """The points of a ``tpr_at_fpr`` list that name their FPR."""
+    points = [t for t in ts or [] if isinstance(t, dict) and num(t.get("fpr")) is not None]
+    return [_read(t, TPR_AT_FPR) for t in points]
 
 
 #: audit.json's ``comparison`` parts: a block's fields (key -> reader), or the reader of a list.

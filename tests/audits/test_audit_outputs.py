@@ -258,7 +258,8 @@ def test_one_run_outputs_are_split_and_recorded(tmp_path):
     )
 
 
-def test_cli_cap_include_audits_and_summary_rows(tmp_path):
+def test_cli_cap_include_audits_and_summary_rows(tmp_path, data_dir):
+    """The cap reads heart's row count from the real data (skipped, visibly, without it)."""
     from typer.testing import CliRunner
 
     from dpaudit.cli import app
@@ -289,6 +290,8 @@ def test_cli_cap_include_audits_and_summary_rows(tmp_path):
             "--include-audits",
             "--ledger",
             str(led_path),
+            "--data-dir",
+            str(data_dir),
         ],
     )
     assert r.exit_code == 0 and "counting releases and audits" in r.output

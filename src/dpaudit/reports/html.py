@@ -89,9 +89,8 @@ def _table(b: Block) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in b.headers)
     body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in b.rows)
     cap = f"<caption>{_e(b.caption)}</caption>" if b.caption else ""
-    many = ' class="many"' * (
-        len(b.headers) > 14
-    )  # so many columns that only breaking inside words fits them in the page
+    # so many columns that only breaking inside words fits them in the page
+    many = ' class="many"' * (len(b.headers) > 14)
     return f"<table{many}>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -76,9 +76,8 @@ def sample_user_records(
         keys = noise.uniform(int(cb.sum()))
         bseg = np.repeat(np.arange(big.size, dtype=np.int64), cb)
         bstart = np.cumsum(cb) - cb
-        perm = np.lexsort(
-            (keys, bseg)
-        )  # each big user's records in random order, segments in place
+        # each big user's records in random order, segments in place
+        perm = np.lexsort((keys, bseg))
         keep = (np.arange(perm.size) - bstart[bseg]) < g
         chosen = perm[keep] - bstart[bseg[keep]]  # local offsets of the G winners, per user
         chosen_seg = bseg[keep]

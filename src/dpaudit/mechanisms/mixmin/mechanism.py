@@ -634,9 +634,10 @@ class DPMixMin(MechanismBase):
         started, timings, probs = time.perf_counter(), {}, data.probs
         if data.task is not None:
             say("training proxies on public data")
+            # public data only
             probs = train_proxies(data.task, mode=plan.request.proxy_mode).predict(
                 data.task.private_x[data.task.train_idx]
-            )  # public data only
+            )
             timings["proxies_s"] = time.perf_counter() - started
         t = time.perf_counter()
         say("learning the mixture (Algorithm 1/2)")

@@ -341,7 +341,7 @@ def run_mixmin_runs(
     check_inputs(probs, labels, config.loss, config.k)
     F, y = _prepare(probs, labels, config.loss, np.float64)
     runs, k = positive_int("runs", runs), F.shape[1]
-    units = (
+    n_units, clipped_sum = (
         _record_sum(F, y, config)
         if config.privacy_unit == "record"
         else _user_sum(F, y, config, user_ids, noise)
@@ -350,7 +350,7 @@ def run_mixmin_runs(
     log_w = np.tile(
         np.full(k, -math.log(k)) if init is None else np.log(_check_weights(init, k)), (runs, 1)
     )
-    units = _MaskedUnits(*units, canary_sum)
+    units = _MaskedUnits(n_units, clipped_sum, canary_sum)
     dpsgd_loop.run_dp_sgd(
         units, [log_w], config, noise=noise, runs=runs, canary=coins, optimizer=MirrorDescent
     )
@@ -428,9 +428,8 @@ def _record_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig):
         P = torch.from_numpy(w) @ Ft  # mixture predictions of every (run, record) pair
         if config.loss == "bce":
             P.clamp_(PROB_FLOOR, 1 - PROB_FLOOR)
-            scratch = torch.sub(P, 1.0).mul_(
-                P
-            )  # p (p - 1): 1 - p is exact for p >= 1/2, so no cancellation
+            # p (p - 1): 1 - p is exact for p >= 1/2, so no cancellation
+            scratch = torch.sub(P, 1.0).mul_(P)
             torch.sub(yv, P, out=P).div_(scratch)  # (y - p) / (p (p - 1)) = -y/p + (1-y)/(1-p)
         elif config.loss == "nll":
             P.reciprocal_().neg_()

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import accounting
+from .accounting.base import Record
 from .errors import DPAuditError
 
 #: Relative tolerance of rule 4 (plus :data:`CLAIM_ATOL`), the only tolerance of a claim check: a release written by another
@@ -92,16 +93,13 @@ def exceeds_claim(recomputed: float, claimed: float) -> bool:
 
 
 @dataclass(frozen=True)
-class Recomputed:
+class Recomputed(Record):
     """Epsilon of a stored guarantee recomputed by one accountant; ``error`` says why not."""
 
     epsilon: float | None
     lower: float | None = None
     estimate: float | None = None
     error: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 #: Recomputed epsilons are a pure function of (guarantee, delta, accountant, adjacency): one process-wide cache serves every check

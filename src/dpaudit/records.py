@@ -202,11 +202,8 @@ def public_noise_reason(noise_source) -> str | None:
     judged by their source name."""
     if not isinstance(noise_source, dict):
         return None
-    source = noise_source.get("source")
-    secret = noise_source.get("secret")
-    if secret is None:
-        secret = source != "reproducible"
-    if secret is not False and source != "reproducible":
+    # without a "secret" key (old releases) only the source name decides
+    if noise_source.get("secret") is not False and noise_source.get("source") != "reproducible":
         return None
     seed = noise_source.get("seed")
     return f"noise derived from a published seed ({seed}, reproducible-public-seed): not private"

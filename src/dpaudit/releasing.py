@@ -26,7 +26,6 @@ import contextlib
 import contextvars
 import dataclasses
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -452,14 +451,8 @@ def release_session() -> Iterator[ReleaseSession]:
 
 
 def budget_session(fn):
-    """Decorator: run ``fn`` inside its own :func:`release_session`."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with release_session():
-            return fn(*args, **kwargs)
-
-    return wrapper
+    """Decorator: run ``fn`` inside its own :func:`release_session` (a new one per call)."""
+    return release_session()(fn)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import functools
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -111,21 +111,17 @@ class CalibrationResult(Record):
     evaluations: int  # accountant calls made (distinct parameters)
 
 
+@dataclass
 class _Search:
     """Epsilon evaluations of one calibration (memoised), remembering the accountant's declines."""
 
-    def __init__(
-        self,
-        make_event: Callable[[float], Event],
-        accountant: Accountant,
-        delta: float,
-        adjacency: Adjacency,
-        parameter_name: str,
-    ) -> None:
-        self.make_event, self.accountant, self.delta = make_event, accountant, delta
-        self.adjacency, self.parameter_name = adjacency, parameter_name
-        self.declined: dict[float, str] = {}  # parameter -> the accountant's reason
-        self.values: dict[float, float] = {}
+    make_event: Callable[[float], Event]
+    accountant: Accountant
+    delta: float
+    adjacency: Adjacency
+    parameter_name: str
+    declined: dict[float, str] = field(default_factory=dict)  # parameter -> the accountant's reason
+    values: dict[float, float] = field(default_factory=dict)
 
     def epsilon(self, p: float) -> float:
         if p in self.values:

@@ -41,9 +41,8 @@ def _standalone() -> ModuleType:
         )
     file_spec = importlib.util.spec_from_file_location(STANDALONE, path)
     module = importlib.util.module_from_spec(file_spec)
-    sys.modules[STANDALONE] = (
-        module  # as the import system does, so pickling and introspection work
-    )
+    # as the import system does, so pickling and introspection work
+    sys.modules[STANDALONE] = module
     try:
         file_spec.loader.exec_module(module)
     except BaseException:

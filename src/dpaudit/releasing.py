@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .accounting import compute_epsilon
+from .accounting.base import first_line
 from .accounting.comparisons import comparison_epsilons, comparisons_ahead
 from .accounting.events import Event
 from .errors import AccountingMismatchError, UsageError
@@ -351,7 +352,7 @@ class ReleaseSession:
         else:
             what = "the run ended without a release"
             if error is not None:
-                what = f"the run failed before releasing anything ({type(error).__name__}: {_first_line(error)})"
+                what = f"the run failed before releasing anything ({type(error).__name__}: {first_line(error)})"
             with open_ledger(self.ledger_path) as ledger:
                 ledger.cancel(rid, what)
             self.outcome = f"reservation {rid} cancelled, nothing was released"
@@ -406,7 +407,7 @@ def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
         rid = session.reservation_id
         session.outcome = (
             f"reservation {rid} kept as spent because closing it failed "
-            f"({_first_line(close_error)}; `dpaudit ledger void {rid} --reason ...`)"
+            f"({first_line(close_error)}; `dpaudit ledger void {rid} --reason ...`)"
         )
         e.add_note(f"dpaudit: budget {session.outcome}.")
     else:
@@ -793,6 +794,11 @@ def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
     }
 
 
+#: Release fields the plan gives as they are (``dataset``: the public identity only; the digest
+#: stays local, ``data_digest``).
+_FROM_PLAN = "mechanism dataset adjacency accountant delta partition privacy_unit".split()
+
+
 def build_release(
     mech, plan, output, *, noise, out_dir, data=None, timings: dict | None = None
 ) -> Release:
@@ -808,20 +814,14 @@ def build_release(
         )
     request = plan.request
     return Release(
-        mechanism=plan.mechanism,
-        dataset=plan.dataset,  # public identity only; the digest stays local (data_digest)
-        adjacency=plan.adjacency,
-        accountant=plan.accountant,
+        **{name: getattr(plan, name) for name in _FROM_PLAN},
         epsilon=claimed,
-        delta=plan.delta,
         guarantee={"type": "non-private"} if plan.event is None else plan.event.to_dict(),
         seed=int(plan.seed),
         noise_source=noise.spec.to_dict(),
         target_epsilon=None if plan.event is None else plan.target_epsilon,
         steps=int(plan.steps),
         steps_executed=int(output.steps_executed),
-        partition=plan.partition,
-        privacy_unit=plan.privacy_unit,
         non_private=plan.event is None,
         epsilons=epsilons,
         config={**plan.config, **output.config},
@@ -880,8 +880,3 @@ def _noise_tail(plan, values: int, epsilon, *, what: str | None = None) -> float
     return gaussian_run_tail(
         1, int(values), float(epsilon), plan.delta, what=what or plan.noise_what
     )
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e)
-    return text.splitlines()[0] if text else type(e).__name__

@@ -1,5 +1,9 @@
 """Accounting: adjacency, guarantees as events, accountants (one module per analysis), calibration,
-schedules."""
+schedules.
+
+The imports below are the package's public API (one list: no ``__all__`` repeating it)."""
+
+# ruff: noqa: F401
 
 from .accountants import ACCOUNTANTS, RDP_ORDERS, accountant_names, accountants_supporting
 from .accountants import compute_delta, compute_epsilon, get_accountant, register_accountant
@@ -10,33 +14,3 @@ from .calibration import Calibration, CalibrationResult, SearchRange, calibrate
 from .calibration import calibrate_noise_multiplier
 from .events import Composed, Parallel, PureEpsilon, SubsampledGaussian, event_from_dict
 from .schedule import Schedule, dp_sgd_schedule
-
-__all__ = [
-    "ACCOUNTANTS",
-    "RDP_ORDERS",
-    "AccountantResult",
-    "compute_epsilon",
-    "Adjacency",
-    "require_same",
-    "Calibration",
-    "calibrate_noise_multiplier",
-    "Composed",
-    "Parallel",
-    "PureEpsilon",
-    "SubsampledGaussian",
-    "event_from_dict",
-    "Schedule",
-    "dp_sgd_schedule",
-    "Accountant",
-    "EpsilonResult",
-    "DeltaResult",
-    "compute_delta",
-    "register_accountant",
-    "unregister_accountant",
-    "get_accountant",
-    "accountants_supporting",
-    "accountant_names",
-    "CalibrationResult",
-    "calibrate",
-    "SearchRange",
-]

@@ -228,15 +228,16 @@ _ACTIVE: list[JobProgress] = []
 class _Heartbeat:
     """A thread that prints the job's state whenever nothing was printed for :func:`period_s`
     seconds; the first line :data:`FIRST_LINE_S` seconds after ``start``
-    (monotonic; default now)."""
+    (monotonic; default now). Running from construction, as the innermost heartbeat."""
 
-    def __init__(self, what: str, console, start: float | None = None) -> None:
-        self.what, self.console = what, console
-        self.phase = ""
+    def __init__(self, what: str, console, start: float | None = None, phase: str = "") -> None:
+        self.what, self.console, self.phase = what, console, phase
         self.start = self.said_at = time.monotonic() if start is None else start
         self.first = True
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="dpaudit-progress", daemon=True)
+        _BEATING.append(self)
+        self.thread.start()
 
     def _loop(self) -> None:
         every = period_s()
@@ -293,8 +294,6 @@ def heartbeat(what: str, *, console=None):
     beat = _BEATING[-1] if _BEATING and _BEATING[-1].phase == _LAUNCHING else None
     if beat is None:
         beat = _Heartbeat(what, console or err_console)
-        _BEATING.append(beat)
-        beat.thread.start()
     beat.what, beat.phase = what, ""
     try:
         yield beat
@@ -311,11 +310,7 @@ def heartbeat_from_launch(what: str) -> _Heartbeat:
     the command line's imports (seconds on a loaded machine) and timed from the process's launch:
     its first line comes :data:`FIRST_LINE_S` seconds after launch. The command's :func:`heartbeat`
     takes it over; :meth:`_Heartbeat.end` stops it when no command ran (a usage error)."""
-    beat = _Heartbeat(what, err_console, start=_launched_at())
-    beat.phase = _LAUNCHING
-    _BEATING.append(beat)
-    beat.thread.start()
-    return beat
+    return _Heartbeat(what, err_console, start=_launched_at(), phase=_LAUNCHING)
 
 
 def _launched_at() -> float:

@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import math
 import warnings
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Callable, Protocol, runtime_checkable
 
@@ -155,14 +156,12 @@ def merge_leaves(leaves: list) -> list:
     Exact for every accountant, and it keeps a ledger of hundreds of releases that share a few
     (noise multiplier, sample rate) pairs as cheap to account as a handful of events.
     """
-    steps: dict = {}
-    counts: dict = {}
+    steps, counts = Counter(), Counter()  # in order of first appearance
     for leaf in leaves:
         if isinstance(leaf, SubsampledGaussian):
-            key = (leaf.noise_multiplier, leaf.sample_rate)
-            steps[key] = steps.get(key, 0) + leaf.steps
+            steps[leaf.noise_multiplier, leaf.sample_rate] += leaf.steps
         elif isinstance(leaf, PureEpsilon):
-            counts[leaf.epsilon] = counts.get(leaf.epsilon, 0) + leaf.count
+            counts[leaf.epsilon] += leaf.count
         else:
             raise UnsupportedEventError(
                 f"accountants understand subsampled-gaussian and pure-epsilon leaves, got {leaf!r}."

@@ -446,12 +446,9 @@ class NoiseSource:
         # allocated once per source: fresh pages cost as much as the math
         if self._buf32.size != 2 * p:
             self._buf32 = np.empty(2 * p, dtype=np.float32)
-            self._work = (
-                np.empty(p),
-                np.empty(p, dtype=np.float32),
-                np.empty(p, dtype=np.float32),
-                np.empty(p, dtype=np.uint64),
-            )
+            # u1, u2, the float32 radius, the keystream words
+            kinds = (np.float64, np.float32, np.float32, np.uint64)
+            self._work = tuple(np.empty(p, dtype=kind) for kind in kinds)
         u1, u2, r, words = self._work
         self._u1(p, out=u1, words=words)
         self._u24_into(u2, words=words[: (p + 1) // 2].view(np.uint32)[:p])

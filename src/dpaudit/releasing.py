@@ -228,13 +228,6 @@ def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
         _NOISE_SEED_FILE.reset(token)
 
 
-def check_noise_seed_file(path: Path) -> Path:
-    """``path`` resolved, after checking it holds a secret (created when missing); claims nothing."""
-    with _locked_seed_file(path):
-        pass
-    return path.resolve()
-
-
 def read_noise_seed(path: str | os.PathLike) -> NoiseSeedUse:
     """Claim the next use of the noise seed file ``path`` (created, mode 0600, with 256 bits from the
     OS when missing): the claim is appended and synced under an exclusive lock before it is
@@ -289,7 +282,9 @@ def planned_secret_seed(request) -> Path | None:
         raise UsageError(
             "noise seed file must not be combined with --reproducible-noise or --noise-source, got both."
         )
-    return check_noise_seed_file(path)
+    with _locked_seed_file(path):  # holds a secret (created when missing); claims nothing
+        pass
+    return path.resolve()
 
 
 def public_seed_reason(seed: int, event, reproducible_noise) -> str | None:

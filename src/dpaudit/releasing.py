@@ -664,13 +664,12 @@ def _release_noise(request, plan, seed_file) -> tuple:
     disk) before any of its noise is drawn, else None."""
     seed_use = None if seed_file is None else read_noise_seed(seed_file)
     _SESSION.get().seed_use = seed_use
-    noise = make_noise_source(
+    return seed_use, make_noise_source(
         seed=int(getattr(request, "seed", plan.seed)),
         reproducible_noise=bool(getattr(request, "reproducible_noise", False)),
         noise_source=getattr(request, "noise_source", "os-entropy"),
         secret_seed=seed_use,
     )
-    return seed_use, noise
 
 
 def _run_verified(mech, plan, data, noise, out_dir: Path, setup_seconds: float, progress):

@@ -48,9 +48,8 @@ def positive_int(name: str, value: object, low: int = 1) -> int:
 
 
 def non_negative_int(name: str, value: object) -> int:
-    rule = "an integer >= 0"
     if isinstance(value, bool) or not isinstance(value, Integral) or int(value) < 0:  # type: ignore[arg-type]
-        _fail(name, rule, value)
+        _fail(name, "an integer >= 0", value)
     return int(value)  # type: ignore[arg-type]
 
 

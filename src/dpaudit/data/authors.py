@@ -36,7 +36,7 @@ from pathlib import Path
 from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
-from .base import PreparedDataset, partitions, resolve_data_dir
+from .base import partitions, resolve_data_dir
 from .files import count_note, hash_and_verify, sums_note
 from .images import CIFAR_MD5_NOTE, apply_profile, load_official
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
@@ -289,10 +289,10 @@ def load(info, data_dir=None, split_seed: int | None = None):
     rows = load_rows(info.name, data_dir)
     if info.kind == "tabular":
         idx = tabular_split(len(rows.y), seed)
-        arrays, n_classes = partitions(rows.x, rows.y, idx.train, idx.val, idx.test), 2
+        arrays = partitions(rows.x, rows.y, idx.train, idx.val, idx.test)
     else:
         idx = image_split(len(rows.y), len(rows.y_test), seed)
-        arrays, n_classes = {}, 10
+        arrays = {}
         for p, x, y in (
             ("train", rows.x, rows.y),
             ("val", rows.x, rows.y),
@@ -307,12 +307,9 @@ def load(info, data_dir=None, split_seed: int | None = None):
         + ", ".join(f"{p} {hashes[p]}" for p in ("train", "val", "test"))
         + "."
     )
-    data = PreparedDataset(
-        name=info.name,
-        kind=info.kind,
+    data = info.prepared(
+        seed,
         **arrays,
-        n_classes=n_classes,
-        split_seed=seed,
         profile=AUTHORS_PROFILE,
         image_shape=rows.image_shape,
         feature_names=rows.feature_names,

@@ -271,15 +271,11 @@ def _recorded(
             if reservation
             else ""
         )
-        return None, Outcome(
-            out_.index,
-            False,
-            None,
+        error = (
             f"release written to {out_.value.get('release_dir')} but not recorded in the "
-            f"ledger: {type(e).__name__}: {e}{kept}",
-            out_.seconds,
-            out_.worker,
+            f"ledger: {type(e).__name__}: {e}{kept}"
         )
+        return None, dataclasses.replace(out_, ok=False, value=None, error=error, warned=())
 
 
 @contextlib.contextmanager

@@ -170,21 +170,14 @@ class SweepSpec:
     def tasks(self) -> list[Task]:
         out: dict[str, Task] = {}
         for b in self.blocks:
-            for dataset in b.datasets:
-                for profile in b.profiles:
-                    prof = profile_setting(dataset, profile) if self.runner == "train" else None
-                    settings = (
-                        b.settings
-                        if prof is None
-                        else _settings_tuple({**dict(b.settings), "profile": prof})
-                    )
-                    for t in (
-                        Task(self.runner, m, dataset, e, s, settings)
-                        for m in b.models
-                        for e in b.epsilons
-                        for s in b.seeds
-                    ):
-                        out.setdefault(t.key, t)
+            for dataset, profile in itertools.product(b.datasets, b.profiles):
+                prof = profile_setting(dataset, profile) if self.runner == "train" else None
+                settings = b.settings
+                if prof is not None:
+                    settings = _settings_tuple({**dict(settings), "profile": prof})
+                for m, e, s in itertools.product(b.models, b.epsilons, b.seeds):
+                    t = Task(self.runner, m, dataset, e, s, settings)
+                    out.setdefault(t.key, t)
         return list(out.values())
 
     def to_dict(self) -> dict:

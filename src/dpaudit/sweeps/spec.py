@@ -145,12 +145,9 @@ class GridBlock:
 
     def to_dict(self) -> dict:
         d = {
-            "models": list(self.models),
-            "datasets": list(self.datasets),
-            "epsilons": list(self.epsilons),
-            "seeds": list(self.seeds),
-            "settings": dict(self.settings),
+            axis: list(getattr(self, axis)) for axis in ("models", "datasets", "epsilons", "seeds")
         }
+        d["settings"] = dict(self.settings)
         # only a grid with a profiles axis says so (older specs read back unchanged)
         if self.profiles != (None,):
             d["profiles"] = [p or DEFAULT_PROFILE for p in self.profiles]
@@ -181,13 +178,8 @@ class SweepSpec:
         return list(out.values())
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "runner": self.runner,
-            "description": self.description,
-            "source": self.source,
-            "grid": [b.to_dict() for b in self.blocks],
-        }
+        described = {k: getattr(self, k) for k in ("name", "runner", "description", "source")}
+        return {**described, "grid": [b.to_dict() for b in self.blocks]}
 
 
 @dataclass(frozen=True)

@@ -281,16 +281,18 @@ def _check_threat_model(a: AuditRequest) -> None:
     # unknown: the build step names the allowed ones
     head = a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
     if not head or a.settings.privacy_unit != "record" or one_run:
-        what = audit_white_box.refused_what(a, one_run, head)
-        raise UsageError(
-            f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {a.threat_model!r}."
-        )
+        raise _trajectory_only(audit_white_box.refused_what(a, one_run, head), a.threat_model)
 
 
 def _with_threat_model(t, mechanism: str, threat_model: str):
     """The built target under ``threat_model`` (trajectory: DP-SGD head targets only, those with ``with_threat_model``)."""
     if not hasattr(t, "with_threat_model"):
-        raise UsageError(
-            f"threat model for {mechanism} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}."
-        )
+        raise _trajectory_only(mechanism, threat_model)
     return t.with_threat_model(threat_model)
+
+
+def _trajectory_only(what: str, threat_model: str) -> UsageError:
+    return UsageError(
+        f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record "
+        f"level), got {threat_model!r}."
+    )

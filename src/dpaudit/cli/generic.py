@@ -221,15 +221,13 @@ def make_train_command(entry):
 
 
 def register_train(train_app: typer.Typer) -> None:
-    """Register ``train NAME`` for every trainable catalogue entry not registered by hand."""
-    taken = {c.name or c.callback.__name__.replace("_", "-") for c in train_app.registered_commands}
+    """Register ``train NAME`` for every trainable catalogue entry."""
     for name in names(trainable=True):
         entry = CATALOGUE[name]
-        if not taken & {name, *entry.aliases}:
-            command = make_train_command(entry)
-            # an alias (e.g. mixmin) is the name shown in help
-            for i, shown in enumerate((*entry.aliases, name)):
-                train_app.command(shown, help=command.__doc__, hidden=i > 0)(command)
+        command = make_train_command(entry)
+        # an alias (e.g. mixmin) is the name shown in help
+        for i, shown in enumerate((*entry.aliases, name)):
+            train_app.command(shown, help=command.__doc__, hidden=i > 0)(command)
 
 
 # ---------------------------------------------------------------- audit NAME

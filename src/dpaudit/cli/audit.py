@@ -22,7 +22,7 @@ from ..records import read_release
 from ..reports import tradeoff
 from ..requests import THREAT_MODELS, WHITE_BOX_THREAT_MODELS, AuditRequest
 from ..sweeps.executors import check_executor_args, make_executor
-from ..validation import positive_int
+from ..validation import one_of, positive_int
 from . import audit_opacus, audit_white_box, generic, plan as plan_cli
 from .audit_render import render_one_run, show
 from .common import ROUTES, console, default_workers, emit_json, exit_on_violation, keyword, note
@@ -270,10 +270,7 @@ def _check_threat_model(a: AuditRequest) -> None:
     """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads; white-box and
     crafted-final for dp-dense / dp-cnn (:func:`~dpaudit.cli.audit_white_box.check`)."""
     one_run = a.protocol.one_run or a.protocol.canaries is not None
-    if a.threat_model not in THREAT_MODELS + WHITE_BOX_THREAT_MODELS:
-        raise UsageError(
-            f"threat model must be one of {', '.join(THREAT_MODELS + WHITE_BOX_THREAT_MODELS)}, got {a.threat_model!r}."
-        )
+    one_of("threat model", a.threat_model, THREAT_MODELS + WHITE_BOX_THREAT_MODELS)
     if a.threat_model == "final-model":
         return
     if a.threat_model in WHITE_BOX_THREAT_MODELS:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..lazy import lazy_import
-from ..validation import non_negative_int
+from ..validation import non_negative_int, one_of
 from . import authors
 
 # the DP-RVFL authors' pipeline, offered for the paper's four datasets
@@ -183,9 +183,7 @@ def dataset_info(name: str) -> DatasetInfo:
     Raises:
         UsageError: an unknown name.
     """
-    if name not in DATASETS:
-        raise UsageError(f"dataset must be one of {', '.join(DATASET_NAMES)}, got {name!r}.")
-    return DATASETS[name]
+    return DATASETS[one_of("dataset", name, DATASET_NAMES)]
 
 
 def _check_profile(info: DatasetInfo, profile: str | None) -> str:

@@ -531,8 +531,7 @@ BUILTIN_SPECS = tuple(_BUILTINS)
 
 
 def builtin_spec(name: str) -> SweepSpec:
-    if name not in _BUILTINS:
-        raise UsageError(f"builtin must be one of {', '.join(BUILTIN_SPECS)}, got {name!r}.")
+    one_of("builtin", name, BUILTIN_SPECS)
     return spec_from_dict(
         {"name": name, "runner": "train", **_BUILTINS[name]}, source=f"builtin:{name}"
     )

@@ -210,7 +210,9 @@ def _target(a: AuditRequest):
             user_ids=a.settings.user_ids,
         )
     if a.threat_model != "final-model":
-        t = _with_threat_model(t, a.mechanism, a.threat_model)
+        if not hasattr(t, "with_threat_model"):  # trajectory: DP-SGD head targets only
+            raise _trajectory_only(a.mechanism, a.threat_model)
+        t = t.with_threat_model(a.threat_model)
     return (t, None, None) if a.release is None else (t, rel.id, str(Path(a.release).resolve()))
 
 
@@ -279,13 +281,6 @@ def _check_threat_model(a: AuditRequest) -> None:
     head = a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
     if not head or a.settings.privacy_unit != "record" or one_run:
         raise _trajectory_only(audit_white_box.refused_what(a, one_run, head), a.threat_model)
-
-
-def _with_threat_model(t, mechanism: str, threat_model: str):
-    """The built target under ``threat_model`` (trajectory: DP-SGD head targets only, those with ``with_threat_model``)."""
-    if not hasattr(t, "with_threat_model"):
-        raise _trajectory_only(mechanism, threat_model)
-    return t.with_threat_model(threat_model)
 
 
 def _trajectory_only(what: str, threat_model: str) -> UsageError:

@@ -320,10 +320,6 @@ HEART_SCHEMA: tuple[Field, ...] = (
 )
 
 
-def heart_file(centre: str) -> str:
-    return f"processed.{centre}.data"
-
-
 def prepare_heart_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Encoded rows of one UCI processed file, in file order: ``(x float32 (n, 47), y int64)``."""
     cols = read_table(path, ",", HEART_COLUMNS, header=False)
@@ -347,7 +343,7 @@ def load_heart_raw(
     data_dir: Path, centre: str = "cleveland"
 ) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
     folder = data_dir / "heart"
-    name = heart_file(centre)
+    name = f"processed.{centre}.data"
     hashes = hash_and_verify(data_dir, folder, (name,), "Heart")
     x, y = prepare_heart_file(folder / name)
     return x, y, hashes

@@ -33,6 +33,9 @@ def test_unknown_dataset_lists_allowed_names():
         assert name in msg
     with pytest.raises(UsageError):
         load_dataset("imagenet")
+    # a value that is no name at all (a list from a parsed file) is the same one-line refusal
+    with pytest.raises(UsageError, match=r"dataset must be one of .*, got \['mnist'\]\.$"):
+        dataset_info(["mnist"])
 
 
 @pytest.mark.parametrize("name", ["breast-cancer", "cardio", "heart"])

@@ -6,6 +6,7 @@ import pytest
 
 from dpaudit.errors import UsageError
 from dpaudit.sweeps import (
+    DaskExecutor,
     ChunkFailedError,
     LocalExecutor,
     load_records,
@@ -106,3 +107,9 @@ def test_a_workers_warnings_are_raised_in_the_caller_each_distinct_one_once():
     assert {(w.category, w.filename.rsplit("/", 1)[-1]) for w in caught} == {
         (UserWarning, "executors.py")  # where the worker called the task, as shown there
     }
+
+
+def test_dask_executor_refuses_workers_with_a_scheduler_before_connecting():
+    # the same rule as make_executor's, checked before any connection is tried
+    with pytest.raises(UsageError, match="workers must be omitted when --scheduler is given"):
+        DaskExecutor(scheduler="tcp://127.0.0.1:9", workers=2)

@@ -98,8 +98,7 @@ def register(app: typer.Typer) -> None:
         adj = Adjacency.parse(adjacency.value)
         if accountant is not None:
             name = accountant.value
-        else:
-            half_open_unit("sample_rate", sample_rate)
+        else:  # the event checks the sample rate (one line) before rdp is asked
             rdp = accountants.supports("rdp", SubsampledGaussian(1.0, sample_rate, 1), adj)
             name = "rdp" if rdp else "pld"
         c = calibration.calibrate_noise_multiplier(

@@ -22,7 +22,7 @@ from ..records import read_release
 from ..reports import tradeoff
 from ..requests import THREAT_MODELS, WHITE_BOX_THREAT_MODELS, AuditRequest
 from ..sweeps.executors import check_executor_args, make_executor
-from ..validation import positive_int
+from ..validation import one_of, positive_int
 from . import audit_opacus, audit_white_box, generic, plan as plan_cli
 from .audit_render import render_one_run, show
 from .common import ROUTES, console, default_workers, emit_json, exit_on_violation, keyword, note
@@ -210,7 +210,9 @@ def _target(a: AuditRequest):
             user_ids=a.settings.user_ids,
         )
     if a.threat_model != "final-model":
-        t = _with_threat_model(t, a.mechanism, a.threat_model)
+        if not hasattr(t, "with_threat_model"):  # trajectory: DP-SGD head targets only
+            raise _trajectory_only(a.mechanism, a.threat_model)
+        t = t.with_threat_model(a.threat_model)
     return (t, None, None) if a.release is None else (t, rel.id, str(Path(a.release).resolve()))
 
 
@@ -270,10 +272,7 @@ def _check_threat_model(a: AuditRequest) -> None:
     """``--threat-model`` before any data is loaded: trajectory only for record-level DP-SGD heads; white-box and
     crafted-final for dp-dense / dp-cnn (:func:`~dpaudit.cli.audit_white_box.check`)."""
     one_run = a.protocol.one_run or a.protocol.canaries is not None
-    if a.threat_model not in THREAT_MODELS + WHITE_BOX_THREAT_MODELS:
-        raise UsageError(
-            f"threat model must be one of {', '.join(THREAT_MODELS + WHITE_BOX_THREAT_MODELS)}, got {a.threat_model!r}."
-        )
+    one_of("threat model", a.threat_model, THREAT_MODELS + WHITE_BOX_THREAT_MODELS)
     if a.threat_model == "final-model":
         return
     if a.threat_model in WHITE_BOX_THREAT_MODELS:
@@ -281,16 +280,11 @@ def _check_threat_model(a: AuditRequest) -> None:
     # unknown: the build step names the allowed ones
     head = a.mechanism not in ALIASES or CATALOGUE[ALIASES[a.mechanism]].family == "dp-sgd-head"
     if not head or a.settings.privacy_unit != "record" or one_run:
-        what = audit_white_box.refused_what(a, one_run, head)
-        raise UsageError(
-            f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record level), got {a.threat_model!r}."
-        )
+        raise _trajectory_only(audit_white_box.refused_what(a, one_run, head), a.threat_model)
 
 
-def _with_threat_model(t, mechanism: str, threat_model: str):
-    """The built target under ``threat_model`` (trajectory: DP-SGD head targets only, those with ``with_threat_model``)."""
-    if not hasattr(t, "with_threat_model"):
-        raise UsageError(
-            f"threat model for {mechanism} must be final-model (trajectory: DP-SGD head models, record level), got {threat_model!r}."
-        )
-    return t.with_threat_model(threat_model)
+def _trajectory_only(what: str, threat_model: str) -> UsageError:
+    return UsageError(
+        f"threat model for {what} must be final-model (trajectory: DP-SGD head models, record "
+        f"level), got {threat_model!r}."
+    )

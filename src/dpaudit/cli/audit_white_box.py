@@ -35,13 +35,9 @@ from .common import NOT_RECORDED, console, emit_json, print_message, print_table
 MODELS = ("dp-dense", "dp-cnn")
 
 
-def _models(threat_model: str) -> tuple:
-    return MODELS + (HEAD_MODELS if threat_model == "white-box" else ())
-
-
 def check(a: AuditRequest) -> None:
     """What is checked before any data is loaded."""
-    models = _models(a.threat_model)
+    models = MODELS + (HEAD_MODELS if a.threat_model == "white-box" else ())
     if a.mechanism not in models or a.settings.privacy_unit != "record" or a.protocol.one_run:
         what = refused_what(a, a.protocol.one_run, a.mechanism in models)
         heads = " and the DP-SGD heads" if a.threat_model == "white-box" else ""

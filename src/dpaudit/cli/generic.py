@@ -97,6 +97,17 @@ def request_from_options(rtype, values: dict, **fixed):
     return rtype(**{k: plain(v) for k, v in values.items() if k in names}, **fixed)
 
 
+def given_options(request, keep=()) -> list[tuple[str, object]]:
+    """(flag, value) of each option of ``request`` not at its default (given on the command line),
+    other than ``keep`` and an audit's MECHANISM argument."""
+    values = request.to_dict()
+    return [
+        (flag_of(f), values[f.name])
+        for f in type(request).option_fields()
+        if f.name not in ("mechanism", *keep) and values[f.name] != f.default
+    ]
+
+
 def make_command(func, params: list[inspect.Parameter], name: str, doc: str):
     """``func(**kwargs)`` with the explicit signature typer reads."""
     func.__signature__ = inspect.Signature(params)
@@ -221,15 +232,13 @@ def make_train_command(entry):
 
 
 def register_train(train_app: typer.Typer) -> None:
-    """Register ``train NAME`` for every trainable catalogue entry not registered by hand."""
-    taken = {c.name or c.callback.__name__.replace("_", "-") for c in train_app.registered_commands}
+    """Register ``train NAME`` for every trainable catalogue entry."""
     for name in names(trainable=True):
         entry = CATALOGUE[name]
-        if not taken & {name, *entry.aliases}:
-            command = make_train_command(entry)
-            # an alias (e.g. mixmin) is the name shown in help
-            for i, shown in enumerate((*entry.aliases, name)):
-                train_app.command(shown, help=command.__doc__, hidden=i > 0)(command)
+        command = make_train_command(entry)
+        # an alias (e.g. mixmin) is the name shown in help
+        for i, shown in enumerate((*entry.aliases, name)):
+            train_app.command(shown, help=command.__doc__, hidden=i > 0)(command)
 
 
 # ---------------------------------------------------------------- audit NAME
@@ -296,14 +305,13 @@ def _audit_target(name: str, request, audit: dict, canary):
     if audit["release"] is None:
         target = auditing.generic_target(name, request, canary=canary, no_noise=audit["no_noise"])
         return target, None, None
+    # the release records its own request: a second one would be silently ignored
+    for flag, value in given_options(request, ("seed", "data_dir", "reproducible_noise"))[:1]:
+        raise UsageError(
+            f"{flag} must not be given with --release (the release records its own request), "
+            f"got {value!r}."
+        )
     values = request.to_dict()
-    for f in type(request).option_fields():
-        if f.name not in ("seed", "data_dir", "reproducible_noise") and values[f.name] != f.default:
-            # the release records its own request: a second one would be silently ignored
-            raise UsageError(
-                f"{flag_of(f)} must not be given with --release (the release records its own "
-                f"request), got {values[f.name]!r}."
-            )
     rel = read_release(audit["release"])
     target = auditing.target_from_release(
         rel,

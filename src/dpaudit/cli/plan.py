@@ -13,7 +13,7 @@ import typer
 from .. import audit_plans
 from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
-from ..requests import AuditRequest, flag_of
+from ..requests import AuditRequest
 from ..validation import half_open_unit
 from . import generic, options
 from .common import emit_json, keyword, print_message
@@ -94,7 +94,7 @@ def _refuse_opacus_options(opacus: dict) -> None:
 def _opacus_plan(values: dict, o: dict, key) -> Path:
     """`audit plan opacus ...`: :func:`dpaudit.audit_plans.opacus_plan` of the options."""
     req = generic.request_from_options(AuditRequest, values, mechanism="-")
-    for flag, value in _given(req, _OPACUS_TAKES)[:1]:
+    for flag, value in generic.given_options(req, _OPACUS_TAKES)[:1]:
         raise UsageError(f"{flag} must not be given with `audit plan opacus`, got {value!r}.")
     for k in ("noise_multiplier", "sample_rate"):
         if o[k] is None:
@@ -137,21 +137,11 @@ def _refuse_others(values: dict, mechanism, planned, key) -> None:
         (n, v)
         for n, v in (("MECHANISM", mechanism), ("MECHANISM", planned), ("--key", key))
         if v is not None
-    ] + _given(req, _FREE)
+    ] + generic.given_options(req, _FREE)
     if given:
         raise UsageError(
             f"{given[0][0]} must not be given with --plan (the plan fixes every option), got {given[0][1]!r}."
         )
-
-
-def _given(req: AuditRequest, keep) -> list[tuple[str, object]]:
-    """(flag, value) of each option given on the command line (not at its default), other than ``keep``."""
-    given = req.to_dict()
-    return [
-        (flag_of(f), given[f.name])
-        for f in AuditRequest.option_fields()
-        if f.name not in ("mechanism", *keep) and given[f.name] != f.default
-    ]
 
 
 def _written(path: Path, json_out: bool) -> None:

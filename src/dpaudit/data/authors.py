@@ -36,7 +36,7 @@ from pathlib import Path
 from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
-from .base import PreparedDataset, partitions, resolve_data_dir
+from .base import partitions, resolve_data_dir
 from .files import count_note, hash_and_verify, sums_note
 from .images import CIFAR_MD5_NOTE, apply_profile, load_official
 from .rows import SOURCES, TEST_OFFSET, RowSet, row_sets
@@ -153,19 +153,13 @@ CARDIO_SCHEMA: tuple[Field, ...] = (
 CARDIO_N_ROWS = 68_608
 
 
-def cardio_keep_mask(cols: dict[str, np.ndarray]) -> np.ndarray:
-    """Rows the authors keep (a missing value fails every comparison, so such a row is dropped)."""
-    return np.isfinite(cols["cardio"]) & cardio_cohort_mask(cols)
-
-
-def encode_cardio(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Filter, derive and encode raw Cardio columns (NaN = missing): ``(x float32 (n, 32), y int64)``."""
-    cols, y = cardio_kept(cols, cardio_keep_mask(cols), "Cardio")
-    return encode(cols, CARDIO_SCHEMA), y
-
-
 def prepare_cardio(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    return encode_cardio(read_table(path, ";", CARDIO_COLUMNS, header=True))
+    """Filter, derive and encode the Cardio file: ``(x float32 (n, 32), y int64)``. The authors
+    keep the cohort filters' rows with a present target (a missing value fails every comparison,
+    so such a row is dropped)."""
+    cols = read_table(path, ";", CARDIO_COLUMNS, header=True)
+    cols, y = cardio_kept(cols, np.isfinite(cols["cardio"]) & cardio_cohort_mask(cols), "Cardio")
+    return encode(cols, CARDIO_SCHEMA), y
 
 
 # --------------------------------------------------------------------------- Heart (Kaggle format)
@@ -204,8 +198,9 @@ def first_occurrence_mask(rows: np.ndarray) -> np.ndarray:
     return keep
 
 
-def encode_heart(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """De-duplicate and encode raw Kaggle-format Heart columns: ``(x float32 (n, 47), y int64)``."""
+def prepare_heart(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """De-duplicate and encode the Kaggle-format Heart file: ``(x float32 (n, 47), y int64)``."""
+    cols = read_table(path, ",", HEART_COLUMNS, header=True)
     table = np.column_stack([np.asarray(cols[c], dtype=np.float64) for c in HEART_COLUMNS])
     keep = first_occurrence_mask(table)
     cols = {c: table[keep, j] for j, c in enumerate(HEART_COLUMNS)}
@@ -213,10 +208,6 @@ def encode_heart(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     if not np.all(np.isfinite(target)):
         raise DataError("Heart column target must be present in every row, got a missing value.")
     return encode(cols, HEART_SCHEMA), (target > 0).astype(np.int64)
-
-
-def prepare_heart(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    return encode_heart(read_table(path, ",", HEART_COLUMNS, header=True))
 
 
 #: Files each dataset needs under the authors' profile (relative to the data directory).
@@ -289,10 +280,10 @@ def load(info, data_dir=None, split_seed: int | None = None):
     rows = load_rows(info.name, data_dir)
     if info.kind == "tabular":
         idx = tabular_split(len(rows.y), seed)
-        arrays, n_classes = partitions(rows.x, rows.y, idx.train, idx.val, idx.test), 2
+        arrays = partitions(rows.x, rows.y, idx.train, idx.val, idx.test)
     else:
         idx = image_split(len(rows.y), len(rows.y_test), seed)
-        arrays, n_classes = {}, 10
+        arrays = {}
         for p, x, y in (
             ("train", rows.x, rows.y),
             ("val", rows.x, rows.y),
@@ -307,12 +298,9 @@ def load(info, data_dir=None, split_seed: int | None = None):
         + ", ".join(f"{p} {hashes[p]}" for p in ("train", "val", "test"))
         + "."
     )
-    data = PreparedDataset(
-        name=info.name,
-        kind=info.kind,
+    data = info.prepared(
+        seed,
         **arrays,
-        n_classes=n_classes,
-        split_seed=seed,
         profile=AUTHORS_PROFILE,
         image_shape=rows.image_shape,
         feature_names=rows.feature_names,

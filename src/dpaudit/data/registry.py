@@ -21,8 +21,11 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..lazy import lazy_import
-from ..validation import non_negative_int
+from ..validation import non_negative_int, one_of
 from . import authors
+
+# the DP-RVFL authors' pipeline, offered for the paper's four datasets
+from .authors import AUTHORS_PROFILE
 from .images import (
     CIFAR_FILES,
     CIFAR_FOLDER,
@@ -50,8 +53,6 @@ from .splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
 np = lazy_import("numpy")
 
 TABULAR_PROFILES = ("default",)
-#: The DP-RVFL authors' pipeline (dpaudit.data.authors); offered for the paper's four datasets.
-AUTHORS_PROFILE = "authors"
 
 
 @dataclass(frozen=True)
@@ -79,94 +80,93 @@ class DatasetInfo:
             "profiles": list(self.profiles),
         }
 
+    def prepared(self, split_seed: int, **fields) -> PreparedDataset:
+        """A :class:`PreparedDataset` of this dataset (its name, kind and classes) split with
+        ``split_seed``; ``fields``: its partitions and the rest."""
+        return PreparedDataset(
+            name=self.name,
+            kind=self.kind,
+            n_classes=self.n_classes,
+            split_seed=split_seed,
+            **fields,
+        )
 
-def _sizes(train: int, val: int, test: int) -> dict:
-    return {"train": train, "val": val, "test": test}
+
+def _info(name, kind, sizes, n_features, description, files=(), image_shape=None) -> DatasetInfo:
+    """A registry entry; the rest follows from its kind (images: 10 classes, image profiles;
+    tabular: 2 classes, one profile), its files and the authors' pipeline's datasets."""
+    image = kind == "image"
+    authors_profile = (AUTHORS_PROFILE,) if name in authors.AUTHORS_DATASETS else ()
+    return DatasetInfo(
+        name,
+        kind,
+        bool(files),
+        dict(zip(("train", "val", "test"), sizes)),
+        n_features,
+        10 if image else 2,
+        description,
+        files,
+        image_shape,
+        (IMAGE_PROFILES if image else TABULAR_PROFILES) + authors_profile,
+        "raw01" if image else "default",
+    )
 
 
-DATASETS: dict[str, DatasetInfo] = {
-    "mnist": DatasetInfo(
+_ENTRIES = (
+    _info(
         "mnist",
         "image",
-        True,
-        _sizes(51_000, 9_000, 10_000),
+        (51_000, 9_000, 10_000),
         784,
-        10,
         "MNIST handwritten digits (LeCun et al.), 28x28 grayscale; official test set; train split 85/15.",
         tuple(f"mnist/{n}" for n in MNIST_FILES),
         (1, 28, 28),
-        IMAGE_PROFILES + (AUTHORS_PROFILE,),
-        "raw01",
     ),
-    "cifar10": DatasetInfo(
+    _info(
         "cifar10",
         "image",
-        True,
-        _sizes(42_500, 7_500, 10_000),
+        (42_500, 7_500, 10_000),
         3072,
-        10,
         "CIFAR-10 (Krizhevsky), 32x32 colour; official test batch; train split 85/15.",
         tuple(f"cifar10/{CIFAR_FOLDER}/{n}" for n in CIFAR_FILES),
         (3, 32, 32),
-        IMAGE_PROFILES + (AUTHORS_PROFILE,),
-        "raw01",
     ),
-    "cardio": DatasetInfo(
+    _info(
         "cardio",
         "tabular",
-        True,
-        _sizes(48_025, 10_291, 10_292),
+        (48_025, 10_291, 10_292),
         32,
-        2,
         "Kaggle Cardiovascular Disease dataset; public cohort filters keep 68,608 of 70,000 rows; fixed bounds to [-1, 1]; "
         "split 70/15/15.",
         ("cardio/cardio_train.csv",),
-        None,
-        TABULAR_PROFILES + (AUTHORS_PROFILE,),
-        "default",
     ),
-    "heart": DatasetInfo(
+    _info(
         "heart",
         "tabular",
-        True,
-        _sizes(212, 45, 46),
+        (212, 45, 46),
         47,
-        2,
         "UCI Heart Disease, Cleveland processed file (303 rows), target num > 0; fixed bounds to [-1, 1]; split 70/15/15.",
         ("heart/processed.cleveland.data",),
-        None,
-        TABULAR_PROFILES + (AUTHORS_PROFILE,),
-        "default",
     ),
-    "digits": DatasetInfo(
+    _info(
         "digits",
         "image",
-        False,
-        _sizes(1_257, 269, 271),
+        (1_257, 269, 271),
         64,
-        10,
         "scikit-learn bundled digits (1,797 images, 8x8, values 0..16 scaled by the fixed max 16); split 70/15/15; "
         "needs no files.",
-        (),
-        (1, 8, 8),
-        IMAGE_PROFILES,
-        "raw01",
+        image_shape=(1, 8, 8),
     ),
-    "breast-cancer": DatasetInfo(
+    _info(
         "breast-cancer",
         "tabular",
-        False,
-        _sizes(398, 85, 86),
+        (398, 85, 86),
         30,
-        2,
         "scikit-learn bundled Wisconsin diagnostic breast cancer (569 rows, 30 features), fixed bounds to [-1, 1], "
         "1 = malignant; split 70/15/15; needs no files.",
-        (),
-        None,
-        TABULAR_PROFILES,
-        "default",
     ),
-}
+)
+DATASETS: dict[str, DatasetInfo] = {info.name: info for info in _ENTRIES}
 
 DATASET_NAMES: tuple[str, ...] = tuple(DATASETS)
 
@@ -183,9 +183,7 @@ def dataset_info(name: str) -> DatasetInfo:
     Raises:
         UsageError: an unknown name.
     """
-    if name not in DATASETS:
-        raise UsageError(f"dataset must be one of {', '.join(DATASET_NAMES)}, got {name!r}.")
-    return DATASETS[name]
+    return DATASETS[one_of("dataset", name, DATASET_NAMES)]
 
 
 def _check_profile(info: DatasetInfo, profile: str | None) -> str:
@@ -196,12 +194,6 @@ def _check_profile(info: DatasetInfo, profile: str | None) -> str:
             f"profile for {info.kind} dataset {info.name} must be one of {', '.join(info.profiles)}, got {profile!r}."
         )
     return profile
-
-
-def _check_split_seed(info: DatasetInfo, split_seed: int | None) -> int:
-    if split_seed is None:
-        return info.default_split_seed
-    return non_negative_int("split_seed", split_seed)
 
 
 def profile_files(name: str, profile: str | None = None) -> tuple[str, ...]:
@@ -245,7 +237,11 @@ def load_dataset(
     """
     info = dataset_info(name)
     profile = _check_profile(info, profile)
-    seed = _check_split_seed(info, split_seed)
+    seed = (
+        info.default_split_seed
+        if split_seed is None
+        else non_negative_int("split_seed", split_seed)
+    )
     data = _load(info, name, data_dir, seed, profile)
     return dataclasses.replace(
         data, reference_size=int(profile_split_sizes(name, profile)["train"])
@@ -259,42 +255,46 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
         return _load_official_image(info, name, data_dir, seed, profile)
     if name == "digits":
         return _load_digits(info, seed, profile)
+    x, y, src, file_ids, schema, notes = _read_tabular(name, data_dir)
+    return _split_70_15_15(
+        info,
+        x,
+        y,
+        seed,
+        file_ids,
+        feature_names=feature_names(schema),
+        source_files=src,
+        notes=notes,
+    )
+
+
+def _read_tabular(name, data_dir) -> tuple:
+    """(x, y, source files, file row id of each record, schema, notes) of a tabular dataset."""
     if name == "breast-cancer":
         x, y = load_breast_cancer_encoded()
         note = "scikit-learn load_breast_cancer (bundled); fixed upper bounds, see dpaudit.data.tabular."
-        return _tabular(info, x, y, seed, BREAST_CANCER_SCHEMA, {}, note, np.arange(len(y)))
+        return x, y, {}, np.arange(len(y)), BREAST_CANCER_SCHEMA, note
+    root = resolve_data_dir(data_dir)
     if name == "cardio":
-        root = resolve_data_dir(data_dir)
         x, y, src, file_ids = load_cardio_raw(root)
         note = count_note("cohort filters kept", len(y), CARDIO_N_ROWS)
         note += "; " + sums_note(root, root / "cardio", tuple(src))
-        return _tabular(info, x, y, seed, CARDIO_SCHEMA, src, note + ".", file_ids)
+        return x, y, dict(src), file_ids, CARDIO_SCHEMA, note + "."
     if name == "heart":
-        root = resolve_data_dir(data_dir)
         x, y, src = load_heart_raw(root, "cleveland")
         sums = sums_note(root, root / "heart", tuple(src))
         note = f"UCI Cleveland processed file; target num > 0; {sums}."
-        return _tabular(info, x, y, seed, HEART_SCHEMA, src, note, np.arange(len(y)))
+        return x, y, dict(src), np.arange(len(y)), HEART_SCHEMA, note
     raise AssertionError(name)
 
 
-def _tabular(info, x, y, seed, schema, src, notes, file_ids) -> PreparedDataset:
+def _split_70_15_15(info, x, y, seed, file_ids, **described) -> PreparedDataset:
+    """Tabular data and the bundled digits: the 70 / 15 / 15 split of ``x``, ``y`` and the rows
+    (``file_ids`` of each record) each partition reads; ``described``: the other fields."""
     tr, va, te = split_indices(len(y), seed, 70, 15)
-    rows = row_sets(
-        SOURCES[info.name], {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]}
-    )
-    return PreparedDataset(
-        name=info.name,
-        kind="tabular",
-        **partitions(x, y, tr, va, te),
-        n_classes=2,
-        split_seed=seed,
-        profile="default",
-        image_shape=None,
-        feature_names=feature_names(schema),
-        source_files=dict(src),
-        notes=notes,
-        rows=rows,
+    ids = {"train": file_ids[tr], "val": file_ids[va], "test": file_ids[te]}
+    return info.prepared(
+        seed, **partitions(x, y, tr, va, te), rows=row_sets(SOURCES[info.name], ids), **described
     )
 
 
@@ -316,20 +316,16 @@ def _load_official_image(info, which, data_dir, seed, profile) -> PreparedDatase
     digest.add(apply_profile(x_tr[va], profile)[0], y_tr[va])
     digest.add(apply_profile(x_te, profile)[0], y_te)
     test_ids = TEST_OFFSET[which] + np.arange(len(y_te))
-    rows = row_sets(SOURCES[which], {"train": tr, "val": va, "test": test_ids})
-    return PreparedDataset(
-        name=info.name,
-        kind="image",
-        **dict(zip(("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"), digest.arrays)),
+    arrays = dict(zip(("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"), digest.arrays))
+    return info.prepared(
+        seed,
+        **arrays,
         digest_job=digest,
-        n_classes=10,
-        split_seed=seed,
         profile=profile,
         image_shape=shape,
-        feature_names=None,
         source_files=dict(src),
         notes=notes,
-        rows=rows,
+        rows=row_sets(SOURCES[which], {"train": tr, "val": va, "test": test_ids}),
     )
 
 
@@ -353,17 +349,7 @@ def _load_digits(info, seed, profile) -> PreparedDataset:
         t = transforms.Resize((4, 4), antialias=True)(torch.from_numpy(t)).clamp(0.0, 1.0).numpy()
     shape = tuple(int(s) for s in t.shape[1:])
     x = t.reshape(len(y), -1).astype(np.float32)
-    tr, va, te = split_indices(len(y), seed, 70, 15)
-    return PreparedDataset(
-        name="digits",
-        kind="image",
-        **partitions(x, y, tr, va, te),
-        n_classes=10,
-        split_seed=seed,
-        profile=profile,
-        image_shape=shape,
-        feature_names=None,
-        source_files={},
-        notes="scikit-learn load_digits (bundled); pixels / 16; split 70/15/15.",
-        rows=row_sets(SOURCES["digits"], {"train": tr, "val": va, "test": te}),
+    notes = "scikit-learn load_digits (bundled); pixels / 16; split 70/15/15."
+    return _split_70_15_15(
+        info, x, y, seed, np.arange(len(y)), profile=profile, image_shape=shape, notes=notes
     )

@@ -305,12 +305,10 @@ HEART_SCHEMA: tuple[Field, ...] = (
     NumericField("age", 18.0, 100.0, "years"),  # adult lifespan (same as Cardio)
     CategoricalField("sex", (0.0, 1.0)),  # file codes
     CategoricalField("cp", (0.0, 1.0, 2.0, 3.0, 4.0)),  # chest-pain type
-    NumericField(
-        "trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True
-    ),  # resting systolic; Cardio's ap_hi range
-    NumericField(
-        "chol", 100.0, 600.0, "mg/dl", zero_is_missing=True
-    ),  # serum cholesterol, physiological range
+    # resting systolic; Cardio's ap_hi range
+    NumericField("trestbps", 80.0, 250.0, "mmHg", zero_is_missing=True),
+    # serum cholesterol, physiological range
+    NumericField("chol", 100.0, 600.0, "mg/dl", zero_is_missing=True),
     CategoricalField("fbs", (0.0, 1.0)),  # fasting blood sugar > 120 mg/dl
     CategoricalField("restecg", (0.0, 1.0, 2.0)),  # resting ECG result
     NumericField("thalach", 60.0, 220.0, "bpm"),  # maximum heart rate achieved
@@ -320,10 +318,6 @@ HEART_SCHEMA: tuple[Field, ...] = (
     CategoricalField("ca", (0.0, 1.0, 2.0, 3.0, 4.0)),  # number of major vessels coloured
     CategoricalField("thal", (0.0, 1.0, 2.0, 3.0, 6.0, 7.0)),  # thallium scan result
 )
-
-
-def heart_file(centre: str) -> str:
-    return f"processed.{centre}.data"
 
 
 def prepare_heart_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -349,7 +343,7 @@ def load_heart_raw(
     data_dir: Path, centre: str = "cleveland"
 ) -> tuple[np.ndarray, np.ndarray, dict[str, str]]:
     folder = data_dir / "heart"
-    name = heart_file(centre)
+    name = f"processed.{centre}.data"
     hashes = hash_and_verify(data_dir, folder, (name,), "Heart")
     x, y = prepare_heart_file(folder / name)
     return x, y, hashes

@@ -305,10 +305,7 @@ class DaskExecutor(Executor):
         workers: int | None = None,
         threads_per_worker: int = 1,
     ):
-        if scheduler is not None and workers is not None:
-            raise UsageError(
-                f"workers must be omitted when a scheduler address is given, got workers={workers} and scheduler={scheduler!r}."
-            )
+        check_executor_args(self.kind, scheduler, workers)
         self.threads_per_worker = positive_int("threads_per_worker", threads_per_worker)
         from distributed import Client, LocalCluster
 

@@ -22,6 +22,7 @@ from ..ledger.paths import resolve_ledger
 from ..data import DATASETS, profile_files
 from ..data.base import DATA_DIR_ENV
 from ..errors import DataError, UsageError
+from ..paths import write_atomically
 from ..progress import JobProgress
 from ..records import Release, existing_release, write_json_atomic
 from ..releasing import public_seed_reason
@@ -271,15 +272,11 @@ def _recorded(
             if reservation
             else ""
         )
-        return None, Outcome(
-            out_.index,
-            False,
-            None,
+        error = (
             f"release written to {out_.value.get('release_dir')} but not recorded in the "
-            f"ledger: {type(e).__name__}: {e}{kept}",
-            out_.seconds,
-            out_.worker,
+            f"ledger: {type(e).__name__}: {e}{kept}"
         )
+        return None, dataclasses.replace(out_, ok=False, value=None, error=error, warned=())
 
 
 @contextlib.contextmanager
@@ -563,7 +560,5 @@ def write_tables(
     tables = sweep_tables(records, name=name)
     jp = write_json_atomic(sweep_folder / "tables.json", tables)
     mp = sweep_folder / "tables.md"
-    tmp = mp.with_suffix(".md.tmp")
-    tmp.write_text(render_markdown(tables))
-    tmp.replace(mp)
+    write_atomically(mp, render_markdown(tables))
     return tables, jp, mp

@@ -145,12 +145,9 @@ class GridBlock:
 
     def to_dict(self) -> dict:
         d = {
-            "models": list(self.models),
-            "datasets": list(self.datasets),
-            "epsilons": list(self.epsilons),
-            "seeds": list(self.seeds),
-            "settings": dict(self.settings),
+            axis: list(getattr(self, axis)) for axis in ("models", "datasets", "epsilons", "seeds")
         }
+        d["settings"] = dict(self.settings)
         # only a grid with a profiles axis says so (older specs read back unchanged)
         if self.profiles != (None,):
             d["profiles"] = [p or DEFAULT_PROFILE for p in self.profiles]
@@ -170,31 +167,19 @@ class SweepSpec:
     def tasks(self) -> list[Task]:
         out: dict[str, Task] = {}
         for b in self.blocks:
-            for dataset in b.datasets:
-                for profile in b.profiles:
-                    prof = profile_setting(dataset, profile) if self.runner == "train" else None
-                    settings = (
-                        b.settings
-                        if prof is None
-                        else _settings_tuple({**dict(b.settings), "profile": prof})
-                    )
-                    for t in (
-                        Task(self.runner, m, dataset, e, s, settings)
-                        for m in b.models
-                        for e in b.epsilons
-                        for s in b.seeds
-                    ):
-                        out.setdefault(t.key, t)
+            for dataset, profile in itertools.product(b.datasets, b.profiles):
+                prof = profile_setting(dataset, profile) if self.runner == "train" else None
+                settings = b.settings
+                if prof is not None:
+                    settings = _settings_tuple({**dict(settings), "profile": prof})
+                for m, e, s in itertools.product(b.models, b.epsilons, b.seeds):
+                    t = Task(self.runner, m, dataset, e, s, settings)
+                    out.setdefault(t.key, t)
         return list(out.values())
 
     def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "runner": self.runner,
-            "description": self.description,
-            "source": self.source,
-            "grid": [b.to_dict() for b in self.blocks],
-        }
+        described = {k: getattr(self, k) for k in ("name", "runner", "description", "source")}
+        return {**described, "grid": [b.to_dict() for b in self.blocks]}
 
 
 @dataclass(frozen=True)
@@ -546,8 +531,7 @@ BUILTIN_SPECS = tuple(_BUILTINS)
 
 
 def builtin_spec(name: str) -> SweepSpec:
-    if name not in _BUILTINS:
-        raise UsageError(f"builtin must be one of {', '.join(BUILTIN_SPECS)}, got {name!r}.")
+    one_of("builtin", name, BUILTIN_SPECS)
     return spec_from_dict(
         {"name": name, "runner": "train", **_BUILTINS[name]}, source=f"builtin:{name}"
     )

@@ -79,21 +79,19 @@ class SweepStore:
             raise DataError(
                 f"sweep store {self.path} is unreadable or not a sweep store: {e}."
             ) from None
-        version = meta.get("schema_version")
-        if version is None:
-            self._set_meta("schema_version", str(SCHEMA_VERSION))
-        elif version != str(SCHEMA_VERSION):
-            raise DataError(
-                f"sweep store {self.path} schema_version must be {SCHEMA_VERSION}, got {version}."
-            )
+        self._meta_once(
+            meta, "schema_version", str(SCHEMA_VERSION), "schema_version must be {new}, got {old}"
+        )
         if name is not None:
-            stored = meta.get("name")
-            if stored is None:
-                self._set_meta("name", name)
-            elif stored != name:
-                raise DataError(
-                    f"sweep store {self.path} belongs to sweep {stored!r}, not {name!r}."
-                )
+            self._meta_once(meta, "name", name, "belongs to sweep {old!r}, not {new!r}")
+
+    def _meta_once(self, meta: dict, key: str, value: str, refusal: str) -> None:
+        """Write ``key`` of a new store; an existing store's must be ``value`` (else ``refusal``)."""
+        stored = meta.get(key)
+        if stored is None:
+            self._set_meta(key, value)
+        elif stored != value:
+            raise DataError(f"sweep store {self.path} {refusal.format(old=stored, new=value)}.")
 
     # -- meta ---------------------------------------------------------------------------------
     def _set_meta(self, key: str, value: str) -> None:

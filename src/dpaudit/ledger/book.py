@@ -29,7 +29,7 @@ from ..accounting.events import Event
 from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
 from ..records import Release
 from ..validation import open_unit, positive_finite
-from . import budget, integrity, queries, result_cache
+from . import budget, integrity, result_cache
 from .signing import LEDGER_SCOPE, OWNER_ENV, PLAN_KIND, KeyRing, SigningKey, load_signing_key
 from .signing import owner_key_id, remember_seal
 from .authority import Authority
@@ -124,6 +124,15 @@ def _check_split(dataset: str, parent: str, children: tuple, declared_by: object
             f"declared_by must be a non-empty string naming who made the split, "
             f"got {declared_by!r}."
         )
+
+
+def _require_open(target: Entry, what: str) -> Entry:
+    """``target``, unless it is a reservation already closed (UsageError naming ``what``)."""
+    if target.kind == "reservation" and target.closed_by is not None:
+        raise UsageError(
+            f"{what} must be open, got {target.id} ({target.closed_as} by {target.closed_by})."
+        )
+    return target
 
 
 def _with(payload: dict, info: dict | None = None, **optional) -> dict:
@@ -254,6 +263,8 @@ class Ledger:
             self.close()
             raise
         self._authority = Authority(self._store, self.path, key, owner)
+        # appends one entry inside the caller's write transaction (the chain, signatures, rules)
+        self._append = self._authority.append
 
     def __enter__(self) -> "Ledger":
         return self
@@ -272,11 +283,6 @@ class Ledger:
     @property
     def schema_version(self) -> int:
         return self._store.schema_version()
-
-    def _append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
-        """Append one entry inside the caller's write transaction
-        (:meth:`.authority.Authority.append`)."""
-        return self._authority.append(kind, dataset, payload, entry_id)
 
     # -- signatures and seals (the rules: .authority and .signing)
     def key_ring(self) -> KeyRing:
@@ -539,6 +545,12 @@ class Ledger:
         closed)."""
         return self._authority.intact(self._snapshot())
 
+    def _replayed(self) -> tuple[list, list[Entry], dict[str, DatasetState]]:
+        """The verified rows, their entries and every dataset's replayed state (one read)."""
+        rows = self._intact_rows()
+        entries = self._entries_from_rows(rows)
+        return rows, entries, replay(entries)
+
     def _states(
         self, dataset: str | None = None, sweep: str | None = None
     ) -> dict[str, DatasetState]:
@@ -788,11 +800,7 @@ class Ledger:
                     f"release to void must not be voided already, got {target.id} "
                     f"(voided by {target.voided_by})."
                 )
-            if target.kind == "reservation" and target.closed_by:
-                raise UsageError(
-                    f"reservation to void must be open, got {target.id} "
-                    f"({target.closed_as} by {target.closed_by})."
-                )
+            _require_open(target, "reservation to void")
             payload = _with({"target": target.id, "reason": reason}, artefacts_published=published)
             return self._append("void", target.dataset, payload)
 
@@ -848,15 +856,10 @@ class Ledger:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
-            rows = self._intact_rows()
-            entries = self._entries_from_rows(rows)
-            of_release = [
-                e.payload.get("rows") for e in entries if release_id and e.id == release_id
-            ]
-            audited = next(iter(of_release), None)
-            if isinstance(audited, dict):
+            rows, entries, states = self._replayed()
+            audited = next((e.payload.get("rows") for e in entries if e.id == release_id), None)
+            if release_id and isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
-            states = replay(entries)
             state = (states.get(dataset) or DatasetState(dataset)).with_audits()
             what = f"the audit and the releases and audits on dataset {dataset!r}"
             budget.require_adjacency(state, adj, what)
@@ -897,15 +900,14 @@ class Ledger:
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
         with_audits = state.cap_includes_audits and state.audits
-        accountants = queries.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
+        accountants = budget.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
         state = state.budgeted()
         view = plan.view(fp)
         result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None}
         result.update(allowed=True, fingerprint=fp or None)
         if plan.data_rows is not None:
             footprint = self._footprint(plan.data_rows)
-            adjust = (lambda st: budget.without_held(st, held)) if held else None
-            states, index = self._people_index(adjust)
+            states, index = self._people_index(held)
             budget.people_columns(states, index, view, footprint, result)
         if state.cap is not None:
             caps = budget.cap_columns(state, view, adj, accountants, allowed=result["allowed"])
@@ -995,11 +997,7 @@ class Ledger:
             raise UsageError(
                 f"reservation id must name a reservation, got a {target.kind} entry ({target.id})."
             )
-        if target.closed_by is not None:
-            raise UsageError(
-                f"reservation must be open, got {target.id} ({target.closed_as} by {target.closed_by})."
-            )
-        return target
+        return _require_open(target, "reservation")
 
     def settle(self, reservation_id: str, releases) -> list[str]:
         """Record the run's ``releases`` (``(Release, artefact_path)`` pairs) and close the
@@ -1100,7 +1098,7 @@ class Ledger:
         progress: bool = False,
     ) -> list[dict]:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition
-        (:func:`.queries.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
+        (:func:`.budget.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
         ``sweep``: only the releases recorded under that sweep (``remaining`` is then None: it is a
         property of the whole dataset). ``progress``: one step per dataset composed, on stderr.
 
@@ -1128,19 +1126,17 @@ class Ledger:
             raise UsageError(
                 f"dataset must be one recorded in ledger {self.path}{under}, got {dataset!r}."
             )
-        people = queries.people_summary(*self._people_index(), accountants) if sweep is None else {}
-        return queries.summary_rows(
+        people = budget.people_summary(*self._people_index(), accountants) if sweep is None else {}
+        return budget.summary_rows(
             states, people, accountants, whole=sweep is None, progress=progress
         )
 
-    def _people_index(self, adjust=None) -> tuple[dict, "PeopleIndex"]:
-        """Every dataset's state (each passed through ``adjust`` if given) and the index of who
-        shares people with whom (ledger.rows), from the verified entries."""
-        rows = self._intact_rows()
-        entries = self._entries_from_rows(rows)
-        states = replay(entries)
-        if adjust is not None:
-            states = {n: adjust(st) for n, st in states.items()}
+    def _people_index(self, held=()) -> tuple[dict, "PeopleIndex"]:
+        """Every dataset's state (without the open reservations ``held``, see
+        :func:`.budget.without_held`) and the index of who shares people with whom (ledger.rows),
+        from the verified entries."""
+        rows, entries, states = self._replayed()
+        states = {n: budget.without_held(st, held) for n, st in states.items()}
         return states, PeopleIndex.build(rows, entries, states)
 
     # -- integrity

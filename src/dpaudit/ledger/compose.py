@@ -19,6 +19,7 @@ from ..accounting.adjacency import Adjacency
 from ..accounting.base import first_line
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from ..accounting.events import event_from_dict
+from ..claims import number
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
 from . import result_cache
 
@@ -247,11 +248,11 @@ def release_view(
         event = parse_event(payload.get("guarantee"), f"guarantee of {kind} {entry_id}")
     uncertified = payload.get("uncertified")
     tail = payload.get("noise_tail_delta")
-    tail = 0.0 if tail is None else _float_or_none(tail)
+    tail = 0.0 if tail is None else number(tail)
     # unreadable or negative: no bound on the tails (fail closed)
     tail = math.inf if tail is None or not tail >= 0.0 else tail
     where = (entry_id, dataset, str(payload["partition"]), str(payload["adjacency"]))
-    claim = (_float_or_none(payload.get("epsilon")), _float_or_none(payload.get("delta")))
+    claim = (number(payload.get("epsilon")), number(payload.get("delta")))
     return ReleaseView(
         *where,
         *claim,
@@ -263,15 +264,6 @@ def release_view(
         uncertified=str(uncertified) if uncertified else None,
         noise_tail_delta=tail,
     )
-
-
-def _float_or_none(v) -> float | None:
-    if v is None:
-        return None
-    try:
-        return float(v)  # "inf" strings come back as inf
-    except (TypeError, ValueError):
-        return None
 
 
 #: Entries that close an open reservation (the run released, failed, or the operator voided it).

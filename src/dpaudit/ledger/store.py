@@ -139,6 +139,25 @@ class StoreBase:
             with self.write():
                 self._apply_migrations(self.schema_version())
 
+    def _initialise(self) -> None:
+        """Create an empty ledger in one write transaction (:meth:`_create`: the store's own
+        set-up), unless another process initialised it while this one waited for the lock."""
+        with self.write():
+            tables = self._tables()
+            if "schema_version" in tables:
+                return
+            if tables:
+                raise self._not_a_ledger()
+            self._create()
+
+    def _create_tables(self) -> None:
+        """The schema_version table and every schema step (inside :meth:`_initialise`)."""
+        self.conn.execute(
+            f"CREATE TABLE {self._prefix}schema_version (version INTEGER NOT NULL, "
+            "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)"
+        )
+        self._apply_migrations(0)
+
     def _apply_migrations(self, current: int) -> None:
         marks = ", ".join([self._mark] * 3)
         for version in range(current + 1, self._latest() + 1):

@@ -294,34 +294,18 @@ class PostgresStore(StoreBase):
             self._initialise()
             return
         if "schema_version" not in tables or "entries" not in tables:
-            raise LedgerError(
-                f"schema {self.schema} of {self.display} holds tables but is not a "
-                "dpaudit ledger; it was left untouched."
-            )
+            raise self._not_a_ledger()
         self._upgrade()
+
+    def _not_a_ledger(self) -> LedgerError:
+        return LedgerError(
+            f"schema {self.schema} of {self.display} holds tables but is not a "
+            "dpaudit ledger; it was left untouched."
+        )
 
     def _initialise(self) -> None:
         try:
-            with self.write():
-                # Re-check under the lock: another machine may have created it while we waited.
-                tables = self._tables()
-                if tables:
-                    if "schema_version" in tables:
-                        return
-                    raise LedgerError(
-                        f"schema {self.schema} holds tables but is not a dpaudit ledger; it was left untouched."
-                    )
-                self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.s}")
-                self.conn.execute(f"REVOKE ALL ON SCHEMA {self.s} FROM PUBLIC")
-                self.conn.execute(
-                    f"CREATE TABLE {self.s}.schema_version (version integer NOT NULL, applied_at text NOT NULL, "
-                    "dpaudit_version text NOT NULL)"
-                )
-                self._apply_migrations(0)
-                self.conn.execute(
-                    f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)",
-                    (os.urandom(32),),
-                )
+            super()._initialise()
         except LedgerError as e:
             if "permission denied" in str(e):
                 raise LedgerError(
@@ -329,6 +313,12 @@ class PostgresStore(StoreBase):
                     "the ledger's owner creates it once (open it with an owner role), then grants writers access."
                 ) from None
             raise
+
+    def _create(self) -> None:
+        self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.s}")
+        self.conn.execute(f"REVOKE ALL ON SCHEMA {self.s} FROM PUBLIC")
+        self._create_tables()
+        self._insert_key(os.urandom(32))
 
     def _step(self, version: int) -> None:
         for stmt in PG_MIGRATIONS[version](self.s):
@@ -354,9 +344,12 @@ class PostgresStore(StoreBase):
             raise UsageError(f"fingerprint key must be 32 bytes, got {len(key)}.")
         with self.errors():
             self.conn.execute(f"DELETE FROM {self.s}.secret WHERE one = 1")
-            self.conn.execute(
-                f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (bytes(key),)
-            )
+            self._insert_key(bytes(key))
+
+    def _insert_key(self, key: bytes) -> None:
+        self.conn.execute(
+            f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (key,)
+        )
 
     # -- integrity
     def health(self) -> list[tuple[str, str]]:

@@ -168,18 +168,11 @@ class SqliteStore(StoreBase):
 
     def _initialise(self) -> None:
         self._set_pragmas()
-        with self.write():
-            tables = self._tables()
-            if "schema_version" in tables:  # another process initialised it while we waited
-                return
-            if tables:
-                raise self._not_a_ledger()
-            self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self.conn.execute(
-                "CREATE TABLE schema_version (version INTEGER NOT NULL, "
-                "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)"
-            )
-            self._apply_migrations(0)
+        super()._initialise()
+
+    def _create(self) -> None:
+        self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        self._create_tables()
 
     def _apply_migrations(self, current: int) -> None:
         super()._apply_migrations(current)

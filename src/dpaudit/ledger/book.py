@@ -135,6 +135,17 @@ def _require_open(target: Entry, what: str) -> Entry:
     return target
 
 
+def _spend_payload(
+    dataset: str, partition: str, adjacency: str, event: Event | None, mechanism: object
+) -> dict:
+    """The keys a reservation's and an audit's payload share: where it spends, what (its event,
+    None: unbounded) and by which mechanism."""
+    guarantee = None if event is None else event.to_dict()
+    payload = dict(dataset_name=dataset, partition=partition, adjacency=adjacency)
+    payload.update(guarantee=guarantee, non_private=event is None, mechanism=str(mechanism))
+    return {**payload, "dpaudit_version": __version__}
+
+
 def _with(payload: dict, info: dict | None = None, **optional) -> dict:
     """``payload`` with the public data info and every ``optional`` key that is not None."""
     info = info or {}
@@ -847,11 +858,8 @@ class Ledger:
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
-        guarantee = None if event is None else event.to_dict()
-        payload = dict(audit_id=audit_id, mechanism=str(mechanism), dataset_name=dataset)
-        payload.update(partition=partition, adjacency=adj, non_private=event is None)
-        payload.update(guarantee=guarantee, trials=int(trials), release_id=release_id)
-        payload["dpaudit_version"] = __version__
+        payload = _spend_payload(dataset, partition, adj, event, mechanism)
+        payload.update(audit_id=audit_id, trials=int(trials), release_id=release_id)
         if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
@@ -970,18 +978,9 @@ class Ledger:
         with self._store.write():
             self.preflight(**{**planned, "data_rows": footprint})
             fp = self.fingerprint(plan.data_digest) if plan.data_digest else None
-            payload = {
-                "dataset_name": plan.dataset,
-                "partition": plan.partition,
-                "adjacency": Adjacency.parse(plan.adjacency).value,
-                "guarantee": None if plan.event is None else plan.event.to_dict(),
-                "non_private": plan.event is None,
-                "dataset_fingerprint": fp,
-                "mechanism": str(mechanism or ""),
-                "pid": os.getpid(),
-                "host": _hostname(),
-                "dpaudit_version": __version__,
-            }
+            adj = Adjacency.parse(plan.adjacency).value
+            payload = _spend_payload(plan.dataset, plan.partition, adj, plan.event, mechanism or "")
+            payload.update(dataset_fingerprint=fp, pid=os.getpid(), host=_hostname())
             _with(
                 payload,
                 plan.data_info,

@@ -225,21 +225,18 @@ class DatasetState:
         self.declared_by[parent] = declared_by
 
 
-def entry_identity(payload: dict, identify=None) -> str:
+def entry_identity(payload: dict) -> str:
     """The keyed ``dataset_fingerprint`` of a release or reservation payload; for entries written
-    before keyed fingerprints, ``identify(dataset_sha256)`` (the plain digest if no ``identify``); "" unknown."""
-    fp = payload.get("dataset_fingerprint")
-    if isinstance(fp, str) and fp:
-        return fp
-    sha = payload.get("dataset_sha256")
-    if isinstance(sha, str) and sha:
-        return identify(sha) if identify is not None else sha
+    before keyed fingerprints, the plain ``dataset_sha256`` (the book shows and composes such
+    entries with the keyed fingerprint it derives, :meth:`~.book.Ledger._public_payload`); ""
+    unknown."""
+    for key in ("dataset_fingerprint", "dataset_sha256"):
+        if isinstance(payload.get(key), str) and payload[key]:
+            return payload[key]
     return ""
 
 
-def release_view(
-    entry_id: str, dataset: str, payload: dict, identify=None, kind: str = "release"
-) -> ReleaseView:
+def release_view(entry_id: str, dataset: str, payload: dict, kind: str = "release") -> ReleaseView:
     """Decode a stored release (or reservation) payload (see ``Ledger.record`` and
     ``Ledger.reserve``); fail closed on anything odd."""
     non_private = bool(payload.get("non_private", False))
@@ -259,7 +256,7 @@ def release_view(
         event,
         non_private,
         mechanism=str(payload.get("mechanism", "")),
-        fingerprint=entry_identity(payload, identify),
+        fingerprint=entry_identity(payload),
         kind=kind,
         uncertified=str(uncertified) if uncertified else None,
         noise_tail_delta=tail,
@@ -299,9 +296,9 @@ def _state(states: dict, name: str) -> DatasetState:
     return states.setdefault(name, DatasetState(name))
 
 
-def _spend(states: dict, by_id: dict, e, identify) -> None:
+def _spend(states: dict, by_id: dict, e) -> None:
     """A release, reservation or audit: composed from here on."""
-    r = by_id[e.id] = release_view(e.id, e.dataset, e.payload, identify, e.kind)
+    r = by_id[e.id] = release_view(e.id, e.dataset, e.payload, e.kind)
     st = _state(states, e.dataset)
     if e.kind == "audit":
         st.audits.append(r)
@@ -311,7 +308,7 @@ def _spend(states: dict, by_id: dict, e, identify) -> None:
         st.fingerprints.add(r.fingerprint)
 
 
-def _closing(states: dict, by_id: dict, e, identify) -> None:
+def _closing(states: dict, by_id: dict, e) -> None:
     target = e.payload["target"]
     r = by_id.get(target)
     if r is None:
@@ -326,19 +323,19 @@ def _closing(states: dict, by_id: dict, e, identify) -> None:
     _close(_state(states, r.dataset), e, r)
 
 
-def _version(states: dict, by_id: dict, e, identify) -> None:
+def _version(states: dict, by_id: dict, e) -> None:
     st, fingerprint = _state(states, e.dataset), str(e.payload["fingerprint"])
     st.versions[fingerprint] = e.id
     st.fingerprints.add(fingerprint)
 
 
-def _cap(states: dict, by_id: dict, e, identify) -> None:
+def _cap(states: dict, by_id: dict, e) -> None:
     st = _state(states, e.dataset)
     st.cap = (float(e.payload["epsilon"]), float(e.payload["delta"]))
     st.cap_includes_audits = bool(e.payload.get("include_audits", False))
 
 
-def _partition(states: dict, by_id: dict, e, identify) -> None:
+def _partition(states: dict, by_id: dict, e) -> None:
     parent, declared_by = str(e.payload["parent"]), str(e.payload.get("declared_by", ""))
     if unstable_declaration(parent, declared_by):
         # A seeded permutation of n records: a neighbouring dataset
@@ -356,10 +353,10 @@ _APPLY.update(dict.fromkeys(CLOSING_KINDS, _closing))
 _APPLY.update(dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None))
 
 
-def replay(entries, identify=None) -> dict[str, DatasetState]:
-    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order
-    (``identify``: see :func:`entry_identity`). An open reservation counts like a release until a
-    ``settle``, ``cancel`` or ``void`` entry closes it."""
+def replay(entries) -> dict[str, DatasetState]:
+    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in
+    order. An open reservation counts like a release until a ``settle``, ``cancel`` or ``void``
+    entry closes it."""
     states: dict[str, DatasetState] = {}
     by_id: dict[str, ReleaseView] = {}
     for e in entries:
@@ -370,7 +367,7 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                 "newer dpaudit or edited."
             )
         try:
-            apply(states, by_id, e, identify)
+            apply(states, by_id, e)
         except (KeyError, TypeError, ValueError) as ex:
             raise LedgerError(
                 f"entry {e.id} ({e.kind}) is malformed ({type(ex).__name__}: {ex}); "

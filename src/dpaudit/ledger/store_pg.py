@@ -33,7 +33,7 @@ from ..errors import LedgerError, UsageError
 from .paths import LedgerLocation
 
 # ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
-from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
+from .store import ENTRY_COLUMNS, StoreBase, core_tables  # noqa: F401
 
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
 REQUIRED_TRIGGERS = tuple(
@@ -158,6 +158,7 @@ class PostgresStore(StoreBase):
     backend = "postgresql"
     _migrations = PG_MIGRATIONS
     _mark = "%s"
+    required_triggers = REQUIRED_TRIGGERS
 
     def __init__(
         self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True
@@ -194,9 +195,7 @@ class PostgresStore(StoreBase):
 
     def _ensure_connection(self) -> None:
         """Re-open a connection the server dropped (restart, network) -- only between transactions."""
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.display} is closed.")
-        if self._conn.closed or self._conn.broken:
+        if self.conn.closed or self.conn.broken:
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._connect()
@@ -359,7 +358,4 @@ class PostgresStore(StoreBase):
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND NOT t.tgisinternal",
             (self.schema,),
         ).fetchall()
-        present = {r[0]: r[1] for r in rows}
-        missing = [t for t in REQUIRED_TRIGGERS if t not in present]
-        disabled = [t for t in REQUIRED_TRIGGERS if present.get(t) == "D"]
-        return trigger_problems(missing, "missing") + trigger_problems(disabled, "disabled")
+        return self._trigger_problems(dict(rows))

@@ -234,9 +234,8 @@ def open_ledger(
     loc = resolve_ledger(path)
     if not create:
         require_existing(loc)
-    where = loc.path if loc.backend == "sqlite" else loc
     return Ledger(
-        where, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner, create=create
+        loc, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner, create=create
     )
 
 
@@ -1155,7 +1154,8 @@ class Ledger:
         Raises:
             UsageError: an anchor that is not a 64-hex hash.
         """
-        return self._authority.verify(self._snapshot(health=True), anchor, owner)
+        owner = self._authority.owner if owner is None else owner_key_id(owner)
+        return integrity.verify_snapshot(self._snapshot(health=True), anchor=anchor, owner=owner)
 
     def _snapshot(self, *, health: bool = False) -> Snapshot:
         # One read transaction, so the head and the rows are from the same snapshot.

@@ -25,7 +25,7 @@ from ..progress import JobProgress
 from ..records import Release, public_noise_reason
 from .compose import DATASET_SCOPE, DEFAULT_DELTA, DatasetState, NodeTotal, ReleaseView
 from .compose import dataset_total, fmt_epsilon, node_total, total_bounds
-from .rows import PeopleIndex, adjacency_of, check_caps, people_total
+from .rows import PeopleIndex, check_caps, people_epsilon
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
@@ -174,13 +174,9 @@ def people_columns(
 ) -> None:
     """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
     and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
-    dataset = planned.dataset
-    index.collisions(dataset, footprint)
-    state = states.get(dataset) or DatasetState(dataset)
-    after = {**states, dataset: state.with_release(planned)}
-    index = index.with_planned(dataset, footprint)
-    partition = planned.partition
-    result["people"], refusal = check_caps(index, states, after, dataset, partition, footprint)
+    state = states.get(planned.dataset) or DatasetState(planned.dataset)
+    after = state.with_release(planned)
+    result["people"], refusal = check_caps(index, states, after, planned.partition, footprint)
     if refusal is not None and result["allowed"]:
         result.update(allowed=False, people_refusal=refusal)
 
@@ -214,11 +210,8 @@ def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: di
     if state.cap is not None and state.cap_includes_audits:
         _check_audit_cap(state, view, payload)
     footprint = index.footprint(dataset, payload)
-    index.collisions(dataset, footprint)
-    after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
-    planned = index.with_planned(dataset, footprint)
-    partition = payload["partition"]
-    _, refused = check_caps(planned, states, after, dataset, partition, footprint, what="audit")
+    after = dataclasses.replace(state, audits=state.audits + [view])
+    _, refused = check_caps(index, states, after, view.partition, footprint, what="audit")
     if refused is not None and payload["non_private"]:
         cap = "a cap that counts audits and shares its people"
         refused = unbounded_audit_refusal(dataset, payload, cap)
@@ -297,15 +290,12 @@ def people_summary(states: dict, index: PeopleIndex, accountants) -> dict:
         group = index.sharing(name)
         if not group:
             continue
-        names = [name] + group
+        delta = delta_for(states[name])
         try:  # names that cannot be composed have no bound (a planned release is refused)
-            total = people_total(states, names)
+            epsilon = people_epsilon(states, [name] + group, delta, accountants=accountants)
         except AdjacencyMismatchError:
-            out[name] = {"shares_people_with": group, "epsilon_people": math.inf}
-            continue
-        adj, delta = adjacency_of(states, names), delta_for(states[name])
-        b = total_bounds(total, delta=delta, adjacency=adj, accountants=accountants)
-        out[name] = {"shares_people_with": group, "epsilon_people": b["epsilon"]}
+            epsilon = math.inf
+        out[name] = {"shares_people_with": group, "epsilon_people": epsilon}
     return out
 
 

@@ -93,7 +93,6 @@ class DatasetState:
     fingerprints: set = field(default_factory=set)  # every data identity recorded under the name
     #: declared extra identity -> declare-version entry id
     versions: dict = field(default_factory=dict)
-    closed: dict = field(default_factory=dict)  # reservation id -> settle / cancel / void entry id
     #: audits that trained on this dataset's private records (ReleaseView kind "audit", not voided):
     #: shown beside the releases, and counted in a cap only when that cap says so
     audits: list = field(default_factory=list)
@@ -270,8 +269,8 @@ CLOSING_KINDS = ("settle", "cancel", "void")
 def _close(st: DatasetState, e, r: ReleaseView) -> None:
     """Apply a settle / cancel / void entry ``e`` to its target ``r``."""
     void = e.kind == "void"
-    closed_by = st.voided if void and r.kind != "reservation" else st.closed
-    closed_by[r.id] = e.id
+    if void and r.kind != "reservation":
+        st.voided[r.id] = e.id
     if void and e.payload.get("artefacts_published") is not False:
         _keep_published(st, r)
         return

@@ -207,10 +207,10 @@ def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: di
     (after its rows' role collisions, :class:`~dpaudit.errors.RowRoleCollisionError`)."""
     dataset = view.dataset
     state = states.get(dataset) or DatasetState(dataset)
-    if state.cap is not None and state.cap_includes_audits:
-        _check_audit_cap(state, view, payload)
-    footprint = index.footprint(dataset, payload)
     after = dataclasses.replace(state, audits=state.audits + [view])
+    if state.cap is not None and state.cap_includes_audits:
+        _check_audit_cap(state, after, payload)
+    footprint = index.footprint(dataset, payload)
     _, refused = check_caps(index, states, after, view.partition, footprint, what="audit")
     if refused is not None and payload["non_private"]:
         cap = "a cap that counts audits and shares its people"
@@ -219,13 +219,14 @@ def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: di
         raise BudgetExceededError(refused)
 
 
-def _check_audit_cap(state: DatasetState, planned: ReleaseView, payload: dict) -> None:
+def _check_audit_cap(state: DatasetState, after: DatasetState, payload: dict) -> None:
+    """Refuse an audit that pushes ``state``'s releases and audits over its cap (``after``: the
+    state with the audit)."""
     cap_eps, cap_delta = state.cap
     adj, accountants = payload["adjacency"], AUDIT_ACCOUNTANTS
     # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
     spent = total_epsilon(state.with_audits(), cap_delta, adj, accountants)
-    with_it = dataclasses.replace(state, audits=state.audits + [planned]).with_audits()
-    total = total_epsilon(with_it, cap_delta, adj, accountants)
+    total = total_epsilon(after.with_audits(), cap_delta, adj, accountants)
     if total > cap_eps and payload.get("non_private"):
         cap = f"its cap (epsilon {cap_eps:g} at delta {cap_delta:g})"
         raise BudgetExceededError(unbounded_audit_refusal(state.name, payload, cap))

@@ -52,30 +52,22 @@ def budget_answers(path) -> dict:
         led.reserve(dataset="b", event=PureEpsilon(0.5), data_rows=_rows(range(5, 15)), **plan)
         led.reserve(dataset="c", event=PureEpsilon(0.4), data_rows=_rows(range(50, 60)), **plan)
         led.declare_partition("c", "train", ["train/x", "train/y"], "golden")
-        led.record_audit(
-            audit_id="audit1",
-            dataset="a",
-            partition="train",
-            adjacency=ADJ,
-            event=PureEpsilon(0.3),
-            trials=4,
-            mechanism="dp-sgd",
-        )
+        audit = dict(partition="train", adjacency=ADJ, trials=2, mechanism="m")
+        led.record_audit(audit_id="audit1", dataset="a", event=PureEpsilon(0.3), **audit)
         check = led.check(
             dataset="b", event=PureEpsilon(0.7), data_rows=_rows(range(5, 12)), **plan
         )
         big = dict(dataset="b", event=PureEpsilon(1.5), data_rows=_rows(range(12)), **plan)
-        audit = dict(dataset="b", partition="train", adjacency=ADJ, trials=2, mechanism="m")
         return {
             "summary": _plain(led.summary()),
             "summary_rdp": _plain(led.summary(accountants=("rdp",))),
             "check": _plain(check),
             "refused_release": _refusal(lambda: led.reserve(**big)),
             "refused_audit": _refusal(
-                lambda: led.record_audit(audit_id="x", event=PureEpsilon(2.0), **audit)
+                lambda: led.record_audit(audit_id="x", dataset="b", event=PureEpsilon(2.0), **audit)
             ),
             "refused_unbounded_audit": _refusal(
-                lambda: led.record_audit(audit_id="y", event=None, **audit)
+                lambda: led.record_audit(audit_id="y", dataset="b", event=None, **audit)
             ),
         }
 

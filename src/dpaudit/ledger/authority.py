@@ -16,10 +16,9 @@ from ..errors import LedgerAuthorityError, LedgerError, LedgerVerificationError,
 from . import integrity
 from .signing import KEY_KIND, LEDGER_KINDS, LEDGER_SCOPE, OWNER_KINDS, OWNER_POWERS, POLICY_KIND
 from .signing import SEAL_KIND, KeyRing, SigningKey, authority_problem, check_signatures, key_id
-from .signing import key_payload, owner_key_id, parse_public_key, seal_payload, signing_material
-from .integrity import GENESIS_HASH, Snapshot, VerifyReport, canonical_json, entry_hash
+from .signing import Problem, key_payload, parse_public_key, seal_payload, signing_material
+from .integrity import GENESIS_HASH, Snapshot, canonical_json, entry_hash
 from .paths import utc_now
-from .signing import Problem
 
 
 class Authority:
@@ -185,11 +184,6 @@ class Authority:
                 f"ledger {self.path} fails verification ({first}); run `dpaudit ledger verify`."
             )
         return snap.rows
-
-    def verify(self, snap: Snapshot, anchor: str | None, owner: str | None) -> VerifyReport:
-        """:func:`.integrity.verify_snapshot` of ``snap`` (``owner`` None: the pinned one)."""
-        owner = self.owner if owner is None else owner_key_id(owner)
-        return integrity.verify_snapshot(snap, anchor=anchor, owner=owner)
 
     def _signature_problems(self, rows) -> list[Problem]:
         done = {r[1] for r in rows if (r[1], r[7]) in self._verified}

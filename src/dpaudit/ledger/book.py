@@ -29,7 +29,7 @@ from ..accounting.events import Event
 from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
 from ..records import Release
 from ..validation import open_unit, positive_finite
-from . import budget, integrity, queries, result_cache
+from . import budget, integrity, result_cache
 from .signing import LEDGER_SCOPE, OWNER_ENV, PLAN_KIND, KeyRing, SigningKey, load_signing_key
 from .signing import owner_key_id, remember_seal
 from .authority import Authority
@@ -126,6 +126,26 @@ def _check_split(dataset: str, parent: str, children: tuple, declared_by: object
         )
 
 
+def _require_open(target: Entry, what: str) -> Entry:
+    """``target``, unless it is a reservation already closed (UsageError naming ``what``)."""
+    if target.kind == "reservation" and target.closed_by is not None:
+        raise UsageError(
+            f"{what} must be open, got {target.id} ({target.closed_as} by {target.closed_by})."
+        )
+    return target
+
+
+def _spend_payload(
+    dataset: str, partition: str, adjacency: str, event: Event | None, mechanism: object
+) -> dict:
+    """The keys a reservation's and an audit's payload share: where it spends, what (its event,
+    None: unbounded) and by which mechanism."""
+    guarantee = None if event is None else event.to_dict()
+    payload = dict(dataset_name=dataset, partition=partition, adjacency=adjacency)
+    payload.update(guarantee=guarantee, non_private=event is None, mechanism=str(mechanism))
+    return {**payload, "dpaudit_version": __version__}
+
+
 def _with(payload: dict, info: dict | None = None, **optional) -> dict:
     """``payload`` with the public data info and every ``optional`` key that is not None."""
     info = info or {}
@@ -214,9 +234,8 @@ def open_ledger(
     loc = resolve_ledger(path)
     if not create:
         require_existing(loc)
-    where = loc.path if loc.backend == "sqlite" else loc
     return Ledger(
-        where, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner, create=create
+        loc, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner, create=create
     )
 
 
@@ -254,6 +273,8 @@ class Ledger:
             self.close()
             raise
         self._authority = Authority(self._store, self.path, key, owner)
+        # appends one entry inside the caller's write transaction (the chain, signatures, rules)
+        self._append = self._authority.append
 
     def __enter__(self) -> "Ledger":
         return self
@@ -272,11 +293,6 @@ class Ledger:
     @property
     def schema_version(self) -> int:
         return self._store.schema_version()
-
-    def _append(self, kind: str, dataset: str, payload: dict, entry_id: str | None = None) -> str:
-        """Append one entry inside the caller's write transaction
-        (:meth:`.authority.Authority.append`)."""
-        return self._authority.append(kind, dataset, payload, entry_id)
 
     # -- signatures and seals (the rules: .authority and .signing)
     def key_ring(self) -> KeyRing:
@@ -539,6 +555,12 @@ class Ledger:
         closed)."""
         return self._authority.intact(self._snapshot())
 
+    def _replayed(self) -> tuple[list, list[Entry], dict[str, DatasetState]]:
+        """The verified rows, their entries and every dataset's replayed state (one read)."""
+        rows = self._intact_rows()
+        entries = self._entries_from_rows(rows)
+        return rows, entries, replay(entries)
+
     def _states(
         self, dataset: str | None = None, sweep: str | None = None
     ) -> dict[str, DatasetState]:
@@ -788,11 +810,7 @@ class Ledger:
                     f"release to void must not be voided already, got {target.id} "
                     f"(voided by {target.voided_by})."
                 )
-            if target.kind == "reservation" and target.closed_by:
-                raise UsageError(
-                    f"reservation to void must be open, got {target.id} "
-                    f"({target.closed_as} by {target.closed_by})."
-                )
+            _require_open(target, "reservation to void")
             payload = _with({"target": target.id, "reason": reason}, artefacts_published=published)
             return self._append("void", target.dataset, payload)
 
@@ -839,24 +857,16 @@ class Ledger:
         check_name("dataset", dataset)
         check_name("partition", partition)
         adj = Adjacency.parse(adjacency).value
-        guarantee = None if event is None else event.to_dict()
-        payload = dict(audit_id=audit_id, mechanism=str(mechanism), dataset_name=dataset)
-        payload.update(partition=partition, adjacency=adj, non_private=event is None)
-        payload.update(guarantee=guarantee, trials=int(trials), release_id=release_id)
-        payload["dpaudit_version"] = __version__
+        payload = _spend_payload(dataset, partition, adj, event, mechanism)
+        payload.update(audit_id=audit_id, trials=int(trials), release_id=release_id)
         if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
         with self._store.write(), result_cache.recomputed():
             # One verified read serves the audited release's rows, the caps and the people index.
-            rows = self._intact_rows()
-            entries = self._entries_from_rows(rows)
-            of_release = [
-                e.payload.get("rows") for e in entries if release_id and e.id == release_id
-            ]
-            audited = next(iter(of_release), None)
-            if isinstance(audited, dict):
+            rows, entries, states = self._replayed()
+            audited = next((e.payload.get("rows") for e in entries if e.id == release_id), None)
+            if release_id and isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
-            states = replay(entries)
             state = (states.get(dataset) or DatasetState(dataset)).with_audits()
             what = f"the audit and the releases and audits on dataset {dataset!r}"
             budget.require_adjacency(state, adj, what)
@@ -897,15 +907,14 @@ class Ledger:
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
         # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
         with_audits = state.cap_includes_audits and state.audits
-        accountants = queries.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
+        accountants = budget.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
         state = state.budgeted()
         view = plan.view(fp)
         result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None}
         result.update(allowed=True, fingerprint=fp or None)
         if plan.data_rows is not None:
             footprint = self._footprint(plan.data_rows)
-            adjust = (lambda st: budget.without_held(st, held)) if held else None
-            states, index = self._people_index(adjust)
+            states, index = self._people_index(held)
             budget.people_columns(states, index, view, footprint, result)
         if state.cap is not None:
             caps = budget.cap_columns(state, view, adj, accountants, allowed=result["allowed"])
@@ -968,18 +977,9 @@ class Ledger:
         with self._store.write():
             self.preflight(**{**planned, "data_rows": footprint})
             fp = self.fingerprint(plan.data_digest) if plan.data_digest else None
-            payload = {
-                "dataset_name": plan.dataset,
-                "partition": plan.partition,
-                "adjacency": Adjacency.parse(plan.adjacency).value,
-                "guarantee": None if plan.event is None else plan.event.to_dict(),
-                "non_private": plan.event is None,
-                "dataset_fingerprint": fp,
-                "mechanism": str(mechanism or ""),
-                "pid": os.getpid(),
-                "host": _hostname(),
-                "dpaudit_version": __version__,
-            }
+            adj = Adjacency.parse(plan.adjacency).value
+            payload = _spend_payload(plan.dataset, plan.partition, adj, plan.event, mechanism or "")
+            payload.update(dataset_fingerprint=fp, pid=os.getpid(), host=_hostname())
             _with(
                 payload,
                 plan.data_info,
@@ -995,11 +995,7 @@ class Ledger:
             raise UsageError(
                 f"reservation id must name a reservation, got a {target.kind} entry ({target.id})."
             )
-        if target.closed_by is not None:
-            raise UsageError(
-                f"reservation must be open, got {target.id} ({target.closed_as} by {target.closed_by})."
-            )
-        return target
+        return _require_open(target, "reservation")
 
     def settle(self, reservation_id: str, releases) -> list[str]:
         """Record the run's ``releases`` (``(Release, artefact_path)`` pairs) and close the
@@ -1100,7 +1096,7 @@ class Ledger:
         progress: bool = False,
     ) -> list[dict]:
         """Per dataset: one row for the whole dataset (partition ``"*"``) and one per partition
-        (:func:`.queries.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
+        (:func:`.budget.summary_rows`; the columns are those of ``ledger summary``, docs/ledger.md).
         ``sweep``: only the releases recorded under that sweep (``remaining`` is then None: it is a
         property of the whole dataset). ``progress``: one step per dataset composed, on stderr.
 
@@ -1128,19 +1124,17 @@ class Ledger:
             raise UsageError(
                 f"dataset must be one recorded in ledger {self.path}{under}, got {dataset!r}."
             )
-        people = queries.people_summary(*self._people_index(), accountants) if sweep is None else {}
-        return queries.summary_rows(
+        people = budget.people_summary(*self._people_index(), accountants) if sweep is None else {}
+        return budget.summary_rows(
             states, people, accountants, whole=sweep is None, progress=progress
         )
 
-    def _people_index(self, adjust=None) -> tuple[dict, "PeopleIndex"]:
-        """Every dataset's state (each passed through ``adjust`` if given) and the index of who
-        shares people with whom (ledger.rows), from the verified entries."""
-        rows = self._intact_rows()
-        entries = self._entries_from_rows(rows)
-        states = replay(entries)
-        if adjust is not None:
-            states = {n: adjust(st) for n, st in states.items()}
+    def _people_index(self, held=()) -> tuple[dict, "PeopleIndex"]:
+        """Every dataset's state (without the open reservations ``held``, see
+        :func:`.budget.without_held`) and the index of who shares people with whom (ledger.rows),
+        from the verified entries."""
+        rows, entries, states = self._replayed()
+        states = {n: budget.without_held(st, held) for n, st in states.items()}
         return states, PeopleIndex.build(rows, entries, states)
 
     # -- integrity
@@ -1160,7 +1154,8 @@ class Ledger:
         Raises:
             UsageError: an anchor that is not a 64-hex hash.
         """
-        return self._authority.verify(self._snapshot(health=True), anchor, owner)
+        owner = self._authority.owner if owner is None else owner_key_id(owner)
+        return integrity.verify_snapshot(self._snapshot(health=True), anchor=anchor, owner=owner)
 
     def _snapshot(self, *, health: bool = False) -> Snapshot:
         # One read transaction, so the head and the rows are from the same snapshot.

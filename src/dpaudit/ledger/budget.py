@@ -1,6 +1,7 @@
-"""The budget arithmetic of the ledger: what a planned release or audit would do to each cap
-(pure functions over the replayed, verified dataset states of :mod:`.compose` and the people
-index of :mod:`.rows`; the budget book, :mod:`.book`, reads and writes around them).
+"""The budget arithmetic of the ledger: what each dataset and partition has spent (the summary
+rows) and what a planned release or audit would do to each cap (pure functions over the replayed,
+verified dataset states of :mod:`.compose` and the people index of :mod:`.rows`; the budget book,
+:mod:`.book`, reads and writes around them).
 
 Privacy contract: docs/ledger.md, "How the total is composed" and "One budget per person": a
 planned spend is composed with everything its dataset (and every name sharing people with it)
@@ -12,17 +13,19 @@ file; an unbounded spend is never allowed under a cap it reaches.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 
 from ..accounting.adjacency import Adjacency, require_same
 from ..accounting.events import Event
 from ..claims import integer, steps_accounted, steps_problem
-from ..errors import BudgetExceededError, LedgerAdjacencyError, UsageError
+from ..errors import AdjacencyMismatchError, BudgetExceededError, LedgerAdjacencyError, UsageError
+from ..progress import JobProgress
 from ..records import Release, public_noise_reason
-from . import queries
-from .compose import DatasetState, ReleaseView, dataset_total, fmt_epsilon, total_bounds
-from .rows import PeopleIndex, check_caps
+from .compose import DATASET_SCOPE, DEFAULT_DELTA, DatasetState, NodeTotal, ReleaseView
+from .compose import dataset_total, fmt_epsilon, node_total, total_bounds
+from .rows import PeopleIndex, check_caps, people_epsilon
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$")
 
@@ -153,14 +156,12 @@ def cap_columns(
     needs alone and the total with it, at the cap's delta."""
     cap_eps, cap_delta = state.cap
     before = dataset_total(state)
-    alone = dataset_total(DatasetState(state.name, releases=[planned]))
-    spent = total_bounds(before, delta=cap_delta, adjacency=adjacency, accountants=accountants)
-    needs = total_bounds(alone, delta=cap_delta, adjacency=adjacency)
-    total = queries.total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)
+    alone = DatasetState(state.name, releases=[planned])
+    total = total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)
     return {
         "cap": {"epsilon": cap_eps, "delta": cap_delta},
-        "spent": spent["epsilon"],
-        "needs": needs["epsilon"],
+        "spent": total_epsilon(state, cap_delta, adjacency, accountants),
+        "needs": total_epsilon(alone, cap_delta, adjacency),
         "total": total,
         "releases": before.releases_subtree,
         "reservations": before.reservations,
@@ -173,13 +174,9 @@ def people_columns(
 ) -> None:
     """Role collisions (raise) and every cap reached through shared people (``result``: ``people``,
     and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
-    dataset = planned.dataset
-    index.collisions(dataset, footprint)
-    state = states.get(dataset) or DatasetState(dataset)
-    after = {**states, dataset: state.with_release(planned)}
-    index = index.with_planned(dataset, footprint)
-    partition = planned.partition
-    result["people"], refusal = check_caps(index, states, after, dataset, partition, footprint)
+    state = states.get(planned.dataset) or DatasetState(planned.dataset)
+    after = state.with_release(planned)
+    result["people"], refusal = check_caps(index, states, after, planned.partition, footprint)
     if refusal is not None and result["allowed"]:
         result.update(allowed=False, people_refusal=refusal)
 
@@ -210,14 +207,11 @@ def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: di
     (after its rows' role collisions, :class:`~dpaudit.errors.RowRoleCollisionError`)."""
     dataset = view.dataset
     state = states.get(dataset) or DatasetState(dataset)
+    after = dataclasses.replace(state, audits=state.audits + [view])
     if state.cap is not None and state.cap_includes_audits:
-        _check_audit_cap(state, view, payload)
+        _check_audit_cap(state, after, payload)
     footprint = index.footprint(dataset, payload)
-    index.collisions(dataset, footprint)
-    after = {**states, dataset: dataclasses.replace(state, audits=state.audits + [view])}
-    planned = index.with_planned(dataset, footprint)
-    partition = payload["partition"]
-    _, refused = check_caps(planned, states, after, dataset, partition, footprint, what="audit")
+    _, refused = check_caps(index, states, after, view.partition, footprint, what="audit")
     if refused is not None and payload["non_private"]:
         cap = "a cap that counts audits and shares its people"
         refused = unbounded_audit_refusal(dataset, payload, cap)
@@ -225,13 +219,14 @@ def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: di
         raise BudgetExceededError(refused)
 
 
-def _check_audit_cap(state: DatasetState, planned: ReleaseView, payload: dict) -> None:
+def _check_audit_cap(state: DatasetState, after: DatasetState, payload: dict) -> None:
+    """Refuse an audit that pushes ``state``'s releases and audits over its cap (``after``: the
+    state with the audit)."""
     cap_eps, cap_delta = state.cap
-    adj, accountants = payload["adjacency"], queries.AUDIT_ACCOUNTANTS
+    adj, accountants = payload["adjacency"], AUDIT_ACCOUNTANTS
     # RDP only (AUDIT_ACCOUNTANTS): an upper bound, so the check is sound, and fast.
-    spent = queries.total_epsilon(state.with_audits(), cap_delta, adj, accountants)
-    with_it = dataclasses.replace(state, audits=state.audits + [planned]).with_audits()
-    total = queries.total_epsilon(with_it, cap_delta, adj, accountants)
+    spent = total_epsilon(state.with_audits(), cap_delta, adj, accountants)
+    total = total_epsilon(after.with_audits(), cap_delta, adj, accountants)
     if total > cap_eps and payload.get("non_private"):
         cap = f"its cap (epsilon {cap_eps:g} at delta {cap_delta:g})"
         raise BudgetExceededError(unbounded_audit_refusal(state.name, payload, cap))
@@ -243,3 +238,168 @@ def _check_audit_cap(state: DatasetState, planned: ReleaseView, payload: dict) -
             f"epsilon={fmt_epsilon(total)} (rdp) > cap epsilon={fmt_epsilon(cap_eps)} at "
             f"delta={cap_delta:g} (the cap includes audits); refused before any trial ran."
         )
+
+
+#: Accountants of the audit totals and of an audit's cap check: RDP, a sound upper bound that stays
+#: fast on the thousands of steps an audit composes (docs/ledger.md, "Audits on the private data").
+AUDIT_ACCOUNTANTS = ("rdp",)
+
+
+def delta_for(state: DatasetState | None) -> float:
+    """The delta a dataset's totals are reported at: its cap's, else :data:`~.compose.DEFAULT_DELTA`."""
+    return state.cap[1] if state and state.cap else DEFAULT_DELTA
+
+
+def total_epsilon(
+    state: DatasetState, delta: float, adjacency: str | None, accountants=("rdp", "prv")
+) -> float:
+    """The smallest valid bound on ``state``'s dataset total at ``delta``."""
+    return total_bounds(
+        dataset_total(state), delta=delta, adjacency=adjacency, accountants=accountants
+    )["epsilon"]
+
+
+def audit_columns(
+    state: DatasetState, delta: float, adj: str | None, accountants=AUDIT_ACCOUNTANTS
+) -> dict:
+    """Summary keys of a dataset row with audits: the audits' own composed epsilon
+    (``audit_epsilon``), releases and audits composed together (``epsilon_with_audits``), both at
+    ``delta`` with :data:`AUDIT_ACCOUNTANTS`, and why the audits are unbounded if they are
+    (``audit_unbounded_reasons``)."""
+    adj = state.with_audits().adjacency() or adj
+    alone = dataclasses.replace(state, releases=list(state.audits), audits=[])
+    return {
+        "audit_epsilon": total_epsilon(alone, delta, adj, accountants),
+        "epsilon_with_audits": total_epsilon(state.with_audits(), delta, adj, accountants),
+        "audit_unbounded_reasons": list(dataset_total(alone).unbounded_reasons),
+    }
+
+
+def voided_epsilon(state: DatasetState, delta: float, accountants) -> float | None:
+    """The composed epsilon of the releases and reservations that voids took out of the total (None: none)."""
+    if not state.voided_views:
+        return None
+    voided = DatasetState(state.name, releases=list(state.voided_views))
+    return total_epsilon(voided, delta, voided.adjacency(), accountants)
+
+
+def people_summary(states: dict, index: PeopleIndex, accountants) -> dict:
+    """Per dataset sharing people with others (:mod:`.rows`): the other names and the epsilon of
+    all of them composed sequentially, at the dataset's delta."""
+    out = {}
+    for name in sorted(states):
+        group = index.sharing(name)
+        if not group:
+            continue
+        delta = delta_for(states[name])
+        try:  # names that cannot be composed have no bound (a planned release is refused)
+            epsilon = people_epsilon(states, [name] + group, delta, accountants=accountants)
+        except AdjacencyMismatchError:
+            epsilon = math.inf
+        out[name] = {"shares_people_with": group, "epsilon_people": epsilon}
+    return out
+
+
+def summary_rows(
+    states: dict, people: dict, accountants, *, whole: bool, progress: bool = False
+) -> list[dict]:
+    """The rows of :meth:`.book.Ledger.summary` for ``states`` (``people``: :func:`people_summary`;
+    ``whole``: all of each dataset's releases, so ``remaining`` is defined)."""
+    rows = []
+    with JobProgress("datasets", enabled=progress) as bar:
+        task = bar.add("composing the ledger", len(states))
+        for name in sorted(states):
+            rows += _dataset_rows(states[name], people.get(name), accountants, whole)
+            bar.update(task, advance=1)
+    return rows
+
+
+def _cap_of(state: DatasetState) -> dict | None:
+    """A dataset's cap as its summary row shows it (None: no cap)."""
+    audits = {"include_audits": True} if state.cap_includes_audits else {}
+    return {"epsilon": state.cap[0], "delta": state.cap[1], **audits} if state.cap else None
+
+
+def _charged(epsilon: float, audits: dict, shared: dict | None) -> float:
+    """What a dataset's cap is charged: its releases' epsilon, or releases + audits when the cap
+    counts audits (``audits`` then holds it), and at least the epsilon of everything composed
+    with the datasets that share its people."""
+    counted = audits.get("epsilon_with_audits", epsilon)
+    return max(counted, shared["epsilon_people"]) if shared else counted
+
+
+def _dataset_rows(state: DatasetState, shared: dict | None, accountants, whole: bool) -> list[dict]:
+    adj, delta = state.adjacency(), delta_for(state)
+    total = dataset_total(state)
+    bounds = total_bounds(total, delta=delta, adjacency=adj, accountants=accountants)
+    cap = _cap_of(state)
+    audits = audit_columns(state, delta, adj) if state.audits else {}
+    spent = _charged(bounds["epsilon"], audits if state.cap_includes_audits else {}, shared)
+    common = {
+        "adjacency": adj,
+        "cap": cap,
+        "remaining": (state.cap[0] - spent) if state.cap and whole else None,
+    }
+    scope = {
+        "parent": None,
+        "children": list(state.roots()),
+        "subsets": [],
+        "declared_by": None,
+        "voided_releases": len(state.voided),
+        # what voids took out of the total (never-published artefacts), shown apart
+        "voided_epsilon": voided_epsilon(state, delta, accountants),
+        "voided_published_releases": len(state.published_voids),
+        "open_reservation_ids": [r.id for r in state.open_reservations()],
+        # names whose releases read the same people, and everything composed with them; then the
+        # audits on the private data, beside the releases, counted in the cap (and ``remaining``)
+        # only when the cap includes audits
+        "tail": {**(shared or {}), "audits": len(state.audits), **audits},
+    }
+    rows = [_node_row(state, DATASET_SCOPE, total, bounds, {**common, **scope})]
+    for p in state.tree_order():
+        node = node_total(state, p)
+        where = {
+            **common,
+            "parent": state.parent(p),
+            "children": list(state.children.get(p, ())),
+            "subsets": state.subsets(p),
+            "declared_by": state.declared_by.get(p),
+            "tail": {"audits": None},
+        }
+        node_bounds = total_bounds(node, delta=delta, adjacency=adj, accountants=accountants)
+        rows.append(_node_row(state, p, node, node_bounds, where))
+    return rows
+
+
+#: The summary's columns on voids (the dataset row's only).
+_VOIDS = ("voided_releases", "voided_epsilon", "voided_published_releases")
+
+
+def _node_row(st: DatasetState, p: str, nt: NodeTotal, b: dict, where: dict) -> dict:
+    if nt.unbounded and nt.unbounded_reasons:
+        # Say why the bound is infinite: a non-private or an uncertified release.
+        # ("non-private release", "uncertified release", "uncertified reservation", ...)
+        b = {**b, "bound_by": " ".join(nt.unbounded_reasons[0].split(" ")[:2])}
+    return {
+        "dataset": st.name,
+        "partition": p,
+        "node": st.name if p == DATASET_SCOPE else f"{st.name}:{p}",
+        **{
+            key: where[key] for key in ("parent", "children", "subsets", "declared_by", "adjacency")
+        },
+        "releases": nt.releases,
+        "releases_subtree": nt.releases_subtree,
+        "non_private_releases": nt.non_private,
+        "unbounded": nt.unbounded,
+        **b,
+        "naive_epsilon": nt.naive_epsilon,
+        "naive_delta": nt.naive_delta,
+        **{key: where.get(key) for key in ("cap", "remaining", *_VOIDS)},
+        "uncertified_releases": nt.uncertified,
+        "unbounded_reasons": list(nt.unbounded_reasons),
+        "open_reservations": nt.reservations,
+        "open_reservation_ids": where.get("open_reservation_ids"),
+        # keyed fingerprints only (see fingerprint.py); several = declared versions
+        "dataset_fingerprints": sorted(st.fingerprints),
+        **where["tail"],
+    }

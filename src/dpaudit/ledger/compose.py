@@ -19,6 +19,7 @@ from ..accounting.adjacency import Adjacency
 from ..accounting.base import first_line
 from ..accounting.events import Composed, Event, Parallel, PureEpsilon, SubsampledGaussian
 from ..accounting.events import event_from_dict
+from ..claims import number
 from ..errors import AdjacencyMismatchError, LedgerError, UnsupportedEventError, UsageError
 from . import result_cache
 
@@ -92,7 +93,6 @@ class DatasetState:
     fingerprints: set = field(default_factory=set)  # every data identity recorded under the name
     #: declared extra identity -> declare-version entry id
     versions: dict = field(default_factory=dict)
-    closed: dict = field(default_factory=dict)  # reservation id -> settle / cancel / void entry id
     #: audits that trained on this dataset's private records (ReleaseView kind "audit", not voided):
     #: shown beside the releases, and counted in a cap only when that cap says so
     audits: list = field(default_factory=list)
@@ -224,21 +224,18 @@ class DatasetState:
         self.declared_by[parent] = declared_by
 
 
-def entry_identity(payload: dict, identify=None) -> str:
+def entry_identity(payload: dict) -> str:
     """The keyed ``dataset_fingerprint`` of a release or reservation payload; for entries written
-    before keyed fingerprints, ``identify(dataset_sha256)`` (the plain digest if no ``identify``); "" unknown."""
-    fp = payload.get("dataset_fingerprint")
-    if isinstance(fp, str) and fp:
-        return fp
-    sha = payload.get("dataset_sha256")
-    if isinstance(sha, str) and sha:
-        return identify(sha) if identify is not None else sha
+    before keyed fingerprints, the plain ``dataset_sha256`` (the book shows and composes such
+    entries with the keyed fingerprint it derives, :meth:`~.book.Ledger._public_payload`); ""
+    unknown."""
+    for key in ("dataset_fingerprint", "dataset_sha256"):
+        if isinstance(payload.get(key), str) and payload[key]:
+            return payload[key]
     return ""
 
 
-def release_view(
-    entry_id: str, dataset: str, payload: dict, identify=None, kind: str = "release"
-) -> ReleaseView:
+def release_view(entry_id: str, dataset: str, payload: dict, kind: str = "release") -> ReleaseView:
     """Decode a stored release (or reservation) payload (see ``Ledger.record`` and
     ``Ledger.reserve``); fail closed on anything odd."""
     non_private = bool(payload.get("non_private", False))
@@ -247,31 +244,22 @@ def release_view(
         event = parse_event(payload.get("guarantee"), f"guarantee of {kind} {entry_id}")
     uncertified = payload.get("uncertified")
     tail = payload.get("noise_tail_delta")
-    tail = 0.0 if tail is None else _float_or_none(tail)
+    tail = 0.0 if tail is None else number(tail)
     # unreadable or negative: no bound on the tails (fail closed)
     tail = math.inf if tail is None or not tail >= 0.0 else tail
     where = (entry_id, dataset, str(payload["partition"]), str(payload["adjacency"]))
-    claim = (_float_or_none(payload.get("epsilon")), _float_or_none(payload.get("delta")))
+    claim = (number(payload.get("epsilon")), number(payload.get("delta")))
     return ReleaseView(
         *where,
         *claim,
         event,
         non_private,
         mechanism=str(payload.get("mechanism", "")),
-        fingerprint=entry_identity(payload, identify),
+        fingerprint=entry_identity(payload),
         kind=kind,
         uncertified=str(uncertified) if uncertified else None,
         noise_tail_delta=tail,
     )
-
-
-def _float_or_none(v) -> float | None:
-    if v is None:
-        return None
-    try:
-        return float(v)  # "inf" strings come back as inf
-    except (TypeError, ValueError):
-        return None
 
 
 #: Entries that close an open reservation (the run released, failed, or the operator voided it).
@@ -281,8 +269,8 @@ CLOSING_KINDS = ("settle", "cancel", "void")
 def _close(st: DatasetState, e, r: ReleaseView) -> None:
     """Apply a settle / cancel / void entry ``e`` to its target ``r``."""
     void = e.kind == "void"
-    closed_by = st.voided if void and r.kind != "reservation" else st.closed
-    closed_by[r.id] = e.id
+    if void and r.kind != "reservation":
+        st.voided[r.id] = e.id
     if void and e.payload.get("artefacts_published") is not False:
         _keep_published(st, r)
         return
@@ -307,9 +295,9 @@ def _state(states: dict, name: str) -> DatasetState:
     return states.setdefault(name, DatasetState(name))
 
 
-def _spend(states: dict, by_id: dict, e, identify) -> None:
+def _spend(states: dict, by_id: dict, e) -> None:
     """A release, reservation or audit: composed from here on."""
-    r = by_id[e.id] = release_view(e.id, e.dataset, e.payload, identify, e.kind)
+    r = by_id[e.id] = release_view(e.id, e.dataset, e.payload, e.kind)
     st = _state(states, e.dataset)
     if e.kind == "audit":
         st.audits.append(r)
@@ -319,7 +307,7 @@ def _spend(states: dict, by_id: dict, e, identify) -> None:
         st.fingerprints.add(r.fingerprint)
 
 
-def _closing(states: dict, by_id: dict, e, identify) -> None:
+def _closing(states: dict, by_id: dict, e) -> None:
     target = e.payload["target"]
     r = by_id.get(target)
     if r is None:
@@ -334,19 +322,19 @@ def _closing(states: dict, by_id: dict, e, identify) -> None:
     _close(_state(states, r.dataset), e, r)
 
 
-def _version(states: dict, by_id: dict, e, identify) -> None:
+def _version(states: dict, by_id: dict, e) -> None:
     st, fingerprint = _state(states, e.dataset), str(e.payload["fingerprint"])
     st.versions[fingerprint] = e.id
     st.fingerprints.add(fingerprint)
 
 
-def _cap(states: dict, by_id: dict, e, identify) -> None:
+def _cap(states: dict, by_id: dict, e) -> None:
     st = _state(states, e.dataset)
     st.cap = (float(e.payload["epsilon"]), float(e.payload["delta"]))
     st.cap_includes_audits = bool(e.payload.get("include_audits", False))
 
 
-def _partition(states: dict, by_id: dict, e, identify) -> None:
+def _partition(states: dict, by_id: dict, e) -> None:
     parent, declared_by = str(e.payload["parent"]), str(e.payload.get("declared_by", ""))
     if unstable_declaration(parent, declared_by):
         # A seeded permutation of n records: a neighbouring dataset
@@ -364,10 +352,10 @@ _APPLY.update(dict.fromkeys(CLOSING_KINDS, _closing))
 _APPLY.update(dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None))
 
 
-def replay(entries, identify=None) -> dict[str, DatasetState]:
-    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in order
-    (``identify``: see :func:`entry_identity`). An open reservation counts like a release until a
-    ``settle``, ``cancel`` or ``void`` entry closes it."""
+def replay(entries) -> dict[str, DatasetState]:
+    """Rebuild every dataset's state from entries (objects with id, kind, dataset, payload) in
+    order. An open reservation counts like a release until a ``settle``, ``cancel`` or ``void``
+    entry closes it."""
     states: dict[str, DatasetState] = {}
     by_id: dict[str, ReleaseView] = {}
     for e in entries:
@@ -378,7 +366,7 @@ def replay(entries, identify=None) -> dict[str, DatasetState]:
                 "newer dpaudit or edited."
             )
         try:
-            apply(states, by_id, e, identify)
+            apply(states, by_id, e)
         except (KeyError, TypeError, ValueError) as ex:
             raise LedgerError(
                 f"entry {e.id} ({e.kind}) is malformed ({type(ex).__name__}: {ex}); "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections import namedtuple
 from dataclasses import dataclass, field
 
 from ..accounting.base import first_line
@@ -293,14 +294,8 @@ def refuse_held_children(state: DatasetState, parent: str, children) -> None:
         )
 
 
-@dataclass(frozen=True)
-class _Row:
-    """The fields :func:`~.compose.replay` reads from an entry."""
-
-    id: str
-    kind: str
-    dataset: str
-    payload: dict
+#: The fields :func:`~.compose.replay` reads from an entry.
+_Row = namedtuple("_Row", "id kind dataset payload")
 
 
 def _parsed(rows) -> list[_Row]:

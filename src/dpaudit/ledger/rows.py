@@ -295,38 +295,44 @@ def adjacency_of(states: dict, names) -> str | None:
     )
 
 
-def _epsilon(states: dict, names, delta: float, audits: bool = False) -> float:
-    total = people_total(states, [n for n in names if n in states], audits)
-    return total_bounds(total, delta=delta, adjacency=adjacency_of(states, names))["epsilon"]
+def people_epsilon(
+    states: dict, names, delta: float, audits: bool = False, accountants=("rdp", "prv")
+) -> float:
+    """The smallest bound on :func:`people_total` of ``names`` at ``delta``."""
+    total, adjacency = people_total(states, names, audits), adjacency_of(states, names)
+    return total_bounds(total, delta=delta, adjacency=adjacency, accountants=accountants)["epsilon"]
 
 
 def check_caps(
     index: PeopleIndex,
     before: dict,
-    after: dict,
-    dataset: str,
+    planned_state,
     partition: str,
     planned: dict,
     *,
     what: str = "release",
 ) -> tuple[list, str | None]:
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
-    the planned release or audit (``what``; ``after``: states with it): the checked caps, and the
+    the planned release or audit (``what``; ``planned_state``: its dataset's state with it,
+    ``planned``: the rows it reads, refused first on a role collision): the checked caps, and the
     refusal of the first cap exceeded (None if none is). A cap that includes audits composes every
     name's audits too; a planned audit is checked against those caps only."""
+    dataset = planned_state.name
+    index.collisions(dataset, planned)
+    after, index = {**before, dataset: planned_state}, index.with_planned(dataset, planned)
     checked, refusal = [], None
     for name, group in caps_to_check(index, after, dataset, planned):
         audits = after[name].cap_includes_audits
         if what == "audit" and not audits:
             continue
         cap_eps, cap_delta = after[name].cap
-        total = _epsilon(after, group, cap_delta, audits)
+        total = people_epsilon(after, group, cap_delta, audits)
         checked.append({"dataset": name, "composed_with": group, "total": total, "cap": cap_eps})
         if total > cap_eps and refusal is None:
             spent = "releases and audits" if audits else "releases"
             refusal = (
                 f"budget of dataset {name!r} exceeded through shared people: the {spent} of {', '.join(group)} read rows "
-                f"{name} holds private and compose to epsilon={fmt_epsilon(_epsilon(before, group, cap_delta, audits))}; with this "
+                f"{name} holds private and compose to epsilon={fmt_epsilon(people_epsilon(before, group, cap_delta, audits))}; with this "
                 f"{what} on {dataset}:{partition} the composed total would be epsilon={fmt_epsilon(total)} > cap "
                 f"epsilon={fmt_epsilon(cap_eps)} at delta={cap_delta:g}; refused before "
                 f"{'any trial ran' if what == 'audit' else 'training'}."

@@ -42,6 +42,7 @@ from typing import Iterable, NamedTuple
 
 from ..errors import LedgerError, UsageError
 from ..lazy import lazy_import
+from ..paths import write_atomically
 from .fingerprint import write_secret
 
 # ~25 ms: bound when a key is read or a signature checked
@@ -517,10 +518,7 @@ def remember_seal(ledger_identity: str, seq: int, seal_hash: str) -> None:
     :func:`remembered_seal`'s callers (a local anchor; it is public, not a secret)."""
     path = _seal_file(ledger_identity)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seq": int(seq), "hash": str(seal_hash)}))
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps({"seq": int(seq), "hash": str(seal_hash)}))
     except OSError as e:
         raise LedgerError(
             f"cannot remember the seal in {path}: {e.strerror or e}; publish its hash {seal_hash} instead."

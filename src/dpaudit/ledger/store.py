@@ -33,29 +33,6 @@ def core_tables(prefix: str, seq: str) -> list[str]:
     ]
 
 
-def trigger_problems(triggers, state: str) -> list[tuple[str, str]]:
-    """The health finding for append-only ``triggers`` that are ``state`` (missing, disabled)."""
-    if not triggers:
-        return []
-    return [
-        (
-            "schema",
-            f"append-only triggers {', '.join(triggers)} are {state}: the ledger was "
-            "altered outside dpaudit.",
-        )
-    ]
-
-
-def refuse_newer_schema(ledger: str, version: int, latest: int) -> None:
-    """Both stores refuse a ledger written by a newer dpaudit (its schema may mean more than this
-    code can check) before reading or migrating anything."""
-    if version > latest:
-        raise LedgerError(
-            f"ledger {ledger} has schema version {version}, newer than this dpaudit "
-            f"({__version__}) supports ({latest}); upgrade dpaudit. The ledger was left untouched."
-        )
-
-
 class StoreBase:
     """The rows of one ledger, whatever holds them (see the module docstring)."""
 
@@ -122,6 +99,17 @@ class StoreBase:
         sql = f"INSERT INTO {self._prefix}entries ({', '.join(ENTRY_COLUMNS[1:])}) VALUES ({marks})"
         return self._inserted(sql, values)
 
+    def _trigger_problems(self, present: dict) -> list[tuple[str, str]]:
+        """The health findings on the store's append-only triggers (``present``: name -> its
+        ``tgenabled`` flag, ``"D"`` disabled), each missing or disabled one named."""
+        required = self.required_triggers
+        found = {
+            "missing": [t for t in required if t not in present],
+            "disabled": [t for t in required if present.get(t) == "D"],
+        }
+        message = "append-only triggers {} are {}: the ledger was altered outside dpaudit."
+        return [("schema", message.format(", ".join(ts), how)) for how, ts in found.items() if ts]
+
     def _latest(self) -> int:
         return max(self._migrations)
 
@@ -132,12 +120,37 @@ class StoreBase:
         """Refuse a newer schema, then (after ``before``, if given) apply the missing steps in one
         write transaction."""
         version, latest = self.schema_version(), self._latest()
-        refuse_newer_schema(str(self.display), version, latest)
+        # a schema from a newer dpaudit may mean more than this code can check: touch nothing
+        if version > latest:
+            raise LedgerError(
+                f"ledger {self.display} has schema version {version}, newer than this dpaudit "
+                f"({__version__}) supports ({latest}); upgrade dpaudit. The ledger was left "
+                "untouched."
+            )
         if before is not None:
             before()
         if version < latest:
             with self.write():
                 self._apply_migrations(self.schema_version())
+
+    def _initialise(self) -> None:
+        """Create an empty ledger in one write transaction (:meth:`_create`: the store's own
+        set-up), unless another process initialised it while this one waited for the lock."""
+        with self.write():
+            tables = self._tables()
+            if "schema_version" in tables:
+                return
+            if tables:
+                raise self._not_a_ledger()
+            self._create()
+
+    def _create_tables(self) -> None:
+        """The schema_version table and every schema step (inside :meth:`_initialise`)."""
+        self.conn.execute(
+            f"CREATE TABLE {self._prefix}schema_version (version INTEGER NOT NULL, "
+            "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)"
+        )
+        self._apply_migrations(0)
 
     def _apply_migrations(self, current: int) -> None:
         marks = ", ".join([self._mark] * 3)

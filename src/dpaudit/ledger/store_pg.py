@@ -33,7 +33,7 @@ from ..errors import LedgerError, UsageError
 from .paths import LedgerLocation
 
 # ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
-from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
+from .store import ENTRY_COLUMNS, StoreBase, core_tables  # noqa: F401
 
 #: Triggers whose absence or disabling means the ledger was altered outside dpaudit.
 REQUIRED_TRIGGERS = tuple(
@@ -158,6 +158,7 @@ class PostgresStore(StoreBase):
     backend = "postgresql"
     _migrations = PG_MIGRATIONS
     _mark = "%s"
+    required_triggers = REQUIRED_TRIGGERS
 
     def __init__(
         self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True
@@ -194,9 +195,7 @@ class PostgresStore(StoreBase):
 
     def _ensure_connection(self) -> None:
         """Re-open a connection the server dropped (restart, network) -- only between transactions."""
-        if self._conn is None:
-            raise LedgerError(f"ledger {self.display} is closed.")
-        if self._conn.closed or self._conn.broken:
+        if self.conn.closed or self.conn.broken:
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._connect()
@@ -294,34 +293,18 @@ class PostgresStore(StoreBase):
             self._initialise()
             return
         if "schema_version" not in tables or "entries" not in tables:
-            raise LedgerError(
-                f"schema {self.schema} of {self.display} holds tables but is not a "
-                "dpaudit ledger; it was left untouched."
-            )
+            raise self._not_a_ledger()
         self._upgrade()
+
+    def _not_a_ledger(self) -> LedgerError:
+        return LedgerError(
+            f"schema {self.schema} of {self.display} holds tables but is not a "
+            "dpaudit ledger; it was left untouched."
+        )
 
     def _initialise(self) -> None:
         try:
-            with self.write():
-                # Re-check under the lock: another machine may have created it while we waited.
-                tables = self._tables()
-                if tables:
-                    if "schema_version" in tables:
-                        return
-                    raise LedgerError(
-                        f"schema {self.schema} holds tables but is not a dpaudit ledger; it was left untouched."
-                    )
-                self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.s}")
-                self.conn.execute(f"REVOKE ALL ON SCHEMA {self.s} FROM PUBLIC")
-                self.conn.execute(
-                    f"CREATE TABLE {self.s}.schema_version (version integer NOT NULL, applied_at text NOT NULL, "
-                    "dpaudit_version text NOT NULL)"
-                )
-                self._apply_migrations(0)
-                self.conn.execute(
-                    f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)",
-                    (os.urandom(32),),
-                )
+            super()._initialise()
         except LedgerError as e:
             if "permission denied" in str(e):
                 raise LedgerError(
@@ -329,6 +312,12 @@ class PostgresStore(StoreBase):
                     "the ledger's owner creates it once (open it with an owner role), then grants writers access."
                 ) from None
             raise
+
+    def _create(self) -> None:
+        self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.s}")
+        self.conn.execute(f"REVOKE ALL ON SCHEMA {self.s} FROM PUBLIC")
+        self._create_tables()
+        self._insert_key(os.urandom(32))
 
     def _step(self, version: int) -> None:
         for stmt in PG_MIGRATIONS[version](self.s):
@@ -354,9 +343,12 @@ class PostgresStore(StoreBase):
             raise UsageError(f"fingerprint key must be 32 bytes, got {len(key)}.")
         with self.errors():
             self.conn.execute(f"DELETE FROM {self.s}.secret WHERE one = 1")
-            self.conn.execute(
-                f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (bytes(key),)
-            )
+            self._insert_key(bytes(key))
+
+    def _insert_key(self, key: bytes) -> None:
+        self.conn.execute(
+            f"INSERT INTO {self.s}.secret (one, fingerprint_key) VALUES (1, %s)", (key,)
+        )
 
     # -- integrity
     def health(self) -> list[tuple[str, str]]:
@@ -366,7 +358,4 @@ class PostgresStore(StoreBase):
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND NOT t.tgisinternal",
             (self.schema,),
         ).fetchall()
-        present = {r[0]: r[1] for r in rows}
-        missing = [t for t in REQUIRED_TRIGGERS if t not in present]
-        disabled = [t for t in REQUIRED_TRIGGERS if present.get(t) == "D"]
-        return trigger_problems(missing, "missing") + trigger_problems(disabled, "disabled")
+        return self._trigger_problems(dict(rows))

@@ -16,7 +16,7 @@ from ..errors import LedgerError
 from .fingerprint import key_path, ledger_key, write_secret
 
 # ENTRY_COLUMNS: re-exported (the store tests compare both stores' columns)
-from .store import ENTRY_COLUMNS, StoreBase, core_tables, trigger_problems  # noqa: F401
+from .store import ENTRY_COLUMNS, StoreBase, core_tables  # noqa: F401
 
 #: PRAGMA application_id of a dpaudit ledger ("dpal").
 APPLICATION_ID = 0x6470616C
@@ -92,25 +92,22 @@ class SqliteStore(StoreBase):
 
     backend = "sqlite"
     _migrations = MIGRATIONS
+    required_triggers = REQUIRED_TRIGGERS
 
     def __init__(self, path: str | os.PathLike, *, busy_timeout: float = 60.0) -> None:
         self.path = Path(path)
         self.display, self._busy_timeout = str(self.path), float(busy_timeout)
         self._conn: sqlite3.Connection | None = None
         self._precheck_location()
-        conn = None
         try:
             with self.errors():
-                conn = sqlite3.connect(
+                self._conn = sqlite3.connect(
                     str(self.path), timeout=self._busy_timeout, isolation_level=None
                 )
-                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-                self._conn = conn
+                self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
                 self._open_schema()
         except BaseException:
-            if conn is not None:
-                conn.close()
-            self._conn = None
+            self.close()
             raise
 
     @contextlib.contextmanager
@@ -168,18 +165,11 @@ class SqliteStore(StoreBase):
 
     def _initialise(self) -> None:
         self._set_pragmas()
-        with self.write():
-            tables = self._tables()
-            if "schema_version" in tables:  # another process initialised it while we waited
-                return
-            if tables:
-                raise self._not_a_ledger()
-            self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            self.conn.execute(
-                "CREATE TABLE schema_version (version INTEGER NOT NULL, "
-                "applied_at TEXT NOT NULL, dpaudit_version TEXT NOT NULL)"
-            )
-            self._apply_migrations(0)
+        super()._initialise()
+
+    def _create(self) -> None:
+        self.conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        self._create_tables()
 
     def _apply_migrations(self, current: int) -> None:
         super()._apply_migrations(current)
@@ -249,5 +239,4 @@ class SqliteStore(StoreBase):
         if integrity != ["ok"]:
             out.append(("integrity", f"SQLite integrity check failed: {'; '.join(integrity[:3])}."))
         rows = self.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
-        missing = [t for t in REQUIRED_TRIGGERS if t not in {r[0] for r in rows}]
-        return out + trigger_problems(missing, "missing")
+        return out + self._trigger_problems({r[0]: "O" for r in rows})

@@ -1,5 +1,5 @@
 """The ledger in words: one line per entry (``ledger list``) and the summary as a table and notes
-(``ledger summary``), from :meth:`.book.Ledger.entries` and :func:`.queries.summary_rows`."""
+(``ledger summary``), from :meth:`.book.Ledger.entries` and :func:`.budget.summary_rows`."""
 
 from __future__ import annotations
 

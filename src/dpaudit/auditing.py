@@ -160,13 +160,8 @@ def target_claim(target) -> dict:
         dict with ``event``, ``accountant``, ``adjacency``, ``delta``, ``claimed_epsilon``: the
         claim an audit of ``target`` tests (a one-run audit, a plan, a white-box audit).
     """
-    return dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=target.delta,
-        claimed_epsilon=target.claimed_epsilon,
-    )
+    stated = ("accountant", "adjacency", "delta", "claimed_epsilon")
+    return {"event": target.claimed_event, **{name: getattr(target, name) for name in stated}}
 
 
 # ------------------------------------------------------------------------------ a release

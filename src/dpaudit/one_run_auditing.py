@@ -104,15 +104,8 @@ def run_one_run(
     t0 = time.perf_counter()
     claim, scores = _train_and_score(name, rel, audit, m=m, noise=noise, cost=cost, coins=coins)
     t1 = time.perf_counter()
-    bounds = one_run_bounds(
-        scores,
-        delta=claim["delta"],
-        confidence=audit.confidence,
-        claim=claim["event"],
-        accountant=claim["accountant"],
-        adjacency=claim["adjacency"],
-        claimed_epsilon=claim["claimed_epsilon"],
-    )
+    # the claim dict's keys are the bounds' keywords (its event is the claim)
+    bounds = one_run_bounds(scores, confidence=audit.confidence, claim=claim.pop("event"), **claim)
     t2 = time.perf_counter()
     result = OneRunResult(
         bounds=bounds,

@@ -930,12 +930,8 @@ def _main_result(target, roles, scores, plans, o: AuditOptions, timings, audit_i
 
 def _tested(target: AuditTarget) -> dict:
     """The claim every role of an audit of ``target`` is tested against (the main target's)."""
-    return {
-        "event": target.claimed_event,
-        "accountant": target.accountant,
-        "adjacency": target.adjacency,
-        "delta": target.delta,
-    }
+    stated = ("accountant", "adjacency", "delta")
+    return {"event": target.claimed_event, **{name: getattr(target, name) for name in stated}}
 
 
 def _with_power(result: AuditResult, tested: dict, trials: int, select_fraction, seq_mode=False):

@@ -29,7 +29,7 @@ from .errors import DataError, UsageError
 from .ledger import signing as sg
 from .ledger.book import open_ledger
 from .ledger.integrity import canonical_json
-from .one_run_auditing import MODULE_MODELS, module_setup
+from .one_run_auditing import MODULE_MODELS, module_target
 from .paths import check_new_folder, results_in
 from .records import now_utc, read_json, read_release, write_json_atomic
 from .requests import AuditRequest
@@ -83,14 +83,13 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
         values = (rel.id, rel.guarantee, rel.epsilon, rel.delta, rel.adjacency, rel.accountant)
         return dict(zip(_CLAIM_KEYS, values)), {"release": rel.id}
     if a.protocol.one_run and a.mechanism in MODULE_MODELS:
-        _, data, _, claim = module_setup(a)
-        mechanism, dataset = a.mechanism, data.name
+        t = module_target(a)
     else:
         t = target_for(
             dataclasses.replace(a, canary=None, no_noise=False) if a.protocol.one_run else a
         )
-        claim = target_claim(t)
-        mechanism, dataset = t.mechanism, (t.private_data() or {}).get("dataset")
+    claim = target_claim(t)
+    mechanism, dataset = t.mechanism, (t.private_data() or {}).get("dataset")
     event = None if claim["event"] is None else claim["event"].to_dict()
     values = (event, claim["claimed_epsilon"], claim["delta"], str(claim["adjacency"]))
     target = {"mechanism": str(mechanism), "dataset": dataset, "event": event}

@@ -68,9 +68,8 @@ def general_epsilon_at(rec: dict, confidence: float) -> float | None:
     counts, delta = eval_counts(rec), number(rec.get("delta"))
     if counts is None or delta is None:
         return None
-    if isinstance(
-        rec.get("sequential"), dict
-    ):  # stopped by a sequential test: only its anytime box is valid
+    # stopped by a sequential test: only its anytime box is valid
+    if isinstance(rec.get("sequential"), dict):
         return float(
             stats.epsilon_from_rates(*sequential.box_at(rec["sequential"], confidence), delta)
         )

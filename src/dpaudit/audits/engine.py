@@ -665,6 +665,11 @@ class _Checkpoint:
         self.dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(plan, {"fingerprint": fingerprint})
 
+    @classmethod
+    def of_roles(cls, root: Path | None, prints: dict, roles) -> dict:
+        """role -> its checkpoint under the output folder ``root`` (none without one)."""
+        return {} if root is None else {r: cls(root, r, prints[r]) for r in roles}
+
     def done(self) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
         for p in sorted(self.dir.glob("chunk_*.npy")):
@@ -850,9 +855,7 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     audit_id = _started(target, roles, prints, o, root)
     t0 = time.perf_counter()
     fixed = _fixed_jobs(roles, plans, seq)
-    # with an output folder, every finished chunk is checkpointed there
-    checkpoints = {r: _Checkpoint(root, r, prints[r]) for r in fixed if root is not None}
-    scores, busy, cpu = _run_roles(fixed, o, checkpoints)
+    scores, busy, cpu = _run_roles(fixed, o, _Checkpoint.of_roles(root, prints, fixed))
     stop = _run_sequential_main(target, seq, o, scores, roles, plans)
     phase("computing the bounds and writing the results")
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from .audits.canaries import audit_family, check_canary
 from .catalogue import ALIASES, CATALOGUE, lookup, names
 from .errors import UsageError
 from .mechanisms import registry
@@ -33,13 +34,7 @@ def auditable_entry(mechanism: str):
 
 def entry_canary(entry, canary: str | None) -> str:
     """``canary`` (default: the entry's first), one of the entry's canaries."""
-    canary = canary or entry.canaries[0]
-    if canary not in entry.canaries:
-        fam = "head" if entry.family == "dp-sgd-head" else entry.name
-        raise UsageError(
-            f"canary must be one of {', '.join(entry.canaries)} for {fam} models, got {canary!r}."
-        )
-    return canary
+    return check_canary(audit_family(entry), canary or entry.canaries[0])
 
 
 def check_privacy_unit(

@@ -1,5 +1,5 @@
-"""The white-box bound record and a plan's claim, target and audit blocks are written from key
-tables; these pin their exact JSON text (key order included) as the hand-written dicts wrote it.
+"""The white-box bound record, a plan's claim, target and audit blocks and the Gaussian target's
+description are written from key tables; these pin their exact JSON text (key order included) as the hand-written dicts wrote it.
 
 The digests are SHA-256 of ``json.dumps`` of each record without sorting (the layout a file
 gets), taken from the code before the tables (commit 6e56f31).
@@ -16,6 +16,7 @@ import pytest
 from dpaudit.accounting.events import SubsampledGaussian
 from dpaudit.audit_plans import make_plan, opacus_plan
 from dpaudit.audits import white_box
+from dpaudit.audits.gaussian import GaussianTarget
 from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
 from dpaudit.requests import AuditRequest
@@ -94,3 +95,18 @@ def test_plan_blocks_keep_their_layout(tmp_path, signing_key):
         plan = json.loads(path.read_text())
         assert list(plan["claim"]) == ["event", "epsilon", "delta", "adjacency", "accountant"]
         assert _digest({k: plan[k] for k in blocks}) == PLAN_DIGESTS[name], name
+
+
+def test_gaussian_target_description_keeps_its_layout():
+    target = GaussianTarget(noise_multiplier=1.5, canary="natural", broken_noise_factor=2.0, seed=3)
+    described = target.describe()
+    assert list(described["config"]) == [
+        "noise_multiplier",
+        "clipping_norm",
+        "dimension",
+        "n_records",
+        "broken_noise_factor",
+        "exact_epsilon",
+        "seed",
+    ]
+    assert _digest(described) == "f4bd76180baad1ab45cf522d760a07bada2138240d10bad793c95b4b9c2e875c"

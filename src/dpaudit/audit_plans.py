@@ -256,27 +256,12 @@ def _write_plan(
         "signer": {"key_id": signing.key_id, "public_key": signing.public_text},
     }
     plan["signature"] = signing.sign(_material(plan))
+    registered = dict(plan_id=pid, stage="registered", sha256=digest(plan))
+    signed = {"commitment": plan["commitment"], "key_id": signing.key_id, "target": target}
     with open_ledger(request.get("ledger"), signing_key=signing) as led:
-        led.record_plan(
-            {
-                "plan_id": pid,
-                "stage": "registered",
-                "sha256": digest(plan),
-                "commitment": plan["commitment"],
-                "key_id": signing.key_id,
-                "target": target,
-            }
-        )
-    write_json_atomic(
-        out / PLAN_LOCAL_FILE,
-        {
-            "plan_id": pid,
-            "not_for_publication": NOT_FOR_PUBLICATION,
-            "salt": salt,
-            "seeds": seeds,
-            "key": str(signing.path),
-        },
-    )
+        led.record_plan({**registered, **signed})
+    local = {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt}
+    write_json_atomic(out / PLAN_LOCAL_FILE, {**local, "seeds": seeds, "key": str(signing.path)})
     return write_json_atomic(out / PLAN_FILE, plan)
 
 

@@ -30,13 +30,7 @@ np = lazy_import("numpy")
 
 GAUSSIAN_CANARIES = ("max-clip", "natural")
 #: The target's fields its audit record's config lists first, in their written order.
-_CONFIG_FIELDS = (
-    "noise_multiplier",
-    "clipping_norm",
-    "dimension",
-    "n_records",
-    "broken_noise_factor",
-)
+_CONFIG_FIELDS = "noise_multiplier clipping_norm dimension n_records broken_noise_factor".split()
 
 
 def exact_epsilon(noise_multiplier: float, delta: float) -> float:

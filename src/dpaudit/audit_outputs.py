@@ -94,23 +94,12 @@ def _keep(d: dict, key: str, public: tuple, local: dict) -> None:
         local[key] = private
 
 
-def _round_timings(d: dict, local: dict) -> None:
-    if isinstance(d.get("timings"), dict) and d["timings"]:
-        local["timings"] = d["timings"]
-        d["timings"] = round_timings(d["timings"])
-
-
 def split_audit(record: dict) -> tuple[dict, dict]:
     """(shareable, local) parts of an audit.json dict (controls split the same way, under
     ``controls`` in both). ``record`` is not changed. Only the dicts on the paths split off are
     copied, so the parts share the other values with ``record`` (a 100,000-trial record is never
     deep-copied): treat all three as read-only below their top level."""
-    public = dict(record)
-    local: dict = {}
-    for path in LOCAL_AUDIT_PATHS:
-        _pop_path(public, path, local)
-    _keep(public, "canary_info", PUBLIC_CANARY_KEYS, local)
-    _round_timings(public, local)
+    public, local = _split(record, LOCAL_AUDIT_PATHS, "canary_info", PUBLIC_CANARY_KEYS)
     controls = public.get("controls")
     if isinstance(controls, dict):
         public["controls"] = dict(controls)
@@ -126,10 +115,19 @@ def split_audit(record: dict) -> tuple[dict, dict]:
 def split_one_run(record: dict) -> tuple[dict, dict]:
     """(shareable, local) parts of a one_run.json dict; ``record`` is not changed (values shared
     with it as in :func:`split_audit`)."""
-    public = dict(record)
-    local: dict = {}
-    _keep(public, "info", PUBLIC_ONE_RUN_INFO, local)
-    _round_timings(public, local)
+    return _split(record, (), "info", PUBLIC_ONE_RUN_INFO)
+
+
+def _split(record: dict, local_paths: tuple, described: str, public_keys: tuple) -> tuple:
+    """(shareable, local) of one record (not its controls): the ``local_paths`` moved off, the
+    ``described`` block kept to its ``public_keys``, the timings rounded."""
+    public, local = dict(record), {}
+    for path in local_paths:
+        _pop_path(public, path, local)
+    _keep(public, described, public_keys, local)
+    if isinstance(public.get("timings"), dict) and public["timings"]:
+        local["timings"] = public["timings"]
+        public["timings"] = round_timings(public["timings"])
     return public, local
 
 

@@ -29,7 +29,7 @@ from .errors import DataError, UsageError
 from .ledger import signing as sg
 from .ledger.book import open_ledger
 from .ledger.integrity import canonical_json
-from .one_run_auditing import MODULE_MODELS, module_setup
+from .one_run_auditing import MODULE_MODELS, module_target
 from .paths import check_new_folder, results_in
 from .records import now_utc, read_json, read_release, write_json_atomic
 from .requests import AuditRequest
@@ -80,32 +80,24 @@ def _claim(a: AuditRequest) -> tuple[dict, dict]:
     mechanism on its dataset at its claimed event, named as the run's ``audit`` entry names them."""
     if a.release is not None:
         rel = read_release(a.release)
-        return {
-            "release_id": rel.id,
-            "event": rel.guarantee,
-            "epsilon": rel.epsilon,
-            "delta": rel.delta,
-            "adjacency": rel.adjacency,
-            "accountant": rel.accountant,
-        }, {"release": rel.id}
+        values = (rel.id, rel.guarantee, rel.epsilon, rel.delta, rel.adjacency, rel.accountant)
+        return dict(zip(_CLAIM_KEYS, values)), {"release": rel.id}
     if a.protocol.one_run and a.mechanism in MODULE_MODELS:
-        _, data, _, claim = module_setup(a)
-        mechanism, dataset = a.mechanism, data.name
+        t = module_target(a)
     else:
         t = target_for(
             dataclasses.replace(a, canary=None, no_noise=False) if a.protocol.one_run else a
         )
-        claim = target_claim(t)
-        mechanism, dataset = t.mechanism, (t.private_data() or {}).get("dataset")
+    claim = target_claim(t)
+    mechanism, dataset = t.mechanism, (t.private_data() or {}).get("dataset")
     event = None if claim["event"] is None else claim["event"].to_dict()
-    return {
-        "release_id": None,
-        "event": event,
-        "epsilon": claim["claimed_epsilon"],
-        "delta": claim["delta"],
-        "adjacency": str(claim["adjacency"]),
-        "accountant": claim["accountant"],
-    }, {"mechanism": str(mechanism), "dataset": dataset, "event": event}
+    values = (event, claim["claimed_epsilon"], claim["delta"], str(claim["adjacency"]))
+    target = {"mechanism": str(mechanism), "dataset": dataset, "event": event}
+    return dict(zip(_CLAIM_KEYS, (None, *values, claim["accountant"]))), target
+
+
+#: A plan's "claim" block in its written order (the release id is popped into the plan's own field).
+_CLAIM_KEYS = ("release_id", "event", "epsilon", "delta", "adjacency", "accountant")
 
 
 def plan_target(plan: dict) -> dict | None:
@@ -136,27 +128,20 @@ def _settings(a: AuditRequest, claim: dict) -> dict:
         canaries = positive_int("canaries", a.protocol.canaries, 2)
         statistic = "f-dp" if claim["event"] else "steinke"
         return _one_run_settings(a.protocol.one_run_kind, canaries, statistic, a.confidence)
-    return {
-        "kind": "trials",
-        "canary": entry_canary(auditable_entry(a.mechanism), a.canary),
-        "canaries": None,
-        "trials": positive_int("runs", a.runs, 4),
-        "statistic": "claimed-curve" if claim["event"] else "clopper-pearson",
-        "confidence": a.confidence,
-        "select_fraction": SELECT_FRACTION,
-    }
+    canary = entry_canary(auditable_entry(a.mechanism), a.canary)
+    trials = positive_int("runs", a.runs, 4)
+    statistic = "claimed-curve" if claim["event"] else "clopper-pearson"
+    values = ("trials", canary, None, trials, statistic, a.confidence, SELECT_FRACTION)
+    return dict(zip(_SETTINGS_KEYS, values))
 
 
 def _one_run_settings(canary: str, canaries: int, statistic: str, confidence: float) -> dict:
-    return {
-        "kind": "one-run",
-        "canary": canary,
-        "canaries": canaries,
-        "trials": None,
-        "statistic": statistic,
-        "confidence": confidence,
-        "select_fraction": None,
-    }
+    values = ("one-run", canary, canaries, None, statistic, confidence, None)
+    return dict(zip(_SETTINGS_KEYS, values))
+
+
+#: A plan's "audit" block in its written order.
+_SETTINGS_KEYS = "kind canary canaries trials statistic confidence select_fraction".split()
 
 
 def make_plan(a: AuditRequest, *, key=None) -> Path:
@@ -222,13 +207,9 @@ def opacus_plan(
             f"tensors must be a list of parameter names (or None: every trainable parameter), got {tensors!r}."
         )
     delta, confidence = open_unit("delta", delta), open_unit("confidence", confidence)
-    claim = {
-        "event": event.to_dict(),
-        "epsilon": float(compute_epsilon(event, delta=delta, accountant="rdp").epsilon),
-        "delta": delta,
-        "adjacency": "add-remove-record",
-        "accountant": "rdp",
-    }
+    epsilon = float(compute_epsilon(event, delta=delta, accountant="rdp").epsilon)
+    values = (event.to_dict(), epsilon, delta, "add-remove-record", "rdp")
+    claim = dict(zip(_CLAIM_KEYS[1:], values))
     audit = _one_run_settings("gradient", m, "f-dp", confidence)
     request = {
         "tensors": None if tensors is None else [str(t) for t in tensors],
@@ -275,27 +256,12 @@ def _write_plan(
         "signer": {"key_id": signing.key_id, "public_key": signing.public_text},
     }
     plan["signature"] = signing.sign(_material(plan))
+    registered = dict(plan_id=pid, stage="registered", sha256=digest(plan))
+    signed = {"commitment": plan["commitment"], "key_id": signing.key_id, "target": target}
     with open_ledger(request.get("ledger"), signing_key=signing) as led:
-        led.record_plan(
-            {
-                "plan_id": pid,
-                "stage": "registered",
-                "sha256": digest(plan),
-                "commitment": plan["commitment"],
-                "key_id": signing.key_id,
-                "target": target,
-            }
-        )
-    write_json_atomic(
-        out / PLAN_LOCAL_FILE,
-        {
-            "plan_id": pid,
-            "not_for_publication": NOT_FOR_PUBLICATION,
-            "salt": salt,
-            "seeds": seeds,
-            "key": str(signing.path),
-        },
-    )
+        led.record_plan({**registered, **signed})
+    local = {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt}
+    write_json_atomic(out / PLAN_LOCAL_FILE, {**local, "seeds": seeds, "key": str(signing.path)})
     return write_json_atomic(out / PLAN_FILE, plan)
 
 
@@ -307,16 +273,8 @@ def plan_entries(entries) -> dict:
     later one (written around :meth:`Ledger.record_plan`, which refuses it) is what an edit looks like."""
     out: dict = {}
     for seq, signer, p in entries:
-        rec = out.setdefault(
-            p.get("plan_id"),
-            {
-                "registered": None,
-                "runs": [],
-                "results": {},
-                "later_results": [],
-                "orphan_results": [],
-            },
-        )
+        empty = dict(registered=None, runs=[], results={}, later_results=[], orphan_results=[])
+        rec = out.setdefault(p.get("plan_id"), empty)
         stage, aid = p.get("stage"), p.get("audit_id")
         if stage == "registered":
             rec["registered"] = rec["registered"] or (seq, signer, p)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from .audits.canaries import audit_family, check_canary
 from .catalogue import ALIASES, CATALOGUE, lookup, names
 from .errors import UsageError
 from .mechanisms import registry
@@ -33,13 +34,7 @@ def auditable_entry(mechanism: str):
 
 def entry_canary(entry, canary: str | None) -> str:
     """``canary`` (default: the entry's first), one of the entry's canaries."""
-    canary = canary or entry.canaries[0]
-    if canary not in entry.canaries:
-        fam = "head" if entry.family == "dp-sgd-head" else entry.name
-        raise UsageError(
-            f"canary must be one of {', '.join(entry.canaries)} for {fam} models, got {canary!r}."
-        )
-    return canary
+    return check_canary(audit_family(entry), canary or entry.canaries[0])
 
 
 def check_privacy_unit(
@@ -160,13 +155,8 @@ def target_claim(target) -> dict:
         dict with ``event``, ``accountant``, ``adjacency``, ``delta``, ``claimed_epsilon``: the
         claim an audit of ``target`` tests (a one-run audit, a plan, a white-box audit).
     """
-    return dict(
-        event=target.claimed_event,
-        accountant=target.accountant,
-        adjacency=target.adjacency,
-        delta=target.delta,
-        claimed_epsilon=target.claimed_epsilon,
-    )
+    stated = ("accountant", "adjacency", "delta", "claimed_epsilon")
+    return {"event": target.claimed_event, **{name: getattr(target, name) for name in stated}}
 
 
 # ------------------------------------------------------------------------------ a release

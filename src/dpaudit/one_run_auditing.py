@@ -49,26 +49,30 @@ def audit_device(a: AuditRequest) -> str:
     return resolve_device(a.device, supported=one_run and a.mechanism in MODULE_MODELS)
 
 
-def module_setup(a: AuditRequest, release=None):
-    """(model, data, DPSGDConfig, claim dict) for a module model's one-run or white-box audit:
-    those of its trial audit's target (:class:`~dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`), built
-    from the release's plan (checked against the release, trained with its optimizer settings,
-    its recorded schedule, noise and claim), else from a fresh plan of ``a``'s mechanism at its
-    (epsilon, delta), dataset (default digits), profile and epochs."""
+def module_target(a: AuditRequest, release=None):
+    """The trial audit target of a module model
+    (:class:`~dpaudit.mechanisms.dpsgd.module_audit.ModuleTarget`) for its one-run or white-box
+    audit: built from the release's plan (checked against the release, trained with its optimizer
+    settings, its recorded schedule, noise and claim), else from a fresh plan of ``a``'s mechanism
+    at its (epsilon, delta), dataset (default digits), profile and epochs."""
     if release is not None:
-        target = target_from_release(release, data_dir=a.data.data_dir)
-    else:
-        target = target_for(
-            AuditRequest(
-                mechanism=a.mechanism,
-                epsilon=a.epsilon,
-                delta=a.delta,
-                dataset=a.data.dataset or "digits",
-                data_dir=a.data.data_dir,
-                profile=a.data.profile,
-                epochs=a.settings.epochs,
-            )
+        return target_from_release(release, data_dir=a.data.data_dir)
+    return target_for(
+        AuditRequest(
+            mechanism=a.mechanism,
+            epsilon=a.epsilon,
+            delta=a.delta,
+            dataset=a.data.dataset or "digits",
+            data_dir=a.data.data_dir,
+            profile=a.data.profile,
+            epochs=a.settings.epochs,
         )
+    )
+
+
+def module_setup(a: AuditRequest, release=None):
+    """(model, data, DPSGDConfig, claim dict) of :func:`module_target`."""
+    target = module_target(a, release)
     return target.model, target.prepared, target.config, target_claim(target)
 
 
@@ -104,15 +108,8 @@ def run_one_run(
     t0 = time.perf_counter()
     claim, scores = _train_and_score(name, rel, audit, m=m, noise=noise, cost=cost, coins=coins)
     t1 = time.perf_counter()
-    bounds = one_run_bounds(
-        scores,
-        delta=claim["delta"],
-        confidence=audit.confidence,
-        claim=claim["event"],
-        accountant=claim["accountant"],
-        adjacency=claim["adjacency"],
-        claimed_epsilon=claim["claimed_epsilon"],
-    )
+    # the claim dict's keys are the bounds' keywords (its event is the claim)
+    bounds = one_run_bounds(scores, confidence=audit.confidence, claim=claim.pop("event"), **claim)
     t2 = time.perf_counter()
     result = OneRunResult(
         bounds=bounds,
@@ -151,34 +148,36 @@ def _audited_release(audit: AuditRequest) -> tuple[Release | None, str | None, s
 
 
 def _train_and_score(name, rel, a: AuditRequest, *, m, noise, cost, coins):
-    """(claim dict, OneRunScores): module models (record level) or DP-SGD head models."""
+    """(claim dict, OneRunScores) of one training run with ``m`` canaries of the target the
+    ordinary audit builds: a module model's (record level) or a DP-SGD head model's."""
+    module = name in MODULE_MODELS
+    device = resolve_device(a.device) if module else None  # before the data are loaded
+    target = _module_target(name, rel, a) if module else _head_target(rel, a)
+    if cost is not None:  # (ledger path, release id, run id): the run's cost, before it trains
+        event = None if a.no_noise else target.claimed_event
+        dataset = target.private_data()["dataset"]
+        _record_cost(target.mechanism, dataset, target.adjacency, event, *cost)
+    seed = a.seed if rel is None else int(rel.seed)
     run = dict(canaries=m, noise=noise, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins)
-    return _modules(name, rel, a, cost, run) if name in MODULE_MODELS else _heads(rel, a, cost, run)
+    with JobProgress("steps") as bar:
+        run.update(seed=seed, progress=bar.steps(f"one-run training ({m} canaries)"))
+        if module:
+            setup = (target.model, target.prepared, target.config)
+            scores = modules_one_run(*setup, device=device, **run)
+        else:
+            scores = heads_one_run(target, **run)
+    claim = target_claim(target)
+    claim.update(delta=float(target.delta), claimed_epsilon=float(claim["claimed_epsilon"]))
+    return claim, scores
 
 
-def _modules(name, rel, a: AuditRequest, cost, run: dict):
-    """(claim dict, OneRunScores) of dp-dense / dp-cnn / dp-attention (record level)."""
+def _module_target(name, rel, a: AuditRequest):
+    """The target of dp-dense / dp-cnn / dp-attention (record level only)."""
     if a.settings.privacy_unit != "record":
         raise UsageError(
             f"privacy unit for a one-run audit of {name} must be record (user level: DP-SGD head models), got {a.settings.privacy_unit!r}."
         )
-    device = resolve_device(a.device)  # before the data are loaded
-    model, data, cfg, claim = module_setup(a, rel)
-    if cost is not None:
-        _record_cost(
-            name, data.name, "add-remove-record", None if a.no_noise else claim["event"], *cost
-        )
-    with JobProgress("steps") as bar:
-        scores = modules_one_run(
-            model,
-            data,
-            cfg,
-            seed=a.seed if rel is None else int(rel.seed),
-            device=device,
-            progress=bar.steps(f"one-run training ({run['canaries']} canaries)"),
-            **run,
-        )
-    return claim, scores
+    return module_target(a, rel)
 
 
 def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, run_id) -> None:
@@ -201,29 +200,18 @@ def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, 
 _NO_NOISE_RUN = "the no-noise one-run control trains without DP noise"
 
 
-def _heads(rel, a: AuditRequest, cost, run: dict):
-    """(claim dict, OneRunScores) of a DP-SGD head model, record or user level (built as the ordinary
-    audit builds it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
+def _head_target(rel, a: AuditRequest):
+    """The target of a DP-SGD head model, record or user level (built as the ordinary audit builds
+    it; a user-level release or ``privacy_unit="user"`` gives canary users)."""
     if rel is not None:
         target = target_from_release(
             rel, data_dir=a.data.data_dir, mechanism=a.mechanism, user_ids=a.settings.user_ids
         )
-        seed = int(rel.seed)
     else:
-        target, seed = target_for(dataclasses.replace(a, canary=None, no_noise=False)), a.seed
+        target = target_for(dataclasses.replace(a, canary=None, no_noise=False))
     if not isinstance(target, (HeadTarget, UserHeadTarget)):
         raise UsageError(
             f"mechanism must be a DP-SGD head model or one of {', '.join(MODULE_MODELS)} for a one-run audit, "
             f"got {a.mechanism!r}."
         )
-    if cost is not None:  # (ledger path, release id): the run's cost, before it trains
-        event = None if a.no_noise else target.claimed_event
-        _record_cost(
-            target.mechanism, target.private_data()["dataset"], target.adjacency, event, *cost
-        )
-    with JobProgress("steps") as bar:
-        progress = bar.steps(f"one-run training ({run['canaries']} canaries)")
-        scores = heads_one_run(target, seed=seed, progress=progress, **run)
-    claim = target_claim(target)
-    claim.update(delta=float(target.delta), claimed_epsilon=float(claim["claimed_epsilon"]))
-    return claim, scores
+    return target

@@ -110,6 +110,8 @@ SCALE_TOLERANCE = 1e-3
 SCALE_RANGE_CLOSED = (1e-6, 1e6)
 SCALE_RANGE_PROFILE = (1.0 / 16.0, 64.0)
 MAX_POINTS = 256
+#: The claimed-curve block's EVAL counts of the box, in their written order.
+BOX_COUNTS = ("fp", "n_out", "fn", "n_in")
 
 
 @functools.cache
@@ -634,7 +636,7 @@ def ruled_out(event: Event, found: tuple, counts: tuple, rule: tuple, rates: tup
         "scale_lower_bound": None if s_lb is None else float(s_lb),
         "family_epsilon": _num(eps_lb),
         "violated": bool(violated),
-        "counts": dict(zip(("fp", "n_out", "fn", "n_in"), counts)),
+        "counts": dict(zip(BOX_COUNTS, counts)),
         "threshold": _num(rule[0]),
         "direction": rule[1],
         "point": dict(zip(("fpr", "fnr", "fpr_upper", "fnr_upper"), map(float, rates))),

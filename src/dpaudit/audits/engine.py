@@ -652,10 +652,8 @@ def _fingerprint(target: AuditTarget, role: str, runs: int, o: AuditOptions) -> 
 class _Checkpoint:
     """Finished chunks of one role under ``dir``; a plan.json fingerprint guards resumption."""
 
-    def __init__(self, root: Path | None, role: str, fingerprint: str):
-        self.dir = None if root is None else root / ".checkpoint" / role
-        if self.dir is None:
-            return
+    def __init__(self, root: Path, role: str, fingerprint: str):
+        self.dir = root / ".checkpoint" / role
         plan = self.dir / "plan.json"
         if plan.exists():
             try:
@@ -667,10 +665,13 @@ class _Checkpoint:
         self.dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(plan, {"fingerprint": fingerprint})
 
+    @classmethod
+    def of_roles(cls, root: Path | None, prints: dict, roles) -> dict:
+        """role -> its checkpoint under the output folder ``root`` (none without one)."""
+        return {} if root is None else {r: cls(root, r, prints[r]) for r in roles}
+
     def done(self) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
-        if self.dir is None:
-            return out
         for p in sorted(self.dir.glob("chunk_*.npy")):
             try:
                 out[int(p.stem.split("_")[1])] = np.load(p)
@@ -679,8 +680,6 @@ class _Checkpoint:
         return out
 
     def save(self, chunk: int, scores: np.ndarray) -> None:
-        if self.dir is None:
-            return
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".chunk.", suffix=".npy")
         with os.fdopen(fd, "wb") as f:
             np.save(f, scores)
@@ -688,7 +687,7 @@ class _Checkpoint:
 
 
 def _run_roles(jobs: dict, o: AuditOptions, checkpoints: dict[str, _Checkpoint]) -> tuple:
-    """Scores for every role (role -> (target, inserted mask)), resuming from checkpoints, with
+    """Scores for every role (role -> (target, inserted mask)), resuming from its checkpoint (if any), with
     the chunk size, workers, executor and noise seed of ``o``: (role -> scores, busy, cpu)."""
     results, pending = _resumed(jobs, o, checkpoints)
     busy = cpu = 0.0
@@ -704,7 +703,8 @@ def _run_roles(jobs: dict, o: AuditOptions, checkpoints: dict[str, _Checkpoint])
             busy += dt
             cpu += dc
             results[role][c * o.chunk_size : c * o.chunk_size + s.size] = s
-            checkpoints[role].save(c, s)
+            if role in checkpoints:
+                checkpoints[role].save(c, s)
             bar.update(tasks[role], advance=s.size)
 
         # an executor (dpaudit.sweeps.executors: local pool or Dask): same chunks, same noise
@@ -729,7 +729,7 @@ def _resumed(jobs: dict, o: AuditOptions, checkpoints: dict) -> tuple[dict, list
     pending: list[tuple[str, int, np.ndarray, int | None]] = []
     for role, (_, inserted) in jobs.items():
         results[role] = np.full(inserted.size, np.nan)
-        done = checkpoints[role].done()
+        done = checkpoints[role].done() if role in checkpoints else {}
         for c in range(-(-inserted.size // o.chunk_size)):
             sl = slice(c * o.chunk_size, min((c + 1) * o.chunk_size, inserted.size))
             if c in done and done[c].shape == (sl.stop - sl.start,):
@@ -855,7 +855,7 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     audit_id = _started(target, roles, prints, o, root)
     t0 = time.perf_counter()
     fixed = _fixed_jobs(roles, plans, seq)
-    scores, busy, cpu = _run_roles(fixed, o, {r: _Checkpoint(root, r, prints[r]) for r in fixed})
+    scores, busy, cpu = _run_roles(fixed, o, _Checkpoint.of_roles(root, prints, fixed))
     stop = _run_sequential_main(target, seq, o, scores, roles, plans)
     phase("computing the bounds and writing the results")
     timings = _timings(o, time.perf_counter() - t0, sum(n for _, n in roles.values()), busy, cpu)
@@ -930,12 +930,8 @@ def _main_result(target, roles, scores, plans, o: AuditOptions, timings, audit_i
 
 def _tested(target: AuditTarget) -> dict:
     """The claim every role of an audit of ``target`` is tested against (the main target's)."""
-    return {
-        "event": target.claimed_event,
-        "accountant": target.accountant,
-        "adjacency": target.adjacency,
-        "delta": target.delta,
-    }
+    stated = ("accountant", "adjacency", "delta")
+    return {"event": target.claimed_event, **{name: getattr(target, name) for name in stated}}
 
 
 def _with_power(result: AuditResult, tested: dict, trials: int, select_fraction, seq_mode=False):

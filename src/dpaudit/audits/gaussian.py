@@ -29,6 +29,8 @@ from .targets import AuditTarget
 np = lazy_import("numpy")
 
 GAUSSIAN_CANARIES = ("max-clip", "natural")
+#: The target's fields its audit record's config lists first, in their written order.
+_CONFIG_FIELDS = "noise_multiplier clipping_norm dimension n_records broken_noise_factor".split()
 
 
 def exact_epsilon(noise_multiplier: float, delta: float) -> float:
@@ -121,11 +123,7 @@ class GaussianTarget(AuditTarget):
             "task": None,
             "dataset": f"synthetic-gaussian(n={self.n_records}, d={self.dimension}, seed={self.seed})",
             "config": {
-                "noise_multiplier": self.noise_multiplier,
-                "clipping_norm": self.clipping_norm,
-                "dimension": self.dimension,
-                "n_records": self.n_records,
-                "broken_noise_factor": self.broken_noise_factor,
+                **{name: getattr(self, name) for name in _CONFIG_FIELDS},
                 "exact_epsilon": self.claimed_epsilon,
                 "seed": self.seed,
             },

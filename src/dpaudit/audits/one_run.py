@@ -364,29 +364,7 @@ def one_run_bounds(
     m = s.m
     grid = guess_grid(m)
     counts = [count_correct(s.scores, s.included, kp, kn) for kp, kn in grid]
-    each = alpha / len(grid)
-    eps = [steinke_epsilon(m, r, v, delta=delta, significance=each) for r, v in counts]
-    best = int(np.argmax(eps))
-    ceiling = max(steinke_epsilon(m, r, r, delta=delta, significance=each) for r, _ in counts)
-    method = (
-        f"Steinke, Nasr & Jagielski (2023): guess 'in' for the k+ highest scores and 'out' for the k- lowest, abstain on the "
-        f"rest; eps_LB = the largest eps whose (eps, delta) p-value P[Bin(r, e^eps/(1+e^eps)) >= v] + 2 m delta "
-        f"max_i P[v-i <= Bin < v]/i is <= {alpha:g}/{len(grid)} (Bonferroni over the {len(grid)} (k+, k-) grid points); "
-        f"ceiling: all guesses correct."
-    )
-    steinke = {
-        "epsilon_lower_bound": float(eps[best]),
-        "k_pos": grid[best][0],
-        "k_neg": grid[best][1],
-        "guesses": counts[best][0],
-        "correct": counts[best][1],
-        "ceiling": float(ceiling),
-        "method": method,
-        "per_grid": [
-            {"k_pos": kp, "k_neg": kn, "guesses": r, "correct": v, "epsilon_lower_bound": float(e)}
-            for (kp, kn), (r, v), e in zip(grid, counts, eps)
-        ],
-    }
+    steinke = _steinke_block(m, grid, counts, delta, alpha)
     fdp = None
     if claim is not None:
         fdp = _fdp_block(counts, m, claim, delta, alpha, accountant, adjacency)
@@ -404,6 +382,34 @@ def one_run_bounds(
         "delta": delta,
         "confidence": float(confidence),
         "info": dict(s.info),
+    }
+
+
+def _steinke_block(m: int, grid: list, counts: list, delta: float, alpha: float) -> dict:
+    """one_run.json "steinke": the Steinke et al. eps_LB of the grid's (guesses, correct)
+    ``counts``, Bonferroni over the grid at significance ``alpha``, and its ceiling."""
+    each = alpha / len(grid)
+    eps = [steinke_epsilon(m, r, v, delta=delta, significance=each) for r, v in counts]
+    best = int(np.argmax(eps))
+    ceiling = max(steinke_epsilon(m, r, r, delta=delta, significance=each) for r, _ in counts)
+    method = (
+        f"Steinke, Nasr & Jagielski (2023): guess 'in' for the k+ highest scores and 'out' for the k- lowest, abstain on the "
+        f"rest; eps_LB = the largest eps whose (eps, delta) p-value P[Bin(r, e^eps/(1+e^eps)) >= v] + 2 m delta "
+        f"max_i P[v-i <= Bin < v]/i is <= {alpha:g}/{len(grid)} (Bonferroni over the {len(grid)} (k+, k-) grid points); "
+        f"ceiling: all guesses correct."
+    )
+    return {
+        "epsilon_lower_bound": float(eps[best]),
+        "k_pos": grid[best][0],
+        "k_neg": grid[best][1],
+        "guesses": counts[best][0],
+        "correct": counts[best][1],
+        "ceiling": float(ceiling),
+        "method": method,
+        "per_grid": [
+            {"k_pos": kp, "k_neg": kn, "guesses": r, "correct": v, "epsilon_lower_bound": float(e)}
+            for (kp, kn), (r, v), e in zip(grid, counts, eps)
+        ],
     }
 
 
@@ -475,9 +481,7 @@ def recompute_bounds(
     counts = [(int(g["guesses"]), int(g["correct"])) for g in rows]
     if grid != guess_grid(m):
         raise DataError(f"one-run grid must be the public grid of {m} canaries, got {grid}.")
-    steinke = max(
-        steinke_epsilon(m, r, v, delta=delta, significance=alpha / len(grid)) for r, v in counts
-    )
+    steinke = _steinke_block(m, grid, counts, delta, alpha)["epsilon_lower_bound"]
     if claim is None:
         return {"steinke": float(steinke), "fdp": None}
     fdp = _fdp_block(counts, m, claim, delta, alpha, accountant, adjacency)

@@ -150,13 +150,8 @@ class _OneRun:
 
     def epsilon(self, s: float) -> float:
         if s not in self.epsilons:
-            self.epsilons[s] = member_epsilon(
-                self.claim,
-                s,
-                delta=self.delta,
-                accountant=self.accountant,
-                adjacency=self.adjacency,
-            )
+            stated = dict(delta=self.delta, accountant=self.accountant, adjacency=self.adjacency)
+            self.epsilons[s] = member_epsilon(self.claim, s, **stated)
         return self.epsilons[s]
 
     def fdp_epsilon(self, m: int, counts) -> float:

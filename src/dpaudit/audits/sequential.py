@@ -41,7 +41,7 @@ from ..lazy import lazy_import
 from ..noise import public_rng
 from ..validation import open_unit, positive_int
 from . import stats
-from .curves import curve_at, family_ruled_out, member_epsilon, ruled_out
+from .curves import BOX_COUNTS, curve_at, family_ruled_out, member_epsilon, ruled_out
 from .curves import criterion_for, select_rule  # noqa: F401 - criterion_for: the engine's name here
 
 np = lazy_import("numpy")
@@ -282,12 +282,10 @@ def record(plan: SequentialPlan, test: SequentialTest, look: Look, reason: str) 
         "mode": "sequential",
         "stopped": reason,
         "trials_used": int(look.trials),
-        "max_trials": plan.max_trials,
-        "batch": plan.batch,
-        "select_trials": plan.select_trials,
+        **{k: getattr(plan, k) for k in ("max_trials", "batch", "select_trials")},
         "looks": int(np.sum(plan.looks() <= look.trials)),
         "direction": test.rule[1],
-        "counts": dict(zip(("fp", "n_out", "fn", "n_in"), look.counts)),
+        "counts": dict(zip(BOX_COUNTS, look.counts)),
         "fpr_upper": look.fpr_upper,
         "fnr_upper": look.fnr_upper,
         "violated": look.violated,

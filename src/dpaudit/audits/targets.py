@@ -32,15 +32,8 @@ np = lazy_import("numpy")
 #: The public identity fields an audit compares with its release (a new ``release.json`` carries
 #: no hash of the private data; see :meth:`dpaudit.data.base.PreparedDataset.identity`); users
 #: before split sizes: the likelier cause of a user-level mismatch (another --user-ids file) and the clearer message.
-IDENTITY_KEYS = (
-    "name",
-    "kind",
-    "profile",
-    "split_seed",
-    "n_users",
-    "split_sizes",
-    "n_features",
-    "n_classes",
+IDENTITY_KEYS = tuple(
+    "name kind profile split_seed n_users split_sizes n_features n_classes".split()
 )
 
 #: Identity fields holding a size per partition (a new release publishes val / test only).

@@ -27,7 +27,7 @@ import math
 from ..accounting.events import event_from_dict
 from ..claims import number
 from . import sequential, stats
-from .curves import claimed_curve
+from .curves import BOX_COUNTS, claimed_curve
 
 
 def eval_counts(rec: dict) -> dict | None:
@@ -68,9 +68,8 @@ def general_epsilon_at(rec: dict, confidence: float) -> float | None:
     counts, delta = eval_counts(rec), number(rec.get("delta"))
     if counts is None or delta is None:
         return None
-    if isinstance(
-        rec.get("sequential"), dict
-    ):  # stopped by a sequential test: only its anytime box is valid
+    # stopped by a sequential test: only its anytime box is valid
+    if isinstance(rec.get("sequential"), dict):
         return float(
             stats.epsilon_from_rates(*sequential.box_at(rec["sequential"], confidence), delta)
         )
@@ -84,21 +83,14 @@ def box_counts(rec: dict) -> dict | None:
     """(fp, n_out, fn, n_in) of the claimed-curve box; older records: from its rates and the EVAL size."""
     cc = rec.get("claimed_curve") or {}
     bc = cc.get("counts")
-    if isinstance(bc, dict) and all(
-        isinstance(bc.get(k), int) for k in ("fp", "n_out", "fn", "n_in")
-    ):
+    if isinstance(bc, dict) and all(isinstance(bc.get(k), int) for k in BOX_COUNTS):
         return bc
     c, p = eval_counts(rec), cc.get("point") if isinstance(cc.get("point"), dict) else {}
     fpr, fnr = number(p.get("fpr")), number(p.get("fnr"))
     if c is None or fpr is None or fnr is None:
         return None
     n_out, n_in = c["tn"] + c["fp"], c["tp"] + c["fn"]  # the same EVAL trials
-    return {
-        "fp": int(round(fpr * n_out)),
-        "n_out": n_out,
-        "fn": int(round(fnr * n_in)),
-        "n_in": n_in,
-    }
+    return dict(zip(BOX_COUNTS, (int(round(fpr * n_out)), n_out, int(round(fnr * n_in)), n_in)))
 
 
 def box_uppers(rec: dict, confidence: float) -> tuple[float, float] | None:

@@ -133,24 +133,16 @@ class WhiteBoxBound:
         return self.epsilon_lb / self.claimed_epsilon if self.claimed_epsilon > 0 else float("inf")
 
     def to_dict(self) -> dict:
-        c = self.claimed
-        return {
-            "threat_model": self.threat_model,
-            "epsilon_lb": _finite_or_none(self.epsilon_lb),
-            "claimed_epsilon": self.claimed_epsilon,
-            "delta": self.delta,
-            "confidence": self.confidence,
-            "accountant": self.accountant,
-            "violation": self.violation,
-            "noise_multiplier_upper": self.noise_upper,
-            "sensitivity_lower": self.sensitivity_lower,
-            "sample_rate_lower": self.sample_rate_lower,
-            "steps": self.steps,
-            "observations": self.observations,
-            "claimed_event": {
-                k: getattr(c, k) for k in ("noise_multiplier", "sample_rate", "steps")
-            },
-        }
+        record = {_RECORD_NAMES.get(name, name): getattr(self, name) for name in _RECORD_FIELDS}
+        record["epsilon_lb"] = _finite_or_none(self.epsilon_lb)
+        family = ("noise_multiplier", "sample_rate", "steps")
+        return {**record, "claimed_event": {k: getattr(self.claimed, k) for k in family}}
+
+
+#: white_box.json's bound keys in their written order (attribute names; renamed below).
+_RECORD_FIELDS = """threat_model epsilon_lb claimed_epsilon delta confidence accountant violation
+noise_upper sensitivity_lower sample_rate_lower steps observations""".split()
+_RECORD_NAMES = {"noise_upper": "noise_multiplier_upper"}
 
 
 def _finite_or_none(x: float):

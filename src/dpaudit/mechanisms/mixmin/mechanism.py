@@ -208,8 +208,7 @@ def pretrain(
         objective = "source-sampling"  # sources with their own inputs cannot share a target
 
     def train(x, target, epochs: int, *key: int, callback=None) -> None:
-        key = (seed, _TAG_PRETRAIN, tag, *key)
-        batch_size = settings.pretrain_batch_size
+        key, batch_size = (seed, _TAG_PRETRAIN, tag, *key), settings.pretrain_batch_size
         fit(
             model,
             x,
@@ -394,9 +393,8 @@ def _task_data(request) -> MixMinData:
     task = load_task(request.task, seed=request.seed, data_dir=request.data_dir)
     target_name, y_all = task.target_labels(request.target)
     tr = task.train_idx
-    user_ids = (
-        None  # who the users are is part of the task (its constant key), not of the run's seed
-    )
+    # who the users are is part of the task (its constant key), not of the run's seed
+    user_ids = None
     if request.privacy_unit == "user":
         g = resolved_mixture(request).records_per_user
         user_ids = synthetic_user_ids(len(tr), g, task.division_key)
@@ -470,9 +468,14 @@ def _check_rebuildable(request, cfg: dict) -> None:
     (another rule would audit other records) unless the pipeline is sequential (D_mix = all)."""
     if request.proxy_predictions is not None or not cfg.get("task"):
         _refuse_proxy_file()
-    rule = (cfg.get("split") or {}).get("rule")
     sequential = request.stage == "pipeline" and request.composition == "sequential"
-    if not sequential and rule != SPLIT_RULE:
+    if not sequential:
+        _require_split_rule((cfg.get("split") or {}).get("rule"), (SPLIT_RULE,))
+
+
+def _require_split_rule(rule, allowed: tuple) -> None:
+    """An audit rebuilds D_mix by the keyed split: a release split by another rule is refused."""
+    if rule not in allowed:
         raise DataError(
             f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}."
         )
@@ -805,10 +808,9 @@ class DPMixMin(MechanismBase):
         division, accountant = None, plan.accountant
         if release is not None:
             rc = release.config or {}
-            if rc.get("split", {}).get("rule", SPLIT_RULE) not in (SPLIT_RULE, "all-records"):
-                raise DataError(
-                    f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rc['split']['rule']!r}."
-                )
+            _require_split_rule(
+                rc.get("split", {}).get("rule", SPLIT_RULE), (SPLIT_RULE, "all-records")
+            )
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
             claimed, accountant = float(release.epsilon), release.accountant
             division = (release.dataset or {}).get("split_seed")

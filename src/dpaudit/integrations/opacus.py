@@ -51,7 +51,7 @@ _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
 _TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
 
 
-def _at(param, flat):
+def values_at(param, flat):
     """The values of ``param`` at the flat coordinates ``flat``, on the CPU."""
     return param.detach().reshape(-1)[flat.to(param.device)].cpu()
 
@@ -63,6 +63,12 @@ def _check_canary_room(named: dict, names: list[str], m: int) -> None:
         raise UsageError(
             f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}."
         )
+
+
+def add_canaries(flat_view, idx, weight: float) -> None:
+    """Add ``weight`` in place at the flat positions ``idx`` of ``flat_view`` (the sampled canaries)."""
+    unit = torch.full((len(idx),), weight, dtype=flat_view.dtype, device=flat_view.device)
+    flat_view.index_add_(0, idx, unit)
 
 
 def canary_sample_rate(sample_rate: float | None, data_loader) -> float:
@@ -220,11 +226,9 @@ class OpacusCanaries:
         Raises:
             UsageError: not an Opacus plan, or canaries / tensors other than the plan's.
         """
-        run = (
-            plan
-            if isinstance(plan, PlanRun)
-            else opacus_plan_run(plan, canaries=canaries, tensors=tensors)
-        )
+        run = plan
+        if not isinstance(plan, PlanRun):
+            run = opacus_plan_run(plan, canaries=canaries, tensors=tensors)
         m, names = run.plan["audit"]["canaries"], run.plan["request"]["tensors"]
         planned = cls(
             model,
@@ -304,15 +308,10 @@ class OpacusCanaries:
         sample rate not above it: the claim holds for this run), else refused; then the run goes in the
         ledger, before training."""
         event, plan_id = self._planned_event(), self._plan.plan["id"][:12]
-        floor, ceiling = event.noise_multiplier * (1 - _TOL), event.sample_rate * (1 + _TOL)
+        sigma, q = event.noise_multiplier, event.sample_rate
         for flag, rule, want, ok in (
-            (
-                "noise_multiplier",
-                "at least",
-                event.noise_multiplier,
-                self.noise_multiplier >= floor,
-            ),
-            ("sample_rate", "at most", event.sample_rate, self.sample_rate <= ceiling),
+            ("noise_multiplier", "at least", sigma, self.noise_multiplier >= sigma * (1 - _TOL)),
+            ("sample_rate", "at most", q, self.sample_rate <= q * (1 + _TOL)),
         ):
             if not ok:
                 raise UsageError(
@@ -343,9 +342,7 @@ class OpacusCanaries:
             if not sampled_here.any():
                 continue
             summed = summed_grad(self._params[n], n)
-            count = int(sampled_here.sum())
-            unit = torch.full((count,), norm, dtype=summed.dtype, device=summed.device)
-            summed.view(-1).index_add_(0, flat[torch.as_tensor(sampled_here)], unit)
+            add_canaries(summed.view(-1), flat[torch.as_tensor(sampled_here)], norm)
 
     # ------------------------------------------------------------------ after training
     def scores(self, model: torch.nn.Module | None = None):
@@ -368,8 +365,7 @@ class OpacusCanaries:
             params = {n: named[n] for n in self._groups}
         s = np.zeros(self.m)
         for n, (ids, flat) in self._groups.items():
-            now = params[n].detach().reshape(-1)[flat.to(params[n].device)].cpu()
-            s[ids] = -(now - self._theta0[n].cpu()).double().numpy()
+            s[ids] = -(values_at(params[n], flat) - self._theta0[n].cpu()).double().numpy()
         return OneRunScores(
             scores=s, included=self.included.copy(), kind="gradient", info=self.describe()
         )
@@ -481,7 +477,7 @@ class OpacusCanaries:
             for n, (_, flat) in self._groups.items()
             if n in named
             and named[n] is not self._params[n]
-            and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))
+            and not torch.equal(values_at(named[n], flat), values_at(self._params[n], flat))
         ]
         if moved:
             seen = (

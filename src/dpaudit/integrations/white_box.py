@@ -31,7 +31,7 @@ from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import positive_finite, positive_int
-from .opacus import canary_sample_rate, summed_grad
+from .opacus import add_canaries, canary_sample_rate, summed_grad, values_at
 from .pipeline import canary_params
 
 np = lazy_import("numpy")
@@ -170,11 +170,7 @@ class LoopWhiteBox:
             others.append(view[idx].double().cpu().numpy())
             on = torch.as_tensor(hit[ids], device=view.device)
             if bool(on.any()):
-                view.index_add_(
-                    0,
-                    idx[on],
-                    torch.full((int(on.sum()),), weight, dtype=view.dtype, device=view.device),
-                )
+                add_canaries(view, idx[on], weight)
         self._pending = (hit, others)
 
     def after_noise(self, noisy) -> None:
@@ -186,10 +182,7 @@ class LoopWhiteBox:
         sums = self._tensors(noisy, "noisy")
         (hit, others), y = self._pending, np.zeros(self.m)
         for (name, ids, flat), before in zip(self._groups, others):
-            t = sums[name]
-            y[ids] = (
-                t.detach().reshape(-1)[flat.to(t.device)].double().cpu().numpy() - before
-            ) / self.clipping_norm
+            y[ids] = (values_at(sums[name], flat).double().numpy() - before) / self.clipping_norm
         self._values.append(y)
         self._sampled.append(hit)
         self._pending = None

@@ -39,7 +39,7 @@ from ..audits.power_runs import one_run_power_of
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
-from ..validation import positive_int
+from ..validation import half_open_unit, positive_int
 from .pipeline import NOT_CERTIFIED, Finding, ParamsOutsideDP, canary_params, optimizer_settings
 from .pipeline import setting_findings
 from .pipeline import plain_name as _plain_name
@@ -78,10 +78,7 @@ def canary_sample_rate(sample_rate: float | None, data_loader) -> float:
         if data_loader is None:
             raise UsageError("sample_rate or data_loader must be given, got neither.")
         sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
-    rate = float(sample_rate)
-    if not 0.0 < rate <= 1.0:
-        raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
-    return rate
+    return half_open_unit("sample_rate", sample_rate)
 
 
 def summed_grad(param, name: str):

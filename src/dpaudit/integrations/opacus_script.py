@@ -98,11 +98,8 @@ def warning_lines(caught) -> list[str]:
     warning reworded, every other one kept as ``Category: first line`` (never hidden: it may say something is wrong)."""
     out: list[str] = []
     for w in caught:
-        text = (
-            str(w.message).strip().splitlines()[0]
-            if str(w.message).strip()
-            else type(w.message).__name__
-        )
+        message = str(w.message).strip()
+        text = message.splitlines()[0] if message else type(w.message).__name__
         if any(text.startswith(e) for e in _EXPECTED):
             continue
         line = next(

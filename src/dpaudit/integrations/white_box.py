@@ -30,7 +30,7 @@ from ..audits.white_box import StepObservations, WhiteBoxBound, step_bound
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
-from ..validation import positive_finite, positive_int
+from ..validation import half_open_unit, positive_finite, positive_int
 from .opacus import add_canaries, canary_sample_rate, summed_grad, values_at
 from .pipeline import canary_params
 
@@ -123,10 +123,8 @@ class LoopWhiteBox:
         """The claim: ``SubsampledGaussian(noise_multiplier, sample_rate, steps)`` with
         sensitivity ``max_grad_norm`` (``steps`` None: the observed steps). Canaries are sampled
         at ``sample_rate`` and weigh ``max_grad_norm``."""
-        q = positive_finite("sample_rate", sample_rate)
-        if q > 1.0:
-            raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
-        self.sample_rate, self.clipping_norm = q, positive_finite("max_grad_norm", max_grad_norm)
+        self.sample_rate = half_open_unit("sample_rate", sample_rate)
+        self.clipping_norm = positive_finite("max_grad_norm", max_grad_norm)
         self.noise_multiplier = float(noise_multiplier)
         self.steps = None if steps is None else positive_int("steps", steps)
         return self

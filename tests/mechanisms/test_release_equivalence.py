@@ -55,11 +55,12 @@ def _noisy_sum(tmp: Path) -> dict:
     return {"arrays": _digest(tmp / "sum"), "metrics": r.metrics, "epsilon": r.epsilon}
 
 
-def _mixmin_pipeline(tmp: Path) -> dict:
+def _mixmin_pipeline(tmp: Path, objective: str = "weighted-targets") -> dict:
     request = MixMinRequest(
         task="digits-mix", target="loops-0689", epsilon=1.0, rho=0.3, steps=20, stage="pipeline"
     )
-    request = MixMinRequest(**{**request.to_dict(), "reproducible_noise": True})
+    settings = {"reproducible_noise": True, "pretrain_objective": objective}
+    request = MixMinRequest(**{**request.to_dict(), **settings})
     parts = release("mixmin", request, out_dir=tmp / "mix", record=False)
     parts = parts if isinstance(parts, (list, tuple)) else [parts]
     # the link to the mixture release names its random id: left out
@@ -78,6 +79,7 @@ CASES = {
     "dp-elm textbook": lambda tmp: _elm(tmp, "textbook"),
     "noisy-sum": _noisy_sum,
     "dp-mixmin pipeline": _mixmin_pipeline,
+    "dp-mixmin pipeline source-sampling": lambda tmp: _mixmin_pipeline(tmp, "source-sampling"),
     "dp-elm audit worst-case": lambda tmp: _elm_scores("worst-case", "add-remove-record"),
     "dp-elm audit mislabeled replace": lambda tmp: _elm_scores("mislabeled", "replace-record"),
 }

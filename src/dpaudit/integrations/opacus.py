@@ -490,11 +490,9 @@ class OpacusCanaries:
 
     def _bounds(self, model, delta, confidence) -> dict:
         if self._plan is None:
+            confidence = 0.95 if confidence is None else confidence
             return one_run_bounds(
-                self.scores(model),
-                delta=delta,
-                confidence=0.95 if confidence is None else confidence,
-                claim=self.claim(),
+                self.scores(model), delta=delta, confidence=confidence, claim=self.claim()
             )
         p, ev = self._plan.plan, self._planned_event()
         if delta is not None or confidence is not None:

@@ -273,13 +273,7 @@ def elm_sufficient_statistics(
         onehot[np.arange(h.shape[0]), y[start : start + CHUNK]] = 1
         gram += h.T @ h
         cross += h.T @ onehot
-    return ElmStatistics(
-        gram=gram,
-        cross=cross,
-        n_records=int(n),
-        n_classes=n_classes,
-        grid_bits=FEATURE_BITS if exact else None,
-    )
+    return ElmStatistics(gram, cross, int(n), n_classes, FEATURE_BITS if exact else None)
 
 
 @dataclass(frozen=True)

@@ -202,37 +202,23 @@ def pretrain(
                     auc=a, epoch=epoch, state={k: v.clone() for k, v in m.state_dict().items()}
                 )
 
-    epochs = max(settings.pretrain_checkpoints)
+    epochs, key = max(settings.pretrain_checkpoints), (seed, _TAG_PRETRAIN, tag)
     objective = settings.pretrain_objective
     if objective == "weighted-targets" and not task.shared_inputs:
         objective = "source-sampling"  # sources with their own inputs cannot share a target
-
-    def train(x, target, epochs: int, *key: int, callback=None) -> None:
-        key, batch_size = (seed, _TAG_PRETRAIN, tag, *key), settings.pretrain_batch_size
-        fit(
-            model,
-            x,
-            target,
-            loss="bce",
-            epochs=epochs,
-            key=key,
-            batch_size=batch_size,
-            callback=callback,
-        )
-
+    train = functools.partial(fit, model, loss="bce", batch_size=settings.pretrain_batch_size)
     if objective == "weighted-targets":
         soft_targets = (np.nan_to_num(task.public_y, nan=0.0) @ w).astype(np.float32)[:, None]
-        train(task.public_x, soft_targets, epochs, 1, callback=keep)
+        train(task.public_x, soft_targets, epochs=epochs, key=(*key, 1), callback=keep)
     else:
-        rng = public_rng(seed, _TAG_PRETRAIN, tag, 2)
+        rng = public_rng(*key, 2)
         n, k = task.public_x.shape[0], task.k
-        rows_of = [
-            np.flatnonzero((task.public_source == i) | (task.public_source < 0)) for i in range(k)
-        ]
+        rows_of = [task.source_rows(i) for i in range(k)]
         for epoch in range(1, epochs + 1):
             src = rng.choice(k, size=n, p=w / w.sum())
             rows = np.array([rows_of[i][rng.integers(len(rows_of[i]))] for i in src])
-            train(task.public_x[rows], task.public_y[rows, src][:, None], 1, 3, epoch)
+            x, target = task.public_x[rows], task.public_y[rows, src][:, None]
+            train(x, target, epochs=1, key=(*key, 3, epoch))
             keep(epoch, model)
     model.load_state_dict(best["state"])
     model.eval()

@@ -236,6 +236,10 @@ class MixMinTask:
             )
         return np.asarray(self.record_ids)[self.train_idx]
 
+    def source_rows(self, source: int) -> np.ndarray:
+        """The public rows source ``source`` trains on: its own and those every source shares."""
+        return np.flatnonzero((self.public_source == source) | (self.public_source < 0))
+
     @property
     def shared_inputs(self) -> bool:
         return bool(np.all(self.public_source < 0))
@@ -604,7 +608,7 @@ def _per_source_proxies(task: MixMinTask, seed: int, epochs: int, batch_size: in
     """One binary network per source, on its public rows and the rows every source shares."""
     models = []
     for i in range(task.k):
-        rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
+        rows = task.source_rows(i)
         m = new_mlp(task.public_x.shape[1], 128 if task.image else 0, 1, seed, _TAG_PROXY, 10 + i)
         x, y, key = task.public_x[rows], task.public_y[rows, i : i + 1], (seed, _TAG_PROXY, 100 + i)
         lr = 1e-3 if task.image else 1e-2

@@ -87,11 +87,8 @@ class MixMinConfig:
 
     @property
     def adjacency(self) -> Adjacency:
-        return (
-            Adjacency.ADD_REMOVE_USER
-            if self.privacy_unit == "user"
-            else Adjacency.ADD_REMOVE_RECORD
-        )
+        user = self.privacy_unit == "user"
+        return Adjacency.ADD_REMOVE_USER if user else Adjacency.ADD_REMOVE_RECORD
 
     def event(self) -> SubsampledGaussian:
         """The guarantee as data; refused for a noise-free run (it has no finite epsilon)."""

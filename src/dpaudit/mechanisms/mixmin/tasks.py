@@ -451,12 +451,11 @@ def load_task(
     one_of("task", name, TASKS)
     key = (name, int(seed), str(data_dir), division)
     if key not in _TASK_CACHE:
-        if name == "digits-mix":
+        if name == "digits-mix":  # embedded: no data directory
             _TASK_CACHE[key] = load_digits_task(seed, division)
-        elif name == "mnist-mix":
-            _TASK_CACHE[key] = load_mnist_task(seed, data_dir, division)
         else:
-            _TASK_CACHE[key] = load_heart_task(seed, data_dir, division)
+            loader = load_mnist_task if name == "mnist-mix" else load_heart_task
+            _TASK_CACHE[key] = loader(seed, data_dir, division)
     return _TASK_CACHE[key]
 
 

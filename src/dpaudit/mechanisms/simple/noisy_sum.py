@@ -142,11 +142,9 @@ class NoisySum(MechanismBase):
         )
         # Never the actual count (private): no mean, hence no metric, for data that declare no size.
         n0 = plan.config["reference_size"]
-        metrics = (
-            {}
-            if n0 is None
-            else {"mean_l2_distance_to_test": float(np.linalg.norm(total / n0 - test_mean))}
-        )
+        metrics = {}
+        if n0 is not None:
+            metrics["mean_l2_distance_to_test"] = float(np.linalg.norm(total / n0 - test_mean))
         return RunOutput(
             steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz"
         )

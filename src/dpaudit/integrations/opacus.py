@@ -56,13 +56,19 @@ def values_at(param, flat):
     return param.detach().reshape(-1)[flat.to(param.device)].cpu()
 
 
-def _check_canary_room(named: dict, names: list[str], m: int) -> None:
-    """The tensors ``names`` must hold at least ``m`` coordinates (UsageError)."""
+def chosen_canaries(model, tensors, canaries, seed: int, tag: int) -> tuple:
+    """``(m, trainable parameters by plain name, the chosen coordinates)``: ``canaries`` (m >= 2)
+    distinct coordinates of ``model``'s parameters ``tensors`` (default all trainable), uniformly
+    from the public ``seed`` (UsageError: fewer than two, more than the tensors hold)."""
+    m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
+    named, names = canary_params(model, tensors)
     total = int(sum(named[n].numel() for n in names))
     if m > total:
         raise UsageError(
             f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}."
         )
+    shapes = {n: tuple(named[n].shape) for n in names}
+    return m, named, choose_coordinates(shapes, tuple(names), m, int(seed), tag=tag)
 
 
 def add_canaries(flat_view, idx, weight: float) -> None:
@@ -167,12 +173,7 @@ class OpacusCanaries:
             UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
                 than coordinates.
         """
-        m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
-        named, names = canary_params(model, tensors)
-        _check_canary_room(named, names, m)
-        chosen = choose_coordinates(
-            {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
-        )
+        m, named, chosen = chosen_canaries(model, tensors, canaries, seed, _TAG)
         self.tensors, self.coords, self.seed = chosen.tensors, chosen.coords, int(seed)
         self._rng = np.random.default_rng(noise_seed)  # private: coins and per-step draws
         self.included = (

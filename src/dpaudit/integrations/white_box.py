@@ -29,10 +29,8 @@ from ..accounting.events import SubsampledGaussian
 from ..audits.white_box import StepObservations, WhiteBoxBound, step_bound
 from ..errors import UsageError
 from ..lazy import lazy_import
-from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
 from ..validation import half_open_unit, positive_finite, positive_int
-from .opacus import add_canaries, canary_sample_rate, summed_grad, values_at
-from .pipeline import canary_params
+from .opacus import add_canaries, canary_sample_rate, chosen_canaries, summed_grad, values_at
 
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -69,11 +67,7 @@ class LoopWhiteBox:
             UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
                 than coordinates.
         """
-        m = positive_int("canaries", canaries, 2)
-        named, names = canary_params(model, tensors)
-        chosen = choose_coordinates(
-            {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
-        )
+        m, named, chosen = chosen_canaries(model, tensors, canaries, seed, _TAG)
         self._named, self.trainable = named, list(named)
         self._groups = [(n, ids, flat) for n, ids, flat in chosen.by_tensor()]
         self._rng = np.random.default_rng(noise_seed)  # private: per-step canary draws

@@ -121,17 +121,14 @@ class MixtureSettings:
     ) -> MixMinConfig:
         """MixMinConfig for ``n_units`` records (or users): B = min(batch_size, n_units), q = B / n_units."""
         b = min(self.batch_size, n_units)
+        kept = ("loss", "steps", "clipping_norm", "step_size", "records_per_user")  # as set here
         return MixMinConfig(
             k=k,
-            loss=self.loss,
             noise_multiplier=noise_multiplier,
             sample_rate=b / n_units,
             expected_batch_size=float(b),
-            steps=self.steps,
-            clipping_norm=self.clipping_norm,
-            step_size=self.step_size,
             privacy_unit=privacy_unit,
-            records_per_user=self.records_per_user,
+            **{name: getattr(self, name) for name in kept},
         )
 
 

@@ -16,7 +16,7 @@ import torch
 from dpaudit.mechanisms.elm.mechanism import ElmTarget
 from dpaudit.noise import NoiseSource
 from dpaudit.releasing import release
-from dpaudit.requests import DPELMRequest, MixMinRequest, NoisySumRequest
+from dpaudit.requests import DPELMRequest, GaussianRequest, MixMinRequest, NoisySumRequest
 
 GOLDEN = Path(__file__).with_name("release_equivalence_golden.json")
 
@@ -74,6 +74,22 @@ def _elm_scores(canary: str, adjacency: str) -> list:
     return [float(v).hex() for v in scores]
 
 
+def _gaussian_scores(name: str) -> list:
+    """The audit target a Gaussian / noisy-sum plan builds, scored on fixed noise."""
+    from dpaudit.mechanisms.contract import DataInfo
+    from dpaudit.mechanisms.simple import gaussian, noisy_sum
+
+    if name == "gaussian":
+        mechanism, request = gaussian.MECHANISM, GaussianRequest(broken_noise_factor=2.0)
+        info = mechanism.data_info(request, None)
+    else:
+        mechanism, request = noisy_sum.MECHANISM, NoisySumRequest(dataset="digits", epsilon=1.0)
+        info = DataInfo("digits", "tabular", 0, 5, 2, reference_size=50)
+    target = mechanism.audit_target(mechanism.plan(request, info), "max-clip")
+    scores = target.scores(np.arange(6) % 2 == 0, NoiseSource("reproducible", seed=3))
+    return [float(v).hex() for v in scores]
+
+
 CASES = {
     "dp-elm discrete": lambda tmp: _elm(tmp, "discrete-laplace"),
     "dp-elm textbook": lambda tmp: _elm(tmp, "textbook"),
@@ -82,6 +98,8 @@ CASES = {
     "dp-mixmin pipeline source-sampling": lambda tmp: _mixmin_pipeline(tmp, "source-sampling"),
     "dp-elm audit worst-case": lambda tmp: _elm_scores("worst-case", "add-remove-record"),
     "dp-elm audit mislabeled replace": lambda tmp: _elm_scores("mislabeled", "replace-record"),
+    "gaussian audit": lambda tmp: _gaussian_scores("gaussian"),
+    "noisy-sum audit": lambda tmp: _gaussian_scores("noisy-sum"),
 }
 
 

@@ -242,9 +242,8 @@ def record_weights(loader):
     for s in (inner, getattr(loader, "sampler", None)):
         w = getattr(s, "weights", None)
         if w is not None:
-            return np.asarray(torch.as_tensor(w, dtype=torch.float64)), bool(
-                getattr(s, "replacement", True)
-            )
+            replacement = bool(getattr(s, "replacement", True))
+            return np.asarray(torch.as_tensor(w, dtype=torch.float64)), replacement
     return None
 
 

@@ -39,7 +39,7 @@ from ..audits.power_runs import one_run_power_of
 from ..errors import UsageError
 from ..lazy import lazy_import
 from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
-from ..validation import positive_int
+from ..validation import half_open_unit, positive_int
 from .pipeline import NOT_CERTIFIED, Finding, ParamsOutsideDP, canary_params, optimizer_settings
 from .pipeline import setting_findings
 from .pipeline import plain_name as _plain_name
@@ -51,18 +51,30 @@ _TAG = 0x4F504143  # "OPAC": public choice of the canary coordinates
 _TOL = 1e-12  # float rounding of a planned noise multiplier or sample rate
 
 
-def _at(param, flat):
+def values_at(param, flat):
     """The values of ``param`` at the flat coordinates ``flat``, on the CPU."""
     return param.detach().reshape(-1)[flat.to(param.device)].cpu()
 
 
-def _check_canary_room(named: dict, names: list[str], m: int) -> None:
-    """The tensors ``names`` must hold at least ``m`` coordinates (UsageError)."""
+def chosen_canaries(model, tensors, canaries, seed: int, tag: int) -> tuple:
+    """``(m, trainable parameters by plain name, the chosen coordinates)``: ``canaries`` (m >= 2)
+    distinct coordinates of ``model``'s parameters ``tensors`` (default all trainable), uniformly
+    from the public ``seed`` (UsageError: fewer than two, more than the tensors hold)."""
+    m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
+    named, names = canary_params(model, tensors)
     total = int(sum(named[n].numel() for n in names))
     if m > total:
         raise UsageError(
             f"canaries must be at most {total} (coordinates of {', '.join(names)}), got {m}."
         )
+    shapes = {n: tuple(named[n].shape) for n in names}
+    return m, named, choose_coordinates(shapes, tuple(names), m, int(seed), tag=tag)
+
+
+def add_canaries(flat_view, idx, weight: float) -> None:
+    """Add ``weight`` in place at the flat positions ``idx`` of ``flat_view`` (the sampled canaries)."""
+    unit = torch.full((len(idx),), weight, dtype=flat_view.dtype, device=flat_view.device)
+    flat_view.index_add_(0, idx, unit)
 
 
 def canary_sample_rate(sample_rate: float | None, data_loader) -> float:
@@ -72,10 +84,7 @@ def canary_sample_rate(sample_rate: float | None, data_loader) -> float:
         if data_loader is None:
             raise UsageError("sample_rate or data_loader must be given, got neither.")
         sample_rate = getattr(data_loader, "sample_rate", None) or 1.0 / len(data_loader)
-    rate = float(sample_rate)
-    if not 0.0 < rate <= 1.0:
-        raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
-    return rate
+    return half_open_unit("sample_rate", sample_rate)
 
 
 def summed_grad(param, name: str):
@@ -164,12 +173,7 @@ class OpacusCanaries:
             UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
                 than coordinates.
         """
-        m = positive_int("canaries", canaries, 2)  # one-run bounds need two canaries or more
-        named, names = canary_params(model, tensors)
-        _check_canary_room(named, names, m)
-        chosen = choose_coordinates(
-            {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
-        )
+        m, named, chosen = chosen_canaries(model, tensors, canaries, seed, _TAG)
         self.tensors, self.coords, self.seed = chosen.tensors, chosen.coords, int(seed)
         self._rng = np.random.default_rng(noise_seed)  # private: coins and per-step draws
         self.included = (
@@ -220,11 +224,9 @@ class OpacusCanaries:
         Raises:
             UsageError: not an Opacus plan, or canaries / tensors other than the plan's.
         """
-        run = (
-            plan
-            if isinstance(plan, PlanRun)
-            else opacus_plan_run(plan, canaries=canaries, tensors=tensors)
-        )
+        run = plan
+        if not isinstance(plan, PlanRun):
+            run = opacus_plan_run(plan, canaries=canaries, tensors=tensors)
         m, names = run.plan["audit"]["canaries"], run.plan["request"]["tensors"]
         planned = cls(
             model,
@@ -304,15 +306,10 @@ class OpacusCanaries:
         sample rate not above it: the claim holds for this run), else refused; then the run goes in the
         ledger, before training."""
         event, plan_id = self._planned_event(), self._plan.plan["id"][:12]
-        floor, ceiling = event.noise_multiplier * (1 - _TOL), event.sample_rate * (1 + _TOL)
+        sigma, q = event.noise_multiplier, event.sample_rate
         for flag, rule, want, ok in (
-            (
-                "noise_multiplier",
-                "at least",
-                event.noise_multiplier,
-                self.noise_multiplier >= floor,
-            ),
-            ("sample_rate", "at most", event.sample_rate, self.sample_rate <= ceiling),
+            ("noise_multiplier", "at least", sigma, self.noise_multiplier >= sigma * (1 - _TOL)),
+            ("sample_rate", "at most", q, self.sample_rate <= q * (1 + _TOL)),
         ):
             if not ok:
                 raise UsageError(
@@ -343,9 +340,7 @@ class OpacusCanaries:
             if not sampled_here.any():
                 continue
             summed = summed_grad(self._params[n], n)
-            count = int(sampled_here.sum())
-            unit = torch.full((count,), norm, dtype=summed.dtype, device=summed.device)
-            summed.view(-1).index_add_(0, flat[torch.as_tensor(sampled_here)], unit)
+            add_canaries(summed.view(-1), flat[torch.as_tensor(sampled_here)], norm)
 
     # ------------------------------------------------------------------ after training
     def scores(self, model: torch.nn.Module | None = None):
@@ -368,8 +363,7 @@ class OpacusCanaries:
             params = {n: named[n] for n in self._groups}
         s = np.zeros(self.m)
         for n, (ids, flat) in self._groups.items():
-            now = params[n].detach().reshape(-1)[flat.to(params[n].device)].cpu()
-            s[ids] = -(now - self._theta0[n].cpu()).double().numpy()
+            s[ids] = -(values_at(params[n], flat) - self._theta0[n].cpu()).double().numpy()
         return OneRunScores(
             scores=s, included=self.included.copy(), kind="gradient", info=self.describe()
         )
@@ -481,7 +475,7 @@ class OpacusCanaries:
             for n, (_, flat) in self._groups.items()
             if n in named
             and named[n] is not self._params[n]
-            and not torch.equal(_at(named[n], flat), _at(self._params[n], flat))
+            and not torch.equal(values_at(named[n], flat), values_at(self._params[n], flat))
         ]
         if moved:
             seen = (
@@ -497,11 +491,9 @@ class OpacusCanaries:
 
     def _bounds(self, model, delta, confidence) -> dict:
         if self._plan is None:
+            confidence = 0.95 if confidence is None else confidence
             return one_run_bounds(
-                self.scores(model),
-                delta=delta,
-                confidence=0.95 if confidence is None else confidence,
-                claim=self.claim(),
+                self.scores(model), delta=delta, confidence=confidence, claim=self.claim()
             )
         p, ev = self._plan.plan, self._planned_event()
         if delta is not None or confidence is not None:

@@ -38,12 +38,8 @@ def check_script_audit(
     if out is not None:
         check_out_dir(out, name="out")
     if plan is None:
-        return (
-            path,
-            None,
-            positive_int("canaries", 1000 if canaries is None else canaries, 2),
-            open_unit("delta", 1e-5 if delta is None else delta),
-        )
+        canaries = positive_int("canaries", 1000 if canaries is None else canaries, 2)
+        return path, None, canaries, open_unit("delta", 1e-5 if delta is None else delta)
     if delta is not None:
         raise UsageError(f"delta must not be given with --plan (the plan fixes it), got {delta!r}.")
     return path, opacus_plan_run(plan, canaries=canaries, tensors=tensors), None, None
@@ -98,11 +94,8 @@ def warning_lines(caught) -> list[str]:
     warning reworded, every other one kept as ``Category: first line`` (never hidden: it may say something is wrong)."""
     out: list[str] = []
     for w in caught:
-        text = (
-            str(w.message).strip().splitlines()[0]
-            if str(w.message).strip()
-            else type(w.message).__name__
-        )
+        message = str(w.message).strip()
+        text = message.splitlines()[0] if message else type(w.message).__name__
         if any(text.startswith(e) for e in _EXPECTED):
             continue
         line = next(

@@ -242,9 +242,8 @@ def record_weights(loader):
     for s in (inner, getattr(loader, "sampler", None)):
         w = getattr(s, "weights", None)
         if w is not None:
-            return np.asarray(torch.as_tensor(w, dtype=torch.float64)), bool(
-                getattr(s, "replacement", True)
-            )
+            replacement = bool(getattr(s, "replacement", True))
+            return np.asarray(torch.as_tensor(w, dtype=torch.float64)), replacement
     return None
 
 
@@ -411,6 +410,7 @@ class PipelineCheck:
         self.unnoised_updates = 0
         self._accountant, self._mark = None, 0  # noise additions at the previous update
         self._drawn = None  # what the attached loader's sampler drew
+        self._sampler_name = None  # the attached loader's batch sampler class (Opacus swaps it)
         self._params: list = []  # the DP-optimised parameters
         self._after_dp: list = []  # their values after the last DP step
         self.outside_updates, self.direct_steps = 0, 0
@@ -630,10 +630,7 @@ class PipelineCheck:
     def _sampler_findings(self) -> list[Finding]:
         out, q = [], self.sample_rate
         loader = self.data_loader
-        name = (
-            getattr(self, "_sampler_name", None)
-            or type(getattr(loader, "batch_sampler", None)).__name__
-        )
+        name = self._sampler_name or type(getattr(loader, "batch_sampler", None)).__name__
         if loader is not None and name not in _POISSON_SAMPLERS:
             seen = (
                 f"the data loader draws batches with {name}, not Poisson sampling, while the accountant "

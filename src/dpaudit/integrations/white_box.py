@@ -29,10 +29,8 @@ from ..accounting.events import SubsampledGaussian
 from ..audits.white_box import StepObservations, WhiteBoxBound, step_bound
 from ..errors import UsageError
 from ..lazy import lazy_import
-from ..mechanisms.dpsgd.one_run_modules import choose_coordinates
-from ..validation import positive_finite, positive_int
-from .opacus import canary_sample_rate, summed_grad
-from .pipeline import canary_params
+from ..validation import half_open_unit, positive_finite, positive_int
+from .opacus import add_canaries, canary_sample_rate, chosen_canaries, summed_grad, values_at
 
 np = lazy_import("numpy")
 torch = lazy_import("torch")
@@ -69,11 +67,7 @@ class LoopWhiteBox:
             UsageError: fewer than two canaries, a tensor that is not trainable, or more canaries
                 than coordinates.
         """
-        m = positive_int("canaries", canaries, 2)
-        named, names = canary_params(model, tensors)
-        chosen = choose_coordinates(
-            {n: tuple(named[n].shape) for n in names}, tuple(names), m, int(seed), tag=_TAG
-        )
+        m, named, chosen = chosen_canaries(model, tensors, canaries, seed, _TAG)
         self._named, self.trainable = named, list(named)
         self._groups = [(n, ids, flat) for n, ids, flat in chosen.by_tensor()]
         self._rng = np.random.default_rng(noise_seed)  # private: per-step canary draws
@@ -123,10 +117,8 @@ class LoopWhiteBox:
         """The claim: ``SubsampledGaussian(noise_multiplier, sample_rate, steps)`` with
         sensitivity ``max_grad_norm`` (``steps`` None: the observed steps). Canaries are sampled
         at ``sample_rate`` and weigh ``max_grad_norm``."""
-        q = positive_finite("sample_rate", sample_rate)
-        if q > 1.0:
-            raise UsageError(f"sample_rate must be in (0, 1], got {sample_rate!r}.")
-        self.sample_rate, self.clipping_norm = q, positive_finite("max_grad_norm", max_grad_norm)
+        self.sample_rate = half_open_unit("sample_rate", sample_rate)
+        self.clipping_norm = positive_finite("max_grad_norm", max_grad_norm)
         self.noise_multiplier = float(noise_multiplier)
         self.steps = None if steps is None else positive_int("steps", steps)
         return self
@@ -170,11 +162,7 @@ class LoopWhiteBox:
             others.append(view[idx].double().cpu().numpy())
             on = torch.as_tensor(hit[ids], device=view.device)
             if bool(on.any()):
-                view.index_add_(
-                    0,
-                    idx[on],
-                    torch.full((int(on.sum()),), weight, dtype=view.dtype, device=view.device),
-                )
+                add_canaries(view, idx[on], weight)
         self._pending = (hit, others)
 
     def after_noise(self, noisy) -> None:
@@ -186,10 +174,7 @@ class LoopWhiteBox:
         sums = self._tensors(noisy, "noisy")
         (hit, others), y = self._pending, np.zeros(self.m)
         for (name, ids, flat), before in zip(self._groups, others):
-            t = sums[name]
-            y[ids] = (
-                t.detach().reshape(-1)[flat.to(t.device)].double().cpu().numpy() - before
-            ) / self.clipping_norm
+            y[ids] = (values_at(sums[name], flat).double().numpy() - before) / self.clipping_norm
         self._values.append(y)
         self._sampled.append(hit)
         self._pending = None

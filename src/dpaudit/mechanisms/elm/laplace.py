@@ -102,14 +102,12 @@ def sampler_guarantee(sampler: str) -> SamplerGuarantee:
 
 def as_fraction(name: str, value: float | int | Fraction) -> Fraction:
     """``value`` as an exact rational (a float converts exactly, without rounding), > 0."""
-    if isinstance(value, bool) or not isinstance(
-        value, (int, float, Fraction, np.integer, np.floating)
-    ):
-        raise UsageError(f"{name} must be a finite number > 0, got {value!r}.")
-    if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
-        raise UsageError(f"{name} must be a finite number > 0, got {value!r}.")
-    f = Fraction(value) if not isinstance(value, np.floating) else Fraction(float(value))
-    if f <= 0:
+    numeric = (int, float, Fraction, np.integer, np.floating)
+    ok = isinstance(value, numeric) and not isinstance(value, bool)
+    if ok and isinstance(value, (float, np.floating)):
+        ok = math.isfinite(float(value))
+    f = Fraction(float(value) if isinstance(value, np.floating) else value) if ok else None
+    if f is None or f <= 0:
         raise UsageError(f"{name} must be a finite number > 0, got {value!r}.")
     return f
 

@@ -142,6 +142,13 @@ class ElmFeatures:
         e = np.exp(-np.abs(z))
         return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
+    def statistics(self, x, y, *, n_classes: int, sampler: str) -> ElmStatistics:
+        """:func:`elm_sufficient_statistics` of the records (x, y) on this hidden layer."""
+        width, seed = self.width, self.seed
+        return elm_sufficient_statistics(
+            x, y, width, seed, n_classes=n_classes, sampler=sampler, features=self
+        )
+
 
 def elm_features(n_features: int, width: int, seed: int) -> ElmFeatures:
     """W ~ N(0, 1)^(d x L), b ~ N(0, 1)^L from the public stream ``public_rng(seed, TAG_ELM)``."""
@@ -179,12 +186,11 @@ class ElmStatistics:
     def width(self) -> int:
         return int(self.gram.shape[0])
 
+    def _layout(self) -> tuple:
+        return self.grid_bits, self.gram.shape, self.cross.shape
+
     def _check(self, other: "ElmStatistics") -> None:
-        if (self.grid_bits, self.gram.shape, self.cross.shape) != (
-            other.grid_bits,
-            other.gram.shape,
-            other.cross.shape,
-        ):
+        if self._layout() != other._layout():
             raise UsageError(
                 "statistics must share width, classes and grid to be combined, got different ones."
             )
@@ -267,13 +273,7 @@ def elm_sufficient_statistics(
         onehot[np.arange(h.shape[0]), y[start : start + CHUNK]] = 1
         gram += h.T @ h
         cross += h.T @ onehot
-    return ElmStatistics(
-        gram=gram,
-        cross=cross,
-        n_records=int(n),
-        n_classes=n_classes,
-        grid_bits=FEATURE_BITS if exact else None,
-    )
+    return ElmStatistics(gram, cross, int(n), n_classes, FEATURE_BITS if exact else None)
 
 
 @dataclass(frozen=True)
@@ -421,15 +421,8 @@ def fit_dp_elm(
     if x.ndim != 2:
         raise UsageError(f"x must be a 2-D array, got shape {x.shape}.")
     feats = elm_features(x.shape[1], width, seed)
-    stats = elm_sufficient_statistics(
-        x,
-        y,
-        width,
-        seed,
-        n_classes=n_classes,
-        sampler=sampler if epsilon is not None else "textbook",
-        features=feats,
-    )
+    stats_sampler = sampler if epsilon is not None else "textbook"  # no noise: float64 statistics
+    stats = feats.statistics(x, y, n_classes=n_classes, sampler=stats_sampler)
     return fit_from_statistics(stats, feats, epsilon, noise=noise, sampler=sampler)
 
 
@@ -508,14 +501,11 @@ class ElmTarget(AuditTarget):
         data = load_target_data(self)
         self._n_classes = int(data.n_classes)
         self._feats = elm_features(data.n_features, self.width, self.seed)
-        stat = lambda x, y: elm_sufficient_statistics(  # noqa: E731
+        stat = lambda x, y: self._feats.statistics(  # noqa: E731
             np.asarray(x),
             np.asarray(y, dtype=np.int64),
-            self.width,
-            self.seed,
             n_classes=self._n_classes,
             sampler=self.sampler,
-            features=self._feats,
         )
         self._base = stat(data.x_train, data.y_train)
         rng = public_rng(self.seed, TAG_CANARY)
@@ -675,14 +665,9 @@ class DPELMMechanism(MechanismBase):
         private = plan.event is not None
         feats = elm_features(data.n_features, width, seed)
         started = time.perf_counter()
-        stats = elm_sufficient_statistics(
-            data.x_train,
-            data.y_train,
-            width,
-            seed,
-            n_classes=int(data.n_classes),
-            sampler=sampler if private else "textbook",
-            features=feats,
+        stats_sampler = sampler if private else "textbook"
+        stats = feats.statistics(
+            data.x_train, data.y_train, n_classes=int(data.n_classes), sampler=stats_sampler
         )
         counted = time.perf_counter()
         result = fit_from_statistics(

@@ -202,38 +202,23 @@ def pretrain(
                     auc=a, epoch=epoch, state={k: v.clone() for k, v in m.state_dict().items()}
                 )
 
-    epochs = max(settings.pretrain_checkpoints)
+    epochs, key = max(settings.pretrain_checkpoints), (seed, _TAG_PRETRAIN, tag)
     objective = settings.pretrain_objective
     if objective == "weighted-targets" and not task.shared_inputs:
         objective = "source-sampling"  # sources with their own inputs cannot share a target
-
-    def train(x, target, epochs: int, *key: int, callback=None) -> None:
-        key = (seed, _TAG_PRETRAIN, tag, *key)
-        batch_size = settings.pretrain_batch_size
-        fit(
-            model,
-            x,
-            target,
-            loss="bce",
-            epochs=epochs,
-            key=key,
-            batch_size=batch_size,
-            callback=callback,
-        )
-
+    train = functools.partial(fit, model, loss="bce", batch_size=settings.pretrain_batch_size)
     if objective == "weighted-targets":
         soft_targets = (np.nan_to_num(task.public_y, nan=0.0) @ w).astype(np.float32)[:, None]
-        train(task.public_x, soft_targets, epochs, 1, callback=keep)
+        train(task.public_x, soft_targets, epochs=epochs, key=(*key, 1), callback=keep)
     else:
-        rng = public_rng(seed, _TAG_PRETRAIN, tag, 2)
+        rng = public_rng(*key, 2)
         n, k = task.public_x.shape[0], task.k
-        rows_of = [
-            np.flatnonzero((task.public_source == i) | (task.public_source < 0)) for i in range(k)
-        ]
+        rows_of = [task.source_rows(i) for i in range(k)]
         for epoch in range(1, epochs + 1):
             src = rng.choice(k, size=n, p=w / w.sum())
             rows = np.array([rows_of[i][rng.integers(len(rows_of[i]))] for i in src])
-            train(task.public_x[rows], task.public_y[rows, src][:, None], 1, 3, epoch)
+            x, target = task.public_x[rows], task.public_y[rows, src][:, None]
+            train(x, target, epochs=1, key=(*key, 3, epoch))
             keep(epoch, model)
     model.load_state_dict(best["state"])
     model.eval()
@@ -275,30 +260,22 @@ ACCOUNTANT = "rdp"
 
 @dataclass(eq=False)
 class MixMinData:
-    """What :meth:`DPMixMin.load` prepares: the private labels, the D_mix / D_ft split and the public identity. ``probs``: the
+    """What :meth:`DPMixMin.load` prepares: the private labels, the D_mix / D_ft split and ``info``, the public description the
+    plan reads (identity, sources, split, target's name; its count is set by :meth:`DPMixMin.data_info`). ``probs``: the
     proxy predictions (a bring-your-own file's; for a task they are computed in :meth:`DPMixMin.run`, after the budget is
     reserved). ``sha256``: the content digest (local only; the ledger keeps a keyed fingerprint)."""
 
-    dataset: dict
+    info: MixMinInfo
     sha256: str
     labels: np.ndarray
-    source_names: tuple
     user_ids: np.ndarray | None
     mix_idx: np.ndarray
-    target_name: str
     ft_idx: np.ndarray | None = None
-    partition: str = "train"
-    split_partition: str | None = None
-    split_rule: str = "all-records"
     task: MixMinTask | None = None
     probs: np.ndarray | None = None
     y_all: np.ndarray | None = None
     #: the task's source rows (dpaudit.data.rows; local only): the ledger budgets their people
     rows: tuple = ()
-
-
-#: What the plan reads of the loaded data as it is (the sources, the split, the target's name).
-_SPLIT_FIELDS = ("source_names", "partition", "split_partition", "split_rule", "target_name")
 
 
 @dataclass(frozen=True)
@@ -319,11 +296,12 @@ class MixMinInfo(DataInfo):
     recorded_sizes: tuple[int, int] | None = None
 
     @classmethod
-    def of_identity(cls, ds: dict, **fields) -> "MixMinInfo":
+    def of_identity(cls, ds: dict, n_train: int = 0, **fields) -> "MixMinInfo":
         """The info of dataset identity ``ds`` (public) with DP-MixMin's ``fields``."""
         return cls(
             name=ds.get("name", ""),
             kind=ds.get("kind", ""),
+            n_train=n_train,
             n_features=int(ds.get("n_features", 0) or 0),
             n_classes=2,
             split_seed=ds.get("split_seed"),
@@ -345,7 +323,6 @@ class MixMinInfo(DataInfo):
             old = (int(cfg["n_mix_units"]), int(cfg.get("n_finetune_records") or 0))
         return cls.of_identity(
             ds,
-            n_train=0,
             reference_size=cfg.get("reference_size"),
             source_names=tuple(cfg.get("source_names") or ()),
             partition=sp + "/mix" if sp else "train",
@@ -376,14 +353,13 @@ def _proxy_data(request, ledger_path) -> MixMinData:
         raise UsageError(
             "user_ids must be in the proxy predictions file for privacy_unit user, got none."
         )
+    target_name = request.target or "labels"
     return MixMinData(
-        dataset=dataset,
+        info=MixMinInfo.of_identity(dataset, source_names=pp.source_names, target_name=target_name),
         sha256=pp.sha256,
         labels=pp.labels,
-        source_names=tuple(pp.source_names),
         user_ids=pp.user_ids if request.privacy_unit == "user" else None,
         mix_idx=np.arange(pp.probs.shape[0]),
-        target_name=request.target or "labels",
         probs=pp.probs,
         rows=pp.rows,
     )
@@ -394,33 +370,38 @@ def _task_data(request) -> MixMinData:
     task = load_task(request.task, seed=request.seed, data_dir=request.data_dir)
     target_name, y_all = task.target_labels(request.target)
     tr = task.train_idx
-    user_ids = (
-        None  # who the users are is part of the task (its constant key), not of the run's seed
-    )
+    # who the users are is part of the task (its constant key), not of the run's seed
+    user_ids = None
     if request.privacy_unit == "user":
         g = resolved_mixture(request).records_per_user
         user_ids = synthetic_user_ids(len(tr), g, task.division_key)
     if request.composition == "sequential" and request.stage == "pipeline":
         mix_idx = ft_idx = np.arange(len(tr))
-        split = {}  # every training record in both stages (MixMinData's defaults)
+        split = {}  # every training record in both stages (MixMinInfo's defaults)
     else:
         rho = resolved_rho(request)
         mix_idx, ft_idx = mixture_split(task.train_record_ids, rho, request.seed, user_ids)
         part = split_partition_of(rho, request.seed, request.privacy_unit)
         split = {"partition": part + "/mix", "split_partition": part, "split_rule": SPLIT_RULE}
+    info = MixMinInfo.of_identity(
+        task.dataset_identity(),
+        reference_size=REFERENCE_SIZES[task.name],
+        source_names=tuple(task.source_names),
+        target_name=target_name,
+        task=task.name,
+        task_image=bool(task.image),
+        **split,
+    )
     return MixMinData(
-        dataset=task.dataset_identity(),
+        info=info,
         sha256=task.data_digest(),
         labels=y_all[tr].astype(np.float64),
-        source_names=tuple(task.source_names),
         user_ids=user_ids,
         mix_idx=mix_idx,
         ft_idx=ft_idx,
-        target_name=target_name,
         task=task,
         y_all=y_all,
         rows=task.rows,
-        **split,
     )
 
 
@@ -470,9 +451,14 @@ def _check_rebuildable(request, cfg: dict) -> None:
     (another rule would audit other records) unless the pipeline is sequential (D_mix = all)."""
     if request.proxy_predictions is not None or not cfg.get("task"):
         _refuse_proxy_file()
-    rule = (cfg.get("split") or {}).get("rule")
     sequential = request.stage == "pipeline" and request.composition == "sequential"
-    if not sequential and rule != SPLIT_RULE:
+    if not sequential:
+        _require_split_rule((cfg.get("split") or {}).get("rule"), (SPLIT_RULE,))
+
+
+def _require_split_rule(rule, allowed: tuple) -> None:
+    """An audit rebuilds D_mix by the keyed split: a release split by another rule is refused."""
+    if rule not in allowed:
         raise DataError(
             f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rule!r}."
         )
@@ -526,15 +512,7 @@ class DPMixMin(MechanismBase):
         return _proxy_data(request, ledger_path)
 
     def data_info(self, request: MixMinRequest, data: MixMinData) -> MixMinInfo:
-        return MixMinInfo.of_identity(
-            data.dataset,
-            n_train=int(len(data.labels)),
-            profile=data.dataset.get("profile"),
-            reference_size=None if data.task is None else REFERENCE_SIZES[data.task.name],
-            **{name: getattr(data, name) for name in _SPLIT_FIELDS},
-            task=None if data.task is None else data.task.name,
-            task_image=bool(data.task is not None and data.task.image),
-        )
+        return replace(data.info, n_train=int(len(data.labels)))
 
     def plan(self, request: MixMinRequest, info: MixMinInfo) -> ReleasePlan:
         """Public quantities only (the request, the task's public defaults and reference size, k): both stages' calibrated noise
@@ -647,7 +625,7 @@ class DPMixMin(MechanismBase):
             probs[data.mix_idx], data.labels[data.mix_idx], cfg, noise=noise, user_ids=uid
         )
         timings["mixture_s"] = time.perf_counter() - t
-        weights = {str(s): float(w) for s, w in zip(data.source_names, res.weights)}
+        weights = {str(s): float(w) for s, w in zip(data.info.source_names, res.weights)}
         mix_out = RunOutput(
             steps_executed=res.steps_executed, metrics={"weights": weights}, timings=dict(timings)
         )
@@ -659,7 +637,7 @@ class DPMixMin(MechanismBase):
         def save(folder) -> None:
             write_json_atomic(
                 folder / "weights.json",
-                {"source_names": list(data.source_names), "weights": res.weights.tolist()},
+                {"source_names": list(data.info.source_names), "weights": res.weights.tolist()},
             )
 
         mix_out = replace(
@@ -805,10 +783,9 @@ class DPMixMin(MechanismBase):
         division, accountant = None, plan.accountant
         if release is not None:
             rc = release.config or {}
-            if rc.get("split", {}).get("rule", SPLIT_RULE) not in (SPLIT_RULE, "all-records"):
-                raise DataError(
-                    f"release's mixture split rule must be {SPLIT_RULE!r} to rebuild its D_mix, got {rc['split']['rule']!r}."
-                )
+            _require_split_rule(
+                rc.get("split", {}).get("rule", SPLIT_RULE), (SPLIT_RULE, "all-records")
+            )
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
             claimed, accountant = float(release.epsilon), release.accountant
             division = (release.dataset or {}).get("split_seed")

@@ -87,11 +87,8 @@ class MixMinConfig:
 
     @property
     def adjacency(self) -> Adjacency:
-        return (
-            Adjacency.ADD_REMOVE_USER
-            if self.privacy_unit == "user"
-            else Adjacency.ADD_REMOVE_RECORD
-        )
+        user = self.privacy_unit == "user"
+        return Adjacency.ADD_REMOVE_USER if user else Adjacency.ADD_REMOVE_RECORD
 
     def event(self) -> SubsampledGaussian:
         """The guarantee as data; refused for a noise-free run (it has no finite epsilon)."""
@@ -416,11 +413,8 @@ def _record_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig):
     """(n, clipped_sum(w (R, k), mask (R, n)) -> (R, k)): each run's sum of the clipped per-record gradients over its sampled
     records, float64. Every (run, record) pair is computed and the unsampled ones zeroed (the same sum), in a few in-place passes:
     clipping to norm C clamps the scalar c of g = c f(x) to +-C / ||f(x)|| (inf for an all-zero row, whose gradient is zero)."""
-    Ft, Fm, yv = (
-        torch.from_numpy(np.ascontiguousarray(F.T)),
-        torch.from_numpy(F),
-        torch.from_numpy(y),
-    )
+    Ft = torch.from_numpy(np.ascontiguousarray(F.T))
+    Fm, yv = torch.from_numpy(F), torch.from_numpy(y)
     cap = torch.from_numpy(config.clipping_norm / np.linalg.norm(F, axis=1))
     ncap = -cap
 
@@ -474,9 +468,9 @@ def _user_sum(F: np.ndarray, y: np.ndarray, config: MixMinConfig, user_ids, nois
         if not len(idx):
             return np.zeros(F.shape[1])
         Fb, ub = F[idx], record_user[idx]
-        contrib = (loss_coefficient(Fb @ w, y[idx], config.loss) / np.minimum(G, usizes)[ub])[
-            :, None
-        ] * Fb
+        # each record's gradient over its user's k_u records
+        scale = loss_coefficient(Fb @ w, y[idx], config.loss) / np.minimum(G, usizes)[ub]
+        contrib = scale[:, None] * Fb
         # per-user average gradients: segment sums over the (user-ordered) selected records
         gu = np.add.reduceat(contrib, np.flatnonzero(np.r_[True, ub[1:] != ub[:-1]]), axis=0)
         gu *= np.minimum(1.0, C / np.maximum(np.linalg.norm(gu, axis=1), 1e-300))[:, None]
@@ -509,24 +503,17 @@ def _canary_step(canary: MixMinCanary | None, canary_in, runs: int, config: MixM
             raise UsageError(f"canary direction must have shape ({k},), got {d.shape}.")
         g = d / np.linalg.norm(d) * C
         return coins, lambda w: np.broadcast_to(g, w.shape)
-    cf, cy = _prepare(
-        *check_inputs(
-            np.asarray(canary.probs, dtype=np.float64).reshape(1, -1),
-            np.array([canary.label]),
-            config.loss,
-            k,
-        ),
-        config.loss,
-        np.float64,
-    )
+    probs = np.asarray(canary.probs, dtype=np.float64).reshape(1, -1)
+    checked = check_inputs(probs, np.array([canary.label]), config.loss, k)
+    cf, cy = _prepare(*checked, config.loss, np.float64)
     cf, cnorm = cf[0], np.linalg.norm(cf[0])
-    return (
-        coins,
-        lambda w: (
-            clip_scale(loss_coefficient(w @ cf, cy[0], config.loss), cnorm, C)[:, None]
-            * cf[None, :]
-        ),
-    )
+
+    def record_sum(w: np.ndarray) -> np.ndarray:
+        """The record canary's clipped gradient at each including run's weights."""
+        coef = loss_coefficient(w @ cf, cy[0], config.loss)
+        return clip_scale(coef, cnorm, C)[:, None] * cf[None, :]
+
+    return coins, record_sum
 
 
 def _check_weights(w, k: int) -> np.ndarray:

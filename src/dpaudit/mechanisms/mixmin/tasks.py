@@ -121,17 +121,14 @@ class MixtureSettings:
     ) -> MixMinConfig:
         """MixMinConfig for ``n_units`` records (or users): B = min(batch_size, n_units), q = B / n_units."""
         b = min(self.batch_size, n_units)
+        kept = ("loss", "steps", "clipping_norm", "step_size", "records_per_user")  # as set here
         return MixMinConfig(
             k=k,
-            loss=self.loss,
             noise_multiplier=noise_multiplier,
             sample_rate=b / n_units,
             expected_batch_size=float(b),
-            steps=self.steps,
-            clipping_norm=self.clipping_norm,
-            step_size=self.step_size,
             privacy_unit=privacy_unit,
-            records_per_user=self.records_per_user,
+            **{name: getattr(self, name) for name in kept},
         )
 
 
@@ -235,6 +232,10 @@ class MixMinTask:
                 f"record_ids must be set on task {self.name!r} to split it stably, got None."
             )
         return np.asarray(self.record_ids)[self.train_idx]
+
+    def source_rows(self, source: int) -> np.ndarray:
+        """The public rows source ``source`` trains on: its own and those every source shares."""
+        return np.flatnonzero((self.public_source == source) | (self.public_source < 0))
 
     @property
     def shared_inputs(self) -> bool:
@@ -447,12 +448,11 @@ def load_task(
     one_of("task", name, TASKS)
     key = (name, int(seed), str(data_dir), division)
     if key not in _TASK_CACHE:
-        if name == "digits-mix":
+        if name == "digits-mix":  # embedded: no data directory
             _TASK_CACHE[key] = load_digits_task(seed, division)
-        elif name == "mnist-mix":
-            _TASK_CACHE[key] = load_mnist_task(seed, data_dir, division)
         else:
-            _TASK_CACHE[key] = load_heart_task(seed, data_dir, division)
+            loader = load_mnist_task if name == "mnist-mix" else load_heart_task
+            _TASK_CACHE[key] = loader(seed, data_dir, division)
     return _TASK_CACHE[key]
 
 
@@ -604,7 +604,7 @@ def _per_source_proxies(task: MixMinTask, seed: int, epochs: int, batch_size: in
     """One binary network per source, on its public rows and the rows every source shares."""
     models = []
     for i in range(task.k):
-        rows = np.flatnonzero((task.public_source == i) | (task.public_source < 0))
+        rows = task.source_rows(i)
         m = new_mlp(task.public_x.shape[1], 128 if task.image else 0, 1, seed, _TAG_PROXY, 10 + i)
         x, y, key = task.public_x[rows], task.public_y[rows, i : i + 1], (seed, _TAG_PROXY, 100 + i)
         lr = 1e-3 if task.image else 1e-2

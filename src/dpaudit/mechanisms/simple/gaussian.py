@@ -17,6 +17,13 @@ from ..contract import DataInfo, MechanismBase, ReleasePlan, data_plan
 NAME = "gaussian"
 
 
+def plan_target(plan: ReleasePlan, canary: str, **fields) -> GaussianTarget:
+    """The Gaussian audit target of ``plan``'s one Gaussian release (its sigma, delta and seed),
+    with the target's further ``fields``."""
+    sigma = float(plan.event.noise_multiplier)
+    return GaussianTarget(sigma, plan.delta, canary=canary, seed=plan.seed, **fields)
+
+
 class GaussianMechanism(MechanismBase):
     name = NAME
     request_type = GaussianRequest
@@ -71,17 +78,8 @@ class GaussianMechanism(MechanismBase):
         Returns:
             The prepared GaussianTarget (its planted ``broken_noise_factor`` kept).
         """
-        r = plan.request
-        return prepared(
-            GaussianTarget(
-                noise_multiplier=float(plan.event.noise_multiplier),
-                delta=plan.delta,
-                canary=canary,
-                seed=plan.seed,
-                broken_noise_factor=float(r.broken_noise_factor),
-            ),
-            no_noise,
-        )
+        broken = float(plan.request.broken_noise_factor)
+        return prepared(plan_target(plan, canary, broken_noise_factor=broken), no_noise)
 
 
 MECHANISM = GaussianMechanism()

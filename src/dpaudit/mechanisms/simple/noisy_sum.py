@@ -20,7 +20,6 @@ Its audit: :meth:`NoisySum.audit_target`.
 from __future__ import annotations
 
 from ...accounting import SubsampledGaussian, calibrate_noise_multiplier
-from ...audits.gaussian import GaussianTarget
 from ...audits.targets import prepared
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
@@ -28,6 +27,7 @@ from ...noise import GAUSSIAN_SAMPLER_DESCRIPTION
 from ...requests import NOISE_SOURCES, NOISY_SUM_ACCOUNTANTS as ACCOUNTANTS, NoisySumRequest  # noqa: F401 (the request, read from here too)
 from ...validation import one_of, open_unit, positive_finite
 from ..contract import DataInfo, MechanismBase, ReleasePlan, RunOutput, data_plan, public_inputs
+from .gaussian import plan_target
 
 np = lazy_import("numpy")
 
@@ -142,11 +142,9 @@ class NoisySum(MechanismBase):
         )
         # Never the actual count (private): no mean, hence no metric, for data that declare no size.
         n0 = plan.config["reference_size"]
-        metrics = (
-            {}
-            if n0 is None
-            else {"mean_l2_distance_to_test": float(np.linalg.norm(total / n0 - test_mean))}
-        )
+        metrics = {}
+        if n0 is not None:
+            metrics["mean_l2_distance_to_test"] = float(np.linalg.norm(total / n0 - test_mean))
         return RunOutput(
             steps_executed=1, metrics=metrics, arrays={"sum": total}, weights_name="sum.npz"
         )
@@ -177,14 +175,12 @@ class NoisySum(MechanismBase):
             raise UsageError(
                 "release must be private to be audited (a noisy-sum claim), got a non-private release."
             )
-        target = GaussianTarget(
-            noise_multiplier=float(plan.event.noise_multiplier),
-            delta=plan.delta,
-            canary=canary,
+        target = plan_target(
+            plan,
+            canary,
             clipping_norm=float(plan.config["clipping_norm"]),
             dimension=int(plan.config["dimension"]),
             n_records=int(plan.config["reference_size"] or 1),
-            seed=plan.seed,
             mechanism=NAME,
         )
         if target.claimed_event != plan.event:  # the claim audited must be the plan's own event

@@ -233,6 +233,8 @@ class AuditEvidence:
     claimed_curve_malformed: bool  # a claimed_curve block is there but cannot be drawn
 
 
+#: The view's numbers, read as they are recorded (absent or not a number: None).
+VIEW_NUMBERS = ("claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "ceiling")
 #: The audit parameters a report lists when an audit records no command.
 AUDIT_PARAMETERS = ("canary", "runs", "confidence", "delta", "claimed_epsilon", "select_fraction")
 AUDIT_PARAMETERS += ("task", "dataset")
@@ -288,12 +290,8 @@ class AuditView(Grouped):
             canary=name_of(rec.get("canary")),
             trials=trials,
             eval_trials=eval_trials,
-            claimed_epsilon=num(rec.get("claimed_epsilon")),
-            delta=num(rec.get("delta")),
-            epsilon_lower_bound=num(rec.get("epsilon_lower_bound")),
-            confidence=num(rec.get("confidence")),
+            **{k: num(rec.get(k)) for k in VIEW_NUMBERS},
             counts=counts,
-            ceiling=num(rec.get("ceiling")),
             ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
             gdp_estimate=_gdp(rec.get("gdp_estimate")),
             role=_role(rec.get("role")),
@@ -382,6 +380,10 @@ def _dict(v: Any) -> dict | None:
     return v if isinstance(v, dict) else None
 
 
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
+
+
 def _unit(v: float | None) -> bool:
     return v is not None and 0.0 <= v <= 1.0
 
@@ -461,12 +463,17 @@ STEINKE = {
 }
 FDP = {
     "epsilon_lower_bound": num,
-    "violated": lambda v: v if isinstance(v, bool) else None,
+    "violated": _bool,
     "guesses": integer,
     "correct": integer,
     "ceiling": num,
     "method": _str,
 }
+
+
+#: The readers of a one_run.json's own fields.
+ONE_RUN = {"kind": name_of, "canaries": integer, "included": integer}
+ONE_RUN |= dict.fromkeys(("claimed_epsilon", "delta", "confidence"), num)
 
 
 def one_run_view(record: Any) -> dict | None:
@@ -479,17 +486,7 @@ def one_run_view(record: Any) -> dict | None:
     info = _dict(record.get("info")) or {}
     return {
         "mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
-        **_read(
-            record,
-            {
-                "kind": name_of,
-                "canaries": integer,
-                "included": integer,
-                "claimed_epsilon": num,
-                "delta": num,
-                "confidence": num,
-            },
-        ),
+        **_read(record, ONE_RUN),
         "steinke": st,
         "fdp": fd,
         "power": power_of(record.get("power")),
@@ -543,19 +540,12 @@ def comparison_view(block: Any) -> dict | None:
 
 #: The readers of a white_box.json's main bound (:meth:`dpaudit.audits.white_box.StepBound.to_dict`;
 #: an infinite eps_LB is stored as null).
-WHITE_BOX = {
-    "epsilon_lb": num,
-    "claimed_epsilon": num,
-    "delta": num,
-    "confidence": num,
-    "accountant": _str,
-    "violation": lambda v: v if isinstance(v, bool) else None,
-    "noise_multiplier_upper": num,
-    "sensitivity_lower": num,
-    "sample_rate_lower": num,
-    "steps": integer,
-    "observations": integer,
-}
+WHITE_BOX = dict.fromkeys(("epsilon_lb", "claimed_epsilon", "delta", "confidence"), num)
+WHITE_BOX |= {"accountant": _str, "violation": _bool}
+WHITE_BOX |= dict.fromkeys(
+    ("noise_multiplier_upper", "sensitivity_lower", "sample_rate_lower"), num
+)
+WHITE_BOX |= {"steps": integer, "observations": integer}
 
 
 def white_box_view(record: Any) -> dict | None:

@@ -123,9 +123,7 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
         "status": status,
         "line": line,
         "checked": checked,
-        "ok": n["ok"],
-        "mismatch": n["mismatch"],
-        "unverified": n["unverified"],
+        **{k: n[k] for k in ("ok", "mismatch", "unverified")},
         "non_private": n["no-claim"],
         "reproducible_noise": reproducible,
         "mismatches": problems,
@@ -479,7 +477,12 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
     name = sweep.name or sweep.path.name
     counts = {"done": 0, "failed": 0, "pending": 0, **sweep.counts}
     counts["total"] = sum(counts[k] for k in ("done", "failed", "pending"))
-    entry: dict = {
+    tables = None if sweep.error else sweep_tables(sweep.records, name=sweep.name)
+    _task_notes(name, counts, sweep.failures, notes)
+    tables_json = None if sweep.error else _tables_note(sweep, tables, notes)
+    on_disk, store_ids, missing, orphans = _release_sets(sweep)
+    _release_file_notes(sweep, name, missing, orphans, notes)
+    return {
         "name": name,
         "path": str(sweep.path),
         "store": str(sweep.store),
@@ -490,24 +493,14 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
         "releases": len(sweep.releases),
         "unreadable_releases": sweep.unreadable,
         "release_ids": [lr.release.id for lr in sweep.releases],
-        "tables": None,
-        "tables_json": None,
-        "accounting": None,
-        "budget": [],
-        "ledger": None,
+        "tables": tables,
+        "tables_json": tables_json,
+        "accounting": _accounting(sweep, notes),
+        "budget": _budget(sweep, [_from_store(r) for r in missing], notes),
+        "ledger": _ledger_block(sweep, ledger_path, on_disk | store_ids, notes),
+        "missing_releases": [str(r["release_id"]) for r in missing],
+        "orphan_releases": sorted(orphans),
     }
-    _task_notes(name, counts, sweep.failures, notes)
-    if not sweep.error:
-        entry["tables"] = sweep_tables(sweep.records, name=sweep.name)
-        entry["tables_json"] = _tables_note(sweep, entry["tables"], notes)
-    on_disk, store_ids, missing, orphans = _release_sets(sweep)
-    _release_file_notes(sweep, name, missing, orphans, notes)
-    entry["missing_releases"] = [str(r["release_id"]) for r in missing]
-    entry["orphan_releases"] = sorted(orphans)
-    entry["accounting"] = _accounting(sweep, notes)
-    entry["budget"] = _budget(sweep, [_from_store(r) for r in missing], notes)
-    entry["ledger"] = _ledger_block(sweep, ledger_path, on_disk | store_ids, notes)
-    return entry
 
 
 def _verdict_parts(entry: dict, acc: dict) -> tuple[str, list[str]]:

@@ -89,36 +89,28 @@ def _clip(
     return ([max(x, floor) for x in xs], [max(y, floor) for y in ys]) if log else (xs, ys)
 
 
+#: The style of each line of a panel (by its gid): the chance line, the claimed curve and the
+#: claim's family member at the certified lower bound.
+LINE_STYLES = {
+    "chance": {"color": "#aaaaaa", "linestyle": ":", "linewidth": 1.0},
+    "claimed-curve": {"color": CURVE_COLOR, "linewidth": 1.8},
+    "lower-bound-curve": {"color": LOWER_BOUND_COLOR, "linestyle": "--", "linewidth": 1.4},
+}
+
+
 def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
     """The chance line, the claimed curve, the curve at the lower bound and the EVAL points."""
     # no privacy at all: the chance line FNR = 1 - FPR (a box must be below it to rule out anything)
     gx = [floor * (10 ** (k / 50 * -math.log10(floor))) for k in range(51)] if log else [0.0, 1.0]
-    ax.plot(
-        *_clip(gx, [1.0 - x for x in gx], log, floor),
-        color="#aaaaaa",
-        linestyle=":",
-        linewidth=1.0,
-        label="no privacy (FNR = 1 - FPR)",
-        gid="chance",
-    )
-    c = cv["curve"]
-    ax.plot(
-        *_clip(c["fpr"], c["fnr"], log, floor),
-        color=CURVE_COLOR,
-        linewidth=1.8,
-        label="claimed curve (the release's event)",
-        gid="claimed-curve",
-    )
-    if cv["curve_at_lower_bound"] is not None:
-        cl = cv["curve_at_lower_bound"]
-        ax.plot(
-            *_clip(cl["fpr"], cl["fnr"], log, floor),
-            color=LOWER_BOUND_COLOR,
-            linestyle="--",
-            linewidth=1.4,
-            label=_family_label(cv),
-            gid="lower-bound-curve",
-        )
+    lines = {
+        "chance": ({"fpr": gx, "fnr": [1.0 - x for x in gx]}, "no privacy (FNR = 1 - FPR)"),
+        "claimed-curve": (cv["curve"], "claimed curve (the release's event)"),
+        "lower-bound-curve": (cv["curve_at_lower_bound"], _family_label(cv)),
+    }
+    for gid, (rates, label) in lines.items():
+        if rates is not None:
+            xy = _clip(rates["fpr"], rates["fnr"], log, floor)
+            ax.plot(*xy, **LINE_STYLES[gid], label=label, gid=gid)
     if cv["points"] is not None:
         ax.scatter(
             *_eval_points(cv["points"], log),

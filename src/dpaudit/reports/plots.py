@@ -15,6 +15,8 @@ IN_COLOR = "#c0392b"
 REFERENCE_LINE = {"color": "#888888", "linestyle": "--", "linewidth": 1}
 FIGSIZE = (6.4, 4.0)
 MAX_ROC_CURVES = 8
+#: The mark of an audit's ceiling on the eps_LB figure.
+CEILING_MARK = {"s": 40, "marker": "_", "color": "#444444", "zorder": 2}
 
 
 @dataclass(frozen=True)
@@ -108,34 +110,17 @@ def _scatter_point(ax, p: dict, x: float, color: str, top: float, seen: set) -> 
         return None if v is None else (top if not math.isfinite(v) else v)
 
     lab = str(p.get("mechanism"))
-    lb, nn, ce = (clip(num(p.get(k))) for k in ("epsilon_lower_bound", "no_noise", "ceiling"))
     viol = p.get("status") == "violation"
-    marks = [
-        (
-            lb,
-            (lab, "lb"),
-            f"{lab}: private eps_LB",
-            dict(
-                s=46 if viol else 34,
-                marker="X" if viol else "o",
-                color=IN_COLOR if viol else color,
-                zorder=3,
-            ),
-        ),
-        (
-            nn,
-            (lab, "nn"),
-            f"{lab}: no-noise control",
-            dict(s=30, marker="^", facecolors="none", edgecolors=color, zorder=3),
-        ),
-        (
-            ce,
-            "ceiling",
-            "ceiling (max certifiable)",
-            dict(s=40, marker="_", color="#444444", zorder=2),
-        ),
-    ]
-    for v, key, label, style in marks:
+    private = {"s": 46 if viol else 34, "marker": "X" if viol else "o"}
+    private |= {"color": IN_COLOR if viol else color, "zorder": 3}
+    no_noise = {"s": 30, "marker": "^", "facecolors": "none", "edgecolors": color, "zorder": 3}
+    marks = (
+        ("epsilon_lower_bound", (lab, "lb"), f"{lab}: private eps_LB", private),
+        ("no_noise", (lab, "nn"), f"{lab}: no-noise control", no_noise),
+        ("ceiling", "ceiling", "ceiling (max certifiable)", CEILING_MARK),
+    )
+    for field, key, label, style in marks:
+        v = clip(num(p.get(field)))
         if v is not None:
             ax.scatter([x], [v], label=None if key in seen else label, **style)
             seen.add(key)

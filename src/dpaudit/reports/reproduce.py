@@ -7,6 +7,11 @@ from .claim import noise_label
 from .inputs import Inputs, Note, command_str
 
 
+#: The fields of every reproduce entry, in their order (an audit's adds its ``parameters``).
+FIELDS = ("kind", "mechanism", "id", "path", "command", "seed", "noise", "dpaudit_version")
+FIELDS += ("git_commit",)
+
+
 def _release_entry(lr, notes: list[Note]) -> dict:
     cmd = command_str(lr.release.command)
     if cmd is None:
@@ -55,17 +60,6 @@ def reproduce(
         + (extra or [])
     )
     if report_command:
-        out.append(
-            {
-                "kind": "report",
-                "mechanism": None,
-                "id": None,
-                "path": None,
-                "command": report_command,
-                "seed": None,
-                "noise": None,
-                "dpaudit_version": __version__,
-                "git_commit": None,
-            }
-        )
+        mine = {"kind": "report", "command": report_command, "dpaudit_version": __version__}
+        out.append(dict.fromkeys(FIELDS) | mine)
     return out

@@ -23,6 +23,7 @@ from ..sweeps import sweep_tables
 from .claim import noise_label
 from .inputs import LoadedSweep, Note, dataset_name, fixed, num
 from .recompute import compose_sequential, composed, recomputed
+from .reproduce import FIELDS
 
 #: At most this many mismatching releases are named one by one (the rest are counted).
 MAX_LISTED = 20
@@ -570,12 +571,5 @@ def sweep_reproduce(entry: dict) -> dict:
     spec = entry.get("spec") if isinstance(entry.get("spec"), dict) else None
     cmd = _sweep_command(spec.get("source") if spec else None, str(Path(entry["path"]).parent))
     params = {"parameters": {"spec": spec}} if spec and cmd is None else {}
-    return {
-        "kind": "sweep",
-        "mechanism": None,
-        "id": entry["name"],
-        "path": entry["path"],
-        "command": cmd,
-        **dict.fromkeys(("seed", "noise", "dpaudit_version", "git_commit")),
-        **params,
-    }
+    mine = {"kind": "sweep", "id": entry["name"], "path": entry["path"], "command": cmd}
+    return dict.fromkeys(FIELDS) | mine | params

@@ -130,6 +130,12 @@ def _eval_points(pts: dict, log: bool) -> tuple[list[float], list[float]]:
     return [x for x, _ in keep], [y for _, y in keep]
 
 
+#: The box corner's mark and the VIOLATION label beside it.
+CORNER_STYLE = {"s": 60, "edgecolors": "white", "linewidths": 0.6, "zorder": 6, "gid": "box-corner"}
+VIOLATION_LABEL = {"xytext": (8, -14), "textcoords": "offset points", "color": VIOLATION_COLOR}
+VIOLATION_LABEL |= {"fontsize": 10, "fontweight": "bold", "gid": "violation-label", "zorder": 7}
+
+
 def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     """The chosen test's confidence box [0, FPR_hi] x [0, FNR_hi], its EVAL point and its corner."""
     from matplotlib.patches import Rectangle
@@ -152,51 +158,26 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     if p["fpr"] is not None and p["fnr"] is not None:
         _draw_chosen(ax, p, color, log, floor)
     corner = (max(fu, floor), max(nu, floor)) if log else (fu, nu)
-    ax.scatter(
-        [corner[0]],
-        [corner[1]],
-        marker="X" if viol else "s",
-        s=60,
-        color=color,
-        edgecolors="white",
-        linewidths=0.6,
-        zorder=6,
-        label=f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})",
-        gid="box-corner",
-    )
+    label = f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})"
+    ax.scatter(*corner, marker="X" if viol else "s", color=color, label=label, **CORNER_STYLE)
     if viol:
-        ax.annotate(
-            "VIOLATION",
-            xy=corner,
-            xytext=(8, -14),
-            textcoords="offset points",
-            color=VIOLATION_COLOR,
-            fontsize=10,
-            fontweight="bold",
-            gid="violation-label",
-            zorder=7,
-        )
+        ax.annotate("VIOLATION", xy=corner, **VIOLATION_LABEL)
+
+
+#: The chosen test's EVAL point and its error bars.
+CHOSEN_STYLE = {"fmt": "o", "markersize": 5, "elinewidth": 1.2, "capsize": 3, "zorder": 5}
+CHOSEN_STYLE |= {
+    "label": "chosen test: EVAL point, one-sided CP upper bounds",
+    "gid": "chosen-point",
+}
 
 
 def _draw_chosen(ax, p: dict, color: str, log: bool, floor: float) -> None:
     """The chosen test's EVAL point with its one-sided error bars up to the box corner."""
     fu, nu = p["fpr_upper"], p["fnr_upper"]
     px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
-    ax.errorbar(
-        [px],
-        [py],
-        xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]],
-        yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
-        fmt="o",
-        markersize=5,
-        color=color,
-        ecolor=color,
-        elinewidth=1.2,
-        capsize=3,
-        zorder=5,
-        label="chosen test: EVAL point, one-sided CP upper bounds",
-        gid="chosen-point",
-    )
+    xerr, yerr = [[0.0], [max(max(fu, floor) - px, 0.0)]], [[0.0], [max(max(nu, floor) - py, 0.0)]]
+    ax.errorbar([px], [py], xerr=xerr, yerr=yerr, color=color, ecolor=color, **CHOSEN_STYLE)
 
 
 #: (title, x label, y label) of the linear (False) and the log-log (True) panel.
@@ -368,6 +349,10 @@ def _one_run_subtitle(v: dict) -> str:
     return head + f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct"
 
 
+#: The claimed epsilon's line on a one-run figure.
+CLAIM_LINE = {"color": CURVE_COLOR, "linestyle": "--", "linewidth": 1.2, "gid": "claim-line"}
+
+
 def one_run_figure(record: dict):
     """Bars of a one-run audit (one_run.json): claimed epsilon, the (eps, delta) lower bound of
     Steinke, Nasr & Jagielski 2023 and its all-correct ceiling for this m, and the f-DP lower
@@ -390,14 +375,7 @@ def one_run_figure(record: dict):
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8.5)
     ax.invert_yaxis()
     if claim_shown:
-        ax.axvline(
-            claim,
-            color=CURVE_COLOR,
-            linestyle="--",
-            linewidth=1.2,
-            label=f"claimed eps {_fmt(claim)}",
-            gid="claim-line",
-        )
+        ax.axvline(claim, label=f"claimed eps {_fmt(claim)}", **CLAIM_LINE)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_xlim(0, top)
     style_axes(

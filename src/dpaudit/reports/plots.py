@@ -15,6 +15,11 @@ IN_COLOR = "#c0392b"
 REFERENCE_LINE = {"color": "#888888", "linestyle": "--", "linewidth": 1}
 FIGSIZE = (6.4, 4.0)
 MAX_ROC_CURVES = 8
+#: The x and y labels of the ROC, eps_LB and privacy-utility figures.
+ROC_AXES = ("false positive rate (log scale)", "true positive rate (log scale)")
+EPS_AXES = ("claimed epsilon (nats)", "epsilon lower bound (nats)")
+UTILITY_AXES = ("epsilon (nats, at the recorded delta)", "metric value (fraction)")
+ROC_LINE = {"linewidth": 1.6, "drawstyle": "steps-post"}
 #: The mark of an audit's ceiling on the eps_LB figure.
 CEILING_MARK = {"s": 40, "marker": "_", "color": "#444444", "zorder": 2}
 
@@ -55,23 +60,12 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
         floor = min(floor, min(p[0] for p in pts), min(p[1] for p in pts))
         auc = num(e.get("auc"))
         lab = _label(e) + (f" (AUC {auc:.3f})" if auc is not None else "")
-        ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            color=PALETTE[j % len(PALETTE)],
-            linewidth=1.6,
-            drawstyle="steps-post",
-            label=lab,
-        )
+        fpr, tpr = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(fpr, tpr, color=PALETTE[j % len(PALETTE)], **ROC_LINE, label=lab)
     floor = max(min(floor, 1e-2) / 2, 1e-6)
     ax.plot([floor, 1], [floor, 1], **REFERENCE_LINE, label="chance (TPR = FPR)")
     ax.set(xscale="log", yscale="log", xlim=(floor, 1.05), ylim=(floor, 1.05))
-    style_axes(
-        ax,
-        f"Attack ROC: {mech}",
-        "false positive rate (log scale)",
-        "true positive rate (log scale)",
-    )
+    style_axes(ax, f"Attack ROC: {mech}", *ROC_AXES)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     more = ""
     if len(es) > MAX_ROC_CURVES:
@@ -146,21 +140,11 @@ def eps_figure(report: dict) -> list[Figure]:
     off = {c: (i - (len(canaries) - 1) / 2) * 0.012 * top for i, c in enumerate(canaries)}
     seen: set = set()
     for p in pts:
-        _scatter_point(
-            ax,
-            p,
-            num(p["claimed_epsilon"]) + off[str(p.get("canary"))],
-            PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)],
-            top,
-            seen,
-        )
+        x = num(p["claimed_epsilon"]) + off[str(p.get("canary"))]
+        color = PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)]
+        _scatter_point(ax, p, x, color, top, seen)
     ax.set(xlim=(0, top), ylim=(0, top))
-    style_axes(
-        ax,
-        "Empirical lower bound vs claimed epsilon",
-        "claimed epsilon (nats)",
-        "epsilon lower bound (nats)",
-    )
+    style_axes(ax, "Empirical lower bound vs claimed epsilon", *EPS_AXES)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return [
         Figure(
@@ -210,12 +194,7 @@ def _utility_figure(k: int, c: dict) -> Figure:
         ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
     if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
         ax.set_xscale("log")
-    style_axes(
-        ax,
-        f"Privacy-utility: {c['mechanism']} on {c['dataset']}",
-        "epsilon (nats, at the recorded delta)",
-        "metric value (fraction)",
-    )
+    style_axes(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", *UTILITY_AXES)
     ax.legend(fontsize=7, loc="lower right")
     return Figure(
         f"utility_{k}",

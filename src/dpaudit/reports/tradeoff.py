@@ -378,11 +378,6 @@ def one_run_figure(record: dict):
         ax.axvline(claim, label=f"claimed eps {_fmt(claim)}", **CLAIM_LINE)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_xlim(0, top)
-    style_axes(
-        ax,
-        f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}",
-        "epsilon (nats)",
-        "",
-        size=10,
-    )
+    title = f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}"
+    style_axes(ax, title, "epsilon (nats)", "", size=10)
     return fig

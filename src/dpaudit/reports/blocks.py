@@ -10,6 +10,7 @@ from typing import Any
 
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
+from .budget import release_id
 from .format import COMPOSED_COLUMNS, DASH, Block, as_stored_columns, columns, f, g, ms, p, table
 from .format import text, val
 from .model import SECTIONS
@@ -43,9 +44,7 @@ def _first_row(r: dict) -> list[str]:
     lb, ceiling = r["epsilon_lower_bound"], r["ceiling"]
     bound = DASH if lb is None else f(lb) + (f" ({f(ceiling, 2)})" if ceiling is not None else "")
     return [
-        f"{r['mechanism']} {str(r['release'])[:8]}"
-        if r["release"]
-        else f"{r['mechanism']} (no release)",
+        f"{r['mechanism']} " + (str(r["release"])[:8] if r["release"] else "(no release)"),
         _claim_cell(r),
         audited,
         bound,
@@ -67,9 +66,7 @@ def _plans_cell(r: dict) -> str:
     def plan(x) -> str:
         if not x:
             return "plan —"
-        return (
-            f"{runs[x]} runs of plan {str(x)[:12]}" if runs.get(x, 1) > 1 else f"plan {str(x)[:12]}"
-        )
+        return (f"{runs[x]} runs of " if runs.get(x, 1) > 1 else "") + f"plan {str(x)[:12]}"
 
     return ", ".join(plan(x) for x in r["plans"]) or "plan —"
 
@@ -345,11 +342,11 @@ def budget_blocks(report: dict) -> list[Block]:
 
 def _sweep_of_entry(e: dict, by_id: dict[str, str], names: set[str]) -> str | None:
     """The sweep of this report a ledger release entry belongs to (by release id, else by its tag)."""
-    if e.get("kind", "release") != "release":
+    rid, tag = release_id(e), e.get("sweep")
+    if rid is None:
         return None
-    tag = e.get("sweep")
     tag = tag.get("name") if isinstance(tag, dict) else tag
-    return by_id.get(str(e.get("release_id") or e.get("id"))) or (tag if tag in names else None)
+    return by_id.get(rid) or (tag if tag in names else None)
 
 
 def _fold_sweep_entries(report: dict, entries: list[dict]) -> tuple[list[dict], dict[str, int]]:

@@ -92,7 +92,7 @@ def _integrity_note(ver: dict, path, notes: list[Note]) -> None:
         notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs}."))
 
 
-def _release_id(e: dict) -> str | None:
+def release_id(e: dict) -> str | None:
     """The release id of a ledger release entry (None for other kinds)."""
     return (
         str(e.get("release_id") or e.get("id")) if e.get("kind", "release") == "release" else None
@@ -102,7 +102,7 @@ def _release_id(e: dict) -> str | None:
 def _budget_notes(
     release_ids: list[str], entries: list[dict], summary: list[dict], path, notes: list[Note]
 ) -> None:
-    recorded = {_release_id(e) for e in entries} - {None}
+    recorded = {release_id(e) for e in entries} - {None}
     for rid in release_ids:
         if rid not in recorded and (entries or summary):
             text = f"release {rid[:12]} is not in ledger {path}: its budget use is not accounted there."
@@ -121,9 +121,9 @@ def _release_versions(entries: list[dict]) -> dict[str, str]:
     """Release id -> the data version label of the keyed fingerprint it was recorded under."""
     labels = _data_versions(entries)
     return {
-        _release_id(e): labels[e["dataset_fingerprint"]]
+        release_id(e): labels[e["dataset_fingerprint"]]
         for e in entries
-        if _release_id(e) and e.get("dataset_fingerprint")
+        if release_id(e) and e.get("dataset_fingerprint")
     }
 
 

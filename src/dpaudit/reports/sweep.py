@@ -84,10 +84,8 @@ def _accounting_notes(
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
     no_claim = f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else ""
     if not checked:
-        return (
-            "no-claim",
-            "no private release below the sweep's folder (nothing to check)" + no_claim,
-        )
+        nothing = "no private release below the sweep's folder (nothing to check)"
+        return "no-claim", nothing + no_claim
     status = "mismatch" if n["mismatch"] else "unverified" if n["unverified"] else "ok"
     line = {
         "mismatch": f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)",

@@ -287,18 +287,13 @@ def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
     out += [why for why in (target_problem(plan), _fixed_noise(plan)) if why]
     if reg is None:
         return out + ["the ledger holds no registration of it"]
-    return out + [
-        why
-        for bad, why in (
-            (reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
-            (reg[1] != kid, "its ledger registration is not signed by its key"),
-            (
-                reg[2].get("target") != plan.get("target"),
-                "its ledger registration names another target",
-            ),
-        )
-        if bad
-    ]
+    other_target = reg[2].get("target") != plan.get("target")
+    registration = (
+        (reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
+        (reg[1] != kid, "its ledger registration is not signed by its key"),
+        (other_target, "its ledger registration names another target"),
+    )
+    return out + [why for bad, why in registration if bad]
 
 
 def _fixed_noise(plan: dict) -> str | None:

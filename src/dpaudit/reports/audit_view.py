@@ -233,6 +233,8 @@ class AuditEvidence:
     claimed_curve_malformed: bool  # a claimed_curve block is there but cannot be drawn
 
 
+#: The view's names (of a string, or of a named object: :func:`name_of`).
+VIEW_NAMES = ("mechanism", "canary", "task", "dataset", "method")
 #: The view's numbers, read as they are recorded (absent or not a number: None).
 VIEW_NUMBERS = ("claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "ceiling")
 #: The audit parameters a report lists when an audit records no command.
@@ -286,8 +288,7 @@ class AuditView(Grouped):
         roc = roc_of(rec.get("roc"))
         view = cls.of(
             id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
-            mechanism=name_of(rec.get("mechanism")),
-            canary=name_of(rec.get("canary")),
+            **{k: name_of(rec.get(k)) for k in VIEW_NAMES},
             trials=trials,
             eval_trials=eval_trials,
             **{k: num(rec.get(k)) for k in VIEW_NUMBERS},
@@ -318,17 +319,13 @@ def _origin(rec: dict) -> dict:
     plan = rec.get("plan")
     plan_id = plan.get("id") if isinstance(plan, dict) else rec.get("plan_id")
     return {
-        "task": name_of(rec.get("task")),
-        "dataset": name_of(rec.get("dataset")),
         "dataset_info": _dict(rec.get("dataset")) or {},
-        "seeds": rec.get("seeds"),
+        **{k: rec.get(k) for k in ("seeds", "dpaudit_version", "git_commit")},  # as recorded
         "command": rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
         "release_id": release_id,
         "release_path": release_path,
         "plan_id": _str(plan_id),
         "config": _dict(rec.get("config")),
-        "dpaudit_version": rec.get("dpaudit_version"),
-        "git_commit": rec.get("git_commit"),
     }
 
 
@@ -340,7 +337,6 @@ def _evidence(rec: dict) -> dict:
         cp = num(rec.get("epsilon_lower_bound"))  # before the claimed curve: eps_LB is the CP one
     curve, threat = curve_view(rec.get("claimed_curve")), _str(rec.get("threat_model"))
     return {
-        "method": name_of(rec.get("method")),
         **{k: control_of(rec.get("controls"), names) for k, names in CONTROL_NAMES.items()},
         "statistic": statistic,
         "clopper_pearson_epsilon": cp,

@@ -210,11 +210,7 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     checks += _whole_record_checks(
         plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries]
     )
-    return checks + _all_audit_checks(audits, plans, by_plan, releases)
-
-
-def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
-    checks = [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+    checks += [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
     return checks + _pipeline_checks(audits)
 
 
@@ -352,11 +348,9 @@ def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
 
 def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
     """The plan was registered before any audit of its target (else it could be fitted to a result)."""
-    if reg is None or not target:
-        if not reg:
-            return _check(
-                "registered first", pid[:12], "the ledger holds no registration of it", ""
-            )
+    if reg is None:
+        return _check("registered first", pid[:12], "the ledger holds no registration of it", "")
+    if not target:
         return Check("registered first", pid[:12], "note", "it names no target (an older plan)")
     before = [
         f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]
@@ -391,20 +385,15 @@ def _named_ids(groups) -> list[str]:
 def _runs_check(pid: str, runs: list, present: list) -> Check:
     """The plan's runs in the ledger against its audits in the bundle: a hidden run fails, a second one is noted."""
     n = f"{len(runs)} run{'s' * (len(runs) != 1)} of plan {pid[:12]}"
-    hidden, unrecorded = (
-        [r for r in runs if r not in present],
-        [a for a in present if a not in runs],
+    groups = (
+        ("not in the bundle", [r for r in runs if r not in present]),
+        ("not recorded under the plan", [a for a in present if a not in runs]),
     )
-    groups = (("not in the bundle", hidden), ("not recorded under the plan", unrecorded))
     why = "".join(f"; {named}" for named in _named_ids(groups))
     if why:
         return _check("runs", pid[:12], f"{n} in the ledger, {len(present)} in the bundle{why}", "")
-    return Check(
-        "runs",
-        pid[:12],
-        "note" if len(runs) > 1 else "pass",
-        f"{n} in the ledger, all in the bundle",
-    )
+    status = "note" if len(runs) > 1 else "pass"  # a second run of one plan is worth a look
+    return Check("runs", pid[:12], status, f"{n} in the ledger, all in the bundle")
 
 
 def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list[Check]:

@@ -1,7 +1,8 @@
 """The whole report, byte for byte: a fixed corpus of inputs (releases, a ledger, trial-based audits of
 every stored layout, one-run and white-box records) builds the same JSON model and renders the same
 Markdown, HTML and PNG figures as the reader that wrote data/golden_report.json; a stored sweep
-report (data/golden_sweep_report.json) renders the same Markdown and HTML.
+report (data/golden_sweep_report.json) renders the same Markdown and HTML, and a new run of its
+sweep builds the same model (up to ids, times and process ids).
 
 Regenerate (only when a change of output is intended) with
 ``python tests/reports/test_report_golden.py --write`` on the source tree whose output is the reference;
@@ -123,20 +124,35 @@ def _write_corpus() -> None:
     fdp = {"epsilon_lower_bound": 2.5, "violated": True, "guesses": 100, "correct": 80}
     write_json_atomic(CORPUS / "one-run" / "fdp" / "one_run.json", _one_run(fdp=fdp))
     write_json_atomic(CORPUS / "white-box" / "white_box.json", WHITE_BOX)
-    # the sweep report: a real tiny sweep (test_report_sweep's), its model stored as JSON
+    with tempfile.TemporaryDirectory() as tmp:
+        SWEEP_REPORT.write_text(json.dumps(_sweep_report(Path(tmp)), indent=1) + "\n")
+
+
+def _sweep_report(tmp: Path) -> dict:
+    """The report of a real tiny sweep (test_report_sweep's spec) run in ``tmp`` (shown as /sweeps)."""
     from test_report_sweep import SPEC
 
     from dpaudit.reports import build_report
     from dpaudit.sweeps import load_records, parse_spec, run_sweep
     from dpaudit.sweeps.runner import write_tables
 
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp, "out")
-        run_sweep(parse_spec(SPEC), out=out, ledger_path=Path(tmp, "l.sqlite"))
-        write_tables(out / "tiny-report", *load_records(out / "tiny-report"))
-        report = build_report([out / "tiny-report"], ledger_path=Path(tmp, "l.sqlite"))
-        text = json.dumps(report, indent=1).replace(tmp, "/sweeps")
-    SWEEP_REPORT.write_text(text + "\n")
+    out = tmp / "out"
+    run_sweep(parse_spec(SPEC), out=out, ledger_path=tmp / "l.sqlite")
+    write_tables(out / "tiny-report", *load_records(out / "tiny-report"))
+    report = build_report([out / "tiny-report"], ledger_path=tmp / "l.sqlite")
+    return json.loads(json.dumps(report).replace(str(tmp), "/sweeps"))
+
+
+def _comparable(report: dict) -> str:
+    """A report's JSON without what a new run changes: its time, version, ids and process id."""
+    kept = {k: v for k, v in report.items() if k not in ("generated_at", "git_commit")}
+    text = json.dumps(kept | {"dpaudit_version": None}, indent=1)
+    return re.sub(r'"pid": \d+', '"pid": 0', VOLATILE.sub("<v>", text))
+
+
+def test_a_sweep_reports_as_the_reference_reader_did(tmp_path):
+    stored = json.loads(SWEEP_REPORT.read_text())
+    assert _comparable(_sweep_report(tmp_path)) == _comparable(stored)
 
 
 #: A white-box record in the shape dpaudit.mechanisms.dpsgd.white_box_target writes.

@@ -47,14 +47,9 @@ def _ref(lr, **extra) -> dict:
     return {"release_id": r.id, "mechanism": r.mechanism, "path": str(lr.path), **extra}
 
 
-def _accounting_notes(
-    name: str,
-    problems: list[dict],
-    unverified: list[dict],
-    checked: int,
-    reproducible: int,
-    notes: list[Note],
-) -> None:
+def _accounting_notes(name: str, acc: dict, notes: list[Note]) -> None:
+    """The notes of a sweep's accounting check (``acc``: :func:`_accounting`)."""
+    problems, unverified = acc["mismatches"], acc["unverified_releases"]
     for p in problems[:MAX_LISTED]:
         text = (
             f"sweep {name}: release {p['release_id'][:12]} ({p['mechanism']}, {p['path']}): "
@@ -69,14 +64,14 @@ def _accounting_notes(
         notes.append(Note("error", "sweep", text))
     if unverified:
         text = (
-            f"sweep {name}: {len(unverified)} of {checked} release claims could not be recomputed "
-            f"(first: {unverified[0]['message']})."
+            f"sweep {name}: {len(unverified)} of {acc['checked']} release claims could not be "
+            f"recomputed (first: {unverified[0]['message']})."
         )
         notes.append(Note("warning", "sweep", text))
-    if reproducible:
+    if acc["reproducible_noise"]:
         text = (
-            f"sweep {name}: {reproducible} release(s) used noise derived from a published "
-            "seed: not private; the ledger counts them as unbounded."
+            f"sweep {name}: {acc['reproducible_noise']} release(s) used noise derived from a "
+            "published seed: not private; the ledger counts them as unbounded."
         )
         notes.append(Note("warning", "sweep", text))
 
@@ -114,11 +109,8 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
         elif status == "unverified":
             unverified.append(_ref(lr, message=check.reason))
     checked = n["ok"] + n["mismatch"] + n["unverified"]
-    _accounting_notes(
-        sweep.name or str(sweep.path), problems, unverified, checked, reproducible, notes
-    )
     status, line = _accounting_line(n, checked)
-    return {
+    acc = {
         "status": status,
         "line": line,
         "checked": checked,
@@ -128,6 +120,8 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
         "mismatches": problems,
         "unverified_releases": unverified,
     }
+    _accounting_notes(sweep.name or str(sweep.path), acc, notes)
+    return acc
 
 
 def _group() -> dict:

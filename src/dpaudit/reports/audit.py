@@ -277,18 +277,19 @@ def _family_bound(cv: dict | None) -> dict | None:
     return {"statement": family_statement(fam), "violated": cv["violated"]}
 
 
+#: The evidence fields of an audit's view its entry repeats as they are.
+EVIDENCE_FIELDS = ("statistic", "clopper_pearson_epsilon", "threat_model", "comparison")
+EVIDENCE_FIELDS += ("claimed_curve",)
+
+
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
     """The evidence blocks of an audit record: which statistic decided its eps_LB, the
     Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
     v = la.view
-    stat = entry["statistic"] = v.statistic
-    entry["clopper_pearson_epsilon"] = v.clopper_pearson_epsilon
-    entry["threat_model"] = v.threat_model
-    entry["comparison"] = v.comparison
-    cv = entry["claimed_curve"] = v.claimed_curve
-    entry["claim_family_bound"] = _family_bound(cv)
+    stat, cv = v.statistic, v.claimed_curve
+    entry.update({k: getattr(v, k) for k in EVIDENCE_FIELDS}, claim_family_bound=_family_bound(cv))
     if v.claimed_curve_malformed:
         text = (
             f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "

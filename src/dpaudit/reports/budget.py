@@ -146,13 +146,7 @@ def ledger_budget(
     loc = resolve_ledger(ledger_path)
     # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
     path = loc.path if loc.backend == "sqlite" else loc
-    out: dict = {
-        "ledger": loc.display,
-        "summary": [],
-        "entries": [],
-        "available": False,
-        "verify": None,
-    }
+    out = {"ledger": loc.display, "summary": [], "entries": [], "available": False, "verify": None}
     if loc.backend == "sqlite" and not path.exists():
         return _no_ledger(out, path, ledger_path, explicit, datasets, notes)
     try:

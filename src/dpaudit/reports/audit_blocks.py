@@ -193,6 +193,13 @@ STATISTIC_COLUMNS = [
 ]
 
 
+#: How to read the trade-off figures.
+TRADEOFF_NOTE = (
+    "Trade-off figures: the claimed curve, the EVAL points and the confidence box (red: wholly below the curve, "
+    "the claim is falsified)."
+)
+
+
 def _statistic_blocks(entries: list[dict]) -> list[Block]:
     """Which statistic decided each audit, the claimed-curve test beside today's Clopper-Pearson
     bound, the statistics reviewers compare across tools, and the trade-off figures. Shown only
@@ -212,13 +219,7 @@ def _statistic_blocks(entries: list[dict]) -> list[Block]:
         )
     ]
     if any(e.get("claimed_curve") for e in entries):
-        out += [
-            p(
-                "Trade-off figures: the claimed curve, the EVAL points and the confidence box (red: wholly below the curve, "
-                "the claim is falsified)."
-            ),
-            Block("figures", figures=["tradeoff"]),
-        ]
+        out += [p(TRADEOFF_NOTE), Block("figures", figures=["tradeoff"])]
     return out
 
 

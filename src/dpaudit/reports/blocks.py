@@ -71,6 +71,14 @@ def _plans_cell(r: dict) -> str:
     return ", ".join(plan(x) for x in r["plans"]) or "plan —"
 
 
+#: What the verdict words and statistics mean (below the verdict lines).
+VERDICT_LEGEND = (
+    "VIOLATION: an audit certified (at its confidence) that the claim is false. “No evidence” is no proof of privacy: it is "
+    "bounded by the audit's ceiling and attack. claimed-curve: the audit's confidence box tested against the claim's whole "
+    "trade-off curve; clopper-pearson: one (eps, delta) point."
+)
+
+
 def verdict_blocks(report: dict) -> list[Block]:
     vs = report["sections"]["verdict"]
     if not vs:
@@ -78,13 +86,7 @@ def verdict_blocks(report: dict) -> list[Block]:
     return (
         [table("Verdict per release", FIRST_HEADERS, [_first_row(r) for r in summary_rows(vs)])]
         + [Block("verdict", text=v["line"], status=v["status"]) for v in vs]
-        + [
-            p(
-                "VIOLATION: an audit certified (at its confidence) that the claim is false. “No evidence” is no proof of privacy: it is "
-                "bounded by the audit's ceiling and attack. claimed-curve: the audit's confidence box tested against the claim's whole "
-                "trade-off curve; clopper-pearson: one (eps, delta) point."
-            )
-        ]
+        + [p(VERDICT_LEGEND)]
     )
 
 
@@ -205,18 +207,20 @@ def _dataset_blocks(d: dict) -> list[Block]:
     ]
 
 
+#: Why the provenance shows no hash of the data, and shows its sizes.
+PROVENANCE_NOTE = (
+    "Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
+    "nor a fingerprint of it: the data version above is a label the ledger gives each distinct "
+    "data identity under a name. Sizes are shown because the guarantee treats them as public "
+    "(the sampling rate q = batch / N is published)."
+)
+
+
 def provenance_blocks(report: dict) -> list[Block]:
     out = [b for d in report["sections"]["provenance"] for b in _dataset_blocks(d)]
     if not out:
         return [p("No dataset identity recorded in the inputs.")]
-    return out + [
-        p(
-            "Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
-            "nor a fingerprint of it: the data version above is a label the ledger gives each distinct "
-            "data identity under a name. Sizes are shown because the guarantee treats them as public "
-            "(the sampling rate q = batch / N is published)."
-        )
-    ]
+    return out + [p(PROVENANCE_NOTE)]
 
 
 #: The ledger summary on screen: what a reviewer signs (spent, cap, remaining); the rest of a row is
@@ -307,16 +311,18 @@ def _summary_blocks(summary: list[dict]) -> list[Block]:
     return out
 
 
+#: What the ledger summary's audit columns hold.
+AUDITS_NOTE = (
+    "audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
+    "what their trials compose to; eps with audits: releases and audits composed together. A cap "
+    "counts releases only unless it says audits included. "
+)
+
+
 def _ledger_blocks(report: dict, b: dict) -> list[Block]:
     out = [p(f"Ledger: {b['ledger']}{_integrity(b.get('verify'))}"), *_summary_blocks(b["summary"])]
     if any(r.get("audits") for r in b["summary"]):
-        out.append(
-            p(
-                "audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
-                "what their trials compose to; eps with audits: releases and audits composed together. A cap "
-                "counts releases only unless it says audits included. " + NOT_COVERED
-            )
-        )
+        out.append(p(AUDITS_NOTE + NOT_COVERED))
     entries, folded = _fold_sweep_entries(report, b["entries"])
     if entries:
         caption = "Ledger entries of these datasets (append-only)"
@@ -429,6 +435,13 @@ def _reproduce_code(r: dict) -> str:
     return "\n".join(lines)
 
 
+#: What a re-run reproduces.
+RERUN_NOTE = (
+    "With secret (default) noise a re-run reproduces the configuration, data and public randomness, "
+    "not the exact noise draw; metrics agree up to that noise."
+)
+
+
 def reproduce_blocks(report: dict) -> list[Block]:
     out = []
     for r in report["sections"]["reproduce"]:
@@ -438,12 +451,7 @@ def reproduce_blocks(report: dict) -> list[Block]:
             + ([p("; ".join(meta))] if meta else [])
             + [Block("code", text=_reproduce_code(r))]
         )
-    return out + [
-        p(
-            "With secret (default) noise a re-run reproduces the configuration, data and public randomness, "
-            "not the exact noise draw; metrics agree up to that noise."
-        )
-    ]
+    return out + [p(RERUN_NOTE)]
 
 
 BUILDERS = {

@@ -337,9 +337,8 @@ def _read_release(f: Path, section: str, prefix: str, notes: list[Note]) -> Load
         notes.append(Note("error", section, f"{prefix}release skipped: {e}"))
         return None
     except (TypeError, ValueError) as e:
-        notes.append(
-            Note("error", section, f"{prefix}release {f} skipped: malformed fields ({e}).")
-        )
+        text = f"{prefix}release {f} skipped: malformed fields ({e})."
+        notes.append(Note("error", section, text))
         return None
     return LoadedRelease(f.parent, rel)
 

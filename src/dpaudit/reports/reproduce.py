@@ -15,9 +15,8 @@ FIELDS += ("git_commit",)
 def _release_entry(lr, notes: list[Note]) -> dict:
     cmd = command_str(lr.release.command)
     if cmd is None:
-        notes.append(
-            Note("warning", "reproduce", f"release {lr.release.id[:12]} records no command.")
-        )
+        text = f"release {lr.release.id[:12]} records no command."
+        notes.append(Note("warning", "reproduce", text))
     return {
         "kind": "release",
         "mechanism": lr.release.mechanism,

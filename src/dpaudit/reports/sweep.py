@@ -349,9 +349,8 @@ def _ledger_block(
         entries, out["summary"] = _ledger_entries(sweep, ledger_path)
     except DPAuditError as e:
         out["error"] = str(e)
-        notes.append(
-            Note("error", "sweep", f"sweep {name}: ledger {ledger_path} could not be read: {e}")
-        )
+        text = f"sweep {name}: ledger {ledger_path} could not be read: {e}"
+        notes.append(Note("error", "sweep", text))
         return out
     ours = _match(out, entries, release_ids, name)
     missing = sorted(release_ids - {_rid(e) for e in entries})

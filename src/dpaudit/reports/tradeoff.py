@@ -147,10 +147,8 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     x0 = floor if log else 0.0
     w, h = max(fu, x0) - x0, max(nu, x0) - x0
     box = {"xy": (x0, x0), "width": w, "height": h, "edgecolor": color, "linewidth": 1.6}
-    label = (
-        "confidence box BELOW the claimed curve: VIOLATION"
-        if viol
-        else "confidence box of the chosen test"
+    label = "confidence box " + (
+        "BELOW the claimed curve: VIOLATION" if viol else "of the chosen test"
     )
     fill = {"facecolor": color, "alpha": 0.18 if viol else 0.12, "label": label}
     ax.add_patch(Rectangle(**box, **fill, zorder=3, gid="confidence-box"))

@@ -67,11 +67,8 @@ def _inputs(paths) -> dict:
     """kind -> [file] of the inputs (a file, or a folder holding release.json / audit.json / one_run.json / plan.json)."""
     found: dict = {"releases": [], "audits": [], "plans": []}
     for p in map(Path, paths):
-        hits = [
-            f
-            for f in ([p / n for n in _KINDS] if p.is_dir() else [p])
-            if f.is_file() and f.name in _KINDS
-        ]
+        candidates = [p / n for n in _KINDS] if p.is_dir() else [p]
+        hits = [f for f in candidates if f.is_file() and f.name in _KINDS]
         if not hits:
             raise UsageError(
                 f"inputs must be release, audit, one-run or plan files (or folders holding one), got {str(p)!r}."
@@ -159,23 +156,12 @@ def _ledger(root: Path, anchor, owner) -> tuple[Check, set, list]:
     meta = read_json(root / BUNDLE_FILE, "bundle")
     dump = read_json(root / LEDGER_FILE, "ledger export")
     rows, head = [tuple(r) for r in dump.get("rows") or []], meta.get("head") or {}
-    rep = verify_snapshot(
-        Snapshot(
-            str(root / LEDGER_FILE),
-            "export",
-            int(dump.get("schema_version") or 0),
-            (head.get("seq"), head.get("entries"), head.get("hash")),
-            rows,
-        ),
-        anchor=anchor,
-        owner=owner,
-    )
-    check = _check(
-        "ledger",
-        LEDGER_FILE,
-        [p.message for p in rep.problems],
-        f"{rep.entries} entries, chain and signatures intact up to head {str(head.get('hash'))[:12]}",
-    )
+    tip = (head.get("seq"), head.get("entries"), head.get("hash"))
+    version = int(dump.get("schema_version") or 0)
+    snapshot = Snapshot(str(root / LEDGER_FILE), "export", version, tip, rows)
+    rep = verify_snapshot(snapshot, anchor=anchor, owner=owner)
+    intact = f"{rep.entries} entries, chain and signatures intact up to head {str(tip[2])[:12]}"
+    check = _check("ledger", LEDGER_FILE, [p.message for p in rep.problems], intact)
     entries = [(r[0], r[2], r[8], p) for r in rows for p in [_payload(r[5])] if p is not None]
     return check, {k["key_id"] for k in rep.signatures.get("keys", [])}, entries
 

@@ -37,10 +37,8 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
         why = f"noise derived from the published seed {ns.get('seed')}"
         return f"NOT PRIVATE: REPRODUCIBLE ({source}, {why})", False
     if ns.get("reproducible") == "secret-seed":
-        return (
-            f"secure ({source}, reproducible from a secret noise seed kept out of the release)",
-            True,
-        )
+        kept = "reproducible from a secret noise seed kept out of the release"
+        return f"secure ({source}, {kept})", True
     return f"secure ({source}, secret)", True
 
 

@@ -196,7 +196,11 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     checks += _whole_record_checks(
         plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries]
     )
-    checks += [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+    return checks + _all_audit_checks(audits, plans, by_plan, releases)
+
+
+def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
+    checks = [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
     return checks + _pipeline_checks(audits)
 
 

@@ -96,15 +96,13 @@ def _commit(c: dict) -> str:
 
 def _claim_pairs(c: dict) -> list[tuple[str, str]]:
     chk = c["accounting_check"]
+    check = chk["status"].upper() + (f": {chk['message']}" if chk["message"] else "")
     return [
         ("privacy unit / adjacency", f"{c['privacy_unit']} / {c['adjacency']}"),
         ("accountant (claim)", str(c["accountant"])),
         ("target (epsilon, delta)", f"({f(c['target_epsilon'], 4)}, {g(c['delta'])})"),
         ("achieved (epsilon, delta)", f"({f(c['epsilon'], 4)}, {g(c['delta'])})"),
-        (
-            "accounting check",
-            chk["status"].upper() + (f": {chk['message']}" if chk["message"] else ""),
-        ),
+        ("accounting check", check),
         ("noise multiplier (std / clipping norm)", f(c["noise_multiplier"], 4)),
         ("sample rate (Poisson q)", g(c["sample_rate"])),
         ("steps executed / accounted", f"{val(c['steps_executed'])} / {val(c['steps_accounted'])}"),
@@ -179,26 +177,18 @@ def _dataset_blocks(d: dict) -> list[Block]:
         ", ".join(f"{k} {v}" for k, v in sizes.items()) if isinstance(sizes, dict) else val(sizes)
     )
     files = d.get("source_files") or []
+    kind = " / ".join(val(d.get(k)) for k in ("kind", "n_features", "n_classes"))
+    pairs = [
+        ("data version(s) in the ledger", _listed(d.get("data_versions"))),
+        ("kind / features / classes", kind),
+        ("preprocessing profile", val(d.get("profile"))),
+        ("split sizes", sizes_s or DASH),
+        ("split seed(s)", _listed(d.get("split_seeds"))),
+        ("partitions used", _listed(d.get("partitions"))),
+        ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
+    ]
     return [
-        Block(
-            "kv",
-            caption=f"Dataset {d['name']}",
-            pairs=[
-                ("data version(s) in the ledger", _listed(d.get("data_versions"))),
-                (
-                    "kind / features / classes",
-                    " / ".join(val(d.get(k)) for k in ("kind", "n_features", "n_classes")),
-                ),
-                ("preprocessing profile", val(d.get("profile"))),
-                ("split sizes", sizes_s or DASH),
-                ("split seed(s)", _listed(d.get("split_seeds"))),
-                ("partitions used", _listed(d.get("partitions"))),
-                (
-                    "releases / audits",
-                    f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}",
-                ),
-            ],
-        ),
+        Block("kv", caption=f"Dataset {d['name']}", pairs=pairs),
         p(
             f"Source files of {d['name']}: {', '.join(map(str, files))}."
             if files

@@ -380,6 +380,10 @@ def _records(files: list[Path], what: str, shareable, loaded, notes: list[Note])
     return out
 
 
+def _loaded_audit(f: Path, record: dict) -> LoadedAudit:
+    return LoadedAudit(f.parent, *AuditView.read(record))
+
+
 def _loaded(files: list[Path], read) -> list:
     return [x for x in map(read, files) if x is not None]
 
@@ -406,13 +410,7 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     out.sweeps = [load_sweep(sw) for sw in sweeps]
     out.releases = _loaded(release_files, lambda f: _read_release(f, "inputs", "", out.notes))
     one_run_files, white_box_files = find_records(given), find_records(given, WHITE_BOX_FILE)
-    out.audits = _records(
-        audit_files,
-        "audit",
-        shareable_audit,
-        lambda f, r: LoadedAudit(f.parent, *AuditView.read(r)),
-        out.notes,
-    )
+    out.audits = _records(audit_files, "audit", shareable_audit, _loaded_audit, out.notes)
     out.one_runs = _records(
         one_run_files, "one-run record", shareable_one_run, LoadedOneRun, out.notes
     )

@@ -337,14 +337,8 @@ def _ledger_block(
         return None
     name = sweep.name
     counts = dict.fromkeys(("recorded", "tagged", "tagged_elsewhere", "voided", "missing"), 0)
-    out: dict = {
-        "ledger": ledger_path,
-        **counts,
-        "missing_ids": [],
-        "composition": [],
-        "summary": None,
-        "error": None,
-    }
+    out: dict = {"ledger": ledger_path, **counts, "missing_ids": [], "composition": []}
+    out |= {"summary": None, "error": None}
     try:
         entries, out["summary"] = _ledger_entries(sweep, ledger_path)
     except DPAuditError as e:

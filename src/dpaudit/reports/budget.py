@@ -12,7 +12,7 @@ from ..ledger.book import open_ledger
 from ..ledger.paths import resolve_ledger
 from ..records import Release
 from .inputs import LoadedRelease, Note, dataset_name, num
-from .recompute import composed
+from .recompute import GROUP_KEY, composed
 
 
 def _rows_of(rows: Any) -> list[dict]:
@@ -186,9 +186,7 @@ def _composition_row(key: tuple, rels: list[Release], notes: list[Note]) -> dict
     ds, part, adj = key
     deltas = [num(r.delta) for r in rels if num(r.delta) is not None]
     row = {
-        "dataset": ds,
-        "partition": part,
-        "adjacency": adj,
+        **dict(zip(GROUP_KEY, key)),
         "releases": len(rels),
         "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels),
         "delta": max(deltas) if deltas else None,

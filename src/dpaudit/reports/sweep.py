@@ -22,7 +22,7 @@ from ..records import _json_safe, read_json
 from ..sweeps import sweep_tables
 from .claim import noise_label
 from .inputs import LoadedSweep, Note, dataset_name, fixed, num
-from .recompute import compose_sequential, composed, recomputed
+from .recompute import GROUP_KEY, compose_sequential, composed, recomputed
 from .reproduce import FIELDS
 
 #: At most this many mismatching releases are named one by one (the rest are counted).
@@ -181,13 +181,10 @@ def _compose_into(
 
 
 def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
-    ds, part, adj = key
     n_private = len(g["guarantees"])
     delta = max(g["deltas"]) if g["deltas"] else None
     row = {
-        "dataset": ds,
-        "partition": part,
-        "adjacency": adj,
+        **dict(zip(GROUP_KEY, key)),
         "releases": n_private + g["non_private"] + g["unknown"],
         "private_releases": n_private,
         "non_private_releases": g["non_private"],
@@ -207,7 +204,8 @@ def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) 
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
     elif n_private:
-        _compose_into(row, composed(g["guarantees"], delta, adj), sweep_name, notes)
+        composition = composed(g["guarantees"], delta, row["adjacency"])
+        _compose_into(row, composition, sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row
 
@@ -217,7 +215,7 @@ def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[di
     (``extra``: the releases the store names whose file is missing, :func:`_from_store`)."""
     groups: dict[tuple, dict] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
-        _add(groups.setdefault((x["dataset"], x["partition"], x["adjacency"]), _group()), x)
+        _add(groups.setdefault(tuple(x[k] for k in GROUP_KEY), _group()), x)
     return [_budget_row(key, g, sweep.name, notes) for key, g in groups.items()]
 
 
@@ -313,20 +311,17 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
 
 
 def _ledger_row(key: tuple, es: list) -> dict:
-    ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
     deltas = (num(e.payload.get("delta")) for e in private)
     delta = max((d for d in deltas if d is not None), default=None)
-    return {
-        "dataset": ds,
-        "partition": part,
-        "adjacency": adj,
+    row = {
+        **dict(zip(GROUP_KEY, key)),
         "releases": len(es),
         "non_private_releases": len(es) - len(private),
         "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private),
         "delta": delta,
-        "rdp": _ledger_rdp(private, len(es), delta, adj),
     }
+    return row | {"rdp": _ledger_rdp(private, len(es), delta, row["adjacency"])}
 
 
 def _ledger_block(

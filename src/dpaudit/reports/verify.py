@@ -88,11 +88,8 @@ def _put(out: Path, kind: str, name: str, doc: dict) -> str:
 def _copy(found: dict, out: Path) -> dict:
     """Write the shareable part of each input under ``out``; kind -> ids."""
     audits = [(f.name, read_json(f, "audit")) for f in found["audits"]]
-    planned = [
-        Path(p)
-        for p in ((r.get("plan") or {}).get("path") for _, r in audits)
-        if p and Path(p).is_file()
-    ]
+    revealed = ((r.get("plan") or {}).get("path") for _, r in audits)
+    planned = [Path(p) for p in revealed if p and Path(p).is_file()]
     shareable = {AUDIT_FILE: shareable_audit, ONE_RUN_FILE: shareable_one_run}
     return {
         "releases": [

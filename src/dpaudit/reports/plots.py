@@ -24,6 +24,20 @@ ROC_LINE = {"linewidth": 1.6, "drawstyle": "steps-post"}
 CEILING_MARK = {"s": 40, "marker": "_", "color": "#444444", "zorder": 2}
 
 
+#: What each kind of figure shows (a trade-off figure's names its verdict).
+CAPTIONS = {
+    "roc": "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR "
+    "corner is what bounds epsilon).",
+    "eps": "Each audit's certified lower bound (circles; red X = violation) and no-noise control "
+    "(triangles) against the claim; points above the dashed line contradict the claim.",
+    "utility": "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.",
+    "tradeoff": "Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL "
+    "points (grey) and the chosen test's confidence box; {verdict}. Left linear, right log-log.",
+    "onerun": "Lower bounds of one training run with m canaries against the claimed epsilon (dashed); "
+    "red: above the claim.",
+}
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str  # file stem, unique within a report
@@ -70,14 +84,7 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
     more = ""
     if len(es) > MAX_ROC_CURVES:
         more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn."
-    return Figure(
-        f"roc_{k}",
-        "audit",
-        f"ROC ({mech})",
-        "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)."
-        + more,
-        png_bytes(fig),
-    )
+    return Figure(f"roc_{k}", "audit", f"ROC ({mech})", CAPTIONS["roc"] + more, png_bytes(fig))
 
 
 def roc_figures(report: dict) -> list[Figure]:
@@ -146,16 +153,8 @@ def eps_figure(report: dict) -> list[Figure]:
     ax.set(xlim=(0, top), ylim=(0, top))
     style_axes(ax, "Empirical lower bound vs claimed epsilon", *EPS_AXES)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    return [
-        Figure(
-            "eps_lb_vs_claimed",
-            "audit",
-            "eps_LB vs claimed epsilon",
-            "Each audit's certified lower bound (circles; red X = violation) and no-noise control (triangles) against the claim; "
-            "points above the dashed line contradict the claim.",
-            png_bytes(fig),
-        )
-    ]
+    title = "eps_LB vs claimed epsilon"
+    return [Figure("eps_lb_vs_claimed", "audit", title, CAPTIONS["eps"], png_bytes(fig))]
 
 
 def _series(eps: list, pts: list[dict], m: str) -> tuple[list, list, list]:
@@ -196,13 +195,8 @@ def _utility_figure(k: int, c: dict) -> Figure:
         ax.set_xscale("log")
     style_axes(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", *UTILITY_AXES)
     ax.legend(fontsize=7, loc="lower right")
-    return Figure(
-        f"utility_{k}",
-        "utility",
-        f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
-        "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.",
-        png_bytes(fig),
-    )
+    title = f"Privacy-utility ({c['mechanism']}, {c['dataset']})"
+    return Figure(f"utility_{k}", "utility", title, CAPTIONS["utility"], png_bytes(fig))
 
 
 def tradeoff_figures(report: dict) -> list[Figure]:
@@ -226,8 +220,7 @@ def tradeoff_figures(report: dict) -> list[Figure]:
                 f"tradeoff_{e['index']}",
                 "audit",
                 f"Trade-off ({_label(e)})",
-                f"Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL points (grey) and the "
-                f"chosen test's confidence box; {verdict}. Left linear, right log-log.",
+                CAPTIONS["tradeoff"].format(verdict=verdict),
                 png_bytes(fig),
             )
         )
@@ -246,7 +239,7 @@ def one_run_figures(report: dict) -> list[Figure]:
                 f"onerun_{e['index']}",
                 "audit",
                 f"One-run audit ({e.get('mechanism') or 'unknown'}, {e.get('label')})",
-                "Lower bounds of one training run with m canaries against the claimed epsilon (dashed); red: above the claim.",
+                CAPTIONS["onerun"],
                 png_bytes(one_run_figure(rec)),
             )
         )

@@ -19,6 +19,17 @@ from .verdict import summary_rows
 from .sweep_blocks import sweep_blocks
 
 
+#: The captions of the budget and utility tables.
+CAPTIONS = {
+    "summary": "Ledger summary for the datasets in this report: partition * is the whole dataset "
+    "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest "
+    "bound",
+    "details": "Ledger summary, details: each accountant's epsilon, voided releases and the audits' "
+    "own epsilon",
+    "composition": "Composition of the releases in this report (recomputed from their stored "
+    "events; a cross-check, not the ledger)",
+    "utility": "Test metrics, mean ± SD over seeds (sample SD; n = number of releases)",
+}
 #: A row's verdict as the first table words it.
 VERDICT_WORDS = {
     "violation": "VIOLATION",
@@ -280,24 +291,11 @@ def _summary_blocks(summary: list[dict]) -> list[Block]:
     if not summary:
         return []
     cols, rows = _table_of([dict(r, cap=_cap(r.get("cap"))) for r in summary], SUMMARY_COLUMNS)
-    out = [
-        table(
-            "Ledger summary for the datasets in this report: partition * is the whole dataset "
-            "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
-            [SUMMARY_LABELS.get(c, c) for c in cols],
-            rows,
-        )
-    ]
+    out = [table(CAPTIONS["summary"], [SUMMARY_LABELS.get(c, c) for c in cols], rows)]
     known = set(SUMMARY_COLUMNS) | set(SUMMARY_DETAIL_COLUMNS) | {"cap"}
     if set(cols) <= known and any(c in r for r in summary for c in SUMMARY_DETAIL_COLUMNS[2:]):
         dcols, drows = _table_of(summary, SUMMARY_DETAIL_COLUMNS)
-        out.append(
-            table(
-                "Ledger summary, details: each accountant's epsilon, voided releases and the audits' own epsilon",
-                [SUMMARY_LABELS.get(c, c) for c in dcols],
-                drows,
-            )
-        )
+        out.append(table(CAPTIONS["details"], [SUMMARY_LABELS.get(c, c) for c in dcols], drows))
     return out
 
 
@@ -326,13 +324,7 @@ def budget_blocks(report: dict) -> list[Block]:
     out = _ledger_blocks(report, b) if b.get("available") else []
     comp = b.get("composition") or []
     if comp:
-        out.append(
-            columns(
-                "Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
-                COMPOSITION_COLUMNS,
-                comp,
-            )
-        )
+        out.append(columns(CAPTIONS["composition"], COMPOSITION_COLUMNS, comp))
     return out or [p("No private release and no ledger: nothing to account.")]
 
 
@@ -376,11 +368,7 @@ def utility_blocks(report: dict) -> list[Block]:
         for r in rows
     ]
     return [
-        table(
-            "Test metrics, mean ± SD over seeds (sample SD; n = number of releases)",
-            ["mechanism", "dataset", "epsilon", "n"] + names,
-            cells,
-        ),
+        table(CAPTIONS["utility"], ["mechanism", "dataset", "epsilon", "n"] + names, cells),
         Block("figures", figures=["utility"])
         if u["curves"]
         else p("No privacy-utility curve: no group of releases differing only in epsilon."),

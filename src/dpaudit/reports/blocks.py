@@ -145,24 +145,18 @@ EPSILON_COLUMNS = [
 def _card(c: dict) -> list[Block]:
     head = f"{c['mechanism']} — release {str(c['release_id'])[:12]}"
     if c["non_private"]:
-        return [
-            Block(
-                "kv",
-                caption=head + " (non-private: no privacy claim)",
-                pairs=[
-                    ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
-                    ("seed", val(c["seed"])),
-                    ("dpaudit version / commit", _commit(c)),
-                ],
-            )
+        pairs = [
+            ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
+            ("seed", val(c["seed"])),
+            ("dpaudit version / commit", _commit(c)),
         ]
+        return [Block("kv", caption=head + " (non-private: no privacy claim)", pairs=pairs)]
+    caption = (
+        f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant"
+    )
     return [
         Block("kv", caption=head, pairs=_claim_pairs(c)),
-        columns(
-            f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
-            EPSILON_COLUMNS,
-            c["epsilons"],
-        ),
+        columns(caption, EPSILON_COLUMNS, c["epsilons"]),
     ]
 
 

@@ -277,18 +277,19 @@ def _family_bound(cv: dict | None) -> dict | None:
     return {"statement": family_statement(fam), "violated": cv["violated"]}
 
 
+#: The evidence fields of an audit's view its entry repeats as they are.
+EVIDENCE_FIELDS = ("statistic", "clopper_pearson_epsilon", "threat_model", "comparison")
+EVIDENCE_FIELDS += ("claimed_curve",)
+
+
 def _evidence(entry: dict, la: LoadedAudit, label: str, notes: list[Note]) -> None:
     """The evidence blocks of an audit record: which statistic decided its eps_LB, the
     Clopper-Pearson bound beside it, the claimed-curve block (drawn as the trade-off figure) and
     the cross-tool comparison statistics. An audit.json from before these existed has none of
     them: its eps_LB is the Clopper-Pearson bound and it renders as it always did."""
     v = la.view
-    stat = entry["statistic"] = v.statistic
-    entry["clopper_pearson_epsilon"] = v.clopper_pearson_epsilon
-    entry["threat_model"] = v.threat_model
-    entry["comparison"] = v.comparison
-    cv = entry["claimed_curve"] = v.claimed_curve
-    entry["claim_family_bound"] = _family_bound(cv)
+    stat, cv = v.statistic, v.claimed_curve
+    entry.update({k: getattr(v, k) for k in EVIDENCE_FIELDS}, claim_family_bound=_family_bound(cv))
     if v.claimed_curve_malformed:
         text = (
             f"{label}: its claimed_curve block is malformed (needs curve, point with fpr_upper/fnr_upper "
@@ -325,6 +326,13 @@ def _other_analysis_note(e: dict, stat: str, lbs: dict, label: str, notes: list[
         notes.append(Note("warning", "verdict", text))
 
 
+def _run_entry(view: dict, i: int, lo: LoadedOneRun, **fields) -> dict:
+    """A one-run or white-box record's entry: its view, where it is, and ``fields``."""
+    return dict(
+        view, index=i, path=str(lo.path), label=lo.path.parent.name or str(lo.path), **fields
+    )
+
+
 def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     """One one-run audit (one_run.json): its bounds, and its own verdict against its claim (the deciding
     analysis's bound above the claim is a VIOLATION; an f-DP ``violated`` flag its eps_LB does not back,
@@ -336,7 +344,7 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         notes.append(Note("error", "audit", text))
         return None
     rec = lo.record
-    e = dict(view, index=i, path=str(lo.path), label=lo.path.parent.name or str(lo.path))
+    e = _run_entry(view, i, lo)
     lbs = {
         "steinke": (view["steinke"] or {}).get("epsilon_lower_bound"),
         "f-dp": (view["fdp"] or {}).get("epsilon_lower_bound"),
@@ -401,16 +409,9 @@ def white_box_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
     lb = view["epsilon_lb"]
     lb = math.inf if lb is None and view["violation"] else lb  # an infinite bound is stored as null
     kind = view["threat_model"] if view["threat_model"] in WHITE_BOX_STATISTICS else "white-box"
-    e = dict(
-        view,
-        index=i,
-        path=str(lo.path),
-        label=lo.path.parent.name or str(lo.path),
-        audit_kind=kind,
-        statistic=WHITE_BOX_STATISTICS[kind],
-        epsilon_lower_bound=lb,
-        not_certified=None,
-    )
+    statistic = WHITE_BOX_STATISTICS[kind]
+    e = _run_entry(view, i, lo, audit_kind=kind, statistic=statistic, epsilon_lower_bound=lb)
+    e["not_certified"] = None
     e["status"] = _white_box_status(e, label, notes)
     e["ceiling"] = num((view["power"] or {}).get("ceiling"))
     e["underpowered"] = _underpowered(e["ceiling"], view["claimed_epsilon"], view["power"])

@@ -11,6 +11,19 @@ from .format import DASH, Block, columns, either, f, g, num, p, status_word, tab
 from .format import verdict_word, with_interval
 
 
+#: The captions of the section's tables.
+CAPTIONS = {
+    "detail": "Every audit in detail (the statistic that decided it recomputed by this report from "
+    "the stored counts)",
+    "statistic": "Statistic that decided each audit, and those reviewers compare across tools "
+    "(claimed-curve: the box of one test chosen on SELECT against the claimed curve; eps_LB: a "
+    "bound for any mechanism; family epsilon: no bound; GDP: an estimate)",
+    "one_run": "One-run audits (Steinke, Nasr & Jagielski 2023; f-DP analysis: Mahloujifar et al. "
+    "2024): m canaries each included with probability 1/2, one training run",
+    "white_box": "White-box and crafted-final audits (docs/white_box.md): Dirac canaries seen at "
+    "every step, or only in the final model; eps_LB = epsilon of the subsampled Gaussian with "
+    "noise multiplier s_hi / d_lo and rate q_lo",
+}
 #: The columns of each canary in the Table-16-shaped table.
 TABLE16_GROUP = ("private eps_LB", "no-noise ctrl", "ceiling")
 
@@ -126,11 +139,7 @@ def audit_blocks(report: dict) -> list[Block]:
         [
             covered,
             _table16_block(a["table16"]),
-            columns(
-                "Every audit in detail (the statistic that decided it recomputed by this report from the stored counts)",
-                _detail_columns(methods),
-                entries,
-            ),
+            columns(CAPTIONS["detail"], _detail_columns(methods), entries),
         ]
         + [
             Block("more", text=f"Method [{k}]: {m.split(';')[0]}", caption=m)
@@ -193,6 +202,13 @@ STATISTIC_COLUMNS = [
 ]
 
 
+#: How to read the trade-off figures.
+TRADEOFF_NOTE = (
+    "Trade-off figures: the claimed curve, the EVAL points and the confidence box (red: wholly below the curve, "
+    "the claim is falsified)."
+)
+
+
 def _statistic_blocks(entries: list[dict]) -> list[Block]:
     """Which statistic decided each audit, the claimed-curve test beside today's Clopper-Pearson
     bound, the statistics reviewers compare across tools, and the trade-off figures. Shown only
@@ -202,23 +218,9 @@ def _statistic_blocks(entries: list[dict]) -> list[Block]:
         for e in entries
     ):
         return []
-    out = [
-        columns(
-            "Statistic that decided each audit, and those reviewers compare across tools (claimed-curve: the box of one "
-            "test chosen on SELECT against the claimed curve; eps_LB: a bound for any mechanism; family epsilon: no bound; "
-            "GDP: an estimate)",
-            STATISTIC_COLUMNS,
-            entries,
-        )
-    ]
+    out = [columns(CAPTIONS["statistic"], STATISTIC_COLUMNS, entries)]
     if any(e.get("claimed_curve") for e in entries):
-        out += [
-            p(
-                "Trade-off figures: the claimed curve, the EVAL points and the confidence box (red: wholly below the curve, "
-                "the claim is falsified)."
-            ),
-            Block("figures", figures=["tradeoff"]),
-        ]
+        out += [p(TRADEOFF_NOTE), Block("figures", figures=["tradeoff"])]
     return out
 
 
@@ -266,12 +268,7 @@ def _one_run_blocks(entries: list[dict]) -> list[Block]:
     if not entries:
         return []
     return [
-        columns(
-            "One-run audits (Steinke, Nasr & Jagielski 2023; f-DP analysis: Mahloujifar et al. 2024): "
-            "m canaries each included with probability 1/2, one training run",
-            ONE_RUN_COLUMNS,
-            entries,
-        ),
+        columns(CAPTIONS["one_run"], ONE_RUN_COLUMNS, entries),
         Block("figures", figures=["onerun"]),
     ]
 
@@ -305,12 +302,4 @@ def _white_box_blocks(entries: list[dict]) -> list[Block]:
     """White-box and crafted-final audits (white_box.json): the bound and its three ingredients."""
     if not entries:
         return []
-    return [
-        columns(
-            "White-box and crafted-final audits (docs/white_box.md): Dirac canaries seen at "
-            "every step, or only in the final model; eps_LB = epsilon of the subsampled "
-            "Gaussian with noise multiplier s_hi / d_lo and rate q_lo",
-            WHITE_BOX_COLUMNS,
-            entries,
-        )
-    ]
+    return [columns(CAPTIONS["white_box"], WHITE_BOX_COLUMNS, entries)]

@@ -233,6 +233,10 @@ class AuditEvidence:
     claimed_curve_malformed: bool  # a claimed_curve block is there but cannot be drawn
 
 
+#: The view's names (of a string, or of a named object: :func:`name_of`).
+VIEW_NAMES = ("mechanism", "canary", "task", "dataset", "method")
+#: The view's numbers, read as they are recorded (absent or not a number: None).
+VIEW_NUMBERS = ("claimed_epsilon", "delta", "epsilon_lower_bound", "confidence", "ceiling")
 #: The audit parameters a report lists when an audit records no command.
 AUDIT_PARAMETERS = ("canary", "runs", "confidence", "delta", "claimed_epsilon", "select_fraction")
 AUDIT_PARAMETERS += ("task", "dataset")
@@ -284,16 +288,11 @@ class AuditView(Grouped):
         roc = roc_of(rec.get("roc"))
         view = cls.of(
             id=str(rec["id"]) if isinstance(rec.get("id"), (str, int)) else "",
-            mechanism=name_of(rec.get("mechanism")),
-            canary=name_of(rec.get("canary")),
+            **{k: name_of(rec.get(k)) for k in VIEW_NAMES},
             trials=trials,
             eval_trials=eval_trials,
-            claimed_epsilon=num(rec.get("claimed_epsilon")),
-            delta=num(rec.get("delta")),
-            epsilon_lower_bound=num(rec.get("epsilon_lower_bound")),
-            confidence=num(rec.get("confidence")),
+            **{k: num(rec.get(k)) for k in VIEW_NUMBERS},
             counts=counts,
-            ceiling=num(rec.get("ceiling")),
             ceiling_source="audit" if num(rec.get("ceiling")) is not None else None,
             gdp_estimate=_gdp(rec.get("gdp_estimate")),
             role=_role(rec.get("role")),
@@ -320,17 +319,13 @@ def _origin(rec: dict) -> dict:
     plan = rec.get("plan")
     plan_id = plan.get("id") if isinstance(plan, dict) else rec.get("plan_id")
     return {
-        "task": name_of(rec.get("task")),
-        "dataset": name_of(rec.get("dataset")),
         "dataset_info": _dict(rec.get("dataset")) or {},
-        "seeds": rec.get("seeds"),
+        **{k: rec.get(k) for k in ("seeds", "dpaudit_version", "git_commit")},  # as recorded
         "command": rec["command"] if isinstance(rec.get("command"), (str, list)) else None,
         "release_id": release_id,
         "release_path": release_path,
         "plan_id": _str(plan_id),
         "config": _dict(rec.get("config")),
-        "dpaudit_version": rec.get("dpaudit_version"),
-        "git_commit": rec.get("git_commit"),
     }
 
 
@@ -342,7 +337,6 @@ def _evidence(rec: dict) -> dict:
         cp = num(rec.get("epsilon_lower_bound"))  # before the claimed curve: eps_LB is the CP one
     curve, threat = curve_view(rec.get("claimed_curve")), _str(rec.get("threat_model"))
     return {
-        "method": name_of(rec.get("method")),
         **{k: control_of(rec.get("controls"), names) for k, names in CONTROL_NAMES.items()},
         "statistic": statistic,
         "clopper_pearson_epsilon": cp,
@@ -380,6 +374,10 @@ def _str(v: Any) -> str | None:
 
 def _dict(v: Any) -> dict | None:
     return v if isinstance(v, dict) else None
+
+
+def _bool(v: Any) -> bool | None:
+    return v if isinstance(v, bool) else None
 
 
 def _unit(v: float | None) -> bool:
@@ -461,12 +459,17 @@ STEINKE = {
 }
 FDP = {
     "epsilon_lower_bound": num,
-    "violated": lambda v: v if isinstance(v, bool) else None,
+    "violated": _bool,
     "guesses": integer,
     "correct": integer,
     "ceiling": num,
     "method": _str,
 }
+
+
+#: The readers of a one_run.json's own fields.
+ONE_RUN = {"kind": name_of, "canaries": integer, "included": integer}
+ONE_RUN |= dict.fromkeys(("claimed_epsilon", "delta", "confidence"), num)
 
 
 def one_run_view(record: Any) -> dict | None:
@@ -479,17 +482,7 @@ def one_run_view(record: Any) -> dict | None:
     info = _dict(record.get("info")) or {}
     return {
         "mechanism": name_of(record.get("mechanism") or info.get("mechanism") or info.get("model")),
-        **_read(
-            record,
-            {
-                "kind": name_of,
-                "canaries": integer,
-                "included": integer,
-                "claimed_epsilon": num,
-                "delta": num,
-                "confidence": num,
-            },
-        ),
+        **_read(record, ONE_RUN),
         "steinke": st,
         "fdp": fd,
         "power": power_of(record.get("power")),
@@ -543,19 +536,12 @@ def comparison_view(block: Any) -> dict | None:
 
 #: The readers of a white_box.json's main bound (:meth:`dpaudit.audits.white_box.StepBound.to_dict`;
 #: an infinite eps_LB is stored as null).
-WHITE_BOX = {
-    "epsilon_lb": num,
-    "claimed_epsilon": num,
-    "delta": num,
-    "confidence": num,
-    "accountant": _str,
-    "violation": lambda v: v if isinstance(v, bool) else None,
-    "noise_multiplier_upper": num,
-    "sensitivity_lower": num,
-    "sample_rate_lower": num,
-    "steps": integer,
-    "observations": integer,
-}
+WHITE_BOX = dict.fromkeys(("epsilon_lb", "claimed_epsilon", "delta", "confidence"), num)
+WHITE_BOX |= {"accountant": _str, "violation": _bool}
+WHITE_BOX |= dict.fromkeys(
+    ("noise_multiplier_upper", "sensitivity_lower", "sample_rate_lower"), num
+)
+WHITE_BOX |= {"steps": integer, "observations": integer}
 
 
 def white_box_view(record: Any) -> dict | None:

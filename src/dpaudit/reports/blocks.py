@@ -10,6 +10,7 @@ from typing import Any
 
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
+from .budget import release_id
 from .format import COMPOSED_COLUMNS, DASH, Block, as_stored_columns, columns, f, g, ms, p, table
 from .format import text, val
 from .model import SECTIONS
@@ -18,6 +19,17 @@ from .verdict import summary_rows
 from .sweep_blocks import sweep_blocks
 
 
+#: The captions of the budget and utility tables.
+CAPTIONS = {
+    "summary": "Ledger summary for the datasets in this report: partition * is the whole dataset "
+    "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest "
+    "bound",
+    "details": "Ledger summary, details: each accountant's epsilon, voided releases and the audits' "
+    "own epsilon",
+    "composition": "Composition of the releases in this report (recomputed from their stored "
+    "events; a cross-check, not the ledger)",
+    "utility": "Test metrics, mean ± SD over seeds (sample SD; n = number of releases)",
+}
 #: A row's verdict as the first table words it.
 VERDICT_WORDS = {
     "violation": "VIOLATION",
@@ -43,9 +55,7 @@ def _first_row(r: dict) -> list[str]:
     lb, ceiling = r["epsilon_lower_bound"], r["ceiling"]
     bound = DASH if lb is None else f(lb) + (f" ({f(ceiling, 2)})" if ceiling is not None else "")
     return [
-        f"{r['mechanism']} {str(r['release'])[:8]}"
-        if r["release"]
-        else f"{r['mechanism']} (no release)",
+        f"{r['mechanism']} " + (str(r["release"])[:8] if r["release"] else "(no release)"),
         _claim_cell(r),
         audited,
         bound,
@@ -67,11 +77,17 @@ def _plans_cell(r: dict) -> str:
     def plan(x) -> str:
         if not x:
             return "plan —"
-        return (
-            f"{runs[x]} runs of plan {str(x)[:12]}" if runs.get(x, 1) > 1 else f"plan {str(x)[:12]}"
-        )
+        return (f"{runs[x]} runs of " if runs.get(x, 1) > 1 else "") + f"plan {str(x)[:12]}"
 
     return ", ".join(plan(x) for x in r["plans"]) or "plan —"
+
+
+#: What the verdict words and statistics mean (below the verdict lines).
+VERDICT_LEGEND = (
+    "VIOLATION: an audit certified (at its confidence) that the claim is false. “No evidence” is no proof of privacy: it is "
+    "bounded by the audit's ceiling and attack. claimed-curve: the audit's confidence box tested against the claim's whole "
+    "trade-off curve; clopper-pearson: one (eps, delta) point."
+)
 
 
 def verdict_blocks(report: dict) -> list[Block]:
@@ -81,13 +97,7 @@ def verdict_blocks(report: dict) -> list[Block]:
     return (
         [table("Verdict per release", FIRST_HEADERS, [_first_row(r) for r in summary_rows(vs)])]
         + [Block("verdict", text=v["line"], status=v["status"]) for v in vs]
-        + [
-            p(
-                "VIOLATION: an audit certified (at its confidence) that the claim is false. “No evidence” is no proof of privacy: it is "
-                "bounded by the audit's ceiling and attack. claimed-curve: the audit's confidence box tested against the claim's whole "
-                "trade-off curve; clopper-pearson: one (eps, delta) point."
-            )
-        ]
+        + [p(VERDICT_LEGEND)]
     )
 
 
@@ -97,15 +107,13 @@ def _commit(c: dict) -> str:
 
 def _claim_pairs(c: dict) -> list[tuple[str, str]]:
     chk = c["accounting_check"]
+    check = chk["status"].upper() + (f": {chk['message']}" if chk["message"] else "")
     return [
         ("privacy unit / adjacency", f"{c['privacy_unit']} / {c['adjacency']}"),
         ("accountant (claim)", str(c["accountant"])),
         ("target (epsilon, delta)", f"({f(c['target_epsilon'], 4)}, {g(c['delta'])})"),
         ("achieved (epsilon, delta)", f"({f(c['epsilon'], 4)}, {g(c['delta'])})"),
-        (
-            "accounting check",
-            chk["status"].upper() + (f": {chk['message']}" if chk["message"] else ""),
-        ),
+        ("accounting check", check),
         ("noise multiplier (std / clipping norm)", f(c["noise_multiplier"], 4)),
         ("sample rate (Poisson q)", g(c["sample_rate"])),
         ("steps executed / accounted", f"{val(c['steps_executed'])} / {val(c['steps_accounted'])}"),
@@ -137,24 +145,18 @@ EPSILON_COLUMNS = [
 def _card(c: dict) -> list[Block]:
     head = f"{c['mechanism']} — release {str(c['release_id'])[:12]}"
     if c["non_private"]:
-        return [
-            Block(
-                "kv",
-                caption=head + " (non-private: no privacy claim)",
-                pairs=[
-                    ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
-                    ("seed", val(c["seed"])),
-                    ("dpaudit version / commit", _commit(c)),
-                ],
-            )
+        pairs = [
+            ("dataset / partition", f"{c['dataset']} / {c['partition']}"),
+            ("seed", val(c["seed"])),
+            ("dpaudit version / commit", _commit(c)),
         ]
+        return [Block("kv", caption=head + " (non-private: no privacy claim)", pairs=pairs)]
+    caption = (
+        f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant"
+    )
     return [
         Block("kv", caption=head, pairs=_claim_pairs(c)),
-        columns(
-            f"Epsilon of the same events at delta = {g(c['delta'])}, recomputed by each accountant",
-            EPSILON_COLUMNS,
-            c["epsilons"],
-        ),
+        columns(caption, EPSILON_COLUMNS, c["epsilons"]),
     ]
 
 
@@ -180,26 +182,18 @@ def _dataset_blocks(d: dict) -> list[Block]:
         ", ".join(f"{k} {v}" for k, v in sizes.items()) if isinstance(sizes, dict) else val(sizes)
     )
     files = d.get("source_files") or []
+    kind = " / ".join(val(d.get(k)) for k in ("kind", "n_features", "n_classes"))
+    pairs = [
+        ("data version(s) in the ledger", _listed(d.get("data_versions"))),
+        ("kind / features / classes", kind),
+        ("preprocessing profile", val(d.get("profile"))),
+        ("split sizes", sizes_s or DASH),
+        ("split seed(s)", _listed(d.get("split_seeds"))),
+        ("partitions used", _listed(d.get("partitions"))),
+        ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
+    ]
     return [
-        Block(
-            "kv",
-            caption=f"Dataset {d['name']}",
-            pairs=[
-                ("data version(s) in the ledger", _listed(d.get("data_versions"))),
-                (
-                    "kind / features / classes",
-                    " / ".join(val(d.get(k)) for k in ("kind", "n_features", "n_classes")),
-                ),
-                ("preprocessing profile", val(d.get("profile"))),
-                ("split sizes", sizes_s or DASH),
-                ("split seed(s)", _listed(d.get("split_seeds"))),
-                ("partitions used", _listed(d.get("partitions"))),
-                (
-                    "releases / audits",
-                    f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}",
-                ),
-            ],
-        ),
+        Block("kv", caption=f"Dataset {d['name']}", pairs=pairs),
         p(
             f"Source files of {d['name']}: {', '.join(map(str, files))}."
             if files
@@ -208,18 +202,20 @@ def _dataset_blocks(d: dict) -> list[Block]:
     ]
 
 
+#: Why the provenance shows no hash of the data, and shows its sizes.
+PROVENANCE_NOTE = (
+    "Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
+    "nor a fingerprint of it: the data version above is a label the ledger gives each distinct "
+    "data identity under a name. Sizes are shown because the guarantee treats them as public "
+    "(the sampling rate q = batch / N is published)."
+)
+
+
 def provenance_blocks(report: dict) -> list[Block]:
     out = [b for d in report["sections"]["provenance"] for b in _dataset_blocks(d)]
     if not out:
         return [p("No dataset identity recorded in the inputs.")]
-    return out + [
-        p(
-            "Releases publish no hash of the private data (it would tell neighbouring datasets apart); "
-            "nor a fingerprint of it: the data version above is a label the ledger gives each distinct "
-            "data identity under a name. Sizes are shown because the guarantee treats them as public "
-            "(the sampling rate q = batch / N is published)."
-        )
-    ]
+    return out + [p(PROVENANCE_NOTE)]
 
 
 #: The ledger summary on screen: what a reviewer signs (spent, cap, remaining); the rest of a row is
@@ -289,37 +285,26 @@ def _summary_blocks(summary: list[dict]) -> list[Block]:
     if not summary:
         return []
     cols, rows = _table_of([dict(r, cap=_cap(r.get("cap"))) for r in summary], SUMMARY_COLUMNS)
-    out = [
-        table(
-            "Ledger summary for the datasets in this report: partition * is the whole dataset "
-            "(sequential within a partition, parallel across disjoint partitions); epsilon = the tightest bound",
-            [SUMMARY_LABELS.get(c, c) for c in cols],
-            rows,
-        )
-    ]
+    out = [table(CAPTIONS["summary"], [SUMMARY_LABELS.get(c, c) for c in cols], rows)]
     known = set(SUMMARY_COLUMNS) | set(SUMMARY_DETAIL_COLUMNS) | {"cap"}
     if set(cols) <= known and any(c in r for r in summary for c in SUMMARY_DETAIL_COLUMNS[2:]):
         dcols, drows = _table_of(summary, SUMMARY_DETAIL_COLUMNS)
-        out.append(
-            table(
-                "Ledger summary, details: each accountant's epsilon, voided releases and the audits' own epsilon",
-                [SUMMARY_LABELS.get(c, c) for c in dcols],
-                drows,
-            )
-        )
+        out.append(table(CAPTIONS["details"], [SUMMARY_LABELS.get(c, c) for c in dcols], drows))
     return out
+
+
+#: What the ledger summary's audit columns hold.
+AUDITS_NOTE = (
+    "audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
+    "what their trials compose to; eps with audits: releases and audits composed together. A cap "
+    "counts releases only unless it says audits included. "
+)
 
 
 def _ledger_blocks(report: dict, b: dict) -> list[Block]:
     out = [p(f"Ledger: {b['ledger']}{_integrity(b.get('verify'))}"), *_summary_blocks(b["summary"])]
     if any(r.get("audits") for r in b["summary"]):
-        out.append(
-            p(
-                "audits: the audits recorded on the dataset (their trials train on the private data); audits' eps: "
-                "what their trials compose to; eps with audits: releases and audits composed together. A cap "
-                "counts releases only unless it says audits included. " + NOT_COVERED
-            )
-        )
+        out.append(p(AUDITS_NOTE + NOT_COVERED))
     entries, folded = _fold_sweep_entries(report, b["entries"])
     if entries:
         caption = "Ledger entries of these datasets (append-only)"
@@ -333,23 +318,17 @@ def budget_blocks(report: dict) -> list[Block]:
     out = _ledger_blocks(report, b) if b.get("available") else []
     comp = b.get("composition") or []
     if comp:
-        out.append(
-            columns(
-                "Composition of the releases in this report (recomputed from their stored events; a cross-check, not the ledger)",
-                COMPOSITION_COLUMNS,
-                comp,
-            )
-        )
+        out.append(columns(CAPTIONS["composition"], COMPOSITION_COLUMNS, comp))
     return out or [p("No private release and no ledger: nothing to account.")]
 
 
 def _sweep_of_entry(e: dict, by_id: dict[str, str], names: set[str]) -> str | None:
     """The sweep of this report a ledger release entry belongs to (by release id, else by its tag)."""
-    if e.get("kind", "release") != "release":
+    rid, tag = release_id(e), e.get("sweep")
+    if rid is None:
         return None
-    tag = e.get("sweep")
     tag = tag.get("name") if isinstance(tag, dict) else tag
-    return by_id.get(str(e.get("release_id") or e.get("id"))) or (tag if tag in names else None)
+    return by_id.get(rid) or (tag if tag in names else None)
 
 
 def _fold_sweep_entries(report: dict, entries: list[dict]) -> tuple[list[dict], dict[str, int]]:
@@ -383,11 +362,7 @@ def utility_blocks(report: dict) -> list[Block]:
         for r in rows
     ]
     return [
-        table(
-            "Test metrics, mean ± SD over seeds (sample SD; n = number of releases)",
-            ["mechanism", "dataset", "epsilon", "n"] + names,
-            cells,
-        ),
+        table(CAPTIONS["utility"], ["mechanism", "dataset", "epsilon", "n"] + names, cells),
         Block("figures", figures=["utility"])
         if u["curves"]
         else p("No privacy-utility curve: no group of releases differing only in epsilon."),
@@ -432,6 +407,13 @@ def _reproduce_code(r: dict) -> str:
     return "\n".join(lines)
 
 
+#: What a re-run reproduces.
+RERUN_NOTE = (
+    "With secret (default) noise a re-run reproduces the configuration, data and public randomness, "
+    "not the exact noise draw; metrics agree up to that noise."
+)
+
+
 def reproduce_blocks(report: dict) -> list[Block]:
     out = []
     for r in report["sections"]["reproduce"]:
@@ -441,12 +423,7 @@ def reproduce_blocks(report: dict) -> list[Block]:
             + ([p("; ".join(meta))] if meta else [])
             + [Block("code", text=_reproduce_code(r))]
         )
-    return out + [
-        p(
-            "With secret (default) noise a re-run reproduces the configuration, data and public randomness, "
-            "not the exact noise draw; metrics agree up to that noise."
-        )
-    ]
+    return out + [p(RERUN_NOTE)]
 
 
 BUILDERS = {

@@ -12,7 +12,7 @@ from ..ledger.book import open_ledger
 from ..ledger.paths import resolve_ledger
 from ..records import Release
 from .inputs import LoadedRelease, Note, dataset_name, num
-from .recompute import composed
+from .recompute import GROUP_KEY, composed
 
 
 def _rows_of(rows: Any) -> list[dict]:
@@ -92,7 +92,7 @@ def _integrity_note(ver: dict, path, notes: list[Note]) -> None:
         notes.append(Note("error", "budget", f"ledger {path} failed its integrity check: {msgs}."))
 
 
-def _release_id(e: dict) -> str | None:
+def release_id(e: dict) -> str | None:
     """The release id of a ledger release entry (None for other kinds)."""
     return (
         str(e.get("release_id") or e.get("id")) if e.get("kind", "release") == "release" else None
@@ -102,7 +102,7 @@ def _release_id(e: dict) -> str | None:
 def _budget_notes(
     release_ids: list[str], entries: list[dict], summary: list[dict], path, notes: list[Note]
 ) -> None:
-    recorded = {_release_id(e) for e in entries} - {None}
+    recorded = {release_id(e) for e in entries} - {None}
     for rid in release_ids:
         if rid not in recorded and (entries or summary):
             text = f"release {rid[:12]} is not in ledger {path}: its budget use is not accounted there."
@@ -121,9 +121,9 @@ def _release_versions(entries: list[dict]) -> dict[str, str]:
     """Release id -> the data version label of the keyed fingerprint it was recorded under."""
     labels = _data_versions(entries)
     return {
-        _release_id(e): labels[e["dataset_fingerprint"]]
+        release_id(e): labels[e["dataset_fingerprint"]]
         for e in entries
-        if _release_id(e) and e.get("dataset_fingerprint")
+        if release_id(e) and e.get("dataset_fingerprint")
     }
 
 
@@ -146,13 +146,7 @@ def ledger_budget(
     loc = resolve_ledger(ledger_path)
     # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
     path = loc.path if loc.backend == "sqlite" else loc
-    out: dict = {
-        "ledger": loc.display,
-        "summary": [],
-        "entries": [],
-        "available": False,
-        "verify": None,
-    }
+    out = {"ledger": loc.display, "summary": [], "entries": [], "available": False, "verify": None}
     if loc.backend == "sqlite" and not path.exists():
         return _no_ledger(out, path, ledger_path, explicit, datasets, notes)
     try:
@@ -192,9 +186,7 @@ def _composition_row(key: tuple, rels: list[Release], notes: list[Note]) -> dict
     ds, part, adj = key
     deltas = [num(r.delta) for r in rels if num(r.delta) is not None]
     row = {
-        "dataset": ds,
-        "partition": part,
-        "adjacency": adj,
+        **dict(zip(GROUP_KEY, key)),
         "releases": len(rels),
         "naive_sum": sum(num(r.epsilon) or 0.0 for r in rels),
         "delta": max(deltas) if deltas else None,

@@ -37,10 +37,8 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
         why = f"noise derived from the published seed {ns.get('seed')}"
         return f"NOT PRIVATE: REPRODUCIBLE ({source}, {why})", False
     if ns.get("reproducible") == "secret-seed":
-        return (
-            f"secure ({source}, reproducible from a secret noise seed kept out of the release)",
-            True,
-        )
+        kept = "reproducible from a secret noise seed kept out of the release"
+        return f"secure ({source}, {kept})", True
     return f"secure ({source}, secret)", True
 
 
@@ -84,9 +82,8 @@ def _claim_notes(r, check, secure: bool | None, notes: list[Note]) -> None:
     if check.epsilon_status == "mismatch":
         notes.append(Note("error", "claim", f"{who}: ACCOUNTING MISMATCH: {check.epsilon_reason}."))
     elif check.epsilon_status == "unverified":
-        notes.append(
-            Note("warning", "claim", f"{who}: claim not verified: {check.epsilon_reason}.")
-        )
+        text = f"{who}: claim not verified: {check.epsilon_reason}."
+        notes.append(Note("warning", "claim", text))
     if check.steps_reason is not None:
         notes.append(Note("error", "claim", f"{who}: {check.steps_reason}."))
     if secure is False and not r.non_private:

@@ -14,9 +14,8 @@ DASH = "n/a"
 
 @dataclass
 class Block:
-    kind: (
-        str  # p | verdict | table | kv | code | figures | notes | h3 | more (text, folded caption)
-    )
+    # p | verdict | table | kv | code | figures | notes | h3 | more (text, folded caption)
+    kind: str
     text: str = ""
     status: str = ""
     caption: str = ""

@@ -268,8 +268,20 @@ def _mark_stale_failures(sweep: LoadedSweep) -> None:
         fl["in_current_spec"] = None if keys is None else fl["key"] in keys
 
 
-def _non_empty_str(v: Any) -> bool:
+def _text(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _integer(v: Any) -> bool:
+    return integer(v) is not None
+
+
+def _object(v: Any) -> bool:
+    return isinstance(v, dict)
 
 
 def _number(v: Any) -> bool:
@@ -283,37 +295,21 @@ def _optional(ok):
 #: (fields, what a writer produces, the check) in the order a release is checked; "dataset.name"
 #: is the name inside a dataset object.
 RELEASE_TYPES = (
+    ("mechanism id adjacency accountant partition privacy_unit", "a non-empty string", _text),
+    ("dataset", "an object", lambda v: isinstance(v, (dict, str))),
+    ("dataset.name", "a string", _is_str),
+    ("epsilon delta", "a number", _number),
     (
-        ("mechanism", "id", "adjacency", "accountant", "partition", "privacy_unit"),
-        "a non-empty string",
-        _non_empty_str,
-    ),
-    (("dataset",), "an object", lambda v: isinstance(v, (dict, str))),
-    (("dataset.name",), "a string", lambda v: isinstance(v, str)),
-    (("epsilon", "delta"), "a number", _number),
-    (
-        ("target_epsilon", "noise_multiplier", "sample_rate", "clipping_norm"),
+        "target_epsilon noise_multiplier sample_rate clipping_norm",
         "a number or null",
         _optional(_number),
     ),
-    (
-        ("steps", "steps_executed", "normalizer"),
-        "an integer or null",
-        _optional(lambda v: integer(v) is not None),
-    ),
-    (
-        ("guarantee", "noise_source", "epsilons", "config", "metrics", "timings", "artefacts"),
-        "an object",
-        lambda v: isinstance(v, dict),
-    ),
-    (("non_private",), "true or false", lambda v: isinstance(v, bool)),
-    (("seed",), "an integer", lambda v: not isinstance(v, (dict, list))),
-    (("command",), "a string or a list", _optional(lambda v: isinstance(v, (str, list)))),
-    (
-        ("created_at", "dpaudit_version", "git_commit"),
-        "a string or null",
-        _optional(lambda v: isinstance(v, str)),
-    ),
+    ("steps steps_executed normalizer", "an integer or null", _optional(_integer)),
+    ("guarantee noise_source epsilons config metrics timings artefacts", "an object", _object),
+    ("non_private", "true or false", lambda v: isinstance(v, bool)),
+    ("seed", "an integer", lambda v: not isinstance(v, (dict, list))),
+    ("command", "a string or a list", _optional(lambda v: isinstance(v, (str, list)))),
+    ("created_at dpaudit_version git_commit", "a string or null", _optional(_is_str)),
 )
 
 
@@ -327,7 +323,7 @@ def check_release_types(rel: Release, where: Path) -> None:
     """Raise a one-line DataError when a release field has a type no writer produces (a report never
     guesses around a malformed claim: such a release is skipped with an error note, not half-rendered)."""
     for names, rule, ok in RELEASE_TYPES:
-        bad = next((n for n in names if not ok(_field(rel, n))), None)
+        bad = next((n for n in names.split() if not ok(_field(rel, n))), None)
         if bad is not None:
             raise DataError(f"release {where}: {bad} must be {rule}, got {_field(rel, bad)!r:.60}.")
 
@@ -341,9 +337,8 @@ def _read_release(f: Path, section: str, prefix: str, notes: list[Note]) -> Load
         notes.append(Note("error", section, f"{prefix}release skipped: {e}"))
         return None
     except (TypeError, ValueError) as e:
-        notes.append(
-            Note("error", section, f"{prefix}release {f} skipped: malformed fields ({e}).")
-        )
+        text = f"{prefix}release {f} skipped: malformed fields ({e})."
+        notes.append(Note("error", section, text))
         return None
     return LoadedRelease(f.parent, rel)
 
@@ -385,6 +380,10 @@ def _records(files: list[Path], what: str, shareable, loaded, notes: list[Note])
     return out
 
 
+def _loaded_audit(f: Path, record: dict) -> LoadedAudit:
+    return LoadedAudit(f.parent, *AuditView.read(record))
+
+
 def _loaded(files: list[Path], read) -> list:
     return [x for x in map(read, files) if x is not None]
 
@@ -411,13 +410,7 @@ def load_inputs(paths: Iterable[str | os.PathLike]) -> Inputs:
     out.sweeps = [load_sweep(sw) for sw in sweeps]
     out.releases = _loaded(release_files, lambda f: _read_release(f, "inputs", "", out.notes))
     one_run_files, white_box_files = find_records(given), find_records(given, WHITE_BOX_FILE)
-    out.audits = _records(
-        audit_files,
-        "audit",
-        shareable_audit,
-        lambda f, r: LoadedAudit(f.parent, *AuditView.read(r)),
-        out.notes,
-    )
+    out.audits = _records(audit_files, "audit", shareable_audit, _loaded_audit, out.notes)
     out.one_runs = _records(
         one_run_files, "one-run record", shareable_one_run, LoadedOneRun, out.notes
     )

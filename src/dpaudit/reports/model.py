@@ -35,9 +35,7 @@ SECTIONS = (
 
 def _eps_point(e: dict) -> dict:
     return {
-        "mechanism": e["mechanism"],
-        "canary": e["canary"],
-        "task": e["task"],
+        **{k: e[k] for k in ("mechanism", "canary", "task")},
         "claimed_epsilon": e["compared_claim"],
         "epsilon_lower_bound": e["epsilon_lower_bound"],
         "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),

@@ -15,6 +15,27 @@ IN_COLOR = "#c0392b"
 REFERENCE_LINE = {"color": "#888888", "linestyle": "--", "linewidth": 1}
 FIGSIZE = (6.4, 4.0)
 MAX_ROC_CURVES = 8
+#: The x and y labels of the ROC, eps_LB and privacy-utility figures.
+ROC_AXES = ("false positive rate (log scale)", "true positive rate (log scale)")
+EPS_AXES = ("claimed epsilon (nats)", "epsilon lower bound (nats)")
+UTILITY_AXES = ("epsilon (nats, at the recorded delta)", "metric value (fraction)")
+ROC_LINE = {"linewidth": 1.6, "drawstyle": "steps-post"}
+#: The mark of an audit's ceiling on the eps_LB figure.
+CEILING_MARK = {"s": 40, "marker": "_", "color": "#444444", "zorder": 2}
+
+
+#: What each kind of figure shows (a trade-off figure's names its verdict).
+CAPTIONS = {
+    "roc": "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR "
+    "corner is what bounds epsilon).",
+    "eps": "Each audit's certified lower bound (circles; red X = violation) and no-noise control "
+    "(triangles) against the claim; points above the dashed line contradict the claim.",
+    "utility": "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.",
+    "tradeoff": "Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL "
+    "points (grey) and the chosen test's confidence box; {verdict}. Left linear, right log-log.",
+    "onerun": "Lower bounds of one training run with m canaries against the claimed epsilon (dashed); "
+    "red: above the claim.",
+}
 
 
 @dataclass(frozen=True)
@@ -53,35 +74,17 @@ def _roc_figure(k: int, mech: str, es: list[dict]) -> Figure:
         floor = min(floor, min(p[0] for p in pts), min(p[1] for p in pts))
         auc = num(e.get("auc"))
         lab = _label(e) + (f" (AUC {auc:.3f})" if auc is not None else "")
-        ax.plot(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            color=PALETTE[j % len(PALETTE)],
-            linewidth=1.6,
-            drawstyle="steps-post",
-            label=lab,
-        )
+        fpr, tpr = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(fpr, tpr, color=PALETTE[j % len(PALETTE)], **ROC_LINE, label=lab)
     floor = max(min(floor, 1e-2) / 2, 1e-6)
     ax.plot([floor, 1], [floor, 1], **REFERENCE_LINE, label="chance (TPR = FPR)")
     ax.set(xscale="log", yscale="log", xlim=(floor, 1.05), ylim=(floor, 1.05))
-    style_axes(
-        ax,
-        f"Attack ROC: {mech}",
-        "false positive rate (log scale)",
-        "true positive rate (log scale)",
-    )
+    style_axes(ax, f"Attack ROC: {mech}", *ROC_AXES)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     more = ""
     if len(es) > MAX_ROC_CURVES:
         more = f" Only the first {MAX_ROC_CURVES} of {len(es)} curves are drawn."
-    return Figure(
-        f"roc_{k}",
-        "audit",
-        f"ROC ({mech})",
-        "Membership test on the canary: TPR vs FPR over all thresholds, log-log axes (the low-FPR corner is what bounds epsilon)."
-        + more,
-        png_bytes(fig),
-    )
+    return Figure(f"roc_{k}", "audit", f"ROC ({mech})", CAPTIONS["roc"] + more, png_bytes(fig))
 
 
 def roc_figures(report: dict) -> list[Figure]:
@@ -108,34 +111,17 @@ def _scatter_point(ax, p: dict, x: float, color: str, top: float, seen: set) -> 
         return None if v is None else (top if not math.isfinite(v) else v)
 
     lab = str(p.get("mechanism"))
-    lb, nn, ce = (clip(num(p.get(k))) for k in ("epsilon_lower_bound", "no_noise", "ceiling"))
     viol = p.get("status") == "violation"
-    marks = [
-        (
-            lb,
-            (lab, "lb"),
-            f"{lab}: private eps_LB",
-            dict(
-                s=46 if viol else 34,
-                marker="X" if viol else "o",
-                color=IN_COLOR if viol else color,
-                zorder=3,
-            ),
-        ),
-        (
-            nn,
-            (lab, "nn"),
-            f"{lab}: no-noise control",
-            dict(s=30, marker="^", facecolors="none", edgecolors=color, zorder=3),
-        ),
-        (
-            ce,
-            "ceiling",
-            "ceiling (max certifiable)",
-            dict(s=40, marker="_", color="#444444", zorder=2),
-        ),
-    ]
-    for v, key, label, style in marks:
+    private = {"s": 46 if viol else 34, "marker": "X" if viol else "o"}
+    private |= {"color": IN_COLOR if viol else color, "zorder": 3}
+    no_noise = {"s": 30, "marker": "^", "facecolors": "none", "edgecolors": color, "zorder": 3}
+    marks = (
+        ("epsilon_lower_bound", (lab, "lb"), f"{lab}: private eps_LB", private),
+        ("no_noise", (lab, "nn"), f"{lab}: no-noise control", no_noise),
+        ("ceiling", "ceiling", "ceiling (max certifiable)", CEILING_MARK),
+    )
+    for field, key, label, style in marks:
+        v = clip(num(p.get(field)))
         if v is not None:
             ax.scatter([x], [v], label=None if key in seen else label, **style)
             seen.add(key)
@@ -161,32 +147,14 @@ def eps_figure(report: dict) -> list[Figure]:
     off = {c: (i - (len(canaries) - 1) / 2) * 0.012 * top for i, c in enumerate(canaries)}
     seen: set = set()
     for p in pts:
-        _scatter_point(
-            ax,
-            p,
-            num(p["claimed_epsilon"]) + off[str(p.get("canary"))],
-            PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)],
-            top,
-            seen,
-        )
+        x = num(p["claimed_epsilon"]) + off[str(p.get("canary"))]
+        color = PALETTE[mechs.index(str(p.get("mechanism"))) % len(PALETTE)]
+        _scatter_point(ax, p, x, color, top, seen)
     ax.set(xlim=(0, top), ylim=(0, top))
-    style_axes(
-        ax,
-        "Empirical lower bound vs claimed epsilon",
-        "claimed epsilon (nats)",
-        "epsilon lower bound (nats)",
-    )
+    style_axes(ax, "Empirical lower bound vs claimed epsilon", *EPS_AXES)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    return [
-        Figure(
-            "eps_lb_vs_claimed",
-            "audit",
-            "eps_LB vs claimed epsilon",
-            "Each audit's certified lower bound (circles; red X = violation) and no-noise control (triangles) against the claim; "
-            "points above the dashed line contradict the claim.",
-            png_bytes(fig),
-        )
-    ]
+    title = "eps_LB vs claimed epsilon"
+    return [Figure("eps_lb_vs_claimed", "audit", title, CAPTIONS["eps"], png_bytes(fig))]
 
 
 def _series(eps: list, pts: list[dict], m: str) -> tuple[list, list, list]:
@@ -225,20 +193,10 @@ def _utility_figure(k: int, c: dict) -> Figure:
         ax.plot([], [], color="#555555", linestyle="--", label="non-private reference")
     if eps and min(eps) > 0 and max(eps) / min(eps) >= 8:
         ax.set_xscale("log")
-    style_axes(
-        ax,
-        f"Privacy-utility: {c['mechanism']} on {c['dataset']}",
-        "epsilon (nats, at the recorded delta)",
-        "metric value (fraction)",
-    )
+    style_axes(ax, f"Privacy-utility: {c['mechanism']} on {c['dataset']}", *UTILITY_AXES)
     ax.legend(fontsize=7, loc="lower right")
-    return Figure(
-        f"utility_{k}",
-        "utility",
-        f"Privacy-utility ({c['mechanism']}, {c['dataset']})",
-        "Mean over seeds with +/- 1 SD error bars; dashed lines: the non-private reference.",
-        png_bytes(fig),
-    )
+    title = f"Privacy-utility ({c['mechanism']}, {c['dataset']})"
+    return Figure(f"utility_{k}", "utility", title, CAPTIONS["utility"], png_bytes(fig))
 
 
 def tradeoff_figures(report: dict) -> list[Figure]:
@@ -262,8 +220,7 @@ def tradeoff_figures(report: dict) -> list[Figure]:
                 f"tradeoff_{e['index']}",
                 "audit",
                 f"Trade-off ({_label(e)})",
-                f"Claimed trade-off curve (black), the curve at the certified lower bound (dashed), EVAL points (grey) and the "
-                f"chosen test's confidence box; {verdict}. Left linear, right log-log.",
+                CAPTIONS["tradeoff"].format(verdict=verdict),
                 png_bytes(fig),
             )
         )
@@ -282,7 +239,7 @@ def one_run_figures(report: dict) -> list[Figure]:
                 f"onerun_{e['index']}",
                 "audit",
                 f"One-run audit ({e.get('mechanism') or 'unknown'}, {e.get('label')})",
-                "Lower bounds of one training run with m canaries against the claimed epsilon (dashed); red: above the claim.",
+                CAPTIONS["onerun"],
                 png_bytes(one_run_figure(rec)),
             )
         )

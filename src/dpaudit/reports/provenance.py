@@ -33,20 +33,14 @@ def _add(e: dict, key: str, v: Any) -> None:
 def _add_release(
     e: dict, ds: dict, lr: LoadedRelease, fingerprints: dict[str, str], notes: list[Note]
 ) -> None:
-    for k, v in (
-        ("split_seeds", ds.get("split_seed")),
-        ("partitions", lr.release.partition),
-        ("data_versions", fingerprints.get(lr.release.id)),
-    ):
-        _add(e, k, v)
+    _add(e, "split_seeds", ds.get("split_seed"))
+    _add(e, "partitions", lr.release.partition)
+    _add(e, "data_versions", fingerprints.get(lr.release.id))
     for f in _source_file_names(ds.get("source_files")):
         _add(e, "source_files", f)
     e["releases"].append(lr.release.id)
-    if (
-        ds.get("sha256")
-        or ds.get("user_ids_sha256")
-        or (isinstance(ds.get("source_files"), dict) and ds["source_files"])
-    ):
+    hashed_files = isinstance(ds.get("source_files"), dict) and ds["source_files"]
+    if ds.get("sha256") or ds.get("user_ids_sha256") or hashed_files:
         text = (
             f"release {lr.release.id[:12]} (written by an older dpaudit) publishes unkeyed "
             "hashes of its private data in release.json, which tell neighbouring datasets apart; "

@@ -11,6 +11,8 @@ from ..ledger.compose import PRV_SKIP_ABOVE_RDP_EPSILON, sequential
 from ..claims import recompute_epsilon
 from ..errors import DPAuditError
 
+#: The fields that group releases into one sequential composition (a row of a composition table).
+GROUP_KEY = ("dataset", "partition", "adjacency")
 #: Accountants recomputed side by side on every claim card.
 SIDE_BY_SIDE = ("rdp", "prv")
 

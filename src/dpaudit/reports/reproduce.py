@@ -7,12 +7,16 @@ from .claim import noise_label
 from .inputs import Inputs, Note, command_str
 
 
+#: The fields of every reproduce entry, in their order (an audit's adds its ``parameters``).
+FIELDS = ("kind", "mechanism", "id", "path", "command", "seed", "noise", "dpaudit_version")
+FIELDS += ("git_commit",)
+
+
 def _release_entry(lr, notes: list[Note]) -> dict:
     cmd = command_str(lr.release.command)
     if cmd is None:
-        notes.append(
-            Note("warning", "reproduce", f"release {lr.release.id[:12]} records no command.")
-        )
+        text = f"release {lr.release.id[:12]} records no command."
+        notes.append(Note("warning", "reproduce", text))
     return {
         "kind": "release",
         "mechanism": lr.release.mechanism,
@@ -55,17 +59,6 @@ def reproduce(
         + (extra or [])
     )
     if report_command:
-        out.append(
-            {
-                "kind": "report",
-                "mechanism": None,
-                "id": None,
-                "path": None,
-                "command": report_command,
-                "seed": None,
-                "noise": None,
-                "dpaudit_version": __version__,
-                "git_commit": None,
-            }
-        )
+        mine = {"kind": "report", "command": report_command, "dpaudit_version": __version__}
+        out.append(dict.fromkeys(FIELDS) | mine)
     return out

@@ -22,7 +22,8 @@ from ..records import _json_safe, read_json
 from ..sweeps import sweep_tables
 from .claim import noise_label
 from .inputs import LoadedSweep, Note, dataset_name, fixed, num
-from .recompute import compose_sequential, composed, recomputed
+from .recompute import GROUP_KEY, compose_sequential, composed, recomputed
+from .reproduce import FIELDS
 
 #: At most this many mismatching releases are named one by one (the rest are counted).
 MAX_LISTED = 20
@@ -46,14 +47,9 @@ def _ref(lr, **extra) -> dict:
     return {"release_id": r.id, "mechanism": r.mechanism, "path": str(lr.path), **extra}
 
 
-def _accounting_notes(
-    name: str,
-    problems: list[dict],
-    unverified: list[dict],
-    checked: int,
-    reproducible: int,
-    notes: list[Note],
-) -> None:
+def _accounting_notes(name: str, acc: dict, notes: list[Note]) -> None:
+    """The notes of a sweep's accounting check (``acc``: :func:`_accounting`)."""
+    problems, unverified = acc["mismatches"], acc["unverified_releases"]
     for p in problems[:MAX_LISTED]:
         text = (
             f"sweep {name}: release {p['release_id'][:12]} ({p['mechanism']}, {p['path']}): "
@@ -68,14 +64,14 @@ def _accounting_notes(
         notes.append(Note("error", "sweep", text))
     if unverified:
         text = (
-            f"sweep {name}: {len(unverified)} of {checked} release claims could not be recomputed "
-            f"(first: {unverified[0]['message']})."
+            f"sweep {name}: {len(unverified)} of {acc['checked']} release claims could not be "
+            f"recomputed (first: {unverified[0]['message']})."
         )
         notes.append(Note("warning", "sweep", text))
-    if reproducible:
+    if acc["reproducible_noise"]:
         text = (
-            f"sweep {name}: {reproducible} release(s) used noise derived from a published "
-            "seed: not private; the ledger counts them as unbounded."
+            f"sweep {name}: {acc['reproducible_noise']} release(s) used noise derived from a "
+            "published seed: not private; the ledger counts them as unbounded."
         )
         notes.append(Note("warning", "sweep", text))
 
@@ -83,10 +79,8 @@ def _accounting_notes(
 def _accounting_line(n: dict[str, int], checked: int) -> tuple[str, str]:
     no_claim = f"; {n['no-claim']} non-private release(s) make no claim" if n["no-claim"] else ""
     if not checked:
-        return (
-            "no-claim",
-            "no private release below the sweep's folder (nothing to check)" + no_claim,
-        )
+        nothing = "no private release below the sweep's folder (nothing to check)"
+        return "no-claim", nothing + no_claim
     status = "mismatch" if n["mismatch"] else "unverified" if n["unverified"] else "ok"
     line = {
         "mismatch": f"{n['mismatch']} of {checked} releases do NOT check out (ACCOUNTING MISMATCH)",
@@ -115,22 +109,19 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
         elif status == "unverified":
             unverified.append(_ref(lr, message=check.reason))
     checked = n["ok"] + n["mismatch"] + n["unverified"]
-    _accounting_notes(
-        sweep.name or str(sweep.path), problems, unverified, checked, reproducible, notes
-    )
     status, line = _accounting_line(n, checked)
-    return {
+    acc = {
         "status": status,
         "line": line,
         "checked": checked,
-        "ok": n["ok"],
-        "mismatch": n["mismatch"],
-        "unverified": n["unverified"],
+        **{k: n[k] for k in ("ok", "mismatch", "unverified")},
         "non_private": n["no-claim"],
         "reproducible_noise": reproducible,
         "mismatches": problems,
         "unverified_releases": unverified,
     }
+    _accounting_notes(sweep.name or str(sweep.path), acc, notes)
+    return acc
 
 
 def _group() -> dict:
@@ -190,13 +181,10 @@ def _compose_into(
 
 
 def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
-    ds, part, adj = key
     n_private = len(g["guarantees"])
     delta = max(g["deltas"]) if g["deltas"] else None
     row = {
-        "dataset": ds,
-        "partition": part,
-        "adjacency": adj,
+        **dict(zip(GROUP_KEY, key)),
         "releases": n_private + g["non_private"] + g["unknown"],
         "private_releases": n_private,
         "non_private_releases": g["non_private"],
@@ -216,7 +204,8 @@ def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) 
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
     elif n_private:
-        _compose_into(row, composed(g["guarantees"], delta, adj), sweep_name, notes)
+        composition = composed(g["guarantees"], delta, row["adjacency"])
+        _compose_into(row, composition, sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row
 
@@ -226,7 +215,7 @@ def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[di
     (``extra``: the releases the store names whose file is missing, :func:`_from_store`)."""
     groups: dict[tuple, dict] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
-        _add(groups.setdefault((x["dataset"], x["partition"], x["adjacency"]), _group()), x)
+        _add(groups.setdefault(tuple(x[k] for k in GROUP_KEY), _group()), x)
     return [_budget_row(key, g, sweep.name, notes) for key, g in groups.items()]
 
 
@@ -322,20 +311,17 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
 
 
 def _ledger_row(key: tuple, es: list) -> dict:
-    ds, part, adj = key
     private = [e for e in es if not e.payload.get("non_private")]
     deltas = (num(e.payload.get("delta")) for e in private)
     delta = max((d for d in deltas if d is not None), default=None)
-    return {
-        "dataset": ds,
-        "partition": part,
-        "adjacency": adj,
+    row = {
+        **dict(zip(GROUP_KEY, key)),
         "releases": len(es),
         "non_private_releases": len(es) - len(private),
         "naive_sum": sum(num(e.payload.get("epsilon")) or 0.0 for e in private),
         "delta": delta,
-        "rdp": _ledger_rdp(private, len(es), delta, adj),
     }
+    return row | {"rdp": _ledger_rdp(private, len(es), delta, row["adjacency"])}
 
 
 def _ledger_block(
@@ -346,21 +332,14 @@ def _ledger_block(
         return None
     name = sweep.name
     counts = dict.fromkeys(("recorded", "tagged", "tagged_elsewhere", "voided", "missing"), 0)
-    out: dict = {
-        "ledger": ledger_path,
-        **counts,
-        "missing_ids": [],
-        "composition": [],
-        "summary": None,
-        "error": None,
-    }
+    out: dict = {"ledger": ledger_path, **counts, "missing_ids": [], "composition": []}
+    out |= {"summary": None, "error": None}
     try:
         entries, out["summary"] = _ledger_entries(sweep, ledger_path)
     except DPAuditError as e:
         out["error"] = str(e)
-        notes.append(
-            Note("error", "sweep", f"sweep {name}: ledger {ledger_path} could not be read: {e}")
-        )
+        text = f"sweep {name}: ledger {ledger_path} could not be read: {e}"
+        notes.append(Note("error", "sweep", text))
         return out
     ours = _match(out, entries, release_ids, name)
     missing = sorted(release_ids - {_rid(e) for e in entries})
@@ -479,7 +458,12 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
     name = sweep.name or sweep.path.name
     counts = {"done": 0, "failed": 0, "pending": 0, **sweep.counts}
     counts["total"] = sum(counts[k] for k in ("done", "failed", "pending"))
-    entry: dict = {
+    tables = None if sweep.error else sweep_tables(sweep.records, name=sweep.name)
+    _task_notes(name, counts, sweep.failures, notes)
+    tables_json = None if sweep.error else _tables_note(sweep, tables, notes)
+    on_disk, store_ids, missing, orphans = _release_sets(sweep)
+    _release_file_notes(sweep, name, missing, orphans, notes)
+    return {
         "name": name,
         "path": str(sweep.path),
         "store": str(sweep.store),
@@ -490,24 +474,14 @@ def sweep_section(sweep: LoadedSweep, notes: list[Note], *, ledger_path: str | N
         "releases": len(sweep.releases),
         "unreadable_releases": sweep.unreadable,
         "release_ids": [lr.release.id for lr in sweep.releases],
-        "tables": None,
-        "tables_json": None,
-        "accounting": None,
-        "budget": [],
-        "ledger": None,
+        "tables": tables,
+        "tables_json": tables_json,
+        "accounting": _accounting(sweep, notes),
+        "budget": _budget(sweep, [_from_store(r) for r in missing], notes),
+        "ledger": _ledger_block(sweep, ledger_path, on_disk | store_ids, notes),
+        "missing_releases": [str(r["release_id"]) for r in missing],
+        "orphan_releases": sorted(orphans),
     }
-    _task_notes(name, counts, sweep.failures, notes)
-    if not sweep.error:
-        entry["tables"] = sweep_tables(sweep.records, name=sweep.name)
-        entry["tables_json"] = _tables_note(sweep, entry["tables"], notes)
-    on_disk, store_ids, missing, orphans = _release_sets(sweep)
-    _release_file_notes(sweep, name, missing, orphans, notes)
-    entry["missing_releases"] = [str(r["release_id"]) for r in missing]
-    entry["orphan_releases"] = sorted(orphans)
-    entry["accounting"] = _accounting(sweep, notes)
-    entry["budget"] = _budget(sweep, [_from_store(r) for r in missing], notes)
-    entry["ledger"] = _ledger_block(sweep, ledger_path, on_disk | store_ids, notes)
-    return entry
 
 
 def _verdict_parts(entry: dict, acc: dict) -> tuple[str, list[str]]:
@@ -577,12 +551,5 @@ def sweep_reproduce(entry: dict) -> dict:
     spec = entry.get("spec") if isinstance(entry.get("spec"), dict) else None
     cmd = _sweep_command(spec.get("source") if spec else None, str(Path(entry["path"]).parent))
     params = {"parameters": {"spec": spec}} if spec and cmd is None else {}
-    return {
-        "kind": "sweep",
-        "mechanism": None,
-        "id": entry["name"],
-        "path": entry["path"],
-        "command": cmd,
-        **dict.fromkeys(("seed", "noise", "dpaudit_version", "git_commit")),
-        **params,
-    }
+    mine = {"kind": "sweep", "id": entry["name"], "path": entry["path"], "command": cmd}
+    return dict.fromkeys(FIELDS) | mine | params

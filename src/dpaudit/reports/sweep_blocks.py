@@ -260,12 +260,11 @@ def _ledger_blocks(sw: dict) -> list[Block]:
     if not isinstance(led, dict) or led.get("error"):
         return []
     total = (sw.get("releases") or 0) + len(sw.get("missing_releases") or [])
-    return [
-        p(
-            f"Ledger {led['ledger']} has recorded {led['recorded']} of the {total} "
-            f"releases of this sweep; {led['tagged']} ledger entries carry the sweep's tag; {led['voided']} voided."
-        )
-    ] + _ledger_tables(led)
+    recorded = (
+        f"Ledger {led['ledger']} has recorded {led['recorded']} of the {total} "
+        f"releases of this sweep; {led['tagged']} ledger entries carry the sweep's tag; {led['voided']} voided."
+    )
+    return [p(recorded)] + _ledger_tables(led)
 
 
 def _problem_blocks(sw: dict) -> list[Block]:

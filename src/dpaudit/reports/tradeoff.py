@@ -89,36 +89,28 @@ def _clip(
     return ([max(x, floor) for x in xs], [max(y, floor) for y in ys]) if log else (xs, ys)
 
 
+#: The style of each line of a panel (by its gid): the chance line, the claimed curve and the
+#: claim's family member at the certified lower bound.
+LINE_STYLES = {
+    "chance": {"color": "#aaaaaa", "linestyle": ":", "linewidth": 1.0},
+    "claimed-curve": {"color": CURVE_COLOR, "linewidth": 1.8},
+    "lower-bound-curve": {"color": LOWER_BOUND_COLOR, "linestyle": "--", "linewidth": 1.4},
+}
+
+
 def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
     """The chance line, the claimed curve, the curve at the lower bound and the EVAL points."""
     # no privacy at all: the chance line FNR = 1 - FPR (a box must be below it to rule out anything)
     gx = [floor * (10 ** (k / 50 * -math.log10(floor))) for k in range(51)] if log else [0.0, 1.0]
-    ax.plot(
-        *_clip(gx, [1.0 - x for x in gx], log, floor),
-        color="#aaaaaa",
-        linestyle=":",
-        linewidth=1.0,
-        label="no privacy (FNR = 1 - FPR)",
-        gid="chance",
-    )
-    c = cv["curve"]
-    ax.plot(
-        *_clip(c["fpr"], c["fnr"], log, floor),
-        color=CURVE_COLOR,
-        linewidth=1.8,
-        label="claimed curve (the release's event)",
-        gid="claimed-curve",
-    )
-    if cv["curve_at_lower_bound"] is not None:
-        cl = cv["curve_at_lower_bound"]
-        ax.plot(
-            *_clip(cl["fpr"], cl["fnr"], log, floor),
-            color=LOWER_BOUND_COLOR,
-            linestyle="--",
-            linewidth=1.4,
-            label=_family_label(cv),
-            gid="lower-bound-curve",
-        )
+    lines = {
+        "chance": ({"fpr": gx, "fnr": [1.0 - x for x in gx]}, "no privacy (FNR = 1 - FPR)"),
+        "claimed-curve": (cv["curve"], "claimed curve (the release's event)"),
+        "lower-bound-curve": (cv["curve_at_lower_bound"], _family_label(cv)),
+    }
+    for gid, (rates, label) in lines.items():
+        if rates is not None:
+            xy = _clip(rates["fpr"], rates["fnr"], log, floor)
+            ax.plot(*xy, **LINE_STYLES[gid], label=label, gid=gid)
     if cv["points"] is not None:
         ax.scatter(
             *_eval_points(cv["points"], log),
@@ -138,6 +130,12 @@ def _eval_points(pts: dict, log: bool) -> tuple[list[float], list[float]]:
     return [x for x, _ in keep], [y for _, y in keep]
 
 
+#: The box corner's mark and the VIOLATION label beside it.
+CORNER_STYLE = {"s": 60, "edgecolors": "white", "linewidths": 0.6, "zorder": 6, "gid": "box-corner"}
+VIOLATION_LABEL = {"xytext": (8, -14), "textcoords": "offset points", "color": VIOLATION_COLOR}
+VIOLATION_LABEL |= {"fontsize": 10, "fontweight": "bold", "gid": "violation-label", "zorder": 7}
+
+
 def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     """The chosen test's confidence box [0, FPR_hi] x [0, FNR_hi], its EVAL point and its corner."""
     from matplotlib.patches import Rectangle
@@ -149,10 +147,8 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     x0 = floor if log else 0.0
     w, h = max(fu, x0) - x0, max(nu, x0) - x0
     box = {"xy": (x0, x0), "width": w, "height": h, "edgecolor": color, "linewidth": 1.6}
-    label = (
-        "confidence box BELOW the claimed curve: VIOLATION"
-        if viol
-        else "confidence box of the chosen test"
+    label = "confidence box " + (
+        "BELOW the claimed curve: VIOLATION" if viol else "of the chosen test"
     )
     fill = {"facecolor": color, "alpha": 0.18 if viol else 0.12, "label": label}
     ax.add_patch(Rectangle(**box, **fill, zorder=3, gid="confidence-box"))
@@ -160,51 +156,26 @@ def _draw_box(ax, cv: dict, log: bool, floor: float) -> None:
     if p["fpr"] is not None and p["fnr"] is not None:
         _draw_chosen(ax, p, color, log, floor)
     corner = (max(fu, floor), max(nu, floor)) if log else (fu, nu)
-    ax.scatter(
-        [corner[0]],
-        [corner[1]],
-        marker="X" if viol else "s",
-        s=60,
-        color=color,
-        edgecolors="white",
-        linewidths=0.6,
-        zorder=6,
-        label=f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})",
-        gid="box-corner",
-    )
+    label = f"box corner (FPR_hi {_fmt(fu)}, FNR_hi {_fmt(nu)})"
+    ax.scatter(*corner, marker="X" if viol else "s", color=color, label=label, **CORNER_STYLE)
     if viol:
-        ax.annotate(
-            "VIOLATION",
-            xy=corner,
-            xytext=(8, -14),
-            textcoords="offset points",
-            color=VIOLATION_COLOR,
-            fontsize=10,
-            fontweight="bold",
-            gid="violation-label",
-            zorder=7,
-        )
+        ax.annotate("VIOLATION", xy=corner, **VIOLATION_LABEL)
+
+
+#: The chosen test's EVAL point and its error bars.
+CHOSEN_STYLE = {"fmt": "o", "markersize": 5, "elinewidth": 1.2, "capsize": 3, "zorder": 5}
+CHOSEN_STYLE |= {
+    "label": "chosen test: EVAL point, one-sided CP upper bounds",
+    "gid": "chosen-point",
+}
 
 
 def _draw_chosen(ax, p: dict, color: str, log: bool, floor: float) -> None:
     """The chosen test's EVAL point with its one-sided error bars up to the box corner."""
     fu, nu = p["fpr_upper"], p["fnr_upper"]
     px, py = (max(p["fpr"], floor), max(p["fnr"], floor)) if log else (p["fpr"], p["fnr"])
-    ax.errorbar(
-        [px],
-        [py],
-        xerr=[[0.0], [max(max(fu, floor) - px, 0.0)]],
-        yerr=[[0.0], [max(max(nu, floor) - py, 0.0)]],
-        fmt="o",
-        markersize=5,
-        color=color,
-        ecolor=color,
-        elinewidth=1.2,
-        capsize=3,
-        zorder=5,
-        label="chosen test: EVAL point, one-sided CP upper bounds",
-        gid="chosen-point",
-    )
+    xerr, yerr = [[0.0], [max(max(fu, floor) - px, 0.0)]], [[0.0], [max(max(nu, floor) - py, 0.0)]]
+    ax.errorbar([px], [py], xerr=xerr, yerr=yerr, color=color, ecolor=color, **CHOSEN_STYLE)
 
 
 #: (title, x label, y label) of the linear (False) and the log-log (True) panel.
@@ -376,6 +347,10 @@ def _one_run_subtitle(v: dict) -> str:
     return head + f", {_fmt(correct, 0)} of {_fmt(guesses, 0)} guesses correct"
 
 
+#: The claimed epsilon's line on a one-run figure.
+CLAIM_LINE = {"color": CURVE_COLOR, "linestyle": "--", "linewidth": 1.2, "gid": "claim-line"}
+
+
 def one_run_figure(record: dict):
     """Bars of a one-run audit (one_run.json): claimed epsilon, the (eps, delta) lower bound of
     Steinke, Nasr & Jagielski 2023 and its all-correct ceiling for this m, and the f-DP lower
@@ -398,21 +373,9 @@ def one_run_figure(record: dict):
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8.5)
     ax.invert_yaxis()
     if claim_shown:
-        ax.axvline(
-            claim,
-            color=CURVE_COLOR,
-            linestyle="--",
-            linewidth=1.2,
-            label=f"claimed eps {_fmt(claim)}",
-            gid="claim-line",
-        )
+        ax.axvline(claim, label=f"claimed eps {_fmt(claim)}", **CLAIM_LINE)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_xlim(0, top)
-    style_axes(
-        ax,
-        f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}",
-        "epsilon (nats)",
-        "",
-        size=10,
-    )
+    title = f"One-run audit: {v['mechanism'] or 'unknown mechanism'}\n{_one_run_subtitle(v)}"
+    style_axes(ax, title, "epsilon (nats)", "", size=10)
     return fig

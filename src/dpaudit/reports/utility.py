@@ -132,9 +132,8 @@ def _row(rels: list[Release], dataset: str, claim: tuple | None, metrics: dict) 
 def _add_release(r: Release, private: dict, reference: dict) -> None:
     """A private release joins its curve (by epsilon); a non-private one the reference of its mechanism and dataset."""
     if r.non_private:
-        reference.setdefault(
-            (canonical_mechanism(r.mechanism), dataset_name(r.dataset)), []
-        ).append(r)
+        key = (canonical_mechanism(r.mechanism), dataset_name(r.dataset))
+        reference.setdefault(key, []).append(r)
     else:
         private.setdefault(_curve_key(r), {}).setdefault(_release_eps_key(r), []).append(r)
 

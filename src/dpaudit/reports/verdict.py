@@ -235,11 +235,8 @@ def _headline(
         line = f"max eps_LB {fixed(lb)} {op} claimed {fixed(claim)}; statistic: {_tally(ok)}"
         return "no-evidence", f"no evidence of a violation ({line})", _statistics(ok)
     if entries and all(e["status"] == "control" for e in entries):
-        return (
-            "not-audited",
-            "NOT AUDITED: only control runs of this mechanism among the inputs",
-            [],
-        )
+        controls = "NOT AUDITED: only control runs of this mechanism among the inputs"
+        return "not-audited", controls, []
     if g.releases:
         return "not-audited", "NOT AUDITED: no audit of this mechanism among the inputs", []
     return "no-claim", "non-private reference only (no privacy claim)", []
@@ -423,15 +420,10 @@ def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> li
     ]
     for e in entries:
         if not e["covers_releases"] and e["status"] != "control":
-            claim = (
-                e["compared_claim"],
-                e["delta"],
-                e["adjacency"],
-                (e.get("claimed_curve") or {}).get("accountant"),
-            )
-            rows.append(
-                _row(e["mechanism"] or g.name, claim, _worst([e], pools, "inconclusive")[0], [e])
-            )
+            accountant = (e.get("claimed_curve") or {}).get("accountant")
+            claim = (e["compared_claim"], e["delta"], e["adjacency"], accountant)
+            status = _worst([e], pools, "inconclusive")[0]
+            rows.append(_row(e["mechanism"] or g.name, claim, status, [e]))
     return rows
 
 

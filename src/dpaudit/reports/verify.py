@@ -67,11 +67,8 @@ def _inputs(paths) -> dict:
     """kind -> [file] of the inputs (a file, or a folder holding release.json / audit.json / one_run.json / plan.json)."""
     found: dict = {"releases": [], "audits": [], "plans": []}
     for p in map(Path, paths):
-        hits = [
-            f
-            for f in ([p / n for n in _KINDS] if p.is_dir() else [p])
-            if f.is_file() and f.name in _KINDS
-        ]
+        candidates = [p / n for n in _KINDS] if p.is_dir() else [p]
+        hits = [f for f in candidates if f.is_file() and f.name in _KINDS]
         if not hits:
             raise UsageError(
                 f"inputs must be release, audit, one-run or plan files (or folders holding one), got {str(p)!r}."
@@ -91,11 +88,8 @@ def _put(out: Path, kind: str, name: str, doc: dict) -> str:
 def _copy(found: dict, out: Path) -> dict:
     """Write the shareable part of each input under ``out``; kind -> ids."""
     audits = [(f.name, read_json(f, "audit")) for f in found["audits"]]
-    planned = [
-        Path(p)
-        for p in ((r.get("plan") or {}).get("path") for _, r in audits)
-        if p and Path(p).is_file()
-    ]
+    revealed = ((r.get("plan") or {}).get("path") for _, r in audits)
+    planned = [Path(p) for p in revealed if p and Path(p).is_file()]
     shareable = {AUDIT_FILE: shareable_audit, ONE_RUN_FILE: shareable_one_run}
     return {
         "releases": [
@@ -159,23 +153,12 @@ def _ledger(root: Path, anchor, owner) -> tuple[Check, set, list]:
     meta = read_json(root / BUNDLE_FILE, "bundle")
     dump = read_json(root / LEDGER_FILE, "ledger export")
     rows, head = [tuple(r) for r in dump.get("rows") or []], meta.get("head") or {}
-    rep = verify_snapshot(
-        Snapshot(
-            str(root / LEDGER_FILE),
-            "export",
-            int(dump.get("schema_version") or 0),
-            (head.get("seq"), head.get("entries"), head.get("hash")),
-            rows,
-        ),
-        anchor=anchor,
-        owner=owner,
-    )
-    check = _check(
-        "ledger",
-        LEDGER_FILE,
-        [p.message for p in rep.problems],
-        f"{rep.entries} entries, chain and signatures intact up to head {str(head.get('hash'))[:12]}",
-    )
+    tip = (head.get("seq"), head.get("entries"), head.get("hash"))
+    version = int(dump.get("schema_version") or 0)
+    snapshot = Snapshot(str(root / LEDGER_FILE), "export", version, tip, rows)
+    rep = verify_snapshot(snapshot, anchor=anchor, owner=owner)
+    intact = f"{rep.entries} entries, chain and signatures intact up to head {str(tip[2])[:12]}"
+    check = _check("ledger", LEDGER_FILE, [p.message for p in rep.problems], intact)
     entries = [(r[0], r[2], r[8], p) for r in rows for p in [_payload(r[5])] if p is not None]
     return check, {k["key_id"] for k in rep.signatures.get("keys", [])}, entries
 
@@ -287,18 +270,13 @@ def _plan_problems(plan: dict, reg, keys: set) -> list[str]:
     out += [why for why in (target_problem(plan), _fixed_noise(plan)) if why]
     if reg is None:
         return out + ["the ledger holds no registration of it"]
-    return out + [
-        why
-        for bad, why in (
-            (reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
-            (reg[1] != kid, "its ledger registration is not signed by its key"),
-            (
-                reg[2].get("target") != plan.get("target"),
-                "its ledger registration names another target",
-            ),
-        )
-        if bad
-    ]
+    other_target = reg[2].get("target") != plan.get("target")
+    registration = (
+        (reg[2].get("sha256") != digest(plan), "it is not the plan.json the ledger registered"),
+        (reg[1] != kid, "its ledger registration is not signed by its key"),
+        (other_target, "its ledger registration names another target"),
+    )
+    return out + [why for bad, why in registration if bad]
 
 
 def _fixed_noise(plan: dict) -> str | None:
@@ -357,11 +335,9 @@ def _target_plans_check(target: dict, plans: dict, by_plan: dict) -> Check:
 
 def _registered_first_check(pid: str, target, reg, entries: list) -> Check:
     """The plan was registered before any audit of its target (else it could be fitted to a result)."""
-    if reg is None or not target:
-        if not reg:
-            return _check(
-                "registered first", pid[:12], "the ledger holds no registration of it", ""
-            )
+    if reg is None:
+        return _check("registered first", pid[:12], "the ledger holds no registration of it", "")
+    if not target:
         return Check("registered first", pid[:12], "note", "it names no target (an older plan)")
     before = [
         f"{aid[:12]} (seq {seq})" for seq, aid in audits_of_target(target, entries) if seq < reg[0]
@@ -396,20 +372,15 @@ def _named_ids(groups) -> list[str]:
 def _runs_check(pid: str, runs: list, present: list) -> Check:
     """The plan's runs in the ledger against its audits in the bundle: a hidden run fails, a second one is noted."""
     n = f"{len(runs)} run{'s' * (len(runs) != 1)} of plan {pid[:12]}"
-    hidden, unrecorded = (
-        [r for r in runs if r not in present],
-        [a for a in present if a not in runs],
+    groups = (
+        ("not in the bundle", [r for r in runs if r not in present]),
+        ("not recorded under the plan", [a for a in present if a not in runs]),
     )
-    groups = (("not in the bundle", hidden), ("not recorded under the plan", unrecorded))
     why = "".join(f"; {named}" for named in _named_ids(groups))
     if why:
         return _check("runs", pid[:12], f"{n} in the ledger, {len(present)} in the bundle{why}", "")
-    return Check(
-        "runs",
-        pid[:12],
-        "note" if len(runs) > 1 else "pass",
-        f"{n} in the ledger, all in the bundle",
-    )
+    status = "note" if len(runs) > 1 else "pass"  # a second run of one plan is worth a look
+    return Check("runs", pid[:12], status, f"{n} in the ledger, all in the bundle")
 
 
 def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list[Check]:

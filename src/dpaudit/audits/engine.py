@@ -290,7 +290,7 @@ def read_record(record: Any) -> Any:
     if "general_bound" not in rec and rec.get("statistic") == "claimed-curve":
         rec["epsilon_lower_bound"] = _eval_counts_bound(rec)
         rec["epsilon_lower_bound_note"] = (
-            "written before issue 23: eps_LB is the Clopper-Pearson bound of its EVAL counts; "
+            "written before the general bound: eps_LB is the Clopper-Pearson bound of its EVAL counts; "
             "the figure it published was the claim family's (claimed_curve.family_epsilon)"
         )
     if "controls" in rec:

@@ -258,4 +258,4 @@ def test_derived_tables_follow_the_catalogue():
         spec.train_models()
     )  # sweeps take every catalogue entry whose Request names a dataset
     for n in names(auditable=True):
-        assert canaries.SUPPORTED[canaries.audit_family(CATALOGUE[n])] == CATALOGUE[n].canaries
+        assert canaries.supported(canaries.audit_family(CATALOGUE[n])) == CATALOGUE[n].canaries

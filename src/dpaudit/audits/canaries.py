@@ -32,15 +32,14 @@ def audit_family(entry) -> str:
     return "head" if entry.family == "dp-sgd-head" else entry.name
 
 
-#: Canaries each audit family supports (first = default), from the catalogue's entries
-#: (:func:`audit_family`: ``head`` for the DP-SGD head models, else the mechanism name).
-SUPPORTED: dict[str, tuple[str, ...]] = {
-    audit_family(e): e.canaries for e in CATALOGUE.values() if e.canaries
-}
+def supported(family: str) -> tuple[str, ...]:
+    """The canaries an audit family supports (first = default), read from the catalogue when
+    asked (an entry registered later, e.g. a new mechanism's, counts too)."""
+    return next(e.canaries for e in CATALOGUE.values() if e.canaries and audit_family(e) == family)
 
 
 def check_canary(family: str, canary: str) -> str:
-    allowed = SUPPORTED[family]
+    allowed = supported(family)
     if canary not in allowed:
         raise UsageError(
             f"canary must be one of {', '.join(allowed)} for {family} models, got {canary!r}."

@@ -29,6 +29,9 @@ torch = lazy_import("torch")
 
 #: Progress callback: called as ``progress(steps_done, steps_total)``.
 Progress = Callable[[int, int], None]
+#: The no-noise control's noise multiplier (DPSGDConfig refuses 0 without ``non_private``, which
+#: would also switch clipping off).
+NO_NOISE_MULTIPLIER = 1e-12
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,11 @@ class DPSGDConfig:
     def noise_std(self) -> float:
         """Standard deviation of the noise added to the clipped sum (sigma * C)."""
         return 0.0 if self.non_private else self.noise_multiplier * self.clipping_norm
+
+    def without_noise(self) -> "DPSGDConfig":
+        """The no-noise control's config: the same clipping and schedule, noise multiplier
+        :data:`NO_NOISE_MULTIPLIER` (an audit's control must find the leakage)."""
+        return dataclasses.replace(self, noise_multiplier=NO_NOISE_MULTIPLIER)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -455,17 +463,13 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
 
     Every stock :class:`NoiseSource` (any kind): its Gaussian sampler
     (:data:`dpaudit.noise.GAUSSIAN_SAMPLER`, never ``torch.randn``, whose float32 draws are
-    truncated at 5.77 sigma), the same draws as ``noise.gaussian_torch``: float32 written straight
-    into ``out``, float64 from ``noise.gaussian_numpy`` (the one float64 sampler, also DP-MixMin's);
-    a source that overrides ``gaussian_torch``: that method.
+    truncated at 5.77 sigma), the same draws as ``noise.gaussian_torch``, written straight into a
+    contiguous float32 or float64 ``out`` (``noise.gaussian_into``: float64 the draws of
+    ``noise.gaussian_numpy``, also DP-MixMin's, without a copy); a source that overrides
+    ``gaussian_torch``: that method.
     """
     stock = type(noise).gaussian_torch is NoiseSource.gaussian_torch
-    if stock and out.dtype == np.float64:
-
-        def fill() -> np.ndarray:
-            out[...] = noise.gaussian_numpy(out.shape, std)
-            return out
-    elif stock and out.dtype == np.float32 and out.flags.c_contiguous:
+    if stock and out.dtype in (np.float32, np.float64) and out.flags.c_contiguous:
 
         def fill() -> np.ndarray:
             return noise.gaussian_into(out, std)

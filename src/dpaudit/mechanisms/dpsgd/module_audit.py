@@ -25,7 +25,7 @@ from ...catalogue import MODULE_CANARIES
 from ...errors import UsageError
 from ...lazy import lazy_import
 from .core import DPSGDConfig
-from .head_audit import NO_NOISE_MULTIPLIER, recorded_schedule
+from .head_audit import recorded_schedule
 from .module_training import train_module_dp_sgd
 from .one_run_modules import (
     CANARY_TENSORS,
@@ -145,8 +145,7 @@ class ModuleTarget(AuditTarget):
 
     def without_noise(self) -> "ModuleTarget":
         """The no-noise control: the same set-up and claim, a negligible noise multiplier."""
-        config = dataclasses.replace(self.config, noise_multiplier=NO_NOISE_MULTIPLIER)
-        return dataclasses.replace(self, config=config, noise=False)
+        return dataclasses.replace(self, config=self.config.without_noise(), noise=False)
 
     def scores(self, canary_in: np.ndarray, noise) -> np.ndarray:
         """One training run per trial (the canary in where ``canary_in``), scored as the module

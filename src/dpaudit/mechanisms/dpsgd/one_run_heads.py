@@ -19,7 +19,6 @@ the claimed ``SubsampledGaussian(sigma, q, T)``, so the one-run analysis bounds 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from ...audits.one_run import OneRunScores
@@ -30,7 +29,7 @@ from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
 from .loop import CanaryHook, UserSampling, train_heads
 from .features import build_features
-from .head_audit import NO_NOISE_MULTIPLIER, HeadAuditTarget, dead_features
+from .head_audit import HeadAuditTarget, dead_features
 from .schedule import MODELS
 from .user_head_audit import UserHeadTarget
 
@@ -93,7 +92,7 @@ def heads_one_run(
     target.prepare()
     cfg = target._config
     if not (noise_on and target.noise):
-        cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
+        cfg = cfg.without_noise()
     # The coins: each canary in w.p. 1/2, independently (private, or committed by a plan and revealed after the run).
     included = np.asarray(noise.poisson_mask(m, 0.5) if coins is None else coins, dtype=bool)
     info = {

@@ -24,9 +24,7 @@ from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...validation import positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
-
-# the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
-from .head_audit import NO_NOISE_MULTIPLIER, dead_features
+from .head_audit import dead_features
 from .models import BUILDERS, build_module
 from .schedule import audit_reference_size, plan_schedule
 
@@ -258,16 +256,20 @@ def modules_one_run(
     info["steps_executed"] = int(steps)
     info["n_units"] = int(y.size)  # units: training records plus included input canaries
     if kind == "gradient":
-        params = dict(module.named_parameters())
-        scores = np.array(
-            [
-                -(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item()
-                for n, i in gc.coords
-            ]
-        )
+        scores = coordinate_moves(module, theta0, gc.coords)
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
     return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
+
+
+def coordinate_moves(module, theta0: dict, coords) -> np.ndarray:
+    """-(theta_T - theta_0)[j] at each canary coordinate ``(tensor name, flat index)`` of
+    ``coords``: the trained ``module``'s parameters against their initial values ``theta0`` (in
+    the dtype of ``theta0``: the subtraction is promoted to it)."""
+    params = dict(module.named_parameters())
+    return np.array(
+        [-(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in coords]
+    )
 
 
 def _trial_config(config, noise_on: bool) -> DPSGDConfig:
@@ -279,9 +281,7 @@ def _trial_config(config, noise_on: bool) -> DPSGDConfig:
         raise UsageError(
             "config must be private (clipping bounds each canary's contribution), got non_private=True."
         )
-    if noise_on:
-        return config
-    return dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
+    return config if noise_on else config.without_noise()
 
 
 def module_run_parts(name: str, data, seed: int):

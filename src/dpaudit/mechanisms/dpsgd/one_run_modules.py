@@ -201,7 +201,7 @@ def modules_one_run(
     if kind not in ONE_RUN_MODULE_KINDS:
         raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
     m = positive_int("canaries", canaries)
-    config = _trial_config(config, noise_on)
+    config = trial_config(config, noise_on)
     data, x_pool, y_pool = _data_parts(data)
     n_classes = int(data.n_classes)
     binary = n_classes == 2
@@ -272,9 +272,9 @@ def coordinate_moves(module, theta0: dict, coords) -> np.ndarray:
     )
 
 
-def _trial_config(config, noise_on: bool) -> DPSGDConfig:
-    """The private DP-SGD ``config`` a one-run audit trains with (the no-noise control's: its
-    noise multiplier NO_NOISE_MULTIPLIER); refused unless a private DPSGDConfig."""
+def trial_config(config, noise_on: bool) -> DPSGDConfig:
+    """The private DP-SGD ``config`` a one-run or white-box audit trains with (the no-noise
+    control's: :meth:`~DPSGDConfig.without_noise`); refused unless a private DPSGDConfig."""
     if not isinstance(config, DPSGDConfig):
         raise UsageError(f"config must be a DPSGDConfig, got {type(config).__name__}.")
     if config.non_private:

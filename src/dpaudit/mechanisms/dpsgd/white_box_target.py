@@ -53,6 +53,7 @@ from .one_run_modules import (
     choose_coordinates,
     module_name,
     module_run_parts,
+    trial_config,
 )
 
 np = lazy_import("numpy")
@@ -179,7 +180,9 @@ def white_box_run(
     one_of("threat_model", threat_model, ("white-box", "crafted-final"))
     one_of("role", role, ROLES)
     m = positive_int("canaries", canaries, 2)
-    config = _run_config(config, threat_model, role)
+    config = trial_config(config, noise_on=role != "no-noise")
+    if threat_model == "crafted-final":
+        config = _plain_sgd(config)
     module, x, y, shapes, loss = module_run_parts(name, data, seed)
     quiet = _quiet_coordinates(name, CANARY_TENSORS[name], shapes, x)
     if threat_model == "crafted-final" and quiet.size < m:
@@ -248,18 +251,6 @@ def _run_info(run: dict, coords, observer, config, steps, quiet, threat_model, r
         "quiet_coordinates": int(len(quiet)),
         **coords.describe(),
     }
-
-
-def _run_config(config, threat_model: str, role: str) -> DPSGDConfig:
-    """The private ``config`` a white-box run trains with: without DP noise for the no-noise
-    control, plain SGD for crafted-final (:func:`_plain_sgd`)."""
-    if not isinstance(config, DPSGDConfig) or config.non_private:
-        raise UsageError(
-            f"config must be a private DPSGDConfig (clipping bounds each canary), got {config!r}."
-        )
-    if role == "no-noise":
-        config = config.without_noise()
-    return _plain_sgd(config) if threat_model == "crafted-final" else config
 
 
 def head_white_box_run(

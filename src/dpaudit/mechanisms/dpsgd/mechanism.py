@@ -472,14 +472,9 @@ class DPSGDMechanism(MechanismBase):
             )
         if plan.privacy_unit != "user":
             return prepared(HeadTarget.of_plan(plan, canary, release=release), no_noise)
-        t = UserHeadTarget.of_plan(
-            plan,
-            canary,
-            release=release,
-            records_per_user=int(r.records_per_user),
-            user_ids=r.user_ids if user_ids is None else user_ids,
-        )
-        return prepared(t, no_noise)
+        ids = r.user_ids if user_ids is None else user_ids
+        unit = dict(records_per_user=int(r.records_per_user), user_ids=ids)
+        return prepared(UserHeadTarget.of_plan(plan, canary, release=release, **unit), no_noise)
 
 
 MECHANISM = DPSGDMechanism()

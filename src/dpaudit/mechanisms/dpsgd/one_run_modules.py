@@ -115,7 +115,7 @@ def choose_coordinates(
 
 class DiracCanaries:
     """The loop's canaries (:func:`dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`): at each step, each
-    included canary is sampled w.p. ``sample_rate`` (``rng``, private, never the loop's ``noise``)
+    included canary is sampled w.p. ``config.sample_rate`` (``rng``, private, never the loop's ``noise``)
     and adds C * e_j to the clipped sum."""
 
     rows = False  # fixed gradients, no units of their own
@@ -125,16 +125,14 @@ class DiracCanaries:
         canaries: GradientCanaries,
         names: list[str],
         included: np.ndarray,
-        sample_rate: float,
-        clipping_norm: float,
+        config: DPSGDConfig,
         rng: np.random.Generator,
     ):
         index = {n: i for i, n in enumerate(names)}
         # (parameter index, canary ids, coordinates)
         self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]
         self.included = np.asarray(included, dtype=bool)
-        self.q = sample_rate
-        self.c = float(clipping_norm)
+        self.q, self.c = config.sample_rate, float(config.clipping_norm)
         self.rng = rng
 
     def draw(self) -> np.ndarray:
@@ -227,9 +225,7 @@ def modules_one_run(
         chosen = tuple(tensors or CANARY_TENSORS[name])
         quiet = _quiet_coordinates(name, chosen, shapes, x)
         gc = choose_coordinates(shapes, chosen, m, seed, quiet=quiet)
-        canary = DiracCanaries(
-            gc, list(shapes), included, config.sample_rate, config.clipping_norm, crng
-        )
+        canary = DiracCanaries(gc, list(shapes), included, config, crng)
         info.update(
             gc.describe(),
             score="-(theta_T - theta_0)[j]",

@@ -89,7 +89,7 @@ class StepObserver(DiracCanaries):
         scale: float = RAW_GRADIENT_SCALE,
         observe: bool = True,
     ):
-        super().__init__(canaries, names, included, config.sample_rate, config.clipping_norm, rng)
+        super().__init__(canaries, names, included, config, rng)
         # the loop's buffers are NumPy arrays (heads) or tensors over them (modules): work on the arrays
         self.groups = [(p, ids, flat.numpy()) for p, ids, flat in self.groups]
         self.scale = float(scale)

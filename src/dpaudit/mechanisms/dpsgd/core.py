@@ -717,9 +717,16 @@ def per_sample_clipped_sum(
 ) -> dict[str, torch.Tensor]:
     """Clipped sum over the batch (x, y) of the per-sample gradients (:func:`per_sample_grads`) of
     ``module`` at ``params``, each clipped to joint L2 norm ``clipping_norm`` over all of them."""
-    gs = per_sample_grads(module, params, x, y, loss, randomness)
+    return clipped_sum_of(
+        per_sample_grads(module, params, x, y, loss, randomness), clipping_norm, clip
+    )
+
+
+def clipped_sum_of(grads: dict, clipping_norm: float, clip: bool = True) -> dict:
+    """The sum over units of their gradients (by parameter name, (U, ...) each), each unit's
+    clipped to joint norm C over all of them (when ``clip``)."""
     if not clip:
-        return {k: g.sum(0) for k, g in gs.items()}
-    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in gs.values())
+        return {n: g.sum(0) for n, g in grads.items()}
+    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in grads.values())
     coef = clip_factors(sq.sqrt(), clipping_norm)
-    return {k: torch.tensordot(coef, g, dims=([0], [0])) for k, g in gs.items()}
+    return {n: torch.tensordot(coef, g, dims=([0], [0])) for n, g in grads.items()}

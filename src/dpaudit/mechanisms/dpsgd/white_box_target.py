@@ -398,6 +398,8 @@ def white_box_audit(
             f"threat model for a DP-SGD head must be white-box (crafted-final: dp-dense), got {threat_model!r}."
         )
     bounds, infos = {}, {}
+    judged = dict(delta=claim["delta"], accountant=claim["accountant"], confidence=confidence)
+    judged["claimed_epsilon"] = claim.get("claimed_epsilon")
     for role in ROLES if controls else ("main",):
         common = dict(
             canaries=canaries,
@@ -410,24 +412,9 @@ def white_box_audit(
             run = head_white_box_run(model, **common)
         else:
             run = white_box_run(model, data, config, threat_model=threat_model, **common)
-        bounds[role] = bound(
-            run.observations,
-            claimed=claim["event"],
-            delta=claim["delta"],
-            accountant=claim["accountant"],
-            confidence=confidence,
-            claimed_epsilon=claim.get("claimed_epsilon"),
-        )
+        bounds[role] = bound(run.observations, claimed=claim["event"], **judged)
         infos[role] = run.info
-    power = white_box_power(
-        claim["event"],
-        canaries,
-        threat_model=threat_model,
-        delta=claim["delta"],
-        accountant=claim["accountant"],
-        confidence=confidence,
-        claimed_epsilon=claim.get("claimed_epsilon"),
-    )
+    power = white_box_power(claim["event"], canaries, threat_model=threat_model, **judged)
     return WhiteBoxAudit(bounds, infos, command, power.to_dict())
 
 

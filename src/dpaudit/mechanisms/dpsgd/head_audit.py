@@ -32,6 +32,7 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...requests import THREAT_MODELS
+from ...validation import one_of
 from .core import NO_NOISE_MULTIPLIER, DPSGDConfig, head_outputs, init_head
 from .loop import CanaryHook, head_layout, train_heads
 from .features import build_features
@@ -256,8 +257,7 @@ class HeadAuditTarget(AuditTarget):
         )
 
     def __post_init__(self) -> None:
-        if self.model not in HEAD_MODELS:
-            raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
+        one_of("model", self.model, HEAD_MODELS)
         check_canary("head", self.canary)
         self._ready = False
 
@@ -360,10 +360,7 @@ class HeadTarget(HeadAuditTarget):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.threat_model not in THREAT_MODELS:
-            raise UsageError(
-                f"threat model must be one of {', '.join(THREAT_MODELS)}, got {self.threat_model!r}."
-            )
+        one_of("threat model", self.threat_model, THREAT_MODELS)
         if self.threat_model == "trajectory" and self.canary != "max-clip":
             raise UsageError(
                 f"canary must be max-clip with the trajectory threat model (its coordinate's per-step likelihood ratio), got {self.canary!r}."

@@ -32,6 +32,7 @@ import math
 from ...errors import UsageError
 from ...lazy import lazy_import, torch_module_classes
 from ...noise import public_rng
+from ...validation import one_of
 
 torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
@@ -213,8 +214,7 @@ def build_module(
 ) -> nn.Module:
     """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global
     RNG state untouched)."""
-    if model not in BUILDERS:
-        raise UsageError(f"model must be one of {', '.join(TRAINABLE_MODELS)}, got {model!r}.")
+    one_of("model", model, TRAINABLE_MODELS)
     _build_classes()
     n_out = 1 if n_classes == 2 else n_classes
     torch_seed = int(public_rng(seed, 0x494E4954).integers(0, 2**63 - 1))  # "INIT"

@@ -22,7 +22,7 @@ from ...data import load_dataset
 from ...errors import UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
-from ...validation import positive_int
+from ...validation import one_of, positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
 from .head_audit import dead_features
 from .models import BUILDERS, build_module
@@ -196,8 +196,7 @@ def modules_one_run(
     :data:`CANARY_TENSORS`; ``coins``: a pre-registered audit's inclusion coins; ``device``:
     where the model trains (:func:`~dpaudit.mechanisms.dpsgd.module_training.train_module_dp_sgd`)."""
     name = module_name(model)
-    if kind not in ONE_RUN_MODULE_KINDS:
-        raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
+    one_of("kind", kind, ONE_RUN_MODULE_KINDS)
     m = positive_int("canaries", canaries)
     config = trial_config(config, noise_on)
     data, x_pool, y_pool = _data_parts(data)

@@ -390,7 +390,7 @@ def poisson_flat(
     mean = total * q
     m = int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16)
     pos = rng.geometric(q, size=m)
-    np.cumsum(pos, out=pos)
+    pos.cumsum(out=pos)
     # positions 0 .. total - 1 (more gaps drawn if rarely needed)
     pos = _extend_gaps(rng, pos, total, q)
     if runs == 1:
@@ -404,16 +404,6 @@ def poisson_flat(
 def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> list[np.ndarray]:
     """For each of ``runs`` runs, the indices kept by independent Bernoulli(q) draws on range(n)
     (:func:`poisson_flat`, split per run)."""
-    # the per-step call of the single-run trainer: the same draws, less overhead
-    if runs == 1 and q < 1.0:
-        mean = n * q
-        pos = rng.geometric(q, size=int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16))
-        pos.cumsum(out=pos)
-        if pos[-1] <= n:  # rare: the drawn gaps did not reach the end
-            return [_extend_gaps(rng, pos, n, q)]
-        pos = pos[: pos.searchsorted(n, side="right")]
-        pos -= 1
-        return [pos]
     flat, offsets = poisson_flat(rng, runs, n, q)
     return [flat[offsets[r] : offsets[r + 1]] for r in range(runs)]
 
@@ -424,9 +414,9 @@ def _extend_gaps(rng: np.random.Generator, pos: np.ndarray, total: int, q: float
     m = pos.size
     while pos[-1] <= total:
         more = rng.geometric(q, size=m)
-        np.cumsum(more, out=more)
+        more.cumsum(out=more)
         pos = np.concatenate([pos, pos[-1] + more])
-    pos = pos[: np.searchsorted(pos, total, side="right")]
+    pos = pos[: pos.searchsorted(total, side="right")]
     pos -= 1
     return pos
 
@@ -444,13 +434,10 @@ def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.n
     indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending.
 
     Numpy-backed sources (:func:`_numpy_backed`): the same generator by gap sampling (same
-    distribution, O(q n): :func:`poisson_flat`, one run through the lighter
-    :func:`poisson_indices`). Any other source: its ``poisson_mask``, run by run.
+    distribution, O(q n): :func:`poisson_flat`). Any other source: its ``poisson_mask``, run by
+    run.
     """
     if _numpy_backed(noise):
-        if runs == 1:
-            ix = poisson_indices(noise.numpy, 1, n, q)[0]
-            return ix, np.array([0, ix.size])
         return poisson_flat(noise.numpy, runs, n, q)
     parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
     offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)

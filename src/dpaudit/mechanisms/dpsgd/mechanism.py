@@ -59,7 +59,7 @@ from .loop import UserSampling, train_heads
 from .features import feature_dim
 from .head_audit import HeadTarget, head_model, requested_schedule
 from .module_audit import ModuleTarget
-from .models import build_module
+from .models import module_for
 from .one_run_modules import module_run_parts
 from .schedule import (
     ACCOUNTANT,
@@ -545,14 +545,7 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
             * (feature_dim(spec.features, info.n_features) + 1)
         )
     try:
-        module = build_module(
-            spec.module,
-            kind=info.kind,
-            n_features=info.n_features,
-            n_classes=info.n_classes,
-            image_shape=info.image_shape,
-            seed=seed,
-        )
+        module = module_for(spec.module, info, seed)
     except UsageError:
         return None
     return steps * sum(p.numel() for p in module.parameters() if p.requires_grad)

@@ -221,3 +221,16 @@ def build_module(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed)
         return BUILDERS[model][0](kind, n_features, n_out, image_shape)
+
+
+def module_for(model: str, data, seed: int) -> nn.Module:
+    """:func:`build_module` for the public schema of ``data`` (a prepared dataset or a plan's
+    :class:`~dpaudit.mechanisms.contract.DataInfo`: kind, features, classes, image shape)."""
+    return build_module(
+        model,
+        kind=data.kind,
+        n_features=data.n_features,
+        n_classes=int(data.n_classes),
+        image_shape=data.image_shape,
+        seed=seed,
+    )

@@ -25,7 +25,7 @@ from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
 from .head_audit import dead_features
-from .models import BUILDERS, build_module
+from .models import BUILDERS, module_for
 from .schedule import audit_reference_size, plan_schedule
 
 np = lazy_import("numpy")
@@ -282,14 +282,7 @@ def trial_config(config, noise_on: bool) -> DPSGDConfig:
 def module_run_parts(name: str, data, seed: int):
     """(module, x, y, shapes of its trainable parameters, loss) of one training run of module
     ``name`` on ``data``'s training partition: the public initialisation of ``seed``."""
-    module = build_module(
-        name,
-        kind=data.kind,
-        n_features=data.n_features,
-        n_classes=int(data.n_classes),
-        image_shape=data.image_shape,
-        seed=seed,
-    )
+    module = module_for(name, data, seed)
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
     x, y = np.asarray(data.x_train, dtype=np.float32), np.asarray(data.y_train, dtype=np.int64)
     return module, x, y, shapes, "bce" if int(data.n_classes) == 2 else "cross_entropy"

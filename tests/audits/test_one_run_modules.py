@@ -125,7 +125,10 @@ def test_a_canary_that_adds_nothing_leaves_the_run_unchanged(digits):
 def test_dirac_canaries_add_c_at_their_coordinates_when_sampled():
     g = choose_coordinates({"w": (3, 4), "v": (5,)}, ("w", "v"), 4, seed=1)
     included = np.array([True, True, False, True])
-    canaries = DiracCanaries(g, ["w", "v"], included, 1.0, 0.5, np.random.default_rng(0))
+    cfg = DPSGDConfig(
+        sample_rate=1.0, steps=1, normalizer=1, noise_multiplier=1.0, clipping_norm=0.5
+    )
+    canaries = DiracCanaries(g, ["w", "v"], included, cfg, np.random.default_rng(0))
     hit = canaries.draw()
     assert np.array_equal(hit, included)  # q = 1: every included canary is sampled
     sums = [torch.zeros(3, 4), torch.zeros(5)]

@@ -29,6 +29,9 @@ torch = lazy_import("torch")
 
 #: Progress callback: called as ``progress(steps_done, steps_total)``.
 Progress = Callable[[int, int], None]
+#: The no-noise control's noise multiplier (DPSGDConfig refuses 0 without ``non_private``, which
+#: would also switch clipping off).
+NO_NOISE_MULTIPLIER = 1e-12
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,11 @@ class DPSGDConfig:
     def noise_std(self) -> float:
         """Standard deviation of the noise added to the clipped sum (sigma * C)."""
         return 0.0 if self.non_private else self.noise_multiplier * self.clipping_norm
+
+    def without_noise(self) -> "DPSGDConfig":
+        """The no-noise control's config: the same clipping and schedule, noise multiplier
+        :data:`NO_NOISE_MULTIPLIER` (an audit's control must find the leakage)."""
+        return dataclasses.replace(self, noise_multiplier=NO_NOISE_MULTIPLIER)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -382,7 +390,7 @@ def poisson_flat(
     mean = total * q
     m = int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16)
     pos = rng.geometric(q, size=m)
-    np.cumsum(pos, out=pos)
+    pos.cumsum(out=pos)
     # positions 0 .. total - 1 (more gaps drawn if rarely needed)
     pos = _extend_gaps(rng, pos, total, q)
     if runs == 1:
@@ -396,16 +404,6 @@ def poisson_flat(
 def poisson_indices(rng: np.random.Generator, runs: int, n: int, q: float) -> list[np.ndarray]:
     """For each of ``runs`` runs, the indices kept by independent Bernoulli(q) draws on range(n)
     (:func:`poisson_flat`, split per run)."""
-    # the per-step call of the single-run trainer: the same draws, less overhead
-    if runs == 1 and q < 1.0:
-        mean = n * q
-        pos = rng.geometric(q, size=int(mean + 8.0 * math.sqrt(mean * (1.0 - q)) + 16))
-        pos.cumsum(out=pos)
-        if pos[-1] <= n:  # rare: the drawn gaps did not reach the end
-            return [_extend_gaps(rng, pos, n, q)]
-        pos = pos[: pos.searchsorted(n, side="right")]
-        pos -= 1
-        return [pos]
     flat, offsets = poisson_flat(rng, runs, n, q)
     return [flat[offsets[r] : offsets[r + 1]] for r in range(runs)]
 
@@ -416,9 +414,9 @@ def _extend_gaps(rng: np.random.Generator, pos: np.ndarray, total: int, q: float
     m = pos.size
     while pos[-1] <= total:
         more = rng.geometric(q, size=m)
-        np.cumsum(more, out=more)
+        more.cumsum(out=more)
         pos = np.concatenate([pos, pos[-1] + more])
-    pos = pos[: np.searchsorted(pos, total, side="right")]
+    pos = pos[: pos.searchsorted(total, side="right")]
     pos -= 1
     return pos
 
@@ -436,13 +434,10 @@ def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.n
     indices, offsets): run r's sample is ``flat[offsets[r]:offsets[r + 1]]``, ascending.
 
     Numpy-backed sources (:func:`_numpy_backed`): the same generator by gap sampling (same
-    distribution, O(q n): :func:`poisson_flat`, one run through the lighter
-    :func:`poisson_indices`). Any other source: its ``poisson_mask``, run by run.
+    distribution, O(q n): :func:`poisson_flat`). Any other source: its ``poisson_mask``, run by
+    run.
     """
     if _numpy_backed(noise):
-        if runs == 1:
-            ix = poisson_indices(noise.numpy, 1, n, q)[0]
-            return ix, np.array([0, ix.size])
         return poisson_flat(noise.numpy, runs, n, q)
     parts = [np.flatnonzero(noise.poisson_mask(n, q)) for _ in range(runs)]
     offsets = np.concatenate([[0], np.cumsum([p.size for p in parts])]).astype(np.int64)
@@ -455,17 +450,13 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
 
     Every stock :class:`NoiseSource` (any kind): its Gaussian sampler
     (:data:`dpaudit.noise.GAUSSIAN_SAMPLER`, never ``torch.randn``, whose float32 draws are
-    truncated at 5.77 sigma), the same draws as ``noise.gaussian_torch``: float32 written straight
-    into ``out``, float64 from ``noise.gaussian_numpy`` (the one float64 sampler, also DP-MixMin's);
-    a source that overrides ``gaussian_torch``: that method.
+    truncated at 5.77 sigma), the same draws as ``noise.gaussian_torch``, written straight into a
+    contiguous float32 or float64 ``out`` (``noise.gaussian_into``: float64 the draws of
+    ``noise.gaussian_numpy``, also DP-MixMin's, without a copy); a source that overrides
+    ``gaussian_torch``: that method.
     """
     stock = type(noise).gaussian_torch is NoiseSource.gaussian_torch
-    if stock and out.dtype == np.float64:
-
-        def fill() -> np.ndarray:
-            out[...] = noise.gaussian_numpy(out.shape, std)
-            return out
-    elif stock and out.dtype == np.float32 and out.flags.c_contiguous:
+    if stock and out.dtype in (np.float32, np.float64) and out.flags.c_contiguous:
 
         def fill() -> np.ndarray:
             return noise.gaussian_into(out, std)
@@ -713,9 +704,16 @@ def per_sample_clipped_sum(
 ) -> dict[str, torch.Tensor]:
     """Clipped sum over the batch (x, y) of the per-sample gradients (:func:`per_sample_grads`) of
     ``module`` at ``params``, each clipped to joint L2 norm ``clipping_norm`` over all of them."""
-    gs = per_sample_grads(module, params, x, y, loss, randomness)
+    return clipped_sum_of(
+        per_sample_grads(module, params, x, y, loss, randomness), clipping_norm, clip
+    )
+
+
+def clipped_sum_of(grads: dict, clipping_norm: float, clip: bool = True) -> dict:
+    """The sum over units of their gradients (by parameter name, (U, ...) each), each unit's
+    clipped to joint norm C over all of them (when ``clip``)."""
     if not clip:
-        return {k: g.sum(0) for k, g in gs.items()}
-    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in gs.values())
+        return {n: g.sum(0) for n, g in grads.items()}
+    sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(1) for g in grads.values())
     coef = clip_factors(sq.sqrt(), clipping_norm)
-    return {k: torch.tensordot(coef, g, dims=([0], [0])) for k, g in gs.items()}
+    return {n: torch.tensordot(coef, g, dims=([0], [0])) for n, g in grads.items()}

@@ -32,7 +32,8 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...requests import THREAT_MODELS
-from .core import DPSGDConfig, head_outputs, init_head
+from ...validation import one_of
+from .core import NO_NOISE_MULTIPLIER, DPSGDConfig, head_outputs, init_head
 from .loop import CanaryHook, head_layout, train_heads
 from .features import build_features
 from .head_canaries import dead_features, head_canary  # noqa: F401 - dead_features is read from here too
@@ -42,7 +43,6 @@ np = lazy_import("numpy")
 
 #: The frozen-feature head models (catalogue family dp-sgd-head).
 HEAD_MODELS = catalogue_names(family="dp-sgd-head")
-NO_NOISE_MULTIPLIER = 1e-12
 
 
 def trajectory_log_lr(
@@ -162,8 +162,7 @@ def setup_head(
     # A release's claim may come from another accountant (e.g. PRV, tighter than RDP): audit that claim.
     rel = target.release
     target._claimed = target._rdp_epsilon if rel is None else float(rel.epsilon)
-    noise = sigma if target.noise else NO_NOISE_MULTIPLIER
-    target._config = dataclasses.replace(config, noise_multiplier=noise)
+    target._config = config if target.noise else config.without_noise()
     feats, target._k, target._init = head_model(
         target.model, data.n_features, data.n_classes, target.seed
     )
@@ -258,8 +257,7 @@ class HeadAuditTarget(AuditTarget):
         )
 
     def __post_init__(self) -> None:
-        if self.model not in HEAD_MODELS:
-            raise UsageError(f"model must be one of {', '.join(HEAD_MODELS)}, got {self.model!r}.")
+        one_of("model", self.model, HEAD_MODELS)
         check_canary("head", self.canary)
         self._ready = False
 
@@ -318,7 +316,7 @@ class HeadAuditTarget(AuditTarget):
         multiplier set to NO_NOISE_MULTIPLIER."""
         t = self._replace(noise=False)
         if self._ready:
-            t._config = dataclasses.replace(self._config, noise_multiplier=NO_NOISE_MULTIPLIER)
+            t._config = self._config.without_noise()
         return t
 
     def _build_canary(self, data, feats) -> None:
@@ -362,10 +360,7 @@ class HeadTarget(HeadAuditTarget):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.threat_model not in THREAT_MODELS:
-            raise UsageError(
-                f"threat model must be one of {', '.join(THREAT_MODELS)}, got {self.threat_model!r}."
-            )
+        one_of("threat model", self.threat_model, THREAT_MODELS)
         if self.threat_model == "trajectory" and self.canary != "max-clip":
             raise UsageError(
                 f"canary must be max-clip with the trajectory threat model (its coordinate's per-step likelihood ratio), got {self.canary!r}."

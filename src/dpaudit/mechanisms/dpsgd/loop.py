@@ -177,7 +177,14 @@ class PoissonUnits:
 
 
 class _HeadUnits(PoissonUnits):
-    """Head units: ``bind`` makes the per-run views of the heads (R, K, d+1) and their sums once."""
+    """Head units over rows ``z1`` (norms ``z1_norm``, labels ``y``) of a head with ``k`` logits,
+    clipped as ``config`` says: ``bind`` makes the per-run views of the heads (R, K, d+1) and their
+    sums once."""
+
+    def __init__(self, z1, z1_norm, y, k: int, config: DPSGDConfig):
+        self.z1, self.z1_norm, self.y = z1, z1_norm, y
+        self.clipping_norm, self.clip = config.clipping_norm, not config.non_private
+        self.binary = k == 1
 
     def bind(self, params: list, sums: list):
         w_rows, sum_rows = list(params[0]), list(sums[0])  # (K, d+1) views, one per run
@@ -202,13 +209,8 @@ class RecordUnits(_HeadUnits):
     ):
         if canary_rows > 1 and not many:
             raise UsageError(f"a record canary must be one record, got {canary_rows} rows.")
-        self.z1, self.z1_norm, self.y, self.n_units = z1, z1_norm, y, n
-        self.canary_unit = n if canary_rows else None
-        self.clipping_norm, self.clip, self.binary = (
-            config.clipping_norm,
-            not config.non_private,
-            k == 1,
-        )
+        super().__init__(z1, z1_norm, y, k, config)
+        self.n_units, self.canary_unit = n, n if canary_rows else None
         q = config.sample_rate
         self.ws = HeadWorkspace(
             k, z1.shape[1], z1.dtype, rows=int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1
@@ -291,12 +293,7 @@ class UserUnits(_HeadUnits):
             self.canary_unit = self.n_units
         self.index, self.noise = index, noise
         self.records_per_user = positive_int("records_per_user", users.records_per_user)
-        self.z1, self.z1_norm, self.y = z1, z1_norm, y
-        self.clipping_norm, self.clip, self.binary = (
-            config.clipping_norm,
-            not config.non_private,
-            k == 1,
-        )
+        super().__init__(z1, z1_norm, y, k, config)
 
     def step(self, flat, offsets, hit, w_rows, sum_rows) -> None:
         for r in range(len(w_rows)):

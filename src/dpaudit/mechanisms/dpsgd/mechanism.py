@@ -59,7 +59,7 @@ from .loop import UserSampling, train_heads
 from .features import feature_dim
 from .head_audit import HeadTarget, head_model, requested_schedule
 from .module_audit import ModuleTarget
-from .models import build_module
+from .models import module_for
 from .one_run_modules import module_run_parts
 from .schedule import (
     ACCOUNTANT,
@@ -472,14 +472,9 @@ class DPSGDMechanism(MechanismBase):
             )
         if plan.privacy_unit != "user":
             return prepared(HeadTarget.of_plan(plan, canary, release=release), no_noise)
-        t = UserHeadTarget.of_plan(
-            plan,
-            canary,
-            release=release,
-            records_per_user=int(r.records_per_user),
-            user_ids=r.user_ids if user_ids is None else user_ids,
-        )
-        return prepared(t, no_noise)
+        ids = r.user_ids if user_ids is None else user_ids
+        unit = dict(records_per_user=int(r.records_per_user), user_ids=ids)
+        return prepared(UserHeadTarget.of_plan(plan, canary, release=release, **unit), no_noise)
 
 
 MECHANISM = DPSGDMechanism()
@@ -550,14 +545,7 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
             * (feature_dim(spec.features, info.n_features) + 1)
         )
     try:
-        module = build_module(
-            spec.module,
-            kind=info.kind,
-            n_features=info.n_features,
-            n_classes=info.n_classes,
-            image_shape=info.image_shape,
-            seed=seed,
-        )
+        module = module_for(spec.module, info, seed)
     except UsageError:
         return None
     return steps * sum(p.numel() for p in module.parameters() if p.requires_grad)

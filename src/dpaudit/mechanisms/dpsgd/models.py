@@ -32,6 +32,7 @@ import math
 from ...errors import UsageError
 from ...lazy import lazy_import, torch_module_classes
 from ...noise import public_rng
+from ...validation import one_of
 
 torch = lazy_import("torch")
 nn = lazy_import("torch.nn")
@@ -213,11 +214,23 @@ def build_module(
 ) -> nn.Module:
     """A freshly initialised baseline for a dataset (module docstring), in a forked RNG (global
     RNG state untouched)."""
-    if model not in BUILDERS:
-        raise UsageError(f"model must be one of {', '.join(TRAINABLE_MODELS)}, got {model!r}.")
+    one_of("model", model, TRAINABLE_MODELS)
     _build_classes()
     n_out = 1 if n_classes == 2 else n_classes
     torch_seed = int(public_rng(seed, 0x494E4954).integers(0, 2**63 - 1))  # "INIT"
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed)
         return BUILDERS[model][0](kind, n_features, n_out, image_shape)
+
+
+def module_for(model: str, data, seed: int) -> nn.Module:
+    """:func:`build_module` for the public schema of ``data`` (a prepared dataset or a plan's
+    :class:`~dpaudit.mechanisms.contract.DataInfo`: kind, features, classes, image shape)."""
+    return build_module(
+        model,
+        kind=data.kind,
+        n_features=data.n_features,
+        n_classes=int(data.n_classes),
+        image_shape=data.image_shape,
+        seed=seed,
+    )

@@ -25,7 +25,7 @@ from ...catalogue import MODULE_CANARIES
 from ...errors import UsageError
 from ...lazy import lazy_import
 from .core import DPSGDConfig
-from .head_audit import NO_NOISE_MULTIPLIER, recorded_schedule
+from .head_audit import recorded_schedule
 from .module_training import train_module_dp_sgd
 from .one_run_modules import (
     CANARY_TENSORS,
@@ -34,6 +34,7 @@ from .one_run_modules import (
     _input_canaries,
     _record_losses,
     choose_coordinates,
+    coordinate_moves,
     module_run_parts,
 )
 
@@ -145,52 +146,34 @@ class ModuleTarget(AuditTarget):
 
     def without_noise(self) -> "ModuleTarget":
         """The no-noise control: the same set-up and claim, a negligible noise multiplier."""
-        config = dataclasses.replace(self.config, noise_multiplier=NO_NOISE_MULTIPLIER)
-        return dataclasses.replace(self, config=config, noise=False)
+        return dataclasses.replace(self, config=self.config.without_noise(), noise=False)
 
     def scores(self, canary_in: np.ndarray, noise) -> np.ndarray:
         """One training run per trial (the canary in where ``canary_in``), scored as the module
         docstring says."""
         self.prepare()
         worlds = np.asarray(canary_in, dtype=bool)
-        score = self._gradient_score if self.canary == "max-clip" else self._record_score
-        return np.array([score(bool(included), noise) for included in worlds], dtype=np.float64)
+        return np.array(
+            [self._score(bool(included), noise) for included in worlds], dtype=np.float64
+        )
 
-    def _gradient_score(self, included: bool, noise) -> float:
-        module, x, y, shapes, loss = module_run_parts(
-            self.model.removeprefix("dp-"), self.prepared, self.seed
-        )
-        ((tensor, index),) = self._gradient.coords
-        before = float(module.get_parameter(tensor).detach().reshape(-1)[index])
-        rng = np.random.default_rng(noise.aux_seed())  # private: the canary's per-step draws
-        canary = DiracCanaries(
-            self._gradient,
-            list(shapes),
-            np.array([included]),
-            self.config.sample_rate,
-            self.config.clipping_norm,
-            rng,
-        )
-        train_module_dp_sgd(
-            module,
-            torch.as_tensor(x),
-            torch.as_tensor(y),
-            self.config,
-            noise=noise,
-            loss=loss,
-            canary=canary,
-        )
-        return before - float(module.get_parameter(tensor).detach().reshape(-1)[index])
-
-    def _record_score(self, included: bool, noise) -> float:
-        module, x, y, _, loss = module_run_parts(
-            self.model.removeprefix("dp-"), self.prepared, self.seed
-        )
-        xs = np.concatenate([x, self._xc]) if included else x
-        ys = np.concatenate([y, self._yc]) if included else y
-        train_module_dp_sgd(
-            module, torch.as_tensor(xs), torch.as_tensor(ys), self.config, noise=noise, loss=loss
-        )
+    def _score(self, included: bool, noise) -> float:
+        """One training run, the canary in when ``included``: a max-clip canary drawn at each step
+        from a generator seeded by the private ``noise`` (scored by its coordinate's move), or the
+        mislabeled record appended (scored by minus its loss)."""
+        name = self.model.removeprefix("dp-")
+        module, x, y, shapes, loss = module_run_parts(name, self.prepared, self.seed)
+        canary = None
+        if self.canary == "max-clip":
+            theta0 = {n: p.detach().double().clone() for n, p in module.named_parameters()}
+            rng = np.random.default_rng(noise.aux_seed())  # private: the canary's per-step draws
+            one_canary = np.array([included])
+            canary = DiracCanaries(self._gradient, list(shapes), one_canary, self.config, rng)
+        elif included:
+            x, y = np.concatenate([x, self._xc]), np.concatenate([y, self._yc])
+        train_module_dp_sgd(module, x, y, self.config, noise=noise, loss=loss, canary=canary)
+        if canary is not None:
+            return float(coordinate_moves(module, theta0, self._gradient.coords)[0])
         return -float(_record_losses(module, self._xc, self._yc, loss == "bce")[0])
 
     def describe(self) -> dict:

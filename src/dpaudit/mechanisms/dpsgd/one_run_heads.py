@@ -19,7 +19,6 @@ the claimed ``SubsampledGaussian(sigma, q, T)``, so the one-run analysis bounds 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from ...audits.one_run import OneRunScores
@@ -30,7 +29,7 @@ from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
 from .loop import CanaryHook, UserSampling, train_heads
 from .features import build_features
-from .head_audit import NO_NOISE_MULTIPLIER, HeadAuditTarget, dead_features
+from .head_audit import HeadAuditTarget, dead_features
 from .schedule import MODELS
 from .user_head_audit import UserHeadTarget
 
@@ -39,6 +38,8 @@ np = lazy_import("numpy")
 HEAD_ONE_RUN_KINDS = ("gradient", "input-mislabeled")
 _TAG_COORDS = 0x31484344  # public order of the free canary coordinates
 _TAG_RECORDS = 0x31484352  # public choice of the mislabeled test records and their labels
+#: The schedule and noise a one-run audit's description records.
+_SCHEDULE_KEYS = ("sample_rate", "steps", "normalizer", "clipping_norm", "noise_multiplier")
 
 
 def free_coordinates(z: np.ndarray, k: int) -> np.ndarray:
@@ -93,7 +94,7 @@ def heads_one_run(
     target.prepare()
     cfg = target._config
     if not (noise_on and target.noise):
-        cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
+        cfg = cfg.without_noise()
     # The coins: each canary in w.p. 1/2, independently (private, or committed by a plan and revealed after the run).
     included = np.asarray(noise.poisson_mask(m, 0.5) if coins is None else coins, dtype=bool)
     info = {
@@ -103,21 +104,30 @@ def heads_one_run(
         "reference_size": (getattr(target, "_info", None) or {}).get("reference_size"),
         "canaries": m,
         "unit": "user" if user_level else "record",
-        "sample_rate": cfg.sample_rate,
-        "steps": cfg.steps,
-        "normalizer": cfg.normalizer,
-        "clipping_norm": cfg.clipping_norm,
-        "noise_multiplier": cfg.noise_multiplier,
+        **{key: getattr(cfg, key) for key in _SCHEDULE_KEYS},
         "noise": bool(noise_on and target.noise),
         "seed": int(seed),
     }
     if kind == "gradient":
-        # each canary: one more user, exactly C e_j
-        users = UserSampling(target._users, target.records_per_user) if user_level else None
-        scores = _gradient_canaries(target, cfg, noise, included, seed, info, users, progress)
+        z, init, canary, score = _gradient_canaries(target, cfg, included, seed, info)
     else:
-        scores = _record_canaries(target, cfg, noise, included, seed, info, progress)
-    return OneRunScores(scores=scores, included=included, kind=kind, info=info)
+        z, init, canary, score = _record_canaries(target, included, seed, info)
+    # at user level each (gradient) canary is one more user, exactly C e_j
+    users = UserSampling(target._users, target.records_per_user) if user_level else None
+    res = train_heads(
+        z,
+        target._y,
+        target._n_classes,
+        cfg,
+        noise=noise,
+        runs=1,
+        init=init,
+        users=users,
+        canary=canary,
+        binary_logit=target._binary,
+        progress=progress,
+    )
+    return OneRunScores(scores=score(res.weights[0]), included=included, kind=kind, info=info)
 
 
 def _checked_canaries(target, canaries: int, kind: str, user_level: bool) -> int:
@@ -137,10 +147,9 @@ def _checked_canaries(target, canaries: int, kind: str, user_level: bool) -> int
     return m
 
 
-def _gradient_canaries(
-    target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, users, progress
-) -> np.ndarray:
-    """Dirac gradient canaries of norm C at head weights whose data gradient is zero: one run, scores."""
+def _gradient_canaries(target, cfg, included: np.ndarray, seed: int, info: dict):
+    """Dirac gradient canaries of norm C at head weights whose data gradient is zero: (features,
+    initial head, the canaries' hook, their scores from the trained head)."""
     from scipy import sparse
 
     m, k, c = included.size, target._k, cfg.clipping_norm
@@ -158,23 +167,7 @@ def _gradient_canaries(
     grads = sparse.csr_matrix(
         (np.full(m, c), (np.arange(m), coords[:, 0] * d1 + coords[:, 1])), shape=(m, k * d1)
     )
-    res = train_heads(
-        z,
-        target._y,
-        target._n_classes,
-        cfg,
-        noise=noise,
-        runs=1,
-        init=init,
-        users=users,
-        canary=CanaryHook(included=included[None, :], gradient=grads),
-        binary_logit=target._binary,
-        progress=progress,
-    )
-    moved = (
-        res.weights[0][coords[:, 0], coords[:, 1]]
-        - np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
-    )
+    start = np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
     info.update(
         {
             "canary": "dirac gradient of norm C at head weights whose data gradient is zero",
@@ -184,13 +177,13 @@ def _gradient_canaries(
             "score": "-(W_T - W_0)[k, j]",
         }
     )
-    return -moved
+    hook = CanaryHook(included=included[None, :], gradient=grads)
+    return z, init, hook, lambda head: -(head[coords[:, 0], coords[:, 1]] - start)
 
 
-def _record_canaries(
-    target, cfg, noise: NoiseSource, included: np.ndarray, seed: int, info: dict, progress
-) -> np.ndarray:
-    """Held-out test records with a wrong label, one more record unit each: one run, scores."""
+def _record_canaries(target, included: np.ndarray, seed: int, info: dict):
+    """Held-out test records with a wrong label, one more record unit each: (features, initial
+    head, the canaries' hook, their scores from the trained head)."""
     m = included.size
     data = load_target_data(target)
     n_test = len(data.y_test)
@@ -206,20 +199,7 @@ def _record_canaries(
     # the target's public features
     feats = build_features(MODELS[target.model].features, data.n_features, target.seed)
     zc = np.asarray(feats.transform(np.asarray(data.x_test)[idx]), dtype=np.float64)
-    res = train_heads(
-        target._z,
-        target._y,
-        n_classes,
-        cfg,
-        noise=noise,
-        runs=1,
-        init=target._init,
-        canary=CanaryHook(included=included[None, :], z=zc, y=y_wrong),
-        binary_logit=target._binary,
-        progress=progress,
-    )
     rows = np.arange(m)
-    after = _log_softmax_rows(res.weights[0], zc)[rows, y_wrong]
     before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]
     info.update(
         {
@@ -230,4 +210,10 @@ def _record_canaries(
             "score": "log p(wrong label | W_T) - log p(wrong label | W_0)",
         }
     )
-    return after - before
+    hook = CanaryHook(included=included[None, :], z=zc, y=y_wrong)
+    return (
+        target._z,
+        target._init,
+        hook,
+        lambda head: _log_softmax_rows(head, zc)[rows, y_wrong] - before,
+    )

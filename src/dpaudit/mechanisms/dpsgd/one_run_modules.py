@@ -22,12 +22,10 @@ from ...data import load_dataset
 from ...errors import UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
-from ...validation import positive_int
+from ...validation import one_of, positive_int
 from .module_training import DPSGDConfig, train_module_dp_sgd
-
-# the no-noise control's multiplier: the head audits' (DPSGDConfig refuses 0)
-from .head_audit import NO_NOISE_MULTIPLIER, dead_features
-from .models import BUILDERS, build_module
+from .head_audit import dead_features
+from .models import BUILDERS, module_for
 from .schedule import audit_reference_size, plan_schedule
 
 np = lazy_import("numpy")
@@ -117,7 +115,7 @@ def choose_coordinates(
 
 class DiracCanaries:
     """The loop's canaries (:func:`dpaudit.mechanisms.dpsgd.loop.run_dp_sgd`): at each step, each
-    included canary is sampled w.p. ``sample_rate`` (``rng``, private, never the loop's ``noise``)
+    included canary is sampled w.p. ``config.sample_rate`` (``rng``, private, never the loop's ``noise``)
     and adds C * e_j to the clipped sum."""
 
     rows = False  # fixed gradients, no units of their own
@@ -127,16 +125,14 @@ class DiracCanaries:
         canaries: GradientCanaries,
         names: list[str],
         included: np.ndarray,
-        sample_rate: float,
-        clipping_norm: float,
+        config: DPSGDConfig,
         rng: np.random.Generator,
     ):
         index = {n: i for i, n in enumerate(names)}
         # (parameter index, canary ids, coordinates)
         self.groups = [(index[t], ids, flat) for t, ids, flat in canaries.by_tensor()]
         self.included = np.asarray(included, dtype=bool)
-        self.q = sample_rate
-        self.c = float(clipping_norm)
+        self.q, self.c = config.sample_rate, float(config.clipping_norm)
         self.rng = rng
 
     def draw(self) -> np.ndarray:
@@ -200,10 +196,9 @@ def modules_one_run(
     :data:`CANARY_TENSORS`; ``coins``: a pre-registered audit's inclusion coins; ``device``:
     where the model trains (:func:`~dpaudit.mechanisms.dpsgd.module_training.train_module_dp_sgd`)."""
     name = module_name(model)
-    if kind not in ONE_RUN_MODULE_KINDS:
-        raise UsageError(f"kind must be one of {', '.join(ONE_RUN_MODULE_KINDS)}, got {kind!r}.")
+    one_of("kind", kind, ONE_RUN_MODULE_KINDS)
     m = positive_int("canaries", canaries)
-    config = _trial_config(config, noise_on)
+    config = trial_config(config, noise_on)
     data, x_pool, y_pool = _data_parts(data)
     n_classes = int(data.n_classes)
     binary = n_classes == 2
@@ -229,9 +224,7 @@ def modules_one_run(
         chosen = tuple(tensors or CANARY_TENSORS[name])
         quiet = _quiet_coordinates(name, chosen, shapes, x)
         gc = choose_coordinates(shapes, chosen, m, seed, quiet=quiet)
-        canary = DiracCanaries(
-            gc, list(shapes), included, config.sample_rate, config.clipping_norm, crng
-        )
+        canary = DiracCanaries(gc, list(shapes), included, config, crng)
         info.update(
             gc.describe(),
             score="-(theta_T - theta_0)[j]",
@@ -258,43 +251,38 @@ def modules_one_run(
     info["steps_executed"] = int(steps)
     info["n_units"] = int(y.size)  # units: training records plus included input canaries
     if kind == "gradient":
-        params = dict(module.named_parameters())
-        scores = np.array(
-            [
-                -(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item()
-                for n, i in gc.coords
-            ]
-        )
+        scores = coordinate_moves(module, theta0, gc.coords)
     else:
         scores = loss_before - _record_losses(module, xc, yc, binary)
     return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
 
 
-def _trial_config(config, noise_on: bool) -> DPSGDConfig:
-    """The private DP-SGD ``config`` a one-run audit trains with (the no-noise control's: its
-    noise multiplier NO_NOISE_MULTIPLIER); refused unless a private DPSGDConfig."""
+def coordinate_moves(module, theta0: dict, coords) -> np.ndarray:
+    """-(theta_T - theta_0)[j] at each canary coordinate ``(tensor name, flat index)`` of
+    ``coords``: the trained ``module``'s parameters against their initial values ``theta0`` (in
+    the dtype of ``theta0``: the subtraction is promoted to it)."""
+    params = dict(module.named_parameters())
+    return np.array(
+        [-(params[n].detach().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item() for n, i in coords]
+    )
+
+
+def trial_config(config, noise_on: bool) -> DPSGDConfig:
+    """The private DP-SGD ``config`` a one-run or white-box audit trains with (the no-noise
+    control's: :meth:`~DPSGDConfig.without_noise`); refused unless a private DPSGDConfig."""
     if not isinstance(config, DPSGDConfig):
         raise UsageError(f"config must be a DPSGDConfig, got {type(config).__name__}.")
     if config.non_private:
         raise UsageError(
             "config must be private (clipping bounds each canary's contribution), got non_private=True."
         )
-    if noise_on:
-        return config
-    return dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
+    return config if noise_on else config.without_noise()
 
 
 def module_run_parts(name: str, data, seed: int):
     """(module, x, y, shapes of its trainable parameters, loss) of one training run of module
     ``name`` on ``data``'s training partition: the public initialisation of ``seed``."""
-    module = build_module(
-        name,
-        kind=data.kind,
-        n_features=data.n_features,
-        n_classes=int(data.n_classes),
-        image_shape=data.image_shape,
-        seed=seed,
-    )
+    module = module_for(name, data, seed)
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters() if p.requires_grad}
     x, y = np.asarray(data.x_train, dtype=np.float32), np.asarray(data.y_train, dtype=np.int64)
     return module, x, y, shapes, "bce" if int(data.n_classes) == 2 else "cross_entropy"

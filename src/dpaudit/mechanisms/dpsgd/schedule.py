@@ -29,7 +29,6 @@ from typing import Callable
 
 from ...accounting import SubsampledGaussian, calibrate_noise_multiplier, dp_sgd_schedule
 from ...accounting.accountants import rdp_curve, rdp_to_epsilon
-from ...accounting.schedule import Schedule
 from ...catalogue import CATALOGUE, names as catalogue_names
 from ...errors import UsageError
 from ...lazy import lazy_import
@@ -181,7 +180,7 @@ class DPSGDSetup:
     schedule: object  # dpaudit.accounting.schedule.Schedule
     noise_multiplier: float  # 0.0 for a non-private run
     event: object  # SubsampledGaussian, None for a non-private run
-    calibrated_epsilon: float  # the calibration's epsilon (inf: non-private; None: sigma given)
+    calibrated_epsilon: float  # the calibration's epsilon (inf: non-private)
 
 
 def plan_schedule(
@@ -195,52 +194,32 @@ def plan_schedule(
     batch_size: int | None = None,
     non_private: bool = False,
     adjacency: str = RECORD_ADJACENCY,
-    schedule: tuple | None = None,
-    noise_multiplier: float | None = None,
 ) -> DPSGDSetup:
     """Schedule -> calibrated sigma -> event, from public quantities only.
 
     The paper's protocol (:func:`~dpaudit.mechanisms.dpsgd.schedule.default_protocol`) unless ``epochs`` /
     ``batch_size`` are given; q, T, m0 from ``reference_size`` units (N0 records or n_users);
     sigma the smallest noise multiplier whose RDP epsilon at ``delta`` under ``adjacency`` does
-    not exceed ``epsilon``. A release's recorded values (``schedule`` = (q, T, m0),
-    ``noise_multiplier``) replace the computed ones: an audit of a release uses exactly them.
+    not exceed ``epsilon``. (An audit of a release replaces q, T, m0 and sigma by the release's
+    recorded ones: :func:`~dpaudit.mechanisms.dpsgd.head_audit.recorded_schedule`.)
     """
     e0, b0 = default_protocol(dataset_name, kind)
     epochs = positive_int("epochs", epochs) if epochs is not None else e0
     batch = positive_int("batch_size", batch_size) if batch_size is not None else b0
-    if schedule is not None:
-        q, steps, m0 = schedule
-        sched = Schedule(
-            batches_per_epoch=int(round(1 / q)),
-            sample_rate=float(q),
-            steps=int(steps),
-            normalizer=int(m0),
-        )
-    else:
-        sched = dp_sgd_schedule(int(reference_size), batch, epochs)
+    sched = dp_sgd_schedule(int(reference_size), batch, epochs)
     if non_private:
         return DPSGDSetup(epochs, batch, sched, 0.0, None, float("inf"))
-    calibrated = None
-    if noise_multiplier is None:
-        cal = calibrate_noise_multiplier(
-            target_epsilon=epsilon,
-            delta=delta,
-            sample_rate=sched.sample_rate,
-            steps=sched.steps,
-            accountant=ACCOUNTANT,
-            adjacency=adjacency,
-        )
-        noise_multiplier, calibrated = cal.noise_multiplier, cal.epsilon
-    sigma = float(noise_multiplier)
-    return DPSGDSetup(
-        epochs,
-        batch,
-        sched,
-        sigma,
-        SubsampledGaussian(sigma, sched.sample_rate, sched.steps),
-        calibrated,
+    cal = calibrate_noise_multiplier(
+        target_epsilon=epsilon,
+        delta=delta,
+        sample_rate=sched.sample_rate,
+        steps=sched.steps,
+        accountant=ACCOUNTANT,
+        adjacency=adjacency,
     )
+    sigma = float(cal.noise_multiplier)
+    event = SubsampledGaussian(sigma, sched.sample_rate, sched.steps)
+    return DPSGDSetup(epochs, batch, sched, sigma, event, cal.epsilon)
 
 
 def planned_reference_size(

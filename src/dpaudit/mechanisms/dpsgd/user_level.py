@@ -115,9 +115,8 @@ def head_user_norms(
         return out
     mrows, km = multi[seg], k[multi]
     if km.max() <= GRAM_MAX_RECORDS:
-        u = (np.cumsum(multi) - 1)[
-            seg[mrows]
-        ]  # position of each row's user among the multi-record users
+        # position of each row's user among the multi-record users
+        u = (np.cumsum(multi) - 1)[seg[mrows]]
         pos = (np.arange(r.shape[0]) - first[seg])[mrows]
         zp = np.zeros((km.size, int(km.max()), zr.shape[1]))
         rp = np.zeros((km.size, int(km.max()), r.shape[1]))
@@ -226,7 +225,7 @@ def user_module_clipped_sum(
                 k[ua:ub],
                 max_chunk,
             )
-            part = _clipped_sum_of(means, clipping_norm, clip)
+            part = dpsgd_core.clipped_sum_of(means, clipping_norm, clip)
         total = part if total is None else {n: total[n] + part[n] for n in total}
     return total
 
@@ -247,15 +246,6 @@ def _user_means(record_grads, rows, users, k, max_chunk: int) -> dict:
         n: total / torch.as_tensor(k, dtype=total.dtype).reshape((-1,) + (1,) * (total.dim() - 1))
         for n, total in sums.items()
     }
-
-
-def _clipped_sum_of(means: dict, clipping_norm: float, clip: bool) -> dict:
-    """The sum over users of their mean gradients, each clipped to joint norm C (when ``clip``)."""
-    if not clip:
-        return {n: mean.sum(0) for n, mean in means.items()}
-    sq = sum(mean.reshape(mean.shape[0], -1).pow(2).sum(1) for mean in means.values())
-    coef = dpsgd_core.clip_factors(sq.sqrt(), clipping_norm)
-    return {n: torch.tensordot(coef, mean, dims=([0], [0])) for n, mean in means.items()}
 
 
 def unit_chunks(k: np.ndarray, max_chunk: int):

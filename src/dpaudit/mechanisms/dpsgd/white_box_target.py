@@ -43,15 +43,17 @@ from . import core as dpsgd_core
 from .module_training import DPSGDConfig, train_module_dp_sgd
 from .core import check_head_inputs, head_threads
 from .loop import RecordUnits, augmented_features, initial_heads, run_dp_sgd
-from .head_audit import NO_NOISE_MULTIPLIER, HeadTarget
+from .head_audit import HeadTarget
 from .one_run_heads import free_coordinates
 from .one_run_modules import (
     DiracCanaries,
+    coordinate_moves,
     GradientCanaries,
     _quiet_coordinates,
     choose_coordinates,
     module_name,
     module_run_parts,
+    trial_config,
 )
 
 np = lazy_import("numpy")
@@ -87,7 +89,7 @@ class StepObserver(DiracCanaries):
         scale: float = RAW_GRADIENT_SCALE,
         observe: bool = True,
     ):
-        super().__init__(canaries, names, included, config.sample_rate, config.clipping_norm, rng)
+        super().__init__(canaries, names, included, config, rng)
         # the loop's buffers are NumPy arrays (heads) or tensors over them (modules): work on the arrays
         self.groups = [(p, ids, flat.numpy()) for p, ids, flat in self.groups]
         self.scale = float(scale)
@@ -178,7 +180,9 @@ def white_box_run(
     one_of("threat_model", threat_model, ("white-box", "crafted-final"))
     one_of("role", role, ROLES)
     m = positive_int("canaries", canaries, 2)
-    config = _run_config(config, threat_model, role)
+    config = trial_config(config, noise_on=role != "no-noise")
+    if threat_model == "crafted-final":
+        config = _plain_sgd(config)
     module, x, y, shapes, loss = module_run_parts(name, data, seed)
     quiet = _quiet_coordinates(name, CANARY_TENSORS[name], shapes, x)
     if threat_model == "crafted-final" and quiet.size < m:
@@ -186,15 +190,9 @@ def white_box_run(
             f"canaries for crafted-final must be at most the {quiet.size} coordinates no training record moves "
             f"({model} on {getattr(data, 'name', 'this dataset')}), got {m}."
         )
-    coords = choose_coordinates(
-        shapes, CANARY_TENSORS[name], m, seed, quiet=quiet, tag=_TAG_WHITE_BOX
-    )
-    crng = np.random.default_rng(noise.aux_seed())  # private: coins and canary sampling
     white = threat_model == "white-box"
-    included = np.ones(m, dtype=bool) if white else crng.random(m) < 0.5
-    scale = 0.0 if role == "null" else RAW_GRADIENT_SCALE
-    observer = StepObserver(
-        coords, list(shapes), included, config, crng, scale=scale, observe=white
+    coords, observer = _observer(
+        shapes, CANARY_TENSORS[name], quiet, m, seed, config, noise, role, white
     )
     theta0 = {n: p.detach().double().clone() for n, p in module.named_parameters()}
     steps = train_module_dp_sgd(
@@ -208,46 +206,51 @@ def white_box_run(
         canary=observer,
         recorder=observer if white else None,
     )
-    info = {
-        "model": f"dp-{name}",
-        "dataset": getattr(data, "name", None),
-        "canaries": m,
+    run = {"model": f"dp-{name}", "dataset": getattr(data, "name", None)}
+    info = _run_info(run, coords, observer, config, steps, quiet, threat_model, role, seed)
+    if white:
+        return WhiteBoxRun(observer.observations(), info)
+    moved = coordinate_moves(module, theta0, coords.coords)
+    return WhiteBoxRun(
+        FinalObservations(
+            moved * config.normalizer / (config.lr * config.clipping_norm),
+            observer.included,
+            int(steps),
+        ),
+        info,
+    )
+
+
+def _observer(shapes, tensors, quiet, m: int, seed: int, config, noise, role: str, white=True):
+    """(the canaries' coordinates, their :class:`StepObserver`) of a white-box run: m coordinates
+    of ``tensors`` (``quiet`` ones first, public ``seed``), every canary in the dataset (``white``)
+    or each on a private fair coin, drawn with the canary sampling from a generator seeded by the
+    private ``noise``; the ``null`` role's canaries add nothing."""
+    coords = choose_coordinates(shapes, tensors, m, seed, quiet=quiet, tag=_TAG_WHITE_BOX)
+    crng = np.random.default_rng(noise.aux_seed())  # private: coins and canary sampling
+    included = np.ones(m, dtype=bool) if white else crng.random(m) < 0.5
+    scale = 0.0 if role == "null" else RAW_GRADIENT_SCALE
+    observer = StepObserver(
+        coords, list(shapes), included, config, crng, scale=scale, observe=white
+    )
+    return coords, observer
+
+
+def _run_info(run: dict, coords, observer, config, steps, quiet, threat_model, role, seed) -> dict:
+    """A white-box run's description: ``run`` (model, dataset), the canaries, the role, the
+    training config, the executed steps and the chosen (``quiet``-first) coordinates."""
+    return {
+        **run,
+        "canaries": int(observer.included.size),
         "threat_model": threat_model,
         "role": role,
         "seed": int(seed),
         "dp_sgd": config.to_dict(),
         "steps_executed": int(steps),
         "raw_gradient_scale": observer.scale,
-        "quiet_coordinates": int(quiet.size),
+        "quiet_coordinates": int(len(quiet)),
         **coords.describe(),
     }
-    if white:
-        return WhiteBoxRun(observer.observations(), info)
-    params = dict(module.named_parameters())
-    moved = np.array(
-        [
-            -(params[n].detach().double().reshape(-1)[i] - theta0[n].reshape(-1)[i]).item()
-            for n, i in coords.coords
-        ]
-    )
-    return WhiteBoxRun(
-        FinalObservations(
-            moved * config.normalizer / (config.lr * config.clipping_norm), included, int(steps)
-        ),
-        info,
-    )
-
-
-def _run_config(config, threat_model: str, role: str) -> DPSGDConfig:
-    """The private ``config`` a white-box run trains with: without DP noise for the no-noise
-    control, plain SGD for crafted-final (:func:`_plain_sgd`)."""
-    if not isinstance(config, DPSGDConfig) or config.non_private:
-        raise UsageError(
-            f"config must be a private DPSGDConfig (clipping bounds each canary), got {config!r}."
-        )
-    if role == "no-noise":
-        config = dataclasses.replace(config, noise_multiplier=NO_NOISE_MULTIPLIER)
-    return _plain_sgd(config) if threat_model == "crafted-final" else config
 
 
 def head_white_box_run(
@@ -272,28 +275,12 @@ def head_white_box_run(
     one_of("role", role, ROLES)
     m = positive_int("canaries", canaries, 2)
     target.prepare()
-    cfg = target._config
-    if role == "no-noise":
-        cfg = dataclasses.replace(cfg, noise_multiplier=NO_NOISE_MULTIPLIER)
+    cfg = target._config.without_noise() if role == "no-noise" else target._config
     z, y, k = check_head_inputs(target._z, target._y, target._n_classes, target._binary)
     d = z.shape[1]
     free = free_coordinates(z, k)
-    coords = choose_coordinates(
-        {"head": (k, d + 1)},
-        ("head",),
-        m,
-        seed,
-        quiet=free[:, 0] * (d + 1) + free[:, 1],
-        tag=_TAG_WHITE_BOX,
-    )
-    observer = StepObserver(
-        coords,
-        ["head"],
-        np.ones(m, dtype=bool),
-        cfg,
-        np.random.default_rng(noise.aux_seed()),
-        scale=0.0 if role == "null" else RAW_GRADIENT_SCALE,
-    )
+    quiet = free[:, 0] * (d + 1) + free[:, 1]
+    coords, observer = _observer({"head": (k, d + 1)}, ("head",), quiet, m, seed, cfg, noise, role)
     z1, z1_norm = augmented_features([z], d, np.float32)
     units = RecordUnits(z1, z1_norm, y.astype(np.int64), z.shape[0], k, cfg)
     head = np.array(initial_heads(target._init, 1, k, d), dtype=np.float32, order="C")
@@ -301,19 +288,8 @@ def head_white_box_run(
         steps = run_dp_sgd(
             units, [head], cfg, noise=noise, canary=observer, recorder=observer, progress=progress
         )
-    info = {
-        "model": target.model,
-        "dataset": target._dataset_name,
-        "canaries": m,
-        "threat_model": "white-box",
-        "role": role,
-        "seed": int(seed),
-        "dp_sgd": cfg.to_dict(),
-        "steps_executed": int(steps),
-        "raw_gradient_scale": observer.scale,
-        "quiet_coordinates": int(len(free)),
-        **coords.describe(),
-    }
+    run = {"model": target.model, "dataset": target._dataset_name}
+    info = _run_info(run, coords, observer, cfg, steps, quiet, "white-box", role, seed)
     return WhiteBoxRun(observer.observations(), info)
 
 
@@ -422,6 +398,8 @@ def white_box_audit(
             f"threat model for a DP-SGD head must be white-box (crafted-final: dp-dense), got {threat_model!r}."
         )
     bounds, infos = {}, {}
+    judged = dict(delta=claim["delta"], accountant=claim["accountant"], confidence=confidence)
+    judged["claimed_epsilon"] = claim.get("claimed_epsilon")
     for role in ROLES if controls else ("main",):
         common = dict(
             canaries=canaries,
@@ -434,24 +412,9 @@ def white_box_audit(
             run = head_white_box_run(model, **common)
         else:
             run = white_box_run(model, data, config, threat_model=threat_model, **common)
-        bounds[role] = bound(
-            run.observations,
-            claimed=claim["event"],
-            delta=claim["delta"],
-            accountant=claim["accountant"],
-            confidence=confidence,
-            claimed_epsilon=claim.get("claimed_epsilon"),
-        )
+        bounds[role] = bound(run.observations, claimed=claim["event"], **judged)
         infos[role] = run.info
-    power = white_box_power(
-        claim["event"],
-        canaries,
-        threat_model=threat_model,
-        delta=claim["delta"],
-        accountant=claim["accountant"],
-        confidence=confidence,
-        claimed_epsilon=claim.get("claimed_epsilon"),
-    )
+    power = white_box_power(claim["event"], canaries, threat_model=threat_model, **judged)
     return WhiteBoxAudit(bounds, infos, command, power.to_dict())
 
 

@@ -1,4 +1,4 @@
-"""Accountants behind one protocol and generic calibration (issue 14).
+"""Accountants behind one protocol and generic calibration.
 
 References are computed here, independently of dpaudit: the analytic Gaussian mechanism (Balle &
 Wang 2018, Thm. 8) with scipy, and pure Laplace (epsilon = sensitivity / b).

@@ -316,7 +316,7 @@ def test_ledger_bounds_skip_prv_far_in_the_tails():
     assert near["epsilon_prv"] is not None and near["epsilon"] <= near["epsilon_rdp"]
 
 
-# ------------------------------------------------------------------ adjacency is an input (issue 13, point 4)
+# ------------------------------------------------------------------ adjacency is an input
 
 from pathlib import Path  # noqa: E402
 
@@ -422,7 +422,7 @@ def test_rdp_and_prv_refuse_subsampled_replace_one_and_name_pld(accountant):
 
 
 def test_replace_one_is_larger_than_add_remove_where_the_issue_measured_it():
-    """Issue 13: (sigma 1, q 0.005, T 2000) printed 1.458 (rdp) / 1.218 (prv) as replace-record."""
+    """(sigma 1, q 0.005, T 2000) was once shown as 1.458 (rdp) / 1.218 (prv) for replace-record."""
     for sigma, want in ((1.0, 1.93), (0.8794, 2.37)):
         ev = SubsampledGaussian(sigma, 0.005, 2000)
         rep = compute_epsilon(ev, delta=1e-5, accountant="pld", adjacency="replace-record").epsilon

@@ -108,7 +108,7 @@ def test_bad_input(kw, match):
         calibrate_noise_multiplier(**base)
 
 
-# ------------------------------------------------------------------ adjacency (issue 13, points 4 and 6)
+# ------------------------------------------------------------------ adjacency
 
 import math  # noqa: E402
 from pathlib import Path  # noqa: E402

@@ -48,7 +48,7 @@ CURVE_KEYS = {
     "curve_at_lower_bound",
     "select_size",
     "eval_size",
-}  # the threshold (score units) is in audit_local.json (issue 23 point 5)
+}  # the threshold (score units) is private: audit_local.json only
 COMPARISON_KEYS = {"cp_bonferroni", "tpr_at_fpr", "auroc", "gdp_estimate"}
 
 
@@ -58,7 +58,7 @@ def _check_consistent(d: dict, *, claim_event: dict) -> None:
     cc = d["claimed_curve"]
     assert CURVE_KEYS <= set(cc)
     assert cc["event"] == claim_event and cc["statistic"] == "claimed-curve"
-    # eps_LB is the bound for any mechanism; the claim-family result is its own figure (issue 23 point 6)
+    # eps_LB is the bound for any mechanism; the claim-family result is its own figure
     assert (
         d["epsilon_lower_bound"] == d["general_bound"]["epsilon_lower_bound"]
         and d["method"] == cc["method"]

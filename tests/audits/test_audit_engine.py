@@ -130,7 +130,7 @@ def test_audit_json_schema_scores_and_round_trip(tmp_path):
         "dpaudit_version",
     ):
         assert key in d, key
-    # score-unit values and the reproducible noise seed are local (issue 23 point 5)
+    # score-unit values and the reproducible noise seed are local (audit_local.json only)
     assert (
         "threshold" not in d
         and "threshold" not in d["controls"]["null"]

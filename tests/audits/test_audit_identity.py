@@ -1,4 +1,4 @@
-"""Issue 13 point 5: audits rebuilt from a release check the release's *public* dataset identity
+"""Audits rebuilt from a release check the release's *public* dataset identity
 (new releases publish no hash of the data) and still check the sha256 of old releases."""
 
 from __future__ import annotations

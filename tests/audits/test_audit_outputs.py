@@ -1,4 +1,4 @@
-"""Issue 23, point 5: audit outputs publish nothing private, and an audit's cost is on the ledger.
+"""Audit outputs publish nothing private, and an audit's cost is on the ledger.
 
 - audit.json / one_run.json hold the shareable part only; score values, data-derived canary
   choices (dead-feature coordinates and their count), DP-MixMin's non-private reference optimum

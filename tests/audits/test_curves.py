@@ -1,6 +1,6 @@
-"""Claimed-curve audits (issue 15 part 1): closed forms against independent references, the PLD
-profile against the closed forms, the family search against its analytic solution, soundness over
-200 seeds on exactly calibrated mechanisms and null data, and power on the issue's targets."""
+"""Claimed-curve audits: closed forms against independent references, the PLD profile against
+the closed forms, the family search against its analytic solution, soundness over 200 seeds on
+exactly calibrated mechanisms and null data, and power at fixed targets."""
 
 from __future__ import annotations
 
@@ -454,7 +454,7 @@ def _mean_eps(eps_claim: float) -> tuple[float, list[bool]]:
 def test_power_gaussian_claimed_at_2_and_4():
     mean2, flagged2 = _mean_eps(2.0)
     mean4, flagged4 = _mean_eps(4.0)
-    assert mean2 >= 0.8 and mean4 >= 2.4  # issue 15 targets (Clopper–Pearson: 0.0-0.34 and 0.85)
+    assert mean2 >= 0.8 and mean4 >= 2.4  # power targets (Clopper–Pearson: 0.0-0.34 and 0.85)
     assert not any(flagged2) and not any(flagged4)  # correct mechanisms are not flagged
 
 

@@ -1,4 +1,4 @@
-"""The published eps_LB is a lower bound on epsilon for ANY mechanism (issue 23 point 6), and it is
+"""The published eps_LB is a lower bound on epsilon for ANY mechanism, and it is
 not weaker than the Clopper-Pearson bound with Bonferroni over every threshold.
 
 The reference is written independently here: an explicit loop over every threshold rule with
@@ -166,7 +166,7 @@ def test_old_claimed_curve_record_is_read_with_a_valid_bound():
     )  # its box recomputed from rates and EVAL counts
 
 
-# ---- the exactly calibrated band (the strength clause of issue 23 point 6)
+# ---- the exactly calibrated band (why the bound is not weaker than Bonferroni)
 def test_crossing_probability_closed_forms():
     # n = 1: P(V > u_0(a)) = a; n = 2: 1 - P(V_(1) <= b0, V_(2) <= b1) = 1 - b1^2 + (b1 - b0)^2
     for a in (0.1, 0.01, 1e-4):

@@ -1,4 +1,4 @@
-"""One-run audits of user-level DP-SGD heads: each canary is one more user (issue 15, part 2)."""
+"""One-run audits of user-level DP-SGD heads: each canary is one more user."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Releases and audits train with one DP-SGD loop, so a fault planted in it reaches both.
 
-Before the engine (issue 14) the release trained its head with its own loop and the audits with
-another, and modules had a loop of their own (issue 24); a fault in the released mechanism could
+Before the engine the release trained its head with its own loop and the audits with
+another, and modules had a loop of their own; a fault in the released mechanism could
 not move an audit's eps_LB. Now every release and audit, head or module, record or user level, is
 a call of ``engine.run_dp_sgd``. Known faults are planted as test fixtures (``plant_fault`` in
 ``tests/conftest.py``, monkeypatching a piece of the one loop; the library has no such switch):

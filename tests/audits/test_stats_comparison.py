@@ -1,4 +1,4 @@
-"""Comparison statistics (issue 15): Bonferroni CP eps_LB, TPR at fixed FPR, AUROC bootstrap, GDP.
+"""Comparison statistics: Bonferroni CP eps_LB, TPR at fixed FPR, AUROC bootstrap, GDP.
 
 References are independent of the implementation: closed-form Clopper–Pearson ends, scipy's beta
 quantiles in explicit loops over every threshold, and scikit-learn's roc_auc_score.

@@ -1,4 +1,4 @@
-"""The trajectory threat model of DP-SGD heads (issue 15 part 3): exact likelihood-ratio score,
+"""The trajectory threat model of DP-SGD heads: exact likelihood-ratio score,
 power against the final-model audit, validation, and `dpaudit audit --threat-model`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One verdict rule, and verdicts over several audits at a controlled family-wise error (issue 23 points 6-7)."""
+"""One verdict rule, and verdicts over several audits at a controlled family-wise error."""
 
 from __future__ import annotations
 

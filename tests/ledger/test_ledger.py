@@ -135,7 +135,7 @@ def test_record_stores_the_release_as_data(ledger):
         "add-remove-record",
         "train",
     )
-    # The keyed fingerprint of the data, never the plain digest (issue 13, point 5).
+    # The keyed fingerprint of the data, never the plain digest.
     assert p["dataset_fingerprint"] == ledger.fingerprint(SHA) != SHA and "dataset_sha256" not in p
     assert all(SHA not in r[5] for r in ledger.store.rows())
     assert p["artefact_path"] == "/runs/a" and p["dpaudit_version"] == rel.dpaudit_version
@@ -226,7 +226,7 @@ def test_undeclared_partitions_compose_sequentially_in_the_dataset_total(ledger)
     assert row(rows, "*")["epsilon_prv"] is None  # not asked for
     assert row(rows, "*")["epsilon_rdp"] == pytest.approx(rdp(Composed((GC, FT))), rel=1e-12)
     assert row(rows, "train")["epsilon_rdp"] == pytest.approx(rdp(GC), rel=1e-12)
-    # Declaring them disjoint now would lower what they spent (issue 23 point 8): refused, naming both.
+    # Declaring them disjoint now would lower what they spent: refused, naming both.
     with pytest.raises(
         LedgerAuthorityError, match="must be declared before its children hold releases"
     ) as ei:

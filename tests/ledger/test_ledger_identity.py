@@ -1,4 +1,4 @@
-"""Dataset identity in the ledger (issue 13, points 2, 5 and 6).
+"""Dataset identity in the ledger.
 
 - A dataset name means one set of records: a release (or a planned one, before training) whose
   data fingerprint differs from the name's recorded versions is refused unless the new version is

@@ -1,4 +1,4 @@
-"""Issue 13, point 3: releases state their noise sampler and tail delta, refuse a tail above 1 % of
+"""Releases state their noise sampler and tail delta, refuse a tail above 1 % of
 delta before training, and the ledger composes the tails soundly into every total."""
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_url_with_an_empty_host_keeps_its_slashes(text):
 def test_reading_a_missing_postgresql_ledger_creates_nothing(
     pg_ledger_url, pg_server_url, pg_schema
 ):
-    """Issue 23, point 10 on PostgreSQL: a reading command on a schema that holds no ledger is an
+    """On PostgreSQL, a reading command on a schema that holds no ledger is an
     error naming it, and the schema is not created (a mistyped URL must not read as an empty ledger)."""
     import psycopg
     from typer.testing import CliRunner

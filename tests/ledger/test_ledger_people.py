@@ -1,4 +1,4 @@
-"""Issue 23, point 1: one budget per set of people, whatever the dataset is called.
+"""One budget per set of people, whatever the dataset is called.
 
 The ledger composes releases whose private source rows intersect, under any name, against every
 cap whose rows they touch, and refuses a release that would read as public rows held private
@@ -288,8 +288,8 @@ def _audit(led, name, event, audit_id, release_id=None):
 
 
 def test_a_cap_that_includes_audits_counts_the_audits_of_its_people_under_every_name(ledger_path):
-    """Issue 23, points 1 and 5 together: audits train on the private rows of the release they audit,
-    so a cap that includes audits counts the audits recorded under another name that reads its people."""
+    """Audits train on the private rows of the release they audit, so a cap that includes audits
+    counts the audits recorded under another name that reads its people."""
     with open_ledger(ledger_path) as led:
         _reserve(led, "heart", _rows(range(10)))  # 0.8
         led.cap("heart", 2.0, 1e-5, include_audits=True)

@@ -1,4 +1,4 @@
-"""Budget reservations (issue 13, point 6): a cap holds when runs start at the same time.
+"""Budget reservations: a cap holds when runs start at the same time.
 
 The budget of a planned release is reserved atomically before training (check + reservation
 entry in one write transaction) and settled (release recorded, reservation closed, one
@@ -168,7 +168,7 @@ def test_release_session_cancels_on_failure_and_settles_what_was_published(path,
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX processes")
 def test_four_concurrent_runs_against_a_cap_that_admits_two(tmp_path):
     """Four real DP-ELM runs released at the same instant: exactly two complete; the other two
-    are refused before their training step starts (issue 13, point 6)."""
+    are refused before their training step starts."""
     ledger = tmp_path / "ledger.sqlite"
     with open_ledger(ledger) as led:
         led.cap("race", 2.5, 1e-5)

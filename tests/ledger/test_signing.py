@@ -199,7 +199,7 @@ def test_the_first_key_must_sign_its_own_registration_and_can_be_pinned():
 
 
 def test_the_owners_registration_makes_every_later_unsigned_entry_a_problem():
-    # Issue 23 point 2: the policy is the owner's signed registration, not a deletable marker.
+    # The policy is the owner's signed registration, not a deletable marker.
     c = _team().add("release", {}, None)
     ring, found = sg.check_signatures(c.plain())
     assert ring.required_since == 1

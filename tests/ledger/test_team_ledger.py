@@ -1,4 +1,4 @@
-"""The team ledger (issue 16): signed entries on both backends, forged ledgers, anchors,
+"""The team ledger: signed entries on both backends, forged ledgers, anchors,
 export/import between SQLite and PostgreSQL, and PostgreSQL under concurrency and restarts.
 """
 
@@ -230,11 +230,11 @@ def forge_strip(target, seq: int) -> None:
             c.execute(f"ALTER TABLE {s}.chain_head ENABLE TRIGGER chain_head_guard")
 
 
-# ---------------------------------------------------------------- issue 23 point 2: stripping signatures
+# ---------------------------------------------------------------- stripping signatures
 
 
 def rewrite_from(target, seq: int, edit) -> None:
-    """The attack of issue 23 point 2: delete every entry from ``seq`` on, re-insert them edited
+    """The signature-stripping attack: delete every entry from ``seq`` on, re-insert them edited
     (``edit(kind, payload)`` -> payload, or None to drop the entry) and unsigned, with the hashes
     and the chain head recomputed, and put the append-only triggers back."""
     rows = _rows(target)
@@ -604,7 +604,7 @@ def test_export_import_sqlite_to_postgresql_and_back_keeps_every_hash_and_signat
         secret = base64.b64encode(led._key()).decode("ascii")
     run = CliRunner().invoke
     dump = tmp_path / "dump.json"
-    # The fingerprint key leaves only when asked for (issue 23 point 8).
+    # The fingerprint key leaves only when asked for.
     r = run(app, ["ledger", "export", "--out", str(dump), "--ledger", str(src)])
     assert r.exit_code == 0 and "without" in r.output, r.output
     assert (
@@ -724,9 +724,7 @@ def test_a_server_restart_during_a_run_is_one_clear_error_and_the_ledger_stays_v
         # The server restarts while the settlement's transaction is open.
         real_record = led._record
 
-        def record_then_restart(
-            rel, art, *rows
-        ):  # rows: the reservation's row sets (issue 23, point 1)
+        def record_then_restart(rel, art, *rows):  # rows: the reservation's row sets
             out = real_record(rel, art, *rows)
             helper.restart(root)
             return out
@@ -788,7 +786,7 @@ def test_a_granted_writer_role_uses_the_ledger_but_cannot_rewrite_it(
     assert r.exit_code == 2 and "must be a postgresql:// ledger" in r.output
 
 
-# ---------------------------------------------------------------- issue 23 point 8: voids need authority
+# ---------------------------------------------------------------- voids need authority
 
 
 def test_on_a_signed_ledger_only_the_owner_voids_and_says_whether_artefacts_were_published(target):

@@ -95,8 +95,8 @@ def test_other_dtypes_are_refused():
 
 @pytest.mark.parametrize("kind", FEATURE_KINDS)
 def test_feature_dim_matches_the_built_features(kind):
-    # The plan counts the noised head weights from public dimensions (issue 23, point 10: the
-    # sampler-tail check runs before anything is reserved); it must equal what the run builds.
+    # The plan counts the noised head weights from public dimensions (so the sampler-tail
+    # check runs before anything is reserved); it must equal what the run builds.
     from dpaudit.mechanisms.dpsgd.features import PROJECTION_THRESHOLD, feature_dim
 
     for n_inputs in (13, PROJECTION_THRESHOLD + 1):

@@ -1,4 +1,4 @@
-"""Issue 23 point 9: the DP-SGD schedule (q, T, m0) and the calibrated noise are functions of a
+"""The DP-SGD schedule (q, T, m0) and the calibrated noise are functions of a
 declared public reference size, never of the private training count, so neighbouring datasets
 (one record, or one user, added or removed) run the identical mechanism."""
 

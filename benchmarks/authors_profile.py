@@ -108,7 +108,7 @@ def main() -> None:
                     + " |"
                 )
 
-    print("\nAcceptance (issue 17):\n")
+    print("\nAcceptance (published accuracy within tolerance):\n")
     checks = [
         ("Cardio DP-RVFL eps 0.1", "cardio", 0.1, 63.51, 1.5),
         ("Cardio DP-RVFL eps 2", "cardio", 2.0, 72.99, 0.6),

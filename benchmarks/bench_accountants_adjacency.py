@@ -1,4 +1,4 @@
-"""Accountants under both adjacencies (issue 13, point 4): each accountant's epsilon for the
+"""Accountants under both adjacencies: each accountant's epsilon for the
 Poisson-subsampled Gaussian against the independent numerical privacy profile of
 tests/accounting/privacy_profile.py (written from the definitions, no accountant library), and
 the wall time of one pld call.

@@ -1,4 +1,4 @@
-"""The claimed-curve statistic through the normal audit path (issue 15, engine integration).
+"""The claimed-curve statistic through the normal audit path (engine integration).
 
 ``run_audit`` on the built-in gaussian target (its claim is the event SubsampledGaussian(sigma,
 1, 1) with the pld accountant, the exact epsilon), 2,000 trials, seeds 0-4, no controls,

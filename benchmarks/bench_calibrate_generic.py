@@ -1,4 +1,4 @@
-"""Generic calibration (issue 14): calibrate_noise_multiplier before/after, and pld vs exact.
+"""Generic calibration: calibrate_noise_multiplier before/after, and pld vs exact.
 
 Part 1 (runs on old and new code): calibrate_noise_multiplier on a few DP-SGD configurations;
 prints the noise multiplier (repr, to compare bit for bit), the epsilon and the number of

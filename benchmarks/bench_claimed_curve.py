@@ -1,4 +1,4 @@
-"""Claimed-curve audits (issue 15, part 1): power against today's Clopper–Pearson eps_LB, and speed.
+"""Claimed-curve audits: power against today's Clopper–Pearson eps_LB, and speed.
 
 For seeds 0-4 at 2,000 trials (1,000 per world, SELECT/EVAL halves from engine.plan_trials),
 95 % confidence, delta 1e-5, it prints today's statistic (engine.evaluate_scores: the

@@ -1,4 +1,4 @@
-"""Comparison statistics of issue 15 (dpaudit.audits.stats.comparison_statistics): power and speed.
+"""Comparison statistics (dpaudit.audits.stats.comparison_statistics): power and speed.
 
 Gaussian mechanism (mu-GDP, mu calibrated to eps in {2, 4} at delta = 1e-5; the score is the
 output, the exact privacy-loss statistic), 2,000 trials split by the engine's plan_trials (seeds

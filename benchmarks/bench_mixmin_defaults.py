@@ -1,4 +1,4 @@
-"""Does `dpaudit train mixmin --eps 1` on the embedded digits-mix give a useful mixture? (issue 13, point 7)
+"""Does `dpaudit train mixmin --eps 1` on the embedded digits-mix give a useful mixture?
 
 Two parts:
 
@@ -126,7 +126,7 @@ def select(args) -> None:
 
 
 def measure(args) -> None:
-    if args.paper_defaults:  # the settings before issue 13 (paper A.3.1), for comparison
+    if args.paper_defaults:  # the earlier defaults (paper A.3.1), for comparison
         st, rho = MixtureSettings(), 0.1
     else:
         st, rho = default_mixture("digits-mix"), default_rho("digits-mix")

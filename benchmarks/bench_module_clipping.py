@@ -1,4 +1,4 @@
-"""Issue 26: DP-SGD steps of whole networks, dpaudit's ghost kernel against the vmap kernel, Opacus
+"""DP-SGD steps of whole networks, dpaudit's ghost kernel against the vmap kernel, Opacus
 and the non-private step; and the MNIST dp-cnn release / one-run audit, old code against new.
 
     DPAUDIT_DATA_DIR=/work/shared/data PYTHONPATH=src .venv/bin/python benchmarks/bench_module_clipping.py steps --rounds 20

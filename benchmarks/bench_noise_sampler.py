@@ -1,4 +1,4 @@
-"""The DP Gaussian sampler (dpaudit.noise, issue 13 point 3): speed against torch's float32
+"""The DP Gaussian sampler (dpaudit.noise): speed against torch's float32
 ``randn`` (the old DP noise path), its effect on DP-RVFL training, and the tail delta of every
 built-in configuration.
 
@@ -128,7 +128,7 @@ def e2e(data_dir: str, repeats: int, steps: int) -> None:
     )
     new_filler = dpsgd_core.gaussian_filler
 
-    def old_filler(noise, out, std):  # the trainers' draw before issue 13 (torch.randn float32)
+    def old_filler(noise, out, std):  # the trainers' old draw (torch.randn float32)
         out_t, gen, shape = torch.from_numpy(out), noise.torch, tuple(out.shape)
 
         def fill():

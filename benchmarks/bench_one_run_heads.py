@@ -1,4 +1,4 @@
-"""Issue 15 part 2 for the DP-SGD heads: one-run audits of dp-rvfl on digits (`heads_one_run`).
+"""For the DP-SGD heads: one-run audits of dp-rvfl on digits (`heads_one_run`).
 
 Each audit trains the head ONCE (release protocol: 10 epochs, batch 64, q = 0.05, T = 200,
 RDP-calibrated sigma) with m Dirac gradient canaries in zero-gradient coordinates (plus all-zero

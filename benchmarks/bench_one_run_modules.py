@@ -1,4 +1,4 @@
-"""One-run audits of the trainable DP-SGD modules (issue 15 part 2): control, soundness, MNIST CNN.
+"""One-run audits of the trainable DP-SGD modules: control, soundness, MNIST CNN.
 
     .venv/bin/python benchmarks/bench_one_run_modules.py control            # digits dp-dense, no noise
     .venv/bin/python benchmarks/bench_one_run_modules.py soundness --seeds 20

@@ -1,4 +1,4 @@
-"""Issue 28 part 3: per-step cost of OpacusCanaries (+ PipelineCheck) on full-size MNIST, in one process.
+"""Per-step cost of OpacusCanaries (+ PipelineCheck) on full-size MNIST, in one process.
 
 One Opacus training of the example CNN (examples/opacus_one_run_mnist.py) on the 60,000 MNIST records
 (Poisson batches, expected size 256), ``--canaries`` canaries in fc1.weight and a PipelineCheck attached.

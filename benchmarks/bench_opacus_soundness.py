@@ -1,4 +1,4 @@
-"""Issue 28 acceptance "soundness unchanged": one-run audits of correct Opacus pipelines never exceed the claim.
+"""Soundness: one-run audits of correct Opacus pipelines never exceed the claim.
 
 A tiny Opacus run (N = 105 synthetic records, batch 10, Poisson sampling, sigma ``--sigma``, ``--epochs``
 epochs) with ``--canaries`` gradient canaries on a weight the data never moves (the strongest place for

@@ -1,4 +1,4 @@
-"""Issue 15 power targets on planted bugs, through the normal audit path (claimed-curve statistic).
+"""Power of the audit on planted bugs, through the normal audit path (claimed-curve statistic).
 
 DP-RVFL on the embedded digits, max-clip canary, claim eps = 2 (RDP, delta 1e-5), ``--runs``
 trials (default 2,000), 95 % confidence, final-model threat model (and ``--trajectory`` also the

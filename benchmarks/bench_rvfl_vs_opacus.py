@@ -157,7 +157,7 @@ def run_dpaudit(data, sched, sigma, seed, feats, head_init):
 
 
 def run_dpaudit_randn(data, sched, sigma, seed, feats, head_init):
-    """``run_dpaudit`` with the noise step as it was before issue 13 (float32 ``torch.randn``,
+    """``run_dpaudit`` with the old noise step (float32 ``torch.randn``,
     truncated at 5.77 sigma): measures what the documented sampler costs, same process."""
     from dpaudit.mechanisms.dpsgd import module_training as dpsgd, core as dpsgd_core
 
@@ -273,7 +273,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--old-sampler-too",
         action="store_true",
-        help="also time dpaudit with the pre-issue-13 noise step (torch.randn float32), interleaved",
+        help="also time dpaudit with the old noise step (torch.randn float32), interleaved",
     )
     ap.add_argument(
         "--profile-single",
@@ -334,7 +334,7 @@ def main(argv=None) -> int:
     )
     if "dpaudit-randn" in cmed:
         print(
-            f"  same, pre-issue-13 noise step (torch.randn f32): cpu {cmed['opacus'] / cmed['dpaudit-randn']:.1f}x; "
+            f"  same, old noise step (torch.randn f32): cpu {cmed['opacus'] / cmed['dpaudit-randn']:.1f}x; "
             f"documented sampler / torch.randn CPU time: {cmed['dpaudit'] / cmed['dpaudit-randn']:.3f}"
         )
     if "opacus-cached" in med:

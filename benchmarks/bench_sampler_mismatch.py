@@ -1,4 +1,4 @@
-"""Issue 28 part 2: a white-box audit catches shuffled fixed-size batches behind Poisson accounting.
+"""A white-box audit catches shuffled fixed-size batches behind Poisson accounting.
 
 Each trial trains a small DP-SGD (logistic regression, N public synthetic records, d features, clipping
 norm C, noise multiplier sigma, ``1/q`` steps per epoch, ``epochs`` epochs, T = epochs / q steps) with a

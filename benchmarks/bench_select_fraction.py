@@ -1,4 +1,4 @@
-"""Issue 15: how the SELECT/EVAL split moves the audit statistics (why the default is 0.3).
+"""How the SELECT/EVAL split moves the audit statistics (why the default is 0.3).
 
 Two score models, 2,000 trials, 95 % confidence, delta 1e-5, for each SELECT fraction given:
 - the exact Gaussian mechanism (sensitivity 1, sigma exactly calibrated for eps 1, 2, 4; score =

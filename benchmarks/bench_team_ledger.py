@@ -1,4 +1,4 @@
-"""Team ledger benchmark (issue 16): `ledger summary` on a 500-release ledger on SQLite and on
+"""Team ledger benchmark: `ledger summary` on a 500-release ledger on SQLite and on
 PostgreSQL, and releases per second recorded by 8 concurrent writer processes.
 
 Usage:

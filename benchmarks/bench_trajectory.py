@@ -1,4 +1,4 @@
-"""Issue 15 part 3: the trajectory threat model of DP-SGD heads, side by side with the final model.
+"""The trajectory threat model of DP-SGD heads, side by side with the final model.
 
 DP-RVFL on the embedded digits at the claimed eps (default 2, RDP-calibrated, delta 1e-5), max-clip
 canary, ``--runs`` trials per threat model (default 2,000), 95 % confidence, reproducible noise

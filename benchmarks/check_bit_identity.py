@@ -1,4 +1,4 @@
-"""Bit-identity check of the DP-SGD loop (issue 24): release weights and audit scores under
+"""Bit-identity check of the DP-SGD loop: release weights and audit scores under
 reproducible noise, saved on one checkout and compared bit for bit on another.
 
 Covers dp-rvfl record / user level / SGD with momentum, dp-dense record / user level, dp-cnn,

@@ -1,4 +1,4 @@
-"""Is a published eps_LB a lower bound? False-positive rate and strength of eps_LB figures (issue 23, point 6).
+"""Is a published eps_LB a lower bound? False-positive rate and strength of eps_LB figures.
 
 For mechanisms whose true epsilon at the stated delta is known exactly, each seed draws one audit's scores
 (``runs`` trials, half canary-in, SELECT/EVAL split by the engine's ``plan_trials``) and computes:

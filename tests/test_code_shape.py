@@ -1,4 +1,4 @@
-"""The shape of src/dpaudit, as the redesign (issue 24) fixed it: small functions, few parameters.
+"""The shape of src/dpaudit, as the redesign fixed it: small functions, few parameters.
 
 Cyclomatic complexity is radon's (``radon cc``): no function above 25, at most 5 % above 10
 (the anchors dp_accounting, jax_privacy and Opacus: 2.2-3.4 %). At most 10 functions take 10 or

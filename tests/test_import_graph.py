@@ -270,7 +270,7 @@ def test_imports_point_down_the_layers(edges):
 
 def test_no_internal_import_inside_a_function(edges):
     """dpaudit's own modules are imported at module top; only heavy third-party modules (torch, scipy, matplotlib, ...) may
-    wait inside a function (481 internal ones before issue 24's redesign)."""
+    wait inside a function (481 internal ones before the redesign)."""
     lazy = sorted(
         f"{a}:{line} imports {b} inside a function" for a, b, line, inside in edges if inside
     )
@@ -278,7 +278,7 @@ def test_no_internal_import_inside_a_function(edges):
 
 
 def test_only_heavy_third_party_modules_wait():
-    """No dpaudit module is imported by name or deferred; only :data:`LAZY_THIRD_PARTY` waits (issue 24)."""
+    """No dpaudit module is imported by name or deferred; only :data:`LAZY_THIRD_PARTY` waits."""
     bad = deferred_imports(_package_sources())
     assert not bad, "deferred imports:\n" + "\n".join(bad)
 

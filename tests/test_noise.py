@@ -43,7 +43,7 @@ def test_source_names_and_specs():
         and c["secret"] is True
         and "ChaCha20" in c["generator"]
     )
-    # a secret noise seed (issue 23, point 3): reproducible, never recorded, its own stream
+    # a secret noise seed: reproducible, never recorded, its own stream
     s = NoiseSource("reproducible-secret", seed=2**200 + 3).spec.to_dict()
     assert s["seed"] is None and s["secret"] is True and s["reproducible"] == "secret-seed"
     a, b = NoiseSource("reproducible-secret", seed=3), NoiseSource("reproducible-secret", seed=3)

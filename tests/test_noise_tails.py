@@ -1,4 +1,4 @@
-"""Issue 13, point 3: the Gaussian sampler of every DP path has a known, documented truncation
+"""The Gaussian sampler of every DP path has a known, documented truncation
 radius, its tail delta is accounted for, and it is N(0, 1).
 
 The first two tests are the evidence against the old code: torch's float32 ``randn`` (the old DP

@@ -1,4 +1,4 @@
-"""Issue 23, point 3: a release whose DP noise is derived from its published seed is not private.
+"""A release whose DP noise is derived from its published seed is not private.
 
 ``--reproducible-noise`` makes the release a deterministic function of the data and public facts
 (the seed is in release.json), so the ledger must count it as unbounded, a capped dataset must

@@ -1,4 +1,4 @@
-"""Issue 13 point 5 (and 6, last bullet): what a release publishes, and the output-directory check.
+"""What a release publishes, and the output-directory check.
 
 ``release.json`` must publish no function of the private data other than the mechanism's output
 and what the guarantee assumes public: no hash of the data, of the source files or of the user

@@ -1,4 +1,4 @@
-"""`dpaudit account` / `calibrate` under an adjacency (issue 13, points 4 and 6): the number printed
+"""`dpaudit account` / `calibrate` under an adjacency: the number printed
 is computed under the adjacency it is labelled with, and an accountant that declines a run is a
 skipped column or a one-line error (exit 2), never a traceback."""
 
@@ -42,7 +42,7 @@ def _one_line_exit_2(r, needle: str) -> None:
 
 
 def test_replace_record_prints_the_replace_one_value():
-    """Acceptance of issue 13: within 2 % of an independent replace-one computation."""
+    """Within 2 % of an independent replace-one computation."""
     ref = _profile().subsampled_gaussian_epsilon(1.0, 0.005, 2000, 1e-5, replace=True)
     r = runner.invoke(app, ISSUE_RUN + ["--json"])
     assert r.exit_code == 0, r.output

@@ -1,4 +1,4 @@
-"""Pre-registered audits and `dpaudit verify` (issue 27): the walk-through flow on the embedded digits
+"""Pre-registered audits and `dpaudit verify`: the walk-through flow on the embedded digits
 (train -> audit plan -> audit --plan -> bundle -> verify) at tiny sizes, and each tampering caught and named."""
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def test_ledger_summary_does_not_import_torch(tmp_path):
         )
 
 
-# ---------------------------------------------------------------- issue 14: <= 0.5 s start-up
+# ---------------------------------------------------------------- <= 0.5 s start-up
 # (timings: benchmarks/bench_cli_startup.py and BENCHMARKS.md; here what makes them possible)
 
 #: What the rdp accountant, `calibrate` and a warm `ledger summary` no longer load.
@@ -252,7 +252,7 @@ def test_version_registers_no_command_family():
 
 
 def test_every_module_imports_without_a_heavy_stack():
-    """Importing all of dpaudit runs none of the heavy stacks (issue 24: dpaudit's own imports are all eager)."""
+    """Importing all of dpaudit runs none of the heavy stacks (dpaudit's own imports are all eager)."""
     code = (
         "import importlib, pkgutil, sys, dpaudit\nfor m in pkgutil.walk_packages(dpaudit.__path__, 'dpaudit.'):\n"
         "    importlib.import_module(m.name)\nprint(sorted({m.split('.')[0] for m in sys.modules}))"
@@ -336,7 +336,7 @@ def test_light_commands_convert_options_without_pydantic(name):
 def test_an_audit_loads_no_statsmodels_metrics_or_compiler(tmp_path):
     """`dpaudit audit` computes its statistics with numpy/scipy.special (no statsmodels, no
     scikit-learn metrics) and trains DP-MixMin's public proxies without torch.optim (whose first use
-    imports torch._dynamo, ~2 s): measured in BENCHMARKS.md (issue 14, the MixMin audit)."""
+    imports torch._dynamo, ~2 s): measured in BENCHMARKS.md (the MixMin audit)."""
     code, modules, stdout = _run(
         [
             "audit",
@@ -359,11 +359,11 @@ def test_an_audit_loads_no_statsmodels_metrics_or_compiler(tmp_path):
     assert not loaded & forbidden, sorted(loaded & forbidden)
 
 
-# ---------------------------------------------------------------- issue 24: no internal import inside a function
+# ---------------------------------------------------------------- no internal import inside a function
 # (tests/test_import_graph.py); the library binds the heavy stacks with dpaudit.lazy.lazy_import, so start-up stays light.
 
 #: Commands that print help or refuse their input before anything is computed: torch stays unloaded
-#: (issue 25: the whole request is checked first). dp-elm and noisy-sum validate in their mechanism,
+#: (the whole request is checked first). dp-elm and noisy-sum validate in their mechanism,
 #: imported (mechanisms/registry.py) without running torch.
 REFUSED = {
     "train-help": (["train", "dp-rvfl", "--help"], 0),

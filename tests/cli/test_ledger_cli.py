@@ -147,7 +147,7 @@ def test_full_workflow_with_json(tmp_path, data_dir):
     assert shown["id"] == r1 and shown["guarantee"] == A.to_dict() and shown["voided_by"] is None
     assert shown["artefact_path"] == str((tmp_path / "r1").resolve())
 
-    # Every void states whether the artefacts were ever published (issue 23 point 8).
+    # Every void states whether the artefacts were ever published.
     assert "void must state whether the artefacts were ever published" in _one_line_error(
         runner.invoke(app, ["ledger", "void", r1, "--reason", "duplicate", "--ledger", str(led)])
     )
@@ -275,7 +275,7 @@ def test_newer_schema_and_unwritable_location_give_exit_2(tmp_path):
     "command", [["summary"], ["list"], ["verify"], ["show", "abcdef12"], ["head"]]
 )
 def test_reading_a_missing_ledger_is_an_error_and_creates_nothing(tmp_path, command):
-    # Issue 23, point 10: a mistyped --ledger once read as an empty, intact ledger (exit 0) and
+    # A mistyped --ledger once read as an empty, intact ledger (exit 0) and
     # created the file and its folders.
     missing = tmp_path / "typo" / "ledgr.sqlite"
     r = runner.invoke(app, ["ledger", *command, "--ledger", str(missing)])

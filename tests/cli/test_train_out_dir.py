@@ -1,4 +1,4 @@
-"""Issue 13 point 6 (last bullet): `dpaudit train ... --out UNWRITABLE` is refused before any
+"""`dpaudit train ... --out UNWRITABLE` is refused before any
 loading, calibration or training, in one line with exit code 2 (it used to train, then crash)."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_out_that_is_a_file_is_refused(no_work, tmp_path):
     )
 
 
-# ---- issue 23, point 10: a release folder is never overwritten; a typo costs no ledger entry
+# ---- a release folder is never overwritten; a typo costs no ledger entry
 
 
 def _error_line(res) -> str:

@@ -1,4 +1,4 @@
-"""A pre-registered one-run audit of an Opacus run (issue 27): plan -> Opacus training with the
+"""A pre-registered one-run audit of an Opacus run: plan -> Opacus training with the
 plan's canaries -> bundle -> verify, on a tiny synthetic model (one epoch, 50 canaries)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`dpaudit audit opacus SCRIPT.py -- ARGS` (issue 28): a user's own Opacus script, unchanged, audited in one run.
+"""`dpaudit audit opacus SCRIPT.py -- ARGS`: a user's own Opacus script, unchanged, audited in one run.
 
 The script below knows nothing of dpaudit: N = 105 synthetic records, batch 10 (Poisson, 11 steps per epoch), a
 linear model whose ``side`` weights read inputs that are zero in every record (quiet coordinates for the canaries),

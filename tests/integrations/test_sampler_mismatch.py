@@ -1,4 +1,4 @@
-"""Issue 28 part 2, fast: the trajectory audit of benchmarks/bench_sampler_mismatch.py rules out the Poisson
+"""A fast check: the trajectory audit of benchmarks/bench_sampler_mismatch.py rules out the Poisson
 claim of shuffled fixed-size batches, and does not flag the Poisson-sampled training it describes."""
 
 from __future__ import annotations

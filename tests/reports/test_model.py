@@ -90,7 +90,7 @@ def test_release_without_audit_is_not_audited_with_a_note(tmp_path):
 
 
 def test_audit_covers_only_the_release_it_records(tmp_path):
-    # issue 23 point 7: an audit is matched to the release it records (release id), never to a
+    # an audit is matched to the release it records (release id), never to a
     # release of the same mechanism at a nearby epsilon
     rel = make_release(tmp_path / "r1", noise_multiplier=1.0)
     res, *_ = synthetic_audit(claimed_epsilon=rel.epsilon, shift=0.3)
@@ -248,7 +248,7 @@ def test_reproducible_noise_is_flagged(tmp_path):
     p.write_text(json.dumps(d))
     rep = build_report([tmp_path])
     assert rep["sections"]["claim"][0]["noise_secure"] is False
-    # issue 23, point 3: noise from a published seed is not private (an error, not a warning)
+    # noise from a published seed is not private (an error, not a warning)
     assert any(
         "noise derived from a published seed: not private" in m for m in _notes(rep, "error")
     )
@@ -460,7 +460,7 @@ def test_first_table_gives_each_release_the_verdict_of_the_audit_that_covers_it(
 
 
 def test_an_audit_run_under_a_plan_names_it_and_repeated_runs_are_counted(tmp_path):
-    """Issue 27: the plan an audit ran under is read from its revealed ``plan`` (audit --plan writes it), and
+    """The plan an audit ran under is read from its revealed ``plan`` (audit --plan writes it), and
     a second run under the same plan shows in the first table as "2 runs of plan X" (both audits listed)."""
     from dpaudit.reports.blocks import _first_row
     from dpaudit.reports.verdict import summary_rows

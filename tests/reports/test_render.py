@@ -73,9 +73,7 @@ def test_figures_are_pngs_for_every_kind(rendered):
     assert any(n.startswith("utility_") for n in names)
     assert "eps_lb_vs_claimed" in names
     assert sum(n.startswith("roc_") for n in names) == 2  # one per mechanism
-    assert not any(
-        n.startswith("hist_") for n in names
-    )  # raw scores are local (issue 23 point 5): no score histogram
+    assert not any(n.startswith("hist_") for n in names)  # raw scores are local: no score histogram
     assert all(f.png.startswith(PNG_MAGIC) and len(f.png) > 5000 for f in figs)
 
 

@@ -1,4 +1,4 @@
-"""Verdicts over several audits (issue 23 point 7): an audit is matched to the release it records,
+"""Verdicts over several audits: an audit is matched to the release it records,
 never to a nearby epsilon on another dataset, and K audits of one mechanism are judged at a
 family-wise error of 1 - confidence (Bonferroni), stated in the verdict line."""
 

@@ -1,4 +1,4 @@
-"""Issue 13 point 5: a report never repeats an unkeyed hash of the private data. Issue 23 point 8:
+"""A report never repeats an unkeyed hash of the private data,
 nor the ledger's keyed fingerprint (whoever holds the key could test a candidate dataset against
 it); it shows an opaque data version label instead."""
 
@@ -79,7 +79,7 @@ def test_two_fingerprints_under_one_dataset_name_are_flagged(tmp_path):
 
 
 def test_report_shows_voided_budget_apart(tmp_path):
-    """Issue 23 point 8: what voids took out of the total is shown beside it, not hidden."""
+    """What voids took out of the total is shown beside it, not hidden."""
     a = make_release(tmp_path / "a", data_digest="01" * 32, seed=1)
     b = make_release(tmp_path / "b", data_digest="01" * 32, seed=2)
     ledger = tmp_path / "l.sqlite"

@@ -1,7 +1,7 @@
-"""The reviewer's picture (issue 15 part 4): the trade-off figure of an audit, the report's
+"""The reviewer's picture: the trade-off figure of an audit, the report's
 statistic/comparison sections and the one-run results.
 
-Audit records here are hand-made audit.json dicts following the issue-15 contract (the
+Audit records here are hand-made audit.json dicts following the claimed-curve record contract (the
 ``claimed_curve`` and ``comparison`` blocks), so the report is tested independently of the
 engine that writes them. The claimed curves are Gaussian trade-off functions computed here
 with scipy (f(a) = Phi(Phi^-1(1 - a) - mu)), and each hand-made box is checked against that
@@ -133,7 +133,7 @@ def audit_record(
     mechanism: str = "gaussian",
     **curve,
 ) -> dict:
-    """An audit.json dict: issue-15 shape (``new``) or the shape written before it."""
+    """An audit.json dict: with claimed_curve/comparison blocks (``new``) or the older shape."""
     rec = {
         "schema": "dpaudit.audit/1",
         "mechanism": mechanism,
@@ -218,7 +218,7 @@ def test_violated_audit_gets_the_violation_colour_and_label():
         t.get_text() == "VIOLATION" and to_rgb(t.get_color()) == to_rgb(VIOLATION_COLOR)
         for t in labels
     )
-    # a record written before issue 23: its published 3.1 was the claim family's epsilon, not a bound for any
+    # a record of the older layout: its published 3.1 was the claim family's epsilon, not a bound for any
     # mechanism; the title shows the Clopper-Pearson bound of its EVAL counts instead
     assert (
         "VIOLATION" in fig._suptitle.get_text()
@@ -340,12 +340,12 @@ def test_old_audit_renders_as_before_and_says_clopper_pearson(tmp_path):
     text = write_report(rep, tmp_path / "r.md", fmt="md", figures=[]).read_text()
     assert (
         "statistic (decides)" not in text
-    )  # no issue-15 table for records that have none of its blocks
+    )  # no statistic table for records that have none of its blocks
     assert "no evidence of a violation" in text
 
 
 def test_curve_violated_decides_even_when_eps_lb_is_below_the_claim(tmp_path):
-    # one rule (issue 23 point 6): the claimed-curve test decides; eps_LB (a bound for any mechanism)
+    # one rule: the claimed-curve test decides; eps_LB (a bound for any mechanism)
     # below the claimed epsilon is no contradiction, and neither is a family epsilon equal to the claim
     rec = audit_record(violated=True, eps_lb=1.0, claimed=1.0)
     rec["claimed_curve"]["scale_lower_bound"] = (

@@ -1,6 +1,6 @@
 """Dask executor on a real LocalCluster (127.0.0.1, 2 worker processes, 1 thread each).
 
-Checks (issue 9): a small grid's results are identical to the local executor's (same seeds,
+Checks: a small grid's results are identical to the local executor's (same seeds,
 reproducible noise), and killing a worker mid-sweep loses no finished task and the sweep
 completes.
 """

@@ -28,7 +28,7 @@ from dpaudit.sweeps.tasks import planned_event
 DP_ELM_MODELS = tuple(LEGACY_MODELS)
 
 # Secret (default) noise: noise derived from the published seed is not private, unbounded in
-# the ledger and refused against a cap (issue 23, point 3); these tests compose budgets.
+# the ledger and refused against a cap; these tests compose budgets.
 SPEC = """
 name = "digits-elm"
 [settings]

@@ -25,7 +25,7 @@ delta = 1e-5
 epochs = 2
 """
 # Secret (default) noise: noise derived from the published seed is not private and a capped
-# dataset refuses it (issue 23, point 3), so these budget tests use secret noise.
+# dataset refuses it, so these budget tests use secret noise.
 
 
 def test_sweep_releases_are_recorded_and_composed(tmp_path):
@@ -217,7 +217,7 @@ def _releases_on_disk(tmp_path) -> int:
 
 
 def _assert_unrecorded_release_keeps_its_budget(tmp_path, ledger_path, both, summary):
-    """Issue 23, point 4: the written-but-unrecorded release's reservation stays open (spent, and
+    """The written-but-unrecorded release's reservation stays open (spent, and
     voidable), so the ledger still counts what both models cost; a re-run does not train it again."""
     assert _releases_on_disk(tmp_path) == 2
     with open_ledger(ledger_path) as led:

@@ -30,7 +30,7 @@ from .executors import Executor, LocalExecutor, Outcome, make_executor
 from .request import DEFAULT_OUT, SweepRequest
 from .spec import SweepSpec, Task, TaskFilter
 from .stats import records_from_rows
-from .store import STORE_FILE, open_store
+from .store import STORE_FILE, SweepStore, open_store
 from .tables import render_markdown, sweep_tables
 from .tasks import RunContext, execute_task, planned_release, planned_rows, task_dir
 
@@ -160,7 +160,6 @@ def run_sweep(
         )
     root = sweep_dir(opts.out, spec.name)
     root.mkdir(parents=True, exist_ok=True)
-    context = _context(spec.name, root, opts)
     executor = executor or LocalExecutor(1)
     with _exclusive(root), open_store(root / STORE_FILE, name=spec.name) as store:
         summary = SweepSummary(
@@ -170,25 +169,16 @@ def run_sweep(
             tasks=len(tasks),
             skipped_datasets=skipped,
         )
-        run_tasks = _skip_written(
-            _unfinished(spec, tasks, store, opts, summary), context, store, summary
-        )
-        held = (
-            budget_reserve(run_tasks, context.ledger_path, spec.name, data_dir=context.data_dir)
-            if opts.record
-            else {}
-        )
-        context = dataclasses.replace(context, reservations=tuple(held.items()))
+        run = _Run(_context(spec.name, root, opts), store, summary)
+        run_tasks = run.skip_written(run.unfinished(spec, tasks, opts))
+        run.reserve(run_tasks, opts.record)
         after = _after_each(on_outcome, opts.progress, len(run_tasks), spec.name)
         try:
-            _execute(run_tasks, context, executor, store, summary, held=held, after=after)
+            run.execute(run_tasks, executor, after)
         except KeyboardInterrupt:
             summary.interrupted = True
         finally:
-            written = _written_folders(context, run_tasks, held)
-            summary.unrecorded = _close_reservations(
-                held, context.ledger_path, spec.name, written=written
-            )
+            summary.unrecorded = run.close_reservations(run_tasks)
             c = store.counts([t.key for t in tasks])
             summary.done, summary.failed, summary.pending = c["done"], c["failed"], c["pending"]
             summary.seconds = time.perf_counter() - t0
@@ -206,56 +196,92 @@ def _context(name: str, root: Path, opts: SweepOptions) -> RunContext:
     )
 
 
-def _unfinished(
-    spec: SweepSpec, tasks: list[Task], store, opts: SweepOptions, summary: SweepSummary
-) -> list[Task]:
-    """Store the spec and its tasks; the tasks still to run (pending, failed ones too on request, at most ``max_tasks``); the
-    others count as finished in ``summary``."""
-    store.set_spec(spec.to_dict())
-    store.add_tasks(tasks)
-    todo = store.to_run([t.key for t in tasks], retry_failed=opts.retry_failed)
-    if opts.max_tasks is not None:
-        todo = todo[: max(0, int(opts.max_tasks))]
-    summary.skipped_finished = len(tasks) - len(todo)
-    by_key = {t.key: t for t in tasks}
-    return [by_key[k] for k in todo]
+@dataclass
+class _Run:
+    """One run of a sweep: where its tasks write and read (``context``), its store and summary."""
 
+    context: RunContext
+    store: SweepStore
+    summary: SweepSummary
+    #: task key -> the open reservation holding its budget (:func:`budget_reserve`)
+    held: dict = field(default_factory=dict)
 
-def _execute(
-    run_tasks: list[Task],
-    context: RunContext,
-    executor: Executor,
-    store,
-    summary: SweepSummary,
-    *,
-    held: dict[str, str],
-    after,
-) -> None:
-    """Run the tasks and store each outcome the moment it arrives (a release is recorded in the ledger first, settling its
-    reservation: the task leaves ``held``, the reservations still open)."""
-    with after as each:
-        for out_ in executor.imap_unordered(
-            execute_task, [(t.config(), context.to_dict()) for t in run_tasks]
-        ):
-            task = run_tasks[out_.index]
-            value = None
-            if out_.ok:
-                value, out_ = _recorded(out_, context, held.get(task.key))
-            if out_.ok:
-                held.pop(task.key, None)
-                store.mark_done(task.key, value, seconds=out_.seconds, worker=out_.worker)
-                summary.ran_ok += 1
-            else:
-                store.mark_failed(
-                    task.key,
-                    out_.error or "unknown error",
-                    seconds=out_.seconds,
-                    worker=out_.worker,
-                )
-                summary.ran_failed += 1
-                summary.add_failure(task, out_.error or "")
-            summary.ran += 1
-            each(task, out_)
+    def unfinished(self, spec: SweepSpec, tasks: list[Task], opts: SweepOptions) -> list[Task]:
+        """Store the spec and its tasks; the tasks still to run (pending, failed ones too on request, at most ``max_tasks``);
+        the others count as finished in the summary."""
+        self.store.set_spec(spec.to_dict())
+        self.store.add_tasks(tasks)
+        todo = self.store.to_run([t.key for t in tasks], retry_failed=opts.retry_failed)
+        if opts.max_tasks is not None:
+            todo = todo[: max(0, int(opts.max_tasks))]
+        self.summary.skipped_finished = len(tasks) - len(todo)
+        by_key = {t.key: t for t in tasks}
+        return [by_key[k] for k in todo]
+
+    def skip_written(self, tasks: list[Task]) -> list[Task]:
+        """Leave out (as failed) the tasks whose folder already holds a release: it was written by an earlier run and not
+        recorded (its budget is still held by that run's open reservation); training the task again would spend the budget
+        twice."""
+        keep = []
+        for t in tasks:
+            hit = existing_release(task_dir(self.context.out_dir, t.config(), t.key))
+            if hit is None:
+                keep.append(t)
+                continue
+            error = (
+                f"release {hit[1]} already written to {hit[0].parent} by an earlier run; not trained again (a release folder is "
+                f"never overwritten). If it is not in the ledger, that run's open reservation still holds its budget: record it "
+                f"(`dpaudit ledger record {hit[0].parent}`) and void the reservation, or void it if the release is withdrawn."
+            )
+            self.store.mark_failed(t.key, error)
+            self.summary.add_failure(t, error)
+        return keep
+
+    def reserve(self, tasks: list[Task], record: bool) -> None:
+        """Reserve the budget of the ``train`` tasks before any runs (when releases are recorded)
+        and hand the reservations to the tasks' context."""
+        c = self.context
+        if record:
+            self.held = budget_reserve(tasks, c.ledger_path, c.sweep, data_dir=c.data_dir)
+            self.context = dataclasses.replace(c, reservations=tuple(self.held.items()))
+
+    def close_reservations(self, tasks: list[Task]) -> list[dict]:
+        """:func:`_close_reservations` of the reservations still held when the sweep ends, with the
+        folders of ``tasks`` that hold anything (a release, or artefacts written just before it)."""
+        c = self.context
+        folders = {
+            t.key: task_dir(c.out_dir, t.config(), t.key) for t in tasks if t.key in self.held
+        }
+        written = {k: str(d) for k, d in folders.items() if d.is_dir() and any(d.iterdir())}
+        return _close_reservations(self.held, c.ledger_path, c.sweep, written=written)
+
+    def execute(self, run_tasks: list[Task], executor: Executor, after) -> None:
+        """Run the tasks and store each outcome the moment it arrives (a release is recorded in the ledger first, settling
+        its reservation: the task leaves ``held``, the reservations still open)."""
+        store, summary, context, held = self.store, self.summary, self.context, self.held
+        with after as each:
+            for out_ in executor.imap_unordered(
+                execute_task, [(t.config(), context.to_dict()) for t in run_tasks]
+            ):
+                task = run_tasks[out_.index]
+                value = None
+                if out_.ok:
+                    value, out_ = _recorded(out_, context, held.get(task.key))
+                if out_.ok:
+                    held.pop(task.key, None)
+                    store.mark_done(task.key, value, seconds=out_.seconds, worker=out_.worker)
+                    summary.ran_ok += 1
+                else:
+                    store.mark_failed(
+                        task.key,
+                        out_.error or "unknown error",
+                        seconds=out_.seconds,
+                        worker=out_.worker,
+                    )
+                    summary.ran_failed += 1
+                    summary.add_failure(task, out_.error or "")
+                summary.ran += 1
+                each(task, out_)
 
 
 def _recorded(
@@ -336,27 +362,6 @@ def _record_release(value: dict, context: RunContext, reservation: str | None = 
                 ledger.record(item[0], artefact_path=item[1])
             value["ledger"] = str(ledger.path)  # a URL without its password
     return value
-
-
-def _skip_written(
-    tasks: list[Task], context: RunContext, store, summary: SweepSummary
-) -> list[Task]:
-    """Leave out (as failed) the tasks whose folder already holds a release: it was written by an earlier run and not recorded
-    (its budget is still held by that run's open reservation); training the task again would spend the budget twice."""
-    keep = []
-    for t in tasks:
-        hit = existing_release(task_dir(context.out_dir, t.config(), t.key))
-        if hit is None:
-            keep.append(t)
-            continue
-        error = (
-            f"release {hit[1]} already written to {hit[0].parent} by an earlier run; not trained again (a release folder is "
-            f"never overwritten). If it is not in the ledger, that run's open reservation still holds its budget: record it "
-            f"(`dpaudit ledger record {hit[0].parent}`) and void the reservation, or void it if the release is withdrawn."
-        )
-        store.mark_failed(t.key, error)
-        summary.add_failure(t, error)
-    return keep
 
 
 def budget_reserve(
@@ -475,13 +480,6 @@ def _close_reservations(
                 continue
             ledger.cancel(rid, f"sweep {sweep}: task {key[:12]} released nothing")
     return left
-
-
-def _written_folders(context: RunContext, tasks: list[Task], keys) -> dict[str, str]:
-    """Task key -> release folder of the ``tasks`` among ``keys`` whose folder holds anything (a release, or artefacts written
-    just before it), for :func:`_close_reservations`."""
-    folders = {t.key: task_dir(context.out_dir, t.config(), t.key) for t in tasks if t.key in keys}
-    return {k: str(d) for k, d in folders.items() if d.is_dir() and any(d.iterdir())}
 
 
 def load_records(store_path: str | os.PathLike) -> tuple[str | None, list[dict]]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..errors import UsageError
 from ..lazy import lazy_import
 from ..validation import non_negative_int, one_of
 from . import authors
@@ -189,11 +188,7 @@ def dataset_info(name: str) -> DatasetInfo:
 def _check_profile(info: DatasetInfo, profile: str | None) -> str:
     if profile is None:
         return info.default_profile
-    if profile not in info.profiles:
-        raise UsageError(
-            f"profile for {info.kind} dataset {info.name} must be one of {', '.join(info.profiles)}, got {profile!r}."
-        )
-    return profile
+    return one_of(f"profile for {info.kind} dataset {info.name}", profile, info.profiles)
 
 
 def profile_files(name: str, profile: str | None = None) -> tuple[str, ...]:

@@ -250,11 +250,9 @@ def profile_setting(dataset: str, profile: str | None, where: str = "sweep") -> 
     info = registry.dataset_info(dataset)
     if profile == info.default_profile:
         return None
-    if profile not in info.profiles:
-        raise UsageError(
-            f"{where} profile for dataset {dataset} must be one of default, {', '.join(info.profiles)}, got {profile!r}."
-        )
-    return profile
+    return one_of(
+        f"{where} profile for dataset {dataset}", profile, (DEFAULT_PROFILE, *info.profiles)
+    )
 
 
 def _refuse_extra(table: dict, known: set, what: str, listed: str) -> None:

@@ -120,14 +120,13 @@ def _accuracy_by_cell(records: Iterable[dict], epsilon: float) -> dict:
     return by
 
 
-def _slice_row(
-    model: str,
-    dataset: str,
-    profile: str | None,
-    pub: tuple | None,
-    source: str | None,
-    ours: dict | None,
-) -> dict:
+def _slice_row(model: str, dataset: str, profile: str | None, epsilon: float, by: dict):
+    """The slice row of ``model`` on (``dataset``, ``profile``): our seeds' accuracies (``by``) beside
+    the published value; None when neither exists."""
+    ours = by.get((model, (dataset, profile)))
+    pub, source = _published(model, dataset, epsilon)
+    if not (ours or pub):
+        return None
     row = {
         "model": model,
         "label": TABLE3_ROW_LABELS.get(model) or TABLE5_ROW_LABELS.get(model, model),
@@ -177,12 +176,8 @@ def table3_slice(records: Iterable[dict], *, epsilon: float = TABLE3_EPSILON) ->
     DP-ELM result at this budget; other models (e.g. the attention control, Table 9) only where they ran."""
     by = _accuracy_by_cell(records, epsilon)
     models, datasets = _slice_axes(by)
-    rows = [
-        _slice_row(m, d, profile, *_published(m, d, epsilon), by.get((m, (d, profile))))
-        for m in models
-        for d, profile in datasets
-        if by.get((m, (d, profile))) or _published(m, d, epsilon)[0]
-    ]
+    rows = [_slice_row(m, d, profile, epsilon, by) for m in models for d, profile in datasets]
+    rows = [r for r in rows if r is not None]
     citation = TABLE3_CITATION + (
         " " + TABLE5_CITATION if any(r["published_source"] == TABLE5_NOTE for r in rows) else ""
     )

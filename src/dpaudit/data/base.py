@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import DataError
 
-if (
-    TYPE_CHECKING
-):  # numpy loads in the functions that use it: the CLI reads DATA_DIR_ENV at start-up
+# numpy loads in the functions that use it: the CLI reads DATA_DIR_ENV at start-up
+if TYPE_CHECKING:
     import numpy as np
 
 DATA_DIR_ENV = "DPAUDIT_DATA_DIR"

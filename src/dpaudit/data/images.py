@@ -307,6 +307,13 @@ def _label_names(path: Path) -> list:
     return names
 
 
+def _corrupt(path: Path, exc: Exception) -> DataError:
+    return DataError(
+        f"CIFAR-10 file {path} is corrupt or not in the cifar-10-batches-py format ({exc}); "
+        f"expected {', '.join(CIFAR_FILES)} in {path.parent}."
+    )
+
+
 def _verified_cifar10_class():
     from torchvision.datasets import CIFAR10
 
@@ -321,10 +328,7 @@ def _verified_cifar10_class():
                 try:
                     _check_batch(folder / name)
                 except Exception as exc:
-                    raise DataError(
-                        f"CIFAR-10 file {folder / name} is corrupt or not in the cifar-10-batches-py "
-                        f"format ({exc}); expected {', '.join(CIFAR_FILES)} in {folder}."
-                    ) from None
+                    raise _corrupt(folder / name, exc) from None
             return True
 
         def _load_meta(self) -> None:
@@ -332,10 +336,7 @@ def _verified_cifar10_class():
             try:
                 self.classes = _label_names(path)
             except Exception as exc:
-                raise DataError(
-                    f"CIFAR-10 file {path} is corrupt or not in the cifar-10-batches-py format ({exc}); "
-                    f"expected {', '.join(CIFAR_FILES)} in {path.parent}."
-                ) from None
+                raise _corrupt(path, exc) from None
             self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
     return _VerifiedCIFAR10

@@ -251,16 +251,8 @@ def _load(info, name, data_dir, seed, profile) -> PreparedDataset:
     if name == "digits":
         return _load_digits(info, seed, profile)
     x, y, src, file_ids, schema, notes = _read_tabular(name, data_dir)
-    return _split_70_15_15(
-        info,
-        x,
-        y,
-        seed,
-        file_ids,
-        feature_names=feature_names(schema),
-        source_files=src,
-        notes=notes,
-    )
+    described = dict(feature_names=feature_names(schema), source_files=src, notes=notes)
+    return _split_70_15_15(info, x, y, seed, file_ids, **described)
 
 
 def _read_tabular(name, data_dir) -> tuple:

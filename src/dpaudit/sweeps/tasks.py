@@ -195,10 +195,10 @@ def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
         reproducible_noise=bool(s.get("reproducible_noise", False)),
         noise_source=str(s.get("noise_source", "os-entropy")),
     )
+    delta = float(s.get("delta", 1e-5))
     if s.get("non_private") or config["epsilon"] is None:
         sigma = 0.0
     else:
-        delta = float(s.get("delta", 1e-5))
         sigma = (
             math.sqrt(2.0 * math.log(1.25 / delta))
             * (1.0 / (len(data) - 1))
@@ -209,7 +209,7 @@ def _run_selftest(config: dict, context: RunContext, key: str) -> dict:
     return {
         "mechanism": f"selftest-{config['model']}",
         "epsilon": config["epsilon"],
-        "delta": float(s.get("delta", 1e-5)),
+        "delta": delta,
         "noise_scale": sigma,
         "metrics": {"accuracy": max(0.0, 1.0 - 10.0 * err), "abs_error": err, "estimate": estimate},
         "timings": {"train_seconds": time.perf_counter() - t0},

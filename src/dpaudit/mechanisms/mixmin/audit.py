@@ -213,10 +213,9 @@ def mixmin_config_for(
     q = min(1.0, expected_batch_size / n_mix)
     settings = {"loss": "bce", "steps": 200, "clipping_norm": 1.0, "step_size": 1.0, **settings}
     steps = settings["steps"]
-    calibrated = calibrate_noise_multiplier(
+    sigma = calibrate_noise_multiplier(
         target_epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, accountant="rdp"
-    )
-    sigma = calibrated.noise_multiplier
+    ).noise_multiplier
     cfg = MixMinConfig(
         k=k, noise_multiplier=sigma, sample_rate=q, expected_batch_size=q * n_mix, **settings
     )

@@ -39,6 +39,7 @@ from ...accounting import (
 )
 from ...accounting.comparisons import comparison_epsilons
 from ...accounting.events import Composed, Parallel
+from ...audits.targets import prepared
 from ...lazy import lazy_import
 from ...ledger.book import open_ledger
 from ...errors import DataError, UsageError
@@ -238,9 +239,8 @@ def head_init(model) -> np.ndarray:
 
 
 def head_scores(model, head_weight: np.ndarray, x) -> np.ndarray:
-    z = features(model, x)
     w = np.asarray(head_weight, dtype=np.float64)
-    return z @ w[:, :-1].T.ravel() + w[0, -1]
+    return features(model, x) @ w[:, :-1].T.ravel() + w[0, -1]
 
 
 def model_scores(model, x) -> np.ndarray:
@@ -794,8 +794,7 @@ class DPMixMin(MechanismBase):
             request, cfg, canary=canary, claimed=claimed, division=division, scope=scope
         )
         t.accountant = accountant
-        t.prepare()
-        return t.without_noise() if no_noise else t
+        return prepared(t, no_noise)
 
 
 def _calibrated(epsilon: float, delta: float, sample_rate: float, steps: int) -> tuple[float, dict]:
@@ -940,19 +939,6 @@ def _run_finetune(
     head = train_heads(z_ft, y_ft, 2, fcfg, noise=noise, init=init, binary_logit=True)
     timings["finetune_s"] = time.perf_counter() - t
     auc_ft = auc(y_te, head_scores(model, head.weights[0], x_te))
-    stage_metrics = {
-        "weights": mix_out.metrics["weights"],
-        "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
-        "pretrain": pinfo,
-        "mixture_release_id": None,  # the mixture release's id (link_releases)
-        "end_to_end": {
-            "composition": request.composition,
-            "event": plan.event.to_dict(),
-            "epsilon": comparison_epsilons(plan.event, plan.delta, plan.adjacency, ACCOUNTANTS),
-            "delta": plan.delta,
-        },
-        "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
-    }
 
     def save_ft(folder) -> None:
         np.save(folder / "head.npy", head.weights[0])
@@ -960,7 +946,19 @@ def _run_finetune(
 
     return RunOutput(
         steps_executed=head.steps_executed,
-        metrics=stage_metrics,
+        metrics={
+            "weights": mix_out.metrics["weights"],
+            "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
+            "pretrain": pinfo,
+            "mixture_release_id": None,  # the mixture release's id (link_releases)
+            "end_to_end": {
+                "composition": request.composition,
+                "event": plan.event.to_dict(),
+                "epsilon": comparison_epsilons(plan.event, plan.delta, plan.adjacency, ACCOUNTANTS),
+                "delta": plan.delta,
+            },
+            "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
+        },
         timings=timings,
         save=save_ft,
         weights_name=None,

@@ -181,9 +181,7 @@ class OpacusCanaries:
         )
         # parameter name -> (canary ids, coordinates)
         self._groups = {n: (ids, flat) for n, ids, flat in chosen.by_tensor()}
-        self._theta0 = {
-            n: named[n].detach().reshape(-1)[g[1]].clone() for n, g in self._groups.items()
-        }
+        self._theta0 = {n: values_at(named[n], flat) for n, (_, flat) in self._groups.items()}
         self._params = {n: named[n] for n in self._groups}
         self._model = model
         # the model's parameters the DP optimizer does not process (set by attach)
@@ -363,7 +361,7 @@ class OpacusCanaries:
             params = {n: named[n] for n in self._groups}
         s = np.zeros(self.m)
         for n, (ids, flat) in self._groups.items():
-            s[ids] = -(values_at(params[n], flat) - self._theta0[n].cpu()).double().numpy()
+            s[ids] = -(values_at(params[n], flat) - self._theta0[n]).double().numpy()
         return OneRunScores(
             scores=s, included=self.included.copy(), kind="gradient", info=self.describe()
         )

@@ -144,9 +144,8 @@ class ElmFeatures:
 
     def statistics(self, x, y, *, n_classes: int, sampler: str) -> ElmStatistics:
         """:func:`elm_sufficient_statistics` of the records (x, y) on this hidden layer."""
-        width, seed = self.width, self.seed
         return elm_sufficient_statistics(
-            x, y, width, seed, n_classes=n_classes, sampler=sampler, features=self
+            x, y, self.width, self.seed, n_classes=n_classes, sampler=sampler, features=self
         )
 
 
@@ -189,14 +188,11 @@ class ElmStatistics:
     def _layout(self) -> tuple:
         return self.grid_bits, self.gram.shape, self.cross.shape
 
-    def _check(self, other: "ElmStatistics") -> None:
+    def plus(self, other: "ElmStatistics") -> "ElmStatistics":
         if self._layout() != other._layout():
             raise UsageError(
                 "statistics must share width, classes and grid to be combined, got different ones."
             )
-
-    def plus(self, other: "ElmStatistics") -> "ElmStatistics":
-        self._check(other)
         return ElmStatistics(
             self.gram + other.gram,
             self.cross + other.cross,
@@ -713,26 +709,23 @@ class DPELMMechanism(MechanismBase):
                 "[yellow]non-private:[/] closed-form ELM without noise; the release makes no privacy claim."
             ]
         scale = noise_scale(r.width, r.epsilon)  # validates width and epsilon before any loading
-        leaky = (
-            [
-                "[yellow]warning:[/] the textbook Laplace sampler leaks through floating-point low bits (Mironov 2012); "
-                "the release is marked certified: false."
-            ]
-            if r.sampler == "textbook"
-            else []
-        )
-        return leaky + [
+        lines = [
             f"noise scale L(L+2)/eps = {scale:g} on every entry of H^T H and H^T Y (L={r.width}, eps={r.epsilon:g})"
         ]
+        if r.sampler == "textbook":  # the warning comes first
+            lines.insert(
+                0,
+                "[yellow]warning:[/] the textbook Laplace sampler leaks through floating-point low bits (Mironov 2012); "
+                "the release is marked certified: false.",
+            )
+        return lines
 
     def summary(self, rel, ledger=None) -> tuple[dict, list[str]]:
         cfg = rel.config
         d = {
             "mechanism": rel.mechanism,
             "dataset": rel.dataset["name"],
-            "width": cfg["width"],
-            "noise_scale": cfg["noise_scale"],
-            "sampler": cfg["sampler"],
+            **{k: cfg[k] for k in ("width", "noise_scale", "sampler")},
             "sampler_certified": None if rel.non_private else cfg["sampler_guarantee"]["certified"],
             **{k: getattr(rel, k) for k in _SUMMARY_CLAIM},
             "solver": cfg["solver"],

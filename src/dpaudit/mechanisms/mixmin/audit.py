@@ -2,8 +2,8 @@
 
 Threat model (A.8): the adversary sees the released weights lambda and knows every private record except the canary, the proxies
 and all hyper-parameters. Trials run Algorithm 1 through the loop releases run, :func:`~dpaudit.mechanisms.mixmin.solver.run_mixmin_runs`
-(fresh Poisson masks and noise per run), on D_mix with or without the canary. :func:`task_target` builds D_mix exactly as
-:meth:`~dpaudit.mechanisms.mixmin.mechanism.DPMixMin.load` does (its ``audit_target`` calls it).
+(fresh Poisson masks and noise per run), on D_mix with or without the canary. :meth:`~dpaudit.mechanisms.mixmin.mechanism.DPMixMin.audit_target`
+builds D_mix with the loader of releases.
 
 Scores (from lambda alone). The canary's clipped gradient g enters the mirror-descent step as log lambda <- log lambda - eta g / B
 (then a shift that renormalises), so its footprint on the release is along -g in log-weight space, orthogonal to the all-ones
@@ -29,7 +29,6 @@ from .solver import (
     run_mixmin_runs,
     solve_mixmin,
 )
-from .tasks import load_task, mixture_split, resolved_rho, train_proxies
 
 np = lazy_import("numpy")
 
@@ -148,56 +147,6 @@ class MixMinTarget(AuditTarget):
         }
 
 
-def task_target(
-    request,
-    config: MixMinConfig,
-    *,
-    canary: str,
-    claimed: float | None,
-    division: int | None = None,
-    scope: dict | None = None,
-) -> MixMinTarget:
-    """The :class:`MixMinTarget` of ``request`` (a built-in task's :class:`~dpaudit.requests.MixMinRequest`) run with ``config``
-    (the plan's, or an old release's recorded one).
-
-    D_mix as the release reads it: proxies trained on public data only, their predictions on the private training records, the
-    keyed ``rho`` split of the stable record ids (rule keyed-bernoulli-v1), or every training record for the sequential pipeline.
-    Canary records for ``natural`` / ``mislabeled`` come from the task's private test rows (never in D_mix).
-    ``division``: the task division a release was made on (its identity's ``split_seed``; None: today's). ``scope``: the ledger's
-    ``{"dataset", "partition"}`` of D_mix."""
-    whole = request.stage == "pipeline" and request.composition == "sequential"
-    rho = resolved_rho(request)
-    t = load_task(request.task, seed=request.seed, data_dir=request.data_dir, division=division)
-    tname, y_all = t.target_labels(request.target)
-    proxies = train_proxies(t, mode=request.proxy_mode)
-    tr, te = t.train_idx, t.test_idx
-    mix = np.arange(len(tr)) if whole else mixture_split(t.train_record_ids, rho, request.seed)[0]
-    return MixMinTarget(
-        probs=proxies.predict(t.private_x[tr])[mix],
-        labels=np.asarray(y_all[tr][mix], dtype=np.float64),
-        config=config,
-        claimed_epsilon=claimed,
-        delta=request.delta,
-        canary=canary,
-        holdout_probs=proxies.predict(t.private_x[te]),
-        holdout_labels=np.asarray(y_all[te], dtype=np.float64),
-        seed=request.seed,
-        task=f"{request.task}/{tname}",
-        dataset=request.task,
-        source_names=tuple(t.source_names),
-        ledger_scope=scope,
-        info={
-            "target": tname,
-            "target_kind": t.target_kinds.get(tname),
-            "rho": None if whole else rho,
-            "proxy_mode": request.proxy_mode,
-            "target_epsilon": request.epsilon,
-            "accountant": "rdp",
-            "seed": request.seed,
-        },
-    )
-
-
 def mixmin_config_for(
     *,
     n_mix: int,
@@ -213,10 +162,9 @@ def mixmin_config_for(
     q = min(1.0, expected_batch_size / n_mix)
     settings = {"loss": "bce", "steps": 200, "clipping_norm": 1.0, "step_size": 1.0, **settings}
     steps = settings["steps"]
-    calibrated = calibrate_noise_multiplier(
+    sigma = calibrate_noise_multiplier(
         target_epsilon=epsilon, delta=delta, sample_rate=q, steps=steps, accountant="rdp"
-    )
-    sigma = calibrated.noise_multiplier
+    ).noise_multiplier
     cfg = MixMinConfig(
         k=k, noise_multiplier=sigma, sample_rate=q, expected_batch_size=q * n_mix, **settings
     )

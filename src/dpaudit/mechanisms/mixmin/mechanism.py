@@ -39,6 +39,7 @@ from ...accounting import (
 )
 from ...accounting.comparisons import comparison_epsilons
 from ...accounting.events import Composed, Parallel
+from ...audits.targets import prepared
 from ...lazy import lazy_import
 from ...ledger.book import open_ledger
 from ...errors import DataError, UsageError
@@ -59,7 +60,7 @@ from ..dpsgd.module_training import DPSGDConfig
 from ..dpsgd.loop import train_heads
 from ..dpsgd.mechanism import planned_reference_size
 from .solver import MixMinConfig, objective, run_mixmin
-from .audit import task_target
+from .audit import MixMinTarget
 from .tasks import (
     REFERENCE_SIZES,
     SPLIT_RULE,
@@ -238,9 +239,8 @@ def head_init(model) -> np.ndarray:
 
 
 def head_scores(model, head_weight: np.ndarray, x) -> np.ndarray:
-    z = features(model, x)
     w = np.asarray(head_weight, dtype=np.float64)
-    return z @ w[:, :-1].T.ravel() + w[0, -1]
+    return features(model, x) @ w[:, :-1].T.ravel() + w[0, -1]
 
 
 def model_scores(model, x) -> np.ndarray:
@@ -365,9 +365,10 @@ def _proxy_data(request, ledger_path) -> MixMinData:
     )
 
 
-def _task_data(request) -> MixMinData:
-    """A built-in task: its private training labels, (synthetic) users and the D_mix / D_ft split."""
-    task = load_task(request.task, seed=request.seed, data_dir=request.data_dir)
+def _task_data(request, division: int | None = None) -> MixMinData:
+    """A built-in task: its private training labels, (synthetic) users and the D_mix / D_ft split;
+    ``division``: the task division an audited release was made on (None: today's)."""
+    task = load_task(request.task, seed=request.seed, data_dir=request.data_dir, division=division)
     target_name, y_all = task.target_labels(request.target)
     tr = task.train_idx
     # who the users are is part of the task (its constant key), not of the run's seed
@@ -746,7 +747,7 @@ class DPMixMin(MechanismBase):
     def audit_target(
         self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
     ):
-        """Algorithm 1 on the task's D_mix (:func:`~.audit.task_target`) with the plan's sigma, q, B and steps, claiming
+        """Algorithm 1 on the task's D_mix (read by the loader of releases, :func:`_task_data`) with the plan's sigma, q, B and steps, claiming
         the plan's mixture event (a ``release``'s own epsilon and accountant; an old release without a recorded reference size:
         its recorded configuration, on its own task division). Refused for proxy predictions, user level, another split rule.
 
@@ -789,13 +790,41 @@ class DPMixMin(MechanismBase):
             cfg = cfg if "reference_size" in rc else MixMinConfig(**rc["mixmin_config"])
             claimed, accountant = float(release.epsilon), release.accountant
             division = (release.dataset or {}).get("split_seed")
-        scope = {"dataset": plan.dataset.get("name", request.task), "partition": mix.partition}
-        t = task_target(
-            request, cfg, canary=canary, claimed=claimed, division=division, scope=scope
+        # D_mix as the release reads it (the release's loader, on the task division it was made
+        # on); the natural and mislabeled canaries come from the private test rows (never in D_mix)
+        data = _task_data(request, division)
+        task, target_name = data.task, data.info.target_name
+        proxies = train_proxies(task, mode=request.proxy_mode)  # public data only
+        target = MixMinTarget(
+            probs=proxies.predict(task.private_x[task.train_idx])[data.mix_idx],
+            labels=data.labels[data.mix_idx],
+            config=cfg,
+            claimed_epsilon=claimed,
+            delta=request.delta,
+            canary=canary,
+            holdout_probs=proxies.predict(task.private_x[task.test_idx]),
+            holdout_labels=np.asarray(data.y_all[task.test_idx], dtype=np.float64),
+            seed=request.seed,
+            task=f"{request.task}/{target_name}",
+            dataset=request.task,
+            source_names=data.info.source_names,
+            accountant=accountant,
+            ledger_scope={
+                "dataset": plan.dataset.get("name", request.task),
+                "partition": mix.partition,
+            },
+            info={
+                "target": target_name,
+                "target_kind": task.target_kinds.get(target_name),
+                # no rho for the sequential pipeline: D_mix is every training record
+                "rho": None if data.info.split_partition is None else resolved_rho(request),
+                "proxy_mode": request.proxy_mode,
+                "target_epsilon": request.epsilon,
+                "accountant": "rdp",
+                "seed": request.seed,
+            },
         )
-        t.accountant = accountant
-        t.prepare()
-        return t.without_noise() if no_noise else t
+        return prepared(target, no_noise)
 
 
 def _calibrated(epsilon: float, delta: float, sample_rate: float, steps: int) -> tuple[float, dict]:
@@ -940,19 +969,6 @@ def _run_finetune(
     head = train_heads(z_ft, y_ft, 2, fcfg, noise=noise, init=init, binary_logit=True)
     timings["finetune_s"] = time.perf_counter() - t
     auc_ft = auc(y_te, head_scores(model, head.weights[0], x_te))
-    stage_metrics = {
-        "weights": mix_out.metrics["weights"],
-        "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
-        "pretrain": pinfo,
-        "mixture_release_id": None,  # the mixture release's id (link_releases)
-        "end_to_end": {
-            "composition": request.composition,
-            "event": plan.event.to_dict(),
-            "epsilon": comparison_epsilons(plan.event, plan.delta, plan.adjacency, ACCOUNTANTS),
-            "delta": plan.delta,
-        },
-        "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
-    }
 
     def save_ft(folder) -> None:
         np.save(folder / "head.npy", head.weights[0])
@@ -960,7 +976,19 @@ def _run_finetune(
 
     return RunOutput(
         steps_executed=head.steps_executed,
-        metrics=stage_metrics,
+        metrics={
+            "weights": mix_out.metrics["weights"],
+            "auc": {"pretrained": auc_pre, "finetuned": auc_ft},
+            "pretrain": pinfo,
+            "mixture_release_id": None,  # the mixture release's id (link_releases)
+            "end_to_end": {
+                "composition": request.composition,
+                "event": plan.event.to_dict(),
+                "epsilon": comparison_epsilons(plan.event, plan.delta, plan.adjacency, ACCOUNTANTS),
+                "delta": plan.delta,
+            },
+            "selection_note": "pretraining checkpoint selected on the validation split (outside the training partition), as in the paper A.3.1",
+        },
         timings=timings,
         save=save_ft,
         weights_name=None,

@@ -68,6 +68,8 @@ class PlannedSpend:
     def __post_init__(self) -> None:
         check_name("dataset", self.dataset)
         check_name("partition", self.partition)
+        # one spelling for every check, payload and view of the spend
+        object.__setattr__(self, "adjacency", Adjacency.parse(self.adjacency).value)
 
     def view(self, fingerprint: str) -> ReleaseView:
         """The planned spend as composition sees it (its noise tail checked to be a number >= 0)."""
@@ -76,8 +78,7 @@ class PlannedSpend:
             raise UsageError(
                 f"noise_tail_delta must be a number >= 0, got {self.noise_tail_delta!r}."
             )
-        adjacency = Adjacency.parse(self.adjacency).value
-        where = ("planned", self.dataset, self.partition, adjacency)
+        where = ("planned", self.dataset, self.partition, self.adjacency)
         spends = (None, None, self.event, self.event is None)  # no claim of its own yet
         known = {"fingerprint": fingerprint, "uncertified": self.uncertified}
         return ReleaseView(*where, *spends, noise_tail_delta=tail, **known)
@@ -181,18 +182,19 @@ def people_columns(
         result.update(allowed=False, people_refusal=refusal)
 
 
-def refusal(plan: PlannedSpend, checked: dict) -> str | None:
-    """The one-line refusal of :meth:`~.book.Ledger.preflight` for ``checked`` (None: allowed)."""
+def refuse(plan: PlannedSpend, checked: dict) -> None:
+    """Raise the one-line refusal (:class:`BudgetExceededError`) of
+    :meth:`~.book.Ledger.preflight` for ``checked``, unless it is allowed."""
     if checked["allowed"]:
-        return None
+        return
     cap = checked["cap"]
     if checked.get("people_refusal") and (cap is None or checked["total"] <= cap["epsilon"]):
-        return checked["people_refusal"]
+        raise BudgetExceededError(checked["people_refusal"])
     open_held = checked.get("reservations")
     held = f" and {open_held} open reservation(s)" if open_held else ""
     why = f" ({plan.uncertified})" if plan.uncertified else ""
     spent, needs, total = (fmt_epsilon(checked[k]) for k in ("spent", "needs", "total"))
-    return (
+    raise BudgetExceededError(
         f"budget of dataset {plan.dataset!r} exceeded: {checked['releases']} release(s){held} "
         f"already spent epsilon={spent}, this release on {plan.dataset}:{plan.partition} needs "
         f"epsilon={needs}{why} alone, composed total would be epsilon={total} > cap "

@@ -246,6 +246,8 @@ class Ledger:
         create: bool = True,
     ) -> None:
         owner = owner_key_id(owner if owner is not None else os.environ.get(OWNER_ENV))
+        # the key before the store: a refused key leaves nothing open
+        key = signing_key if isinstance(signing_key, SigningKey) else load_signing_key(signing_key)
         self._key_bytes: bytes | None = None
         loc = resolve_ledger(path) if create else require_existing(resolve_ledger(path))
         if loc.backend == "postgresql":
@@ -255,12 +257,6 @@ class Ledger:
             self.path = loc.path
             self._store = SqliteStore(self.path, busy_timeout=float(busy_timeout))
         self.backend = self._store.backend
-        try:
-            loaded = isinstance(signing_key, SigningKey)
-            key = signing_key if loaded else load_signing_key(signing_key)
-        except BaseException:
-            self.close()
-            raise
         self._authority = Authority(self._store, self.path, key, owner)
         # appends one entry inside the caller's write transaction (the chain, signatures, rules)
         self._append = self._authority.append
@@ -843,10 +839,8 @@ class Ledger:
             BudgetExceededError: releases + audits would exceed a cap that counts audits.
             RowRoleCollisionError: the audit's rows collide with another name's roles.
         """
-        spend = PlannedSpend(
-            dataset, partition, event, adjacency
-        )  # the names and adjacency checked
-        payload = _spend_payload(spend, mechanism)
+        # the names and the adjacency checked as a planned release's
+        payload = _spend_payload(PlannedSpend(dataset, partition, event, adjacency), mechanism)
         payload.update(audit_id=audit_id, trials=int(trials), release_id=release_id)
         if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
@@ -856,9 +850,6 @@ class Ledger:
             audited = next((e.payload.get("rows") for e in entries if e.id == release_id), None)
             if release_id and isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
-            state = (states.get(dataset) or DatasetState(dataset)).with_audits()
-            what = f"the audit and the releases and audits on dataset {dataset!r}"
-            budget.require_adjacency(state, spend.adjacency, what)
             view = release_view(audit_id, dataset, payload, kind="audit")
             budget.check_audit(states, PeopleIndex.build(rows, entries, states), view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
@@ -905,8 +896,7 @@ class Ledger:
             states, index = self._people_index(held)
             budget.people_columns(states, index, view, footprint, result)
         if state.cap is not None:
-            caps = budget.cap_columns(state, view, adj, accountants, allowed=result["allowed"])
-            result.update(caps)
+            result.update(budget.cap_columns(state, view, accountants, allowed=result["allowed"]))
         return result
 
     def _footprint(self, data_rows) -> dict:

@@ -150,12 +150,10 @@ def without_held(state: DatasetState, held) -> DatasetState:
     return dataclasses.replace(state, releases=kept)
 
 
-def cap_columns(
-    state: DatasetState, planned: ReleaseView, adjacency: str, accountants, *, allowed: bool
-) -> dict:
+def cap_columns(state: DatasetState, planned: ReleaseView, accountants, *, allowed: bool) -> dict:
     """The cap columns of :meth:`~.book.Ledger.check`: spent so far, what the planned release
-    needs alone and the total with it, at the cap's delta."""
-    cap_eps, cap_delta = state.cap
+    needs alone and the total with it, at the cap's delta (under the planned adjacency)."""
+    (cap_eps, cap_delta), adjacency = state.cap, planned.adjacency
     before = dataset_total(state)
     alone = DatasetState(state.name, releases=[planned])
     total = total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)
@@ -177,7 +175,7 @@ def people_columns(
     and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
     state = states.get(planned.dataset) or DatasetState(planned.dataset)
     after = state.with_release(planned)
-    result["people"], refusal = check_caps(index, states, after, planned.partition, footprint)
+    result["people"], refusal = check_caps(index, states, planned, after, footprint)
     if refusal is not None and result["allowed"]:
         result.update(allowed=False, people_refusal=refusal)
 
@@ -206,14 +204,17 @@ def refuse(plan: PlannedSpend, checked: dict) -> None:
 def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: dict) -> None:
     """Refuse (:class:`BudgetExceededError`) a planned audit that would push its dataset's releases
     and audits over a cap that includes audits, or any such cap reached through shared people
-    (after its rows' role collisions, :class:`~dpaudit.errors.RowRoleCollisionError`)."""
+    (after another adjacency than its releases' and audits', :class:`LedgerAdjacencyError`, and its
+    rows' role collisions, :class:`~dpaudit.errors.RowRoleCollisionError`)."""
     dataset = view.dataset
     state = states.get(dataset) or DatasetState(dataset)
+    what = f"the audit and the releases and audits on dataset {dataset!r}"
+    require_adjacency(state.with_audits(), view.adjacency, what)
     after = dataclasses.replace(state, audits=state.audits + [view])
     if state.cap is not None and state.cap_includes_audits:
         _check_audit_cap(state, after, payload)
     footprint = index.footprint(dataset, payload)
-    _, refused = check_caps(index, states, after, view.partition, footprint, what="audit")
+    _, refused = check_caps(index, states, view, after, footprint)
     if refused is not None and payload["non_private"]:
         cap = "a cap that counts audits and shares its people"
         refused = unbounded_audit_refusal(dataset, payload, cap)

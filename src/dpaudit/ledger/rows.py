@@ -291,21 +291,14 @@ def people_epsilon(
     return total_bounds(total, delta=delta, adjacency=adjacency, accountants=accountants)["epsilon"]
 
 
-def check_caps(
-    index: PeopleIndex,
-    before: dict,
-    planned_state,
-    partition: str,
-    planned: dict,
-    *,
-    what: str = "release",
-) -> tuple[list, str | None]:
+def check_caps(index: PeopleIndex, before: dict, view, planned_state, planned: dict) -> tuple:
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
-    the planned release or audit (``what``; ``planned_state``: its dataset's state with it,
-    ``planned``: the rows it reads, refused first on a role collision): the checked caps, and the
-    refusal of the first cap exceeded (None if none is). A cap that includes audits composes every
-    name's audits too; a planned audit is checked against those caps only."""
-    dataset = planned_state.name
+    the planned release or audit (``view``, its kind saying which; ``planned_state``: its dataset's
+    state with it, ``planned``: the rows it reads, refused first on a role collision): the checked
+    caps, and the refusal of the first cap exceeded (None if none is). A cap that includes audits
+    composes every name's audits too; a planned audit is checked against those caps only."""
+    dataset, partition = view.dataset, view.partition
+    what = "audit" if view.kind == "audit" else "release"
     index.collisions(dataset, planned)
     after, index = {**before, dataset: planned_state}, index.with_planned(dataset, planned)
     checked, refusal = [], None

@@ -350,6 +350,8 @@ _APPLY = {"version": _version, "cap": _cap, "partition": _partition}
 _APPLY.update(dict.fromkeys(("release", "reservation", "audit"), _spend))
 _APPLY.update(dict.fromkeys(CLOSING_KINDS, _closing))
 _APPLY.update(dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None))
+#: Every entry kind a ledger may hold (any other is unreadable: written by a newer dpaudit or edited).
+ENTRY_KINDS = tuple(_APPLY)
 
 
 def replay(entries) -> dict[str, DatasetState]:

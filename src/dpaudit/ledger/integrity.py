@@ -17,17 +17,13 @@ from ..accounting.base import first_line
 from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
 from . import signing
-from .compose import DatasetState, parse_event, replay, unstable_declaration
+from .compose import ENTRY_KINDS, DatasetState, parse_event, replay, unstable_declaration
 from .fingerprint import is_fingerprint
 from .paths import GENESIS_HASH
 from .rows import ROWS_KIND
 from .signing import Problem
 from .store import ENTRY_COLUMNS
 
-ENTRY_KINDS = (
-    *("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version"),
-    *(ROWS_KIND, "audit", *signing.LEDGER_KINDS),
-)
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
 
 

@@ -262,18 +262,16 @@ def total_epsilon(
     )["epsilon"]
 
 
-def audit_columns(
-    state: DatasetState, delta: float, adj: str | None, accountants=AUDIT_ACCOUNTANTS
-) -> dict:
+def audit_columns(state: DatasetState, delta: float) -> dict:
     """Summary keys of a dataset row with audits: the audits' own composed epsilon
     (``audit_epsilon``), releases and audits composed together (``epsilon_with_audits``), both at
-    ``delta`` with :data:`AUDIT_ACCOUNTANTS`, and why the audits are unbounded if they are
-    (``audit_unbounded_reasons``)."""
-    adj = state.with_audits().adjacency() or adj
+    ``delta`` with :data:`AUDIT_ACCOUNTANTS` under the adjacency they share, and why the audits
+    are unbounded if they are (``audit_unbounded_reasons``)."""
+    adj = state.with_audits().adjacency()
     alone = dataclasses.replace(state, releases=list(state.audits), audits=[])
     return {
-        "audit_epsilon": total_epsilon(alone, delta, adj, accountants),
-        "epsilon_with_audits": total_epsilon(state.with_audits(), delta, adj, accountants),
+        "audit_epsilon": total_epsilon(alone, delta, adj, AUDIT_ACCOUNTANTS),
+        "epsilon_with_audits": total_epsilon(state.with_audits(), delta, adj, AUDIT_ACCOUNTANTS),
         "audit_unbounded_reasons": list(dataset_total(alone).unbounded_reasons),
     }
 
@@ -336,7 +334,7 @@ def _dataset_rows(state: DatasetState, shared: dict | None, accountants, whole: 
     total = dataset_total(state)
     bounds = total_bounds(total, delta=delta, adjacency=adj, accountants=accountants)
     cap = _cap_of(state)
-    audits = audit_columns(state, delta, adj) if state.audits else {}
+    audits = audit_columns(state, delta) if state.audits else {}
     spent = _charged(bounds["epsilon"], audits if state.cap_includes_audits else {}, shared)
     common = {
         "adjacency": adj,

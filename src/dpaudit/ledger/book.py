@@ -884,10 +884,6 @@ class Ledger:
         what = f"the planned release and the releases on dataset {dataset!r}"
         budget.require_adjacency(state, adj, what)
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
-        # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
-        with_audits = state.cap_includes_audits and state.audits
-        accountants = budget.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
-        state = state.budgeted()
         view = plan.view(fp)
         result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None}
         result.update(allowed=True, fingerprint=fp or None)
@@ -896,7 +892,7 @@ class Ledger:
             states, index = self._people_index(held)
             budget.people_columns(states, index, view, footprint, result)
         if state.cap is not None:
-            result.update(budget.cap_columns(state, view, accountants, allowed=result["allowed"]))
+            result.update(budget.cap_columns(state, view, allowed=result["allowed"]))
         return result
 
     def _footprint(self, data_rows) -> dict:

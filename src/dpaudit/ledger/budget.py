@@ -150,10 +150,15 @@ def without_held(state: DatasetState, held) -> DatasetState:
     return dataclasses.replace(state, releases=kept)
 
 
-def cap_columns(state: DatasetState, planned: ReleaseView, accountants, *, allowed: bool) -> dict:
-    """The cap columns of :meth:`~.book.Ledger.check`: spent so far, what the planned release
-    needs alone and the total with it, at the cap's delta (under the planned adjacency)."""
+def cap_columns(state: DatasetState, planned: ReleaseView, *, allowed: bool) -> dict:
+    """The cap columns of :meth:`~.book.Ledger.check`: what the cap counts spent so far, what the
+    planned release needs alone and the total with it, at the cap's delta (under the planned
+    adjacency)."""
+    # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
+    with_audits = state.cap_includes_audits and state.audits
+    accountants = AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
     (cap_eps, cap_delta), adjacency = state.cap, planned.adjacency
+    state = state.budgeted()
     before = dataset_total(state)
     alone = DatasetState(state.name, releases=[planned])
     total = total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)

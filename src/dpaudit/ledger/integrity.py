@@ -290,14 +290,14 @@ def refuse_held_children(state: DatasetState, parent: str, children) -> None:
         )
 
 
-#: The fields :func:`~.compose.replay` reads from an entry.
-_Row = namedtuple("_Row", "id kind dataset payload")
+#: The fields :func:`~.compose.replay` reads from an entry, and where it is stored.
+_Row = namedtuple("_Row", "seq id kind dataset payload")
 
 
 def _parsed(rows) -> list[_Row]:
     """The readable entries of ``rows`` (the others are named by _unreadable)."""
     payloads = [(r, signing.payload_of(r[5])) for r in rows]
-    return [_Row(r[1], r[2], r[4], payload) for r, payload in payloads if payload is not None]
+    return [_Row(*r[:3], r[4], payload) for r, payload in payloads if payload is not None]
 
 
 def partition_problems(rows) -> list[Problem]:
@@ -315,13 +315,12 @@ def partition_problems(rows) -> list[Problem]:
             continue  # ignored by replay: composes sequentially
         held = _held_when_declared(entries[:i], e, parent, children)
         if held:
-            seq = next(r[0] for r in rows if r[1] == e.id)
             message = (
-                f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
+                f"entry #{e.seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
                 f"after its children hold {', '.join(held)}: parallel composition would lower "
                 "what they spent."
             )
-            out.append(Problem("authority", message, seq, e.id))
+            out.append(Problem("authority", message, e.seq, e.id))
     return out
 
 

@@ -229,7 +229,8 @@ def open_ledger(path: str | os.PathLike | None = None, **options) -> "Ledger":
 class Ledger:
     """An open ledger on a path (SQLite), a ``postgresql://`` URL or a :class:`LedgerLocation`
     (:func:`~dpaudit.ledger.paths.resolve_ledger`; ``create=False``: a missing ledger file is a
-    LedgerError and nothing is created). Use as a context manager; every method is safe across processes (and, on PostgreSQL, machines).
+    LedgerError and nothing is created). Use as a context manager; every method is safe across
+    processes (and, on PostgreSQL, machines).
     ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`, name
     or path; default: :func:`~dpaudit.ledger.signing.load_signing_key`), used once registered
     (:meth:`register_key`). ``owner``: the owner's key id (or public key), pinned from outside

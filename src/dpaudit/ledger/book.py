@@ -26,7 +26,7 @@ from pathlib import Path
 from .. import __version__
 from ..accounting.adjacency import Adjacency
 from ..accounting.events import Event
-from ..errors import BudgetExceededError, DatasetIdentityError, LedgerError, UsageError
+from ..errors import DatasetIdentityError, LedgerError, UsageError
 from ..records import Release
 from ..validation import open_unit, positive_finite
 from . import budget, integrity, result_cache
@@ -135,13 +135,12 @@ def _require_open(target: Entry, what: str) -> Entry:
     return target
 
 
-def _spend_payload(
-    dataset: str, partition: str, adjacency: str, event: Event | None, mechanism: object
-) -> dict:
+def _spend_payload(spend: PlannedSpend, mechanism: object) -> dict:
     """The keys a reservation's and an audit's payload share: where it spends, what (its event,
     None: unbounded) and by which mechanism."""
+    event = spend.event
+    payload = dict(dataset_name=spend.dataset, partition=spend.partition, adjacency=spend.adjacency)
     guarantee = None if event is None else event.to_dict()
-    payload = dict(dataset_name=dataset, partition=partition, adjacency=adjacency)
     payload.update(guarantee=guarantee, non_private=event is None, mechanism=str(mechanism))
     return {**payload, "dpaudit_version": __version__}
 
@@ -204,14 +203,7 @@ class Entry:
         return self
 
 
-def open_ledger(
-    path: str | os.PathLike | None = None,
-    *,
-    busy_timeout: float = BUSY_TIMEOUT_S,
-    signing_key: "SigningKey | str | None" = None,
-    create: bool = True,
-    owner: str | None = None,
-) -> "Ledger":
+def open_ledger(path: str | os.PathLike | None = None, **options) -> "Ledger":
     """Open (creating if absent) the ledger at ``path``: a file (SQLite) or a ``postgresql://`` URL
     (see :func:`~dpaudit.ledger.paths.resolve_ledger`; any other scheme is refused).
     ``create=False`` (every reading command): a ledger file that does not exist is a LedgerError
@@ -219,10 +211,10 @@ def open_ledger(
 
     Args:
         path: a file path or a ``postgresql://`` URL (None: the default ledger).
-        busy_timeout: seconds to wait for another writer's lock.
-        signing_key: the analyst's key, its name or path (default: the configured key, if any).
-        create: create a missing ledger (False: refuse it).
-        owner: the owner's key id or public key, pinned from outside.
+        **options: :class:`Ledger`'s keywords: ``busy_timeout`` (seconds to wait for another
+            writer's lock), ``signing_key`` (the analyst's key, its name or path; default: the
+            configured key, if any), ``create`` (create a missing ledger; False: refuse it) and
+            ``owner`` (the owner's key id or public key, pinned from outside).
 
     Returns:
         The open Ledger (a context manager).
@@ -231,17 +223,14 @@ def open_ledger(
         UsageError: an unsupported location or signing key.
         LedgerError: the ledger cannot be opened or created, or does not exist with create=False.
     """
-    loc = resolve_ledger(path)
-    if not create:
-        require_existing(loc)
-    return Ledger(
-        loc, busy_timeout=busy_timeout, signing_key=signing_key, owner=owner, create=create
-    )
+    return Ledger(path, **options)
 
 
 class Ledger:
-    """An open ledger on a path (SQLite) or a ``postgresql://`` :class:`LedgerLocation`. Use as a
-    context manager; every method is safe across processes (and, on PostgreSQL, machines).
+    """An open ledger on a path (SQLite), a ``postgresql://`` URL or a :class:`LedgerLocation`
+    (:func:`~dpaudit.ledger.paths.resolve_ledger`; ``create=False``: a missing ledger file is a
+    LedgerError and nothing is created). Use as a context manager; every method is safe across
+    processes (and, on PostgreSQL, machines).
     ``signing_key``: the analyst's Ed25519 key (a :class:`~dpaudit.ledger.signing.SigningKey`, name
     or path; default: :func:`~dpaudit.ledger.signing.load_signing_key`), used once registered
     (:meth:`register_key`). ``owner``: the owner's key id (or public key), pinned from outside
@@ -250,7 +239,7 @@ class Ledger:
 
     def __init__(
         self,
-        path: "str | os.PathLike | LedgerLocation",
+        path: "str | os.PathLike | LedgerLocation | None" = None,
         *,
         busy_timeout: float = BUSY_TIMEOUT_S,
         signing_key: "SigningKey | str | None" = None,
@@ -258,20 +247,17 @@ class Ledger:
         create: bool = True,
     ) -> None:
         owner = owner_key_id(owner if owner is not None else os.environ.get(OWNER_ENV))
+        # the key before the store: a refused key leaves nothing open
+        key = signing_key if isinstance(signing_key, SigningKey) else load_signing_key(signing_key)
         self._key_bytes: bytes | None = None
-        if isinstance(path, LedgerLocation) and path.backend == "postgresql":
-            self._store = PostgresStore(path, busy_timeout=float(busy_timeout), initialise=create)
-            self.path = path.display
+        loc = resolve_ledger(path) if create else require_existing(resolve_ledger(path))
+        if loc.backend == "postgresql":
+            self._store = PostgresStore(loc, busy_timeout=float(busy_timeout), initialise=create)
+            self.path = loc.display
         else:
-            self.path = Path(path.path if isinstance(path, LedgerLocation) else path)
+            self.path = loc.path
             self._store = SqliteStore(self.path, busy_timeout=float(busy_timeout))
         self.backend = self._store.backend
-        try:
-            loaded = isinstance(signing_key, SigningKey)
-            key = signing_key if loaded else load_signing_key(signing_key)
-        except BaseException:
-            self.close()
-            raise
         self._authority = Authority(self._store, self.path, key, owner)
         # appends one entry inside the caller's write transaction (the chain, signatures, rules)
         self._append = self._authority.append
@@ -854,10 +840,8 @@ class Ledger:
             BudgetExceededError: releases + audits would exceed a cap that counts audits.
             RowRoleCollisionError: the audit's rows collide with another name's roles.
         """
-        check_name("dataset", dataset)
-        check_name("partition", partition)
-        adj = Adjacency.parse(adjacency).value
-        payload = _spend_payload(dataset, partition, adj, event, mechanism)
+        # the names and the adjacency checked as a planned release's
+        payload = _spend_payload(PlannedSpend(dataset, partition, event, adjacency), mechanism)
         payload.update(audit_id=audit_id, trials=int(trials), release_id=release_id)
         if event is None:
             payload["unbounded_reason"] = str(unbounded_reason or "trials without DP noise")
@@ -867,9 +851,6 @@ class Ledger:
             audited = next((e.payload.get("rows") for e in entries if e.id == release_id), None)
             if release_id and isinstance(audited, dict):
                 payload["rows"] = audited  # the audit trains on the audited release's rows
-            state = (states.get(dataset) or DatasetState(dataset)).with_audits()
-            what = f"the audit and the releases and audits on dataset {dataset!r}"
-            budget.require_adjacency(state, adj, what)
             view = release_view(audit_id, dataset, payload, kind="audit")
             budget.check_audit(states, PeopleIndex.build(rows, entries, states), view, payload)
             return self._append("audit", dataset, payload, entry_id=audit_id)
@@ -894,21 +875,16 @@ class Ledger:
             DatasetIdentityError: an unknown data digest.
             RowRoleCollisionError: a role collision with another name's rows.
         """
-        # a cap is decided on numbers computed here, never on a file
-        with result_cache.recomputed():
-            return self._check(PlannedSpend(**planned), exclude_reservations)
+        return self._check(PlannedSpend(**planned), exclude_reservations)
 
+    @result_cache.recomputed()  # a cap is decided on numbers computed here, never on a file
     def _check(self, plan: PlannedSpend, held) -> dict:
-        dataset, adj = plan.dataset, Adjacency.parse(plan.adjacency).value
+        dataset, adj = plan.dataset, plan.adjacency
         fp = self.fingerprint(plan.data_digest) if plan.data_digest else ""
         state = budget.without_held(self._state(dataset), held)
         what = f"the planned release and the releases on dataset {dataset!r}"
         budget.require_adjacency(state, adj, what)
         self._check_identity(dataset, state, fp, plan.data_info, planned=True)
-        # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
-        with_audits = state.cap_includes_audits and state.audits
-        accountants = budget.AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
-        state = state.budgeted()
         view = plan.view(fp)
         result = {"dataset": dataset, "partition": plan.partition, "adjacency": adj, "cap": None}
         result.update(allowed=True, fingerprint=fp or None)
@@ -917,8 +893,7 @@ class Ledger:
             states, index = self._people_index(held)
             budget.people_columns(states, index, view, footprint, result)
         if state.cap is not None:
-            caps = budget.cap_columns(state, view, adj, accountants, allowed=result["allowed"])
-            result.update(caps)
+            result.update(budget.cap_columns(state, view, allowed=result["allowed"]))
         return result
 
     def _footprint(self, data_rows) -> dict:
@@ -940,11 +915,11 @@ class Ledger:
             BudgetExceededError: the planned release would exceed a cap.
             UsageError: an invalid planned spend.
         """
-        plan = PlannedSpend(**planned)
-        checked = self.check(exclude_reservations=exclude_reservations, **planned)
-        refused = budget.refusal(plan, checked)
-        if refused is not None:
-            raise BudgetExceededError(refused)
+        return self._preflight(PlannedSpend(**planned), exclude_reservations)
+
+    def _preflight(self, plan: PlannedSpend, held=()) -> dict:
+        checked = self._check(plan, held)
+        budget.refuse(plan, checked)
         return checked
 
     def reserve(self, *, mechanism: str = "", **planned) -> str:
@@ -974,11 +949,10 @@ class Ledger:
         """
         plan = PlannedSpend(**planned)
         footprint = None if plan.data_rows is None else self._footprint(plan.data_rows)
+        plan = dataclasses.replace(plan, data_rows=footprint)
         with self._store.write():
-            self.preflight(**{**planned, "data_rows": footprint})
-            fp = self.fingerprint(plan.data_digest) if plan.data_digest else None
-            adj = Adjacency.parse(plan.adjacency).value
-            payload = _spend_payload(plan.dataset, plan.partition, adj, plan.event, mechanism or "")
+            fp = self._preflight(plan)["fingerprint"]
+            payload = _spend_payload(plan, mechanism or "")
             payload.update(dataset_fingerprint=fp, pid=os.getpid(), host=_hostname())
             _with(
                 payload,

@@ -68,6 +68,8 @@ class PlannedSpend:
     def __post_init__(self) -> None:
         check_name("dataset", self.dataset)
         check_name("partition", self.partition)
+        # one spelling for every check, payload and view of the spend
+        object.__setattr__(self, "adjacency", Adjacency.parse(self.adjacency).value)
 
     def view(self, fingerprint: str) -> ReleaseView:
         """The planned spend as composition sees it (its noise tail checked to be a number >= 0)."""
@@ -76,8 +78,7 @@ class PlannedSpend:
             raise UsageError(
                 f"noise_tail_delta must be a number >= 0, got {self.noise_tail_delta!r}."
             )
-        adjacency = Adjacency.parse(self.adjacency).value
-        where = ("planned", self.dataset, self.partition, adjacency)
+        where = ("planned", self.dataset, self.partition, self.adjacency)
         spends = (None, None, self.event, self.event is None)  # no claim of its own yet
         known = {"fingerprint": fingerprint, "uncertified": self.uncertified}
         return ReleaseView(*where, *spends, noise_tail_delta=tail, **known)
@@ -149,12 +150,15 @@ def without_held(state: DatasetState, held) -> DatasetState:
     return dataclasses.replace(state, releases=kept)
 
 
-def cap_columns(
-    state: DatasetState, planned: ReleaseView, adjacency: str, accountants, *, allowed: bool
-) -> dict:
-    """The cap columns of :meth:`~.book.Ledger.check`: spent so far, what the planned release
-    needs alone and the total with it, at the cap's delta."""
-    cap_eps, cap_delta = state.cap
+def cap_columns(state: DatasetState, planned: ReleaseView, *, allowed: bool) -> dict:
+    """The cap columns of :meth:`~.book.Ledger.check`: what the cap counts spent so far, what the
+    planned release needs alone and the total with it, at the cap's delta (under the planned
+    adjacency)."""
+    # the audits too when the cap includes them (then with the audit totals' fast RDP bound)
+    with_audits = state.cap_includes_audits and state.audits
+    accountants = AUDIT_ACCOUNTANTS if with_audits else ("rdp", "prv")
+    (cap_eps, cap_delta), adjacency = state.cap, planned.adjacency
+    state = state.budgeted()
     before = dataset_total(state)
     alone = DatasetState(state.name, releases=[planned])
     total = total_epsilon(state.with_release(planned), cap_delta, adjacency, accountants)
@@ -176,23 +180,24 @@ def people_columns(
     and ``allowed`` False with ``people_refusal`` when one would be exceeded); see ledger.rows."""
     state = states.get(planned.dataset) or DatasetState(planned.dataset)
     after = state.with_release(planned)
-    result["people"], refusal = check_caps(index, states, after, planned.partition, footprint)
+    result["people"], refusal = check_caps(index, states, planned, after, footprint)
     if refusal is not None and result["allowed"]:
         result.update(allowed=False, people_refusal=refusal)
 
 
-def refusal(plan: PlannedSpend, checked: dict) -> str | None:
-    """The one-line refusal of :meth:`~.book.Ledger.preflight` for ``checked`` (None: allowed)."""
+def refuse(plan: PlannedSpend, checked: dict) -> None:
+    """Raise the one-line refusal (:class:`BudgetExceededError`) of
+    :meth:`~.book.Ledger.preflight` for ``checked``, unless it is allowed."""
     if checked["allowed"]:
-        return None
+        return
     cap = checked["cap"]
     if checked.get("people_refusal") and (cap is None or checked["total"] <= cap["epsilon"]):
-        return checked["people_refusal"]
+        raise BudgetExceededError(checked["people_refusal"])
     open_held = checked.get("reservations")
     held = f" and {open_held} open reservation(s)" if open_held else ""
     why = f" ({plan.uncertified})" if plan.uncertified else ""
     spent, needs, total = (fmt_epsilon(checked[k]) for k in ("spent", "needs", "total"))
-    return (
+    raise BudgetExceededError(
         f"budget of dataset {plan.dataset!r} exceeded: {checked['releases']} release(s){held} "
         f"already spent epsilon={spent}, this release on {plan.dataset}:{plan.partition} needs "
         f"epsilon={needs}{why} alone, composed total would be epsilon={total} > cap "
@@ -204,14 +209,17 @@ def refusal(plan: PlannedSpend, checked: dict) -> str | None:
 def check_audit(states: dict, index: PeopleIndex, view: ReleaseView, payload: dict) -> None:
     """Refuse (:class:`BudgetExceededError`) a planned audit that would push its dataset's releases
     and audits over a cap that includes audits, or any such cap reached through shared people
-    (after its rows' role collisions, :class:`~dpaudit.errors.RowRoleCollisionError`)."""
+    (after another adjacency than its releases' and audits', :class:`LedgerAdjacencyError`, and its
+    rows' role collisions, :class:`~dpaudit.errors.RowRoleCollisionError`)."""
     dataset = view.dataset
     state = states.get(dataset) or DatasetState(dataset)
+    what = f"the audit and the releases and audits on dataset {dataset!r}"
+    require_adjacency(state.with_audits(), view.adjacency, what)
     after = dataclasses.replace(state, audits=state.audits + [view])
     if state.cap is not None and state.cap_includes_audits:
         _check_audit_cap(state, after, payload)
     footprint = index.footprint(dataset, payload)
-    _, refused = check_caps(index, states, after, view.partition, footprint, what="audit")
+    _, refused = check_caps(index, states, view, after, footprint)
     if refused is not None and payload["non_private"]:
         cap = "a cap that counts audits and shares its people"
         refused = unbounded_audit_refusal(dataset, payload, cap)
@@ -259,18 +267,16 @@ def total_epsilon(
     )["epsilon"]
 
 
-def audit_columns(
-    state: DatasetState, delta: float, adj: str | None, accountants=AUDIT_ACCOUNTANTS
-) -> dict:
+def audit_columns(state: DatasetState, delta: float) -> dict:
     """Summary keys of a dataset row with audits: the audits' own composed epsilon
     (``audit_epsilon``), releases and audits composed together (``epsilon_with_audits``), both at
-    ``delta`` with :data:`AUDIT_ACCOUNTANTS`, and why the audits are unbounded if they are
-    (``audit_unbounded_reasons``)."""
-    adj = state.with_audits().adjacency() or adj
+    ``delta`` with :data:`AUDIT_ACCOUNTANTS` under the adjacency they share, and why the audits
+    are unbounded if they are (``audit_unbounded_reasons``)."""
+    adj = state.with_audits().adjacency()
     alone = dataclasses.replace(state, releases=list(state.audits), audits=[])
     return {
-        "audit_epsilon": total_epsilon(alone, delta, adj, accountants),
-        "epsilon_with_audits": total_epsilon(state.with_audits(), delta, adj, accountants),
+        "audit_epsilon": total_epsilon(alone, delta, adj, AUDIT_ACCOUNTANTS),
+        "epsilon_with_audits": total_epsilon(state.with_audits(), delta, adj, AUDIT_ACCOUNTANTS),
         "audit_unbounded_reasons": list(dataset_total(alone).unbounded_reasons),
     }
 
@@ -333,7 +339,7 @@ def _dataset_rows(state: DatasetState, shared: dict | None, accountants, whole: 
     total = dataset_total(state)
     bounds = total_bounds(total, delta=delta, adjacency=adj, accountants=accountants)
     cap = _cap_of(state)
-    audits = audit_columns(state, delta, adj) if state.audits else {}
+    audits = audit_columns(state, delta) if state.audits else {}
     spent = _charged(bounds["epsilon"], audits if state.cap_includes_audits else {}, shared)
     common = {
         "adjacency": adj,

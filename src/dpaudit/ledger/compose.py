@@ -350,6 +350,8 @@ _APPLY = {"version": _version, "cap": _cap, "partition": _partition}
 _APPLY.update(dict.fromkeys(("release", "reservation", "audit"), _spend))
 _APPLY.update(dict.fromkeys(CLOSING_KINDS, _closing))
 _APPLY.update(dict.fromkeys(("key", "policy", "rows", "plan", "seal"), lambda *_: None))
+#: Every entry kind a ledger may hold (any other is unreadable: written by a newer dpaudit or edited).
+ENTRY_KINDS = tuple(_APPLY)
 
 
 def replay(entries) -> dict[str, DatasetState]:
@@ -565,15 +567,13 @@ _CACHE_SIZE = 512
 
 def _cached_epsilon(event: Event, delta: float, accountant: str, adjacency: str):
     key = (event, delta, accountant, adjacency)
+    cached = _CACHE.get(key)
     # An answer read from the on-disk file is remembered as such: a budget decision
     # (result_cache.recomputed) never uses it, it computes its own.
-    if key in _CACHE and not (result_cache.deciding() and _CACHE[key][1]):
-        _CACHE.move_to_end(key)
-        res = _CACHE[key][0]
-    else:
+    if cached is None or (result_cache.deciding() and cached[1]):
         # prv answers are also kept on disk (result_cache.py: exact key incl. the code, checked
         # entries), so a summary of an unchanged ledger does not import prv-accountant (~1.3 s).
-        res = result_cache.lookup(event, delta, accountant, adjacency)
+        res = result_cache.lookup(*key)
         from_file = res is not None
         if res is None:
             try:
@@ -582,14 +582,14 @@ def _cached_epsilon(event: Event, delta: float, accountant: str, adjacency: str)
                 )
             except Exception as e:  # noqa: BLE001 - a failure is remembered too (a dataset total and its
                 res = e  # only partition are the same event; prv may take seconds to fail)
-            result_cache.store(event, delta, accountant, adjacency, res)
-        _CACHE[key] = (res, from_file)
-        _CACHE.move_to_end(key)
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    if isinstance(res, Exception):
-        raise res
-    return res
+            result_cache.store(*key, res)
+        cached = _CACHE[key] = (res, from_file)
+    _CACHE.move_to_end(key)
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    if isinstance(cached[0], Exception):
+        raise cached[0]
+    return cached[0]
 
 
 def _pure_only(event: Event) -> bool:

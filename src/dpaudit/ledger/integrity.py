@@ -17,17 +17,13 @@ from ..accounting.base import first_line
 from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
 from . import signing
-from .compose import DatasetState, parse_event, replay, unstable_declaration
+from .compose import ENTRY_KINDS, DatasetState, parse_event, replay, unstable_declaration
 from .fingerprint import is_fingerprint
 from .paths import GENESIS_HASH
 from .rows import ROWS_KIND
 from .signing import Problem
 from .store import ENTRY_COLUMNS
 
-ENTRY_KINDS = (
-    *("release", "void", "cap", "partition", "reservation", "settle", "cancel", "version"),
-    *(ROWS_KIND, "audit", *signing.LEDGER_KINDS),
-)
 EXPORT_FORMAT = "dpaudit-ledger-export-v1"
 
 
@@ -294,14 +290,14 @@ def refuse_held_children(state: DatasetState, parent: str, children) -> None:
         )
 
 
-#: The fields :func:`~.compose.replay` reads from an entry.
-_Row = namedtuple("_Row", "id kind dataset payload")
+#: The fields :func:`~.compose.replay` reads from an entry, and where it is stored.
+_Row = namedtuple("_Row", "seq id kind dataset payload")
 
 
 def _parsed(rows) -> list[_Row]:
     """The readable entries of ``rows`` (the others are named by _unreadable)."""
     payloads = [(r, signing.payload_of(r[5])) for r in rows]
-    return [_Row(r[1], r[2], r[4], payload) for r, payload in payloads if payload is not None]
+    return [_Row(*r[:3], r[4], payload) for r, payload in payloads if payload is not None]
 
 
 def partition_problems(rows) -> list[Problem]:
@@ -319,13 +315,12 @@ def partition_problems(rows) -> list[Problem]:
             continue  # ignored by replay: composes sequentially
         held = _held_when_declared(entries[:i], e, parent, children)
         if held:
-            seq = next(r[0] for r in rows if r[1] == e.id)
             message = (
-                f"entry #{seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
+                f"entry #{e.seq} (partition {e.id}) declares {e.dataset}:{parent} disjoint "
                 f"after its children hold {', '.join(held)}: parallel composition would lower "
                 "what they spent."
             )
-            out.append(Problem("authority", message, seq, e.id))
+            out.append(Problem("authority", message, e.seq, e.id))
     return out
 
 

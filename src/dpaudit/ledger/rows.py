@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..data.rows import SOURCES
 from ..errors import AdjacencyMismatchError, RowRoleCollisionError
-from .compose import NodeTotal, _sequential_totals, dataset_total, fmt_epsilon, total_bounds
+from .compose import _sequential_totals, dataset_total, fmt_epsilon, total_bounds
 
 ROWS_KIND = "rows"
 EVERY_ROW = "*"
@@ -257,21 +257,6 @@ class PeopleIndex:
         )
 
 
-def people_total(states: dict, names, audits: bool = False) -> NodeTotal:
-    """The names' dataset totals (with their audits when ``audits``) composed sequentially (they may
-    share people); one adjacency."""
-    adjacencies = {
-        n: states[n].adjacency() for n in names if n in states and states[n].adjacency() is not None
-    }
-    if len(set(adjacencies.values())) > 1:
-        shown = ", ".join(f"{n} ({a})" for n, a in sorted(adjacencies.items()))
-        raise AdjacencyMismatchError(
-            f"releases on datasets that share people must use one adjacency to be composed, got {shown}."
-        )
-    kept = [states[n] for n in names if n in states]
-    return _sequential_totals([dataset_total(st.with_audits() if audits else st) for st in kept])
-
-
 def caps_to_check(
     index: PeopleIndex, states: dict, dataset: str, planned: dict
 ) -> list[tuple[str, list[str]]]:
@@ -289,35 +274,31 @@ def caps_to_check(
     return out
 
 
-def adjacency_of(states: dict, names) -> str | None:
-    return next(
-        (states[n].adjacency() for n in names if n in states and states[n].adjacency()), None
-    )
-
-
 def people_epsilon(
     states: dict, names, delta: float, audits: bool = False, accountants=("rdp", "prv")
 ) -> float:
-    """The smallest bound on :func:`people_total` of ``names`` at ``delta``."""
-    total, adjacency = people_total(states, names, audits), adjacency_of(states, names)
+    """The smallest bound at ``delta`` on the names' dataset totals (with their audits when
+    ``audits``) composed sequentially (they may share people); one adjacency."""
+    kept = [states[n] for n in names if n in states]
+    adjacencies = {st.name: st.adjacency() for st in kept if st.adjacency() is not None}
+    if len(set(adjacencies.values())) > 1:
+        shown = ", ".join(f"{n} ({a})" for n, a in sorted(adjacencies.items()))
+        raise AdjacencyMismatchError(
+            f"releases on datasets that share people must use one adjacency to be composed, got {shown}."
+        )
+    total = _sequential_totals([dataset_total(st.with_audits() if audits else st) for st in kept])
+    adjacency = next(iter(adjacencies.values()), None)
     return total_bounds(total, delta=delta, adjacency=adjacency, accountants=accountants)["epsilon"]
 
 
-def check_caps(
-    index: PeopleIndex,
-    before: dict,
-    planned_state,
-    partition: str,
-    planned: dict,
-    *,
-    what: str = "release",
-) -> tuple[list, str | None]:
+def check_caps(index: PeopleIndex, before: dict, view, planned_state, planned: dict) -> tuple:
     """Every cap reached through shared people (:func:`caps_to_check`), composed before and with
-    the planned release or audit (``what``; ``planned_state``: its dataset's state with it,
-    ``planned``: the rows it reads, refused first on a role collision): the checked caps, and the
-    refusal of the first cap exceeded (None if none is). A cap that includes audits composes every
-    name's audits too; a planned audit is checked against those caps only."""
-    dataset = planned_state.name
+    the planned release or audit (``view``, its kind saying which; ``planned_state``: its dataset's
+    state with it, ``planned``: the rows it reads, refused first on a role collision): the checked
+    caps, and the refusal of the first cap exceeded (None if none is). A cap that includes audits
+    composes every name's audits too; a planned audit is checked against those caps only."""
+    dataset, partition = view.dataset, view.partition
+    what = "audit" if view.kind == "audit" else "release"
     index.collisions(dataset, planned)
     after, index = {**before, dataset: planned_state}, index.with_planned(dataset, planned)
     checked, refusal = [], None

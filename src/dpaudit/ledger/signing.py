@@ -416,8 +416,8 @@ def _unsigned_problem(ring: KeyRing, r: SignedRow) -> str | None:
     return None
 
 
-def _registered_key(payload: dict) -> tuple[bytes | None, str]:
-    """(raw public key, problem) of a ``key`` entry's payload."""
+def _registered_key(r: SignedRow, payload: dict, role: str) -> tuple[RegisteredKey | None, str]:
+    """(the key, with ``role``, or None; problem) that the ``key`` entry ``r`` registers."""
     try:
         raw = parse_public_key(str(payload.get("public_key")))
     except UsageError:
@@ -425,22 +425,21 @@ def _registered_key(payload: dict) -> tuple[bytes | None, str]:
     kid = key_id(raw)
     if payload.get("key_id") != kid:
         return None, f"registers key {payload.get('key_id')!r} but its public key has id {kid}."
-    return raw, ""
+    return RegisteredKey(kid, raw, str(payload.get("name", "")), role, r.id, r.seq, r.signer), ""
 
 
 def _owner_problem(ring: KeyRing, r: SignedRow, payload: dict, owner: str | None, ok) -> str | None:
     """Check the first registration (the owner's key signs its own entry) and adopt it."""
-    raw, why = _registered_key(payload)
-    if raw is None:
+    key, why = _registered_key(r, payload, "owner")
+    if key is None:
         return why
-    if key_id(raw) != r.signer:
+    if key.key_id != r.signer:
         return f"registers the first key but is signed by another key ({r.signer}); the owner's key must sign its own registration."
-    if not ok(raw, r.signature or "", r):
+    if not ok(key.public_raw, r.signature or "", r):
         return f"has an invalid signature by key {r.signer}: its content or the previous hash changed since it was signed."
     if owner is not None and r.signer != owner:
         return f"registers owner key {r.signer}, not the expected owner {owner}: the ledger was re-created or rewritten."
-    name = str(payload.get("name", ""))
-    ring.keys[r.signer] = RegisteredKey(r.signer, raw, name, "owner", r.id, r.seq, r.signer)
+    ring.keys[r.signer] = key
     ring.owner, ring.required_since = r.signer, r.seq
     return None
 
@@ -501,10 +500,9 @@ def _signed_problem(
 
 def _register_member(ring: KeyRing, r: SignedRow, payload: dict) -> str | None:
     """Adopt the member key a key entry registers (its problem when the payload holds none)."""
-    raw, why = _registered_key(payload)
-    if raw is not None:
-        name, kid = str(payload.get("name", "")), key_id(raw)
-        ring.keys.setdefault(kid, RegisteredKey(kid, raw, name, "member", r.id, r.seq, r.signer))
+    key, why = _registered_key(r, payload, "member")
+    if key is not None:
+        ring.keys.setdefault(key.key_id, key)
     return why or None
 
 

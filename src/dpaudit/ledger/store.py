@@ -1,13 +1,15 @@
 """What the two ledger stores (:mod:`.store_sqlite`, :mod:`.store_pg`) share: the entry columns,
-the tables of schema 1, reading rows, appending one and applying the schema steps. A store sets
-``_prefix`` (its schema, qualifying the table names), ``_mark`` (its parameter placeholder),
-``display``, ``_conn`` and ``_migrations`` (its schema steps by version), and provides ``execute``,
-``write``, ``_in_transaction`` and ``_inserted`` (run the insert).
+the tables of schema 1, read snapshots, reading rows, appending one and applying the schema steps.
+A store sets ``_prefix`` (its schema, qualifying the table names), ``_mark`` (its parameter
+placeholder), ``display``, ``_conn`` and ``_migrations`` (its schema steps by version), and
+provides ``execute``, ``write``, ``_in_transaction``, ``_begin_read`` (start a read snapshot) and
+``_inserted`` (run the insert).
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Iterator
 
 from .. import __version__
 from ..errors import LedgerError
@@ -51,6 +53,26 @@ class StoreBase:
             with contextlib.suppress(Exception):  # closing a connection the server dropped
                 self._conn.close()
             self._conn = None
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        """One read snapshot for several reads (a no-op inside a transaction, which is already
+        consistent)."""
+        if self._in_transaction():
+            yield
+            return
+        with self.errors():
+            self._begin_read()
+        try:
+            yield
+        finally:
+            with self.errors():
+                if self._open():
+                    self.conn.execute("COMMIT")
+
+    def _open(self) -> bool:
+        """Whether the connection can still end the read (a dropped server connection cannot)."""
+        return True
 
     def schema_version(self) -> int:
         row = self.execute(f"SELECT MAX(version) FROM {self._prefix}schema_version").fetchone()

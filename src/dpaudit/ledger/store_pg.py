@@ -259,21 +259,12 @@ class PostgresStore(StoreBase):
             if self._conn is not None and not self._conn.closed and not self._conn.broken:
                 self._conn.execute("ROLLBACK")
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[None]:
-        """One snapshot for several reads (a no-op inside a write transaction, which is already consistent)."""
-        if self._in_transaction():
-            yield
-            return
-        with self.errors():
-            self._ensure_connection()
-            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        try:
-            yield
-        finally:
-            with self.errors():
-                if not self.conn.closed and not self.conn.broken:
-                    self.conn.execute("COMMIT")
+    def _begin_read(self) -> None:
+        self._ensure_connection()
+        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def _open(self) -> bool:
+        return not self.conn.closed and not self.conn.broken
 
     # -- schema
     def _tables(self) -> set[str]:

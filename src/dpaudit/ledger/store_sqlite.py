@@ -190,20 +190,8 @@ class SqliteStore(StoreBase):
                     conn.execute("ROLLBACK")
                 raise
 
-    @contextlib.contextmanager
-    def read(self) -> Iterator[None]:
-        """One read snapshot for several reads (a no-op inside a transaction)."""
-        conn = self.conn
-        own = not conn.in_transaction
-        if own:
-            with self.errors():
-                conn.execute("BEGIN")
-        try:
-            yield
-        finally:
-            if own:
-                with self.errors():
-                    conn.execute("COMMIT")
+    def _begin_read(self) -> None:
+        self.conn.execute("BEGIN")
 
     # -- rows
     def _in_transaction(self) -> bool:

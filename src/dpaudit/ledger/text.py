@@ -21,11 +21,8 @@ def _voided(e) -> str:
 
 
 def _release(e, p) -> str:
-    what = (
-        "non-private (unbounded)"
-        if p.get("non_private")
-        else f"eps={num(p.get('epsilon'))} delta={p.get('delta'):g} {_kind_of(p)}"
-    )
+    claim = "" if p.get("non_private") else f"eps={num(p.get('epsilon'))} delta={p.get('delta'):g} "
+    what = claim + _kind_of(p)  # the guarantee's type, or "non-private (unbounded)"
     if p.get("uncertified"):
         what += f"  {p['uncertified']} (counts as unbounded)"
     tag = (p.get("sweep") or {}).get("name")

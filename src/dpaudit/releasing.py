@@ -399,15 +399,13 @@ def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
     try:
         session.close(error=e)
     except Exception as close_error:  # noqa: BLE001 - the run's own error is the one to raise
-        rid = session.reservation_id
+        rid, session.kept_open = session.reservation_id, True
         session.outcome = (
             f"reservation {rid} kept as spent because closing it failed "
             f"({first_line(close_error)}; `dpaudit ledger void {rid} --reason ...`)"
         )
+    if session.kept_open:
         e.add_note(f"dpaudit: budget {session.outcome}.")
-    else:
-        if session.kept_open:
-            e.add_note(f"dpaudit: budget {session.outcome}.")
     if isinstance(e, (KeyboardInterrupt, Terminated)):
         _say_interrupted(session, "SIGTERM" if isinstance(e, Terminated) else "SIGINT")
 
@@ -472,12 +470,6 @@ class BudgetCheck:
     noise_tail_delta: float = 0.0
     data_rows: object = None
 
-    def keywords(self, *, mechanism: bool = True) -> dict:
-        skip = () if mechanism else ("mechanism",)
-        return {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip
-        }
-
 
 def reserve(
     check: BudgetCheck | None = None,
@@ -511,7 +503,7 @@ def reserve(
             f"after {session.reservation_id}."
         )
     with open_ledger(ledger_path) as ledger:
-        rid = ledger.reserve(**check.keywords())
+        rid = ledger.reserve(**vars(check))
     session.ledger_path = ledger_path
     session.reservation_id = rid
     session.catch_terminate()
@@ -550,8 +542,9 @@ def preflight(
     check = check or BudgetCheck(**fields)
     if ledger_missing(resolve_ledger(ledger_path)):
         return
+    planned = {name: value for name, value in vars(check).items() if name != "mechanism"}
     with open_ledger(ledger_path, create=False) as ledger:
-        ledger.preflight(**check.keywords(mechanism=False), exclude_reservations=_HELD.get())
+        ledger.preflight(**planned, exclude_reservations=_HELD.get())
 
 
 def publish(
@@ -756,12 +749,7 @@ def declare_partition(declaration, ledger_path=None) -> None:
     """Declare ``declaration`` (:class:`~dpaudit.mechanisms.contract.PartitionDeclaration`):
     its parent splits into disjoint children in the ledger."""
     with open_ledger(ledger_path) as ledger:
-        ledger.declare_partition(
-            declaration.dataset,
-            declaration.parent,
-            tuple(declaration.children),
-            declaration.declared_by,
-        )
+        ledger.declare_partition(**vars(declaration))  # its fields are the ledger's arguments
 
 
 def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
@@ -806,7 +794,6 @@ def build_release(
             f"{noise.replay_of} (a second release from the same noise would reveal the "
             f"difference of their data)."
         )
-    request = plan.request
     return Release(
         **{name: getattr(plan, name) for name in _FROM_PLAN},
         epsilon=claimed,
@@ -827,7 +814,7 @@ def build_release(
         data_digest=getattr(data, "sha256", None),
         artefacts=_artefacts(mech, output, out_dir),
         command=mech.command_line(plan, out_dir),  # derived from the request, never parsed back
-        request=request.to_dict() if hasattr(request, "to_dict") else None,
+        request=plan.request.to_dict() if hasattr(plan.request, "to_dict") else None,
         **_release_fields(plan, output, claimed),
     )
 

@@ -57,9 +57,7 @@ def option(
         "path": path,
         "note": note,
     }
-    if default is _MISSING:
-        return field(metadata=meta)
-    return field(default=default, metadata=meta)
+    return field(default=default, metadata=meta)  # MISSING: a required field
 
 
 #: A request field holding a small frozen record of related options (every field an

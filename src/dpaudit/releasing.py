@@ -46,6 +46,7 @@ from .errors import AccountingMismatchError, UsageError
 from .lazy import lazy_import
 from .ledger import result_cache
 from .ledger.book import open_ledger
+from .ledger.fingerprint import write_secret
 from .ledger.paths import ledger_missing, resolve_ledger
 from .mechanisms import registry
 from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
@@ -145,11 +146,7 @@ def _create_seed_file(path: Path) -> None:
         return
     aside = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
     try:
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(_SEED_HEX // 2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        write_secret(aside, (secrets.token_hex(_SEED_HEX // 2) + "\n").encode())
         with contextlib.suppress(FileExistsError):
             os.link(aside, path)
     except OSError as e:

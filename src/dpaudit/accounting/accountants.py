@@ -33,7 +33,8 @@ from .rdp import RDP, RDP_ORDERS, rdp_curve, rdp_to_epsilon  # noqa: F401 - like
 #: Every accountant :func:`compute_epsilon` knows, in the order tools list them.
 ACCOUNTANTS = ("rdp", "prv", "pld", "pure")
 
-_REGISTRY: dict[str, Accountant] = {}
+#: Every registered accountant by name, the built-ins first.
+_REGISTRY: dict[str, Accountant] = {acc.name: acc for acc in (RDP, PRV, PLD, PureAccountant())}
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 #: Names the CLI gives another meaning (``--accountant all``).
 _RESERVED_NAMES = frozenset({"all"})
@@ -124,11 +125,6 @@ def get_accountant(accountant: "str | Accountant") -> Accountant:
         return accountant
     rule = "" if isinstance(accountant, str) else " or an Accountant"
     raise UsageError(f"accountant must be one of {', '.join(_REGISTRY)}{rule}, got {accountant!r}.")
-
-
-for _builtin in (RDP, PRV, PLD, PureAccountant()):
-    register_accountant(_builtin)
-del _builtin
 
 
 def support_error(

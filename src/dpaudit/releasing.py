@@ -208,7 +208,16 @@ def _use_stream_seed(secret: int, use: int, nonce: str) -> int:
 
 
 @contextlib.contextmanager
-def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
+def _scoped(variable: contextvars.ContextVar, value) -> Iterator[None]:
+    """``variable`` set to ``value`` within the block, restored after it."""
+    token = variable.set(value)
+    try:
+        yield
+    finally:
+        variable.reset(token)
+
+
+def secret_noise_seed(path: str | os.PathLike | None) -> contextlib.AbstractContextManager:
     """Within this block, each release draws its DP noise from its own use of the secret noise
     seed file ``path`` (``--noise-seed-file``; created with 256 fresh bits when absent).
 
@@ -218,11 +227,7 @@ def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
     names the file; the file records which use made which release). Reproducible means checkable:
     :func:`replay_noise_source` rebuilds a recorded release's noise for re-running it, never for a
     new release. None: no effect."""
-    token = _NOISE_SEED_FILE.set(None if path is None else Path(path).expanduser())
-    try:
-        yield
-    finally:
-        _NOISE_SEED_FILE.reset(token)
+    return _scoped(_NOISE_SEED_FILE, None if path is None else Path(path).expanduser())
 
 
 def read_noise_seed(path: str | os.PathLike) -> NoiseSeedUse:
@@ -427,15 +432,13 @@ def release_session() -> Iterator[ReleaseSession]:
     same way and says on stderr what it kept and what it released. An error while closing never
     hides the run's own error; the reservation then stays open (spent)."""
     session = ReleaseSession()
-    token = _SESSION.set(session)
     try:
-        yield session
+        with _scoped(_SESSION, session):  # left before the session closes
+            yield session
     except BaseException as e:
-        _SESSION.reset(token)
         # an interrupt while closing is dropped: the run is stopping already
         _close_session(session, e)
         raise
-    _SESSION.reset(token)
     # an interrupt during the final ledger write: honoured after it
     for signum in _close_session(session)[:1]:
         signal.raise_signal(signum)
@@ -514,19 +517,14 @@ _HELD: contextvars.ContextVar[tuple] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def held_by_caller(reservation_ids) -> Iterator[None]:
+def held_by_caller(reservation_ids) -> contextlib.AbstractContextManager:
     """Within this block, :func:`preflight` leaves ``reservation_ids`` out of the spent budget.
 
     For a sweep worker: its coordinator reserved the budget of every task of the sweep in one
     atomic check before dispatching them, so the task's own planned release is already inside
     those reservations; counting them again would refuse the sweep against itself. The worker's
     pre-check still enforces the cap against everything else and checks the data identity."""
-    token = _HELD.set(tuple(reservation_ids or ()))
-    try:
-        yield
-    finally:
-        _HELD.reset(token)
+    return _scoped(_HELD, tuple(reservation_ids or ()))
 
 
 def preflight(

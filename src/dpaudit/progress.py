@@ -265,8 +265,7 @@ class _Heartbeat:
     def end(self) -> None:
         """Stop the thread (it prints nothing more); a second call does nothing."""
         self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join()
+        self.thread.join()  # started at construction; a finished thread joins at once
         if self in _BEATING:
             _BEATING.remove(self)
 

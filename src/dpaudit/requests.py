@@ -144,8 +144,7 @@ class Request(Grouped):
         """
         if not isinstance(data, dict):
             raise DataError(f"request must be a JSON object, got {type(data).__name__}.")
-        options = cls.option_fields()
-        known = {f.name for f in options}
+        known = cls.flat_names()
         unknown = sorted(set(data) - known)
         if unknown:
             raise DataError(
@@ -153,7 +152,7 @@ class Request(Grouped):
             )
         types = cls.field_types()
         kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
-        required = [f.name for f in options if f.default is f.default_factory is _MISSING]
+        required = [f.name for f in fields(cls) if f.default is f.default_factory is _MISSING]
         missing = [name for name in required if name not in kwargs]
         if missing:
             raise DataError(f"request is missing required keys: {', '.join(missing)}.")

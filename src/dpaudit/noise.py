@@ -271,9 +271,7 @@ class _ChaCha20Stream:
         self._used = 0
 
     def read(self, n: int) -> bytes:
-        if n <= 0:
-            return b""
-        out = bytearray()
+        out = bytearray()  # n <= 0: nothing read
         while len(out) < n:
             if self._used >= _REKEY_BYTES:
                 self._rekey()

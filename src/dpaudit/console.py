@@ -57,6 +57,3 @@ def print_message(message: str | Text, out: Console | None = None, style: str = 
     out = out or console
     text = message if isinstance(message, Text) else Text(message, style=style)
     out.print(wrap_words(text, wrap_width(out)), soft_wrap=True, highlight=False)
-
-
-__all__ = ["console", "err_console", "print_message", "wrap_width", "wrap_words"]

@@ -188,22 +188,17 @@ def refine_lowest_cell(u1: np.ndarray, fine) -> np.ndarray:
     return u1
 
 
-def noise_tail_mass(n_values: int) -> float:
-    """Upper bound on the probability that a run drawing ``n_values`` Gaussian values touches a pair beyond :data:`MAX_RADIUS`
-    (union bound, one pair per value; module docstring)."""
+def noise_tail_delta(n_values: int, epsilon: float, delta: float) -> float:
+    """The delta that the sampler's truncated tails add to an (epsilon, delta) claim over a run drawing ``n_values`` Gaussian
+    values: (e^eps + 1) tau with tau = n 2^-106, capped at 1, the union bound (one pair per value) on the probability that the
+    run touches a pair beyond :data:`MAX_RADIUS` (module docstring; ``delta`` is accepted for the callers' clarity, the bound
+    does not depend on it).
+
+    0 for a run without Gaussian noise; inf when tau = 1 or e^eps overflows (no claim)."""
     n = int(n_values)
     if n < 0:
         raise ValueError(f"n_values must be >= 0, got {n_values}.")
-    return min(1.0, n * TAIL_MASS_PER_PAIR)
-
-
-def noise_tail_delta(n_values: int, epsilon: float, delta: float) -> float:
-    """The delta that the sampler's truncated tails add to an (epsilon, delta) claim over a run drawing ``n_values`` Gaussian
-    values: (e^eps + 1) tau with tau = n 2^-106 (module docstring; ``delta`` is accepted for the callers' clarity, the bound does
-    not depend on it).
-
-    0 for a run without Gaussian noise; inf when tau = 1 or e^eps overflows (no claim)."""
-    tau = noise_tail_mass(n_values)
+    tau = min(1.0, n * TAIL_MASS_PER_PAIR)
     if tau == 0.0:
         return 0.0
     if tau >= 1.0 or not math.isfinite(epsilon) or epsilon > 700:
@@ -276,9 +271,7 @@ class _ChaCha20Stream:
         self._used = 0
 
     def read(self, n: int) -> bytes:
-        if n <= 0:
-            return b""
-        out = bytearray()
+        out = bytearray()  # n <= 0: nothing read
         while len(out) < n:
             if self._used >= _REKEY_BYTES:
                 self._rekey()
@@ -380,10 +373,6 @@ class NoiseSource:
             self._torch = torch.Generator()
             self._torch.manual_seed(self._torch_seed)
         return self._torch
-
-    @property
-    def cryptographic(self) -> bool:
-        return self._stream is not None
 
     # ------------------------------------------------------------------ primitives
     def random_bytes(self, n: int) -> bytes:

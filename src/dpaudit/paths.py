@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from pathlib import Path
@@ -62,10 +63,8 @@ def fresh_folder(default: str | os.PathLike, names=RESULT_FILES) -> Path:
     """``default`` when it holds no results, else the first ``default-2``, ``default-3``, ... that holds none
     (an earlier run's folder is never reused; a folder with an interrupted run's checkpoint only is resumed)."""
     base = Path(default)
-    n = 1
-    while results_in(base if n == 1 else base.with_name(f"{base.name}-{n}"), names):
-        n += 1
-    return base if n == 1 else base.with_name(f"{base.name}-{n}")
+    numbered = (base.with_name(f"{base.name}-{n}") for n in itertools.count(2))
+    return next(path for path in itertools.chain([base], numbered) if not results_in(path, names))
 
 
 def check_new_file(path: str | os.PathLike, *, name: str = "out") -> Path:
@@ -87,9 +86,5 @@ def check_new_file(path: str | os.PathLike, *, name: str = "out") -> Path:
 def fresh_file(default: str | os.PathLike) -> Path:
     """``default`` when absent, else the first ``STEM-2.SUFFIX``, ``STEM-3.SUFFIX``, ... that is."""
     base = Path(default)
-    n = 2
-    p = base
-    while p.exists():
-        p = base.with_name(f"{base.stem}-{n}{base.suffix}")
-        n += 1
-    return p
+    numbered = (base.with_name(f"{base.stem}-{n}{base.suffix}") for n in itertools.count(2))
+    return next(path for path in itertools.chain([base], numbered) if not path.exists())

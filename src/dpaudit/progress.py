@@ -71,12 +71,6 @@ class _Line:
     moved_at: float = field(default_factory=time.monotonic)  # when ``done`` last grew
     moved_done: int = 0
 
-    @property
-    def rate(self) -> float | None:
-        """Items per second over an exponentially weighted window: a burst of chunks finishing together
-        counts for its items only, never as the rate of its last short interval."""
-        return self.items_w / self.seconds_w if self.items_w > 0 and self.seconds_w > 0 else None
-
     def advanced(self, done: int, now: float) -> None:
         """Fold the items done since the last advance into the weighted rate."""
         if done <= self.moved_done:
@@ -91,7 +85,9 @@ class _Line:
     def eta(self, now: float) -> float | None:
         """Seconds left: the weighted rate's estimate at the last advance, counted down since; once
         that is used up, the whole run's average (a stalled task's estimate grows, never jumps to 0)."""
-        rate = self.rate
+        # items per second over an exponentially weighted window: a burst of chunks finishing
+        # together counts for its items only, never as the rate of its last short interval
+        rate = self.items_w / self.seconds_w if self.items_w > 0 and self.seconds_w > 0 else None
         if rate is None or not (self.base < self.done < self.total):
             return None
         left = (self.total - self.done) / rate - (now - self.moved_at)
@@ -265,8 +261,7 @@ class _Heartbeat:
     def end(self) -> None:
         """Stop the thread (it prints nothing more); a second call does nothing."""
         self.stop.set()
-        if self.thread.is_alive():
-            self.thread.join()
+        self.thread.join()  # started at construction; a finished thread joins at once
         if self in _BEATING:
             _BEATING.remove(self)
 

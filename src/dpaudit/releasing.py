@@ -46,6 +46,7 @@ from .errors import AccountingMismatchError, UsageError
 from .lazy import lazy_import
 from .ledger import result_cache
 from .ledger.book import open_ledger
+from .ledger.fingerprint import write_secret
 from .ledger.paths import ledger_missing, resolve_ledger
 from .mechanisms import registry
 from .noise import NoiseSource, NoiseSpec, gaussian_run_tail
@@ -145,11 +146,7 @@ def _create_seed_file(path: Path) -> None:
         return
     aside = path.with_name(f".{path.name}.{secrets.token_hex(8)}.new")
     try:
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(_SEED_HEX // 2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        write_secret(aside, (secrets.token_hex(_SEED_HEX // 2) + "\n").encode())
         with contextlib.suppress(FileExistsError):
             os.link(aside, path)
     except OSError as e:
@@ -211,7 +208,16 @@ def _use_stream_seed(secret: int, use: int, nonce: str) -> int:
 
 
 @contextlib.contextmanager
-def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
+def _scoped(variable: contextvars.ContextVar, value) -> Iterator[None]:
+    """``variable`` set to ``value`` within the block, restored after it."""
+    token = variable.set(value)
+    try:
+        yield
+    finally:
+        variable.reset(token)
+
+
+def secret_noise_seed(path: str | os.PathLike | None) -> contextlib.AbstractContextManager:
     """Within this block, each release draws its DP noise from its own use of the secret noise
     seed file ``path`` (``--noise-seed-file``; created with 256 fresh bits when absent).
 
@@ -221,11 +227,7 @@ def secret_noise_seed(path: str | os.PathLike | None) -> Iterator[None]:
     names the file; the file records which use made which release). Reproducible means checkable:
     :func:`replay_noise_source` rebuilds a recorded release's noise for re-running it, never for a
     new release. None: no effect."""
-    token = _NOISE_SEED_FILE.set(None if path is None else Path(path).expanduser())
-    try:
-        yield
-    finally:
-        _NOISE_SEED_FILE.reset(token)
+    return _scoped(_NOISE_SEED_FILE, None if path is None else Path(path).expanduser())
 
 
 def read_noise_seed(path: str | os.PathLike) -> NoiseSeedUse:
@@ -399,15 +401,13 @@ def _close_after_error(session: ReleaseSession, e: BaseException) -> None:
     try:
         session.close(error=e)
     except Exception as close_error:  # noqa: BLE001 - the run's own error is the one to raise
-        rid = session.reservation_id
+        rid, session.kept_open = session.reservation_id, True
         session.outcome = (
             f"reservation {rid} kept as spent because closing it failed "
             f"({first_line(close_error)}; `dpaudit ledger void {rid} --reason ...`)"
         )
+    if session.kept_open:
         e.add_note(f"dpaudit: budget {session.outcome}.")
-    else:
-        if session.kept_open:
-            e.add_note(f"dpaudit: budget {session.outcome}.")
     if isinstance(e, (KeyboardInterrupt, Terminated)):
         _say_interrupted(session, "SIGTERM" if isinstance(e, Terminated) else "SIGINT")
 
@@ -432,15 +432,13 @@ def release_session() -> Iterator[ReleaseSession]:
     same way and says on stderr what it kept and what it released. An error while closing never
     hides the run's own error; the reservation then stays open (spent)."""
     session = ReleaseSession()
-    token = _SESSION.set(session)
     try:
-        yield session
+        with _scoped(_SESSION, session):  # left before the session closes
+            yield session
     except BaseException as e:
-        _SESSION.reset(token)
         # an interrupt while closing is dropped: the run is stopping already
         _close_session(session, e)
         raise
-    _SESSION.reset(token)
     # an interrupt during the final ledger write: honoured after it
     for signum in _close_session(session)[:1]:
         signal.raise_signal(signum)
@@ -471,12 +469,6 @@ class BudgetCheck:
     mechanism: str = ""
     noise_tail_delta: float = 0.0
     data_rows: object = None
-
-    def keywords(self, *, mechanism: bool = True) -> dict:
-        skip = () if mechanism else ("mechanism",)
-        return {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip
-        }
 
 
 def reserve(
@@ -511,7 +503,7 @@ def reserve(
             f"after {session.reservation_id}."
         )
     with open_ledger(ledger_path) as ledger:
-        rid = ledger.reserve(**check.keywords())
+        rid = ledger.reserve(**vars(check))
     session.ledger_path = ledger_path
     session.reservation_id = rid
     session.catch_terminate()
@@ -525,19 +517,14 @@ _HELD: contextvars.ContextVar[tuple] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def held_by_caller(reservation_ids) -> Iterator[None]:
+def held_by_caller(reservation_ids) -> contextlib.AbstractContextManager:
     """Within this block, :func:`preflight` leaves ``reservation_ids`` out of the spent budget.
 
     For a sweep worker: its coordinator reserved the budget of every task of the sweep in one
     atomic check before dispatching them, so the task's own planned release is already inside
     those reservations; counting them again would refuse the sweep against itself. The worker's
     pre-check still enforces the cap against everything else and checks the data identity."""
-    token = _HELD.set(tuple(reservation_ids or ()))
-    try:
-        yield
-    finally:
-        _HELD.reset(token)
+    return _scoped(_HELD, tuple(reservation_ids or ()))
 
 
 def preflight(
@@ -550,8 +537,9 @@ def preflight(
     check = check or BudgetCheck(**fields)
     if ledger_missing(resolve_ledger(ledger_path)):
         return
+    planned = {name: value for name, value in vars(check).items() if name != "mechanism"}
     with open_ledger(ledger_path, create=False) as ledger:
-        ledger.preflight(**check.keywords(mechanism=False), exclude_reservations=_HELD.get())
+        ledger.preflight(**planned, exclude_reservations=_HELD.get())
 
 
 def publish(
@@ -756,12 +744,7 @@ def declare_partition(declaration, ledger_path=None) -> None:
     """Declare ``declaration`` (:class:`~dpaudit.mechanisms.contract.PartitionDeclaration`):
     its parent splits into disjoint children in the ledger."""
     with open_ledger(ledger_path) as ledger:
-        ledger.declare_partition(
-            declaration.dataset,
-            declaration.parent,
-            tuple(declaration.children),
-            declaration.declared_by,
-        )
+        ledger.declare_partition(**vars(declaration))  # its fields are the ledger's arguments
 
 
 def verify_planned_claim(plan, steps_executed: int) -> tuple[float, dict]:
@@ -806,7 +789,6 @@ def build_release(
             f"{noise.replay_of} (a second release from the same noise would reveal the "
             f"difference of their data)."
         )
-    request = plan.request
     return Release(
         **{name: getattr(plan, name) for name in _FROM_PLAN},
         epsilon=claimed,
@@ -827,7 +809,7 @@ def build_release(
         data_digest=getattr(data, "sha256", None),
         artefacts=_artefacts(mech, output, out_dir),
         command=mech.command_line(plan, out_dir),  # derived from the request, never parsed back
-        request=request.to_dict() if hasattr(request, "to_dict") else None,
+        request=plan.request.to_dict() if hasattr(plan.request, "to_dict") else None,
         **_release_fields(plan, output, claimed),
     )
 

@@ -57,9 +57,7 @@ def option(
         "path": path,
         "note": note,
     }
-    if default is _MISSING:
-        return field(metadata=meta)
-    return field(default=default, metadata=meta)
+    return field(default=default, metadata=meta)  # MISSING: a required field
 
 
 #: A request field holding a small frozen record of related options (every field an
@@ -146,8 +144,7 @@ class Request(Grouped):
         """
         if not isinstance(data, dict):
             raise DataError(f"request must be a JSON object, got {type(data).__name__}.")
-        options = cls.option_fields()
-        known = {f.name for f in options}
+        known = cls.flat_names()
         unknown = sorted(set(data) - known)
         if unknown:
             raise DataError(
@@ -155,7 +152,7 @@ class Request(Grouped):
             )
         types = cls.field_types()
         kwargs = {name: _coerce(name, value, types[name]) for name, value in data.items()}
-        required = [f.name for f in options if f.default is f.default_factory is _MISSING]
+        required = [f.name for f in fields(cls) if f.default is f.default_factory is _MISSING]
         missing = [name for name in required if name not in kwargs]
         if missing:
             raise DataError(f"request is missing required keys: {', '.join(missing)}.")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..errors import UnsupportedEventError, UsageError
 from ..validation import non_negative_finite, open_unit
 from .adjacency import Adjacency, AdjacencyLike
-from .base import ADD_REMOVE, Accountant, AccountantResult, DeltaResult, Event, event_kind
+from .base import ADD_REMOVE, Accountant, AccountantResult, DeltaResult, Event, unsupported
 from .base import branches, first_line, merge_leaves  # noqa: F401 - the ledger reads them here
 from .pld import PLD
 from .prv import PRV
@@ -33,7 +33,8 @@ from .rdp import RDP, RDP_ORDERS, rdp_curve, rdp_to_epsilon  # noqa: F401 - like
 #: Every accountant :func:`compute_epsilon` knows, in the order tools list them.
 ACCOUNTANTS = ("rdp", "prv", "pld", "pure")
 
-_REGISTRY: dict[str, Accountant] = {}
+#: Every registered accountant by name, the built-ins first.
+_REGISTRY: dict[str, Accountant] = {acc.name: acc for acc in (RDP, PRV, PLD, PureAccountant())}
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_")
 #: Names the CLI gives another meaning (``--accountant all``).
 _RESERVED_NAMES = frozenset({"all"})
@@ -126,11 +127,6 @@ def get_accountant(accountant: "str | Accountant") -> Accountant:
     raise UsageError(f"accountant must be one of {', '.join(_REGISTRY)}{rule}, got {accountant!r}.")
 
 
-for _builtin in (RDP, PRV, PLD, PureAccountant()):
-    register_accountant(_builtin)
-del _builtin
-
-
 def support_error(
     accountant: "str | Accountant", event: Event, adjacency: AdjacencyLike = ADD_REMOVE
 ) -> str | None:
@@ -167,14 +163,17 @@ def accountants_supporting(event: Event, adjacency: AdjacencyLike) -> tuple[str,
     return tuple(name for name, acc in _REGISTRY.items() if acc.support_error(event, adj) is None)
 
 
-def _refusal(acc: Accountant, event: Event, adj: Adjacency, reason: str) -> str:
-    """One line naming the accountant, the event and the adjacency: the accountant's own reason
-    when it already names the accountant and the adjacency (the built-ins' do), else with them."""
+def refuse_unsupported(acc: Accountant, event: Event, adj: Adjacency) -> None:
+    """Refuse (:class:`UnsupportedEventError`) a pair ``acc`` does not support, in one line naming
+    the accountant, the event and the adjacency: the accountant's own reason when it already names
+    the accountant and the adjacency (the built-ins' do), else with them."""
+    reason = acc.support_error(event, adj)
+    if reason is None:
+        return
     line = (str(reason).splitlines()[0].strip() if str(reason).strip() else "") or "no reason given"
-    if acc.name in line and adj.value in line:
-        return line
-    kind = event_kind(event)
-    return f"the {acc.name} accountant does not support {kind} events under {adj} adjacency: {line}"
+    if acc.name not in line or adj.value not in line:
+        line = f"{unsupported(acc.name, event, adj)}: {line}"
+    raise UnsupportedEventError(line)
 
 
 def _result_problem(acc: Accountant, result, adj: Adjacency, field: str, asked: float):
@@ -202,9 +201,7 @@ def _result_problem(acc: Accountant, result, adj: Adjacency, field: str, asked: 
 def _answer(acc: Accountant, event: Event, adj: Adjacency, field: str, asked: float):
     """``acc``'s answer about a pair it supports, as it may be reported (:func:`_result_problem`);
     else a one-line :class:`UnsupportedEventError`."""
-    reason = acc.support_error(event, adj)
-    if reason is not None:
-        raise UnsupportedEventError(_refusal(acc, event, adj, reason))
+    refuse_unsupported(acc, event, adj)
     result = acc.epsilon(event, asked, adj) if field == "epsilon" else acc.delta(event, asked, adj)
     problem = _result_problem(acc, result, adj, field, asked)
     if problem is not None:

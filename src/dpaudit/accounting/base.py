@@ -179,6 +179,12 @@ def event_kind(event) -> str:
     return kind if isinstance(kind, str) else type(event).__name__
 
 
+def unsupported(accountant: str, event, adj: Adjacency) -> str:
+    """The start of every refusal of an (event, adjacency) pair, naming all three."""
+    kind = event_kind(event)
+    return f"the {accountant} accountant does not support {kind} events under {adj} adjacency"
+
+
 def replace_gaussian_noise(leaf: SubsampledGaussian, adjacency: Adjacency) -> float:
     """Noise multiplier of the add/remove Gaussian that is *exactly* this leaf's mechanism under
     ``adjacency``: halved for replace-one without subsampling (module docstring); the accountants
@@ -240,8 +246,7 @@ class BuiltinAccountant:
             return self.gaussian_error(leaf, adj) if leaf.steps > 0 else None
         if isinstance(leaf, PureEpsilon):
             return None
-        kind = event_kind(leaf)
-        return f"the {self.name} accountant does not support {kind} events under {adj} adjacency."
+        return f"{unsupported(self.name, leaf, adj)}."
 
     def leaves_error(self, leaves: list, event: Event, adj: Adjacency) -> str | None:
         """Why it cannot account for the sequentially composed ``leaves`` of ``event``."""
@@ -254,10 +259,7 @@ class BuiltinAccountant:
             trees = branches(event)
         except UnsupportedEventError as e:
             # an event type no accountant understands, or too many branches: a refusal, not a crash
-            return (
-                f"the {self.name} accountant does not support {event_kind(event)} events under "
-                f"{adj} adjacency ({first_line(e).rstrip('.')})."
-            )
+            return f"{unsupported(self.name, event, adj)} ({first_line(e).rstrip('.')})."
         for leaves in trees:
             try:
                 merged = merge_leaves(leaves)

@@ -35,8 +35,8 @@ from typing import Callable
 from ..errors import CalibrationError, UnsupportedEventError, UsageError
 from ..paths import cache_dir, write_atomically
 from ..validation import half_open_unit, open_unit, positive_finite, positive_int
-from .accountants import ACCOUNTANTS, Accountant, _refusal, accountants_supporting, compute_epsilon
-from .accountants import get_accountant
+from .accountants import ACCOUNTANTS, Accountant, accountants_supporting, compute_epsilon
+from .accountants import get_accountant, refuse_unsupported
 from .adjacency import Adjacency, AdjacencyLike
 from .base import ADD_REMOVE, Record, first_line
 from .events import Event, SubsampledGaussian
@@ -291,9 +291,7 @@ def calibrate(
             f"{make_event!r}."
         )
     # Structural support does not depend on the noise level for the built-ins: refused first.
-    reason = acc.support_error(make_event(start), adj)
-    if reason is not None:
-        raise UnsupportedEventError(_refusal(acc, make_event(start), adj, reason))
+    refuse_unsupported(acc, make_event(start), adj)
     run = _Search(make_event, acc, delta, adj, parameter_name)
     p, eps = run.solve(target, lo, hi, start, tol)
     if not eps <= target:  # the contract; an explicit check, not an assert (python -O)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import UnsupportedEventError
 from .adjacency import Adjacency, AdjacencyLike
 from .base import ADD_REMOVE, AccountantResult, BuiltinAccountant, DeltaResult, Event, PureEpsilon
-from .base import SubsampledGaussian, branches
+from .base import SubsampledGaussian, branches, unsupported
 
 
 class PureAccountant(BuiltinAccountant):
@@ -17,8 +17,8 @@ class PureAccountant(BuiltinAccountant):
 
     def gaussian_error(self, leaf: SubsampledGaussian, adj: Adjacency) -> str | None:
         return (
-            f"the pure accountant does not support subsampled-gaussian events under {adj} "
-            "adjacency (it only accounts for pure-epsilon events); use rdp, prv or pld."
+            f"{unsupported(self.name, leaf, adj)} (it only accounts for pure-epsilon events); "
+            "use rdp, prv or pld."
         )
 
     def event_epsilon(self, event: Event, delta: float, adj: Adjacency) -> AccountantResult:

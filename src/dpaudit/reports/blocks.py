@@ -11,8 +11,7 @@ from typing import Any
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
 from .budget import release_id
-from .format import COMPOSED_COLUMNS, DASH, Block, as_stored_columns, columns, f, g, ms, p, table
-from .format import text, val
+from .format import DASH, Block, columns, composition_columns, f, g, ms, p, table, text, val
 from .model import SECTIONS
 from .utility import ordered_metrics
 from .verdict import summary_rows
@@ -192,13 +191,11 @@ def _dataset_blocks(d: dict) -> list[Block]:
         ("partitions used", _listed(d.get("partitions"))),
         ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
     ]
+    listed = f"Source files of {d['name']}: {', '.join(map(str, files))}."
+    unlisted = f"{d['name']}: no source files recorded (embedded or synthetic data)."
     return [
         Block("kv", caption=f"Dataset {d['name']}", pairs=pairs),
-        p(
-            f"Source files of {d['name']}: {', '.join(map(str, files))}."
-            if files
-            else f"{d['name']}: no source files recorded (embedded or synthetic data)."
-        ),
+        p(listed if files else unlisted),
     ]
 
 
@@ -249,13 +246,7 @@ ENTRY_COLUMNS = (
     "created_at"
 ).split()
 
-COMPOSITION_COLUMNS = [
-    *as_stored_columns("dataset", "partition", "adjacency"),
-    ("releases", "releases", val),
-    *COMPOSED_COLUMNS,
-    ("composed eps (prv)", "prv", f),
-    ("at delta", "delta", g),
-]
+COMPOSITION_COLUMNS = composition_columns("dataset partition adjacency", prv=("prv", f))
 
 
 def _cap(cap: Any) -> str:
@@ -460,13 +451,6 @@ def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
     for key, heading in sections_of(report):
         blocks = BUILDERS[key](report)
         at = 1 if key == "verdict" and blocks and blocks[0].kind == "table" else 0
-        out.append(
-            (
-                key,
-                heading,
-                blocks[:at]
-                + notes(*(("inputs", key) if key == "verdict" else (key,)))
-                + blocks[at:],
-            )
-        )
+        noted = notes(*(("inputs", key) if key == "verdict" else (key,)))
+        out.append((key, heading, blocks[:at] + noted + blocks[at:]))
     return out

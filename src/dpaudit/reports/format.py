@@ -157,5 +157,10 @@ def chosen(b: Block, figures: list) -> list:
     return [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
 
 
-#: The composed-budget columns the report's and the sweeps' composition tables share.
-COMPOSED_COLUMNS = [("naive sum of eps", "naive_sum", f), ("composed eps (rdp)", "rdp", f)]
+def composition_columns(keys: str, *before: tuple, prv: tuple = ()) -> list[tuple]:
+    """The columns of a composition table (the report's, a sweep's, a sweep's ledger record): the
+    group ``keys`` as stored, the releases, ``before``, the naive sum and the rdp epsilon, the prv
+    epsilon when ``prv`` gives its (key, show), and the delta."""
+    cols = [*as_stored_columns(*keys.split()), ("releases", "releases", val), *before]
+    cols += [("naive sum of eps", "naive_sum", f), ("composed eps (rdp)", "rdp", f)]
+    return cols + ([("composed eps (prv)", *prv)] if prv else []) + [("at delta", "delta", g)]

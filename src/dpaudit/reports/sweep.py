@@ -98,14 +98,12 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
     n = {"ok": 0, "mismatch": 0, "unverified": 0, "no-claim": 0}
     problems, unverified, reproducible = [], [], 0
     for lr in sweep.releases:
-        check = verify_claim(lr.release)
-        reproducible += (
-            noise_label(lr.release.noise_source)[1] is False and not lr.release.non_private
-        )
+        r, check = lr.release, verify_claim(lr.release)
+        reproducible += noise_label(r.noise_source)[1] is False and not r.non_private
         status = check.status if check.status in ("ok", "mismatch", "no-claim") else "unverified"
         n[status] += 1
         if status == "mismatch":
-            problems.append(_ref(lr, epsilon=num(lr.release.epsilon), message=check.reason))
+            problems.append(_ref(lr, epsilon=num(r.epsilon), message=check.reason))
         elif status == "unverified":
             unverified.append(_ref(lr, message=check.reason))
     checked = n["ok"] + n["mismatch"] + n["unverified"]
@@ -158,12 +156,8 @@ def _add(g: dict, x: dict) -> None:
     g["claims"].append(x["epsilon"] if x["epsilon"] is not None else math.inf)
     if x["delta"] is not None:
         g["deltas"].append(x["delta"])
-    big = x.get("largest")
-    if (
-        big
-        and big["epsilon"] is not None
-        and (g["largest"] is None or big["epsilon"] > g["largest"]["epsilon"])
-    ):
+    big, top = x.get("largest"), g["largest"]
+    if big and big["epsilon"] is not None and (top is None or big["epsilon"] > top["epsilon"]):
         g["largest"] = big
 
 
@@ -220,9 +214,8 @@ def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[di
 
 
 def _composed_clause(row: dict, where: str) -> str:
-    comp, via = (
-        (row["rdp"], "rdp") if row["rdp"] is not None or row["prv"] is None else (row["prv"], "prv")
-    )
+    via = "rdp" if row["rdp"] is not None or row["prv"] is None else "prv"
+    comp = row[via]
     at_least = "at least " if row["lower_bound_only"] else ""
     s = f"{row['releases']} releases of this sweep on {where}" + (
         ": composed epsilon could not be computed"
@@ -396,9 +389,8 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
     if c["failed"]:
         first = failures[0]
         stale = sum(1 for fl in failures if fl.get("in_current_spec") is False)
-        why = ""
-        if stale:
-            why = f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
+        earlier = "left from an earlier version of it: not part of the grid"
+        why = f"; {stale} of them are not in the sweep's current spec ({earlier})" if stale else ""
         text = (
             f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
             f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from .format import (
-    COMPOSED_COLUMNS,
     DASH,
     Block,
     as_stored,
     as_stored_columns,
     columns,
+    composition_columns,
     declined,
     either,
     eps_label,
@@ -40,14 +40,9 @@ def _prv(b: dict) -> str:
     return f(prv) if prv is not None else declined((b.get("errors") or {}).get("prv"))
 
 
-BUDGET_COLUMNS = [
-    *as_stored_columns("dataset", "partition", "adjacency"),
-    ("releases", "releases", val),
-    ("largest single eps", "max_single_epsilon", f),
-    *COMPOSED_COLUMNS,
-    ("composed eps (prv)", None, _prv),
-    ("at delta", "delta", g),
-]
+BUDGET_COLUMNS = composition_columns(
+    "dataset partition adjacency", ("largest single eps", "max_single_epsilon", f), prv=(None, _prv)
+)
 CONTRAST_COLUMNS = [
     ("dataset", "dataset", as_stored),
     ("eps", "epsilon", eps_label),
@@ -66,12 +61,7 @@ WIN_TIE_LOSS_COLUMNS = [
     ("lower", "losses", val),
     ("conditions", "conditions", val),
 ]
-LEDGER_COMPOSITION_COLUMNS = [
-    *as_stored_columns("dataset", "partition"),
-    ("releases", "releases", val),
-    *COMPOSED_COLUMNS,
-    ("at delta", "delta", g),
-]
+LEDGER_COMPOSITION_COLUMNS = composition_columns("dataset partition")
 LEDGER_SUMMARY_COLUMNS = [
     ("dataset", "dataset", str),
     ("partition", "partition", str),

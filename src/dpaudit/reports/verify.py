@@ -193,21 +193,13 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     checks += _whole_record_checks(
         plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries]
     )
-    return checks + _all_audit_checks(audits, plans, by_plan, releases)
-
-
-def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
-    checks = [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
-    return checks + _pipeline_checks(audits)
-
-
-def _pipeline_checks(audits) -> list[Check]:
-    """A one-run record of a training pipeline (an Opacus run) fails when it carries pipeline findings
-    or is marked not certified: its claim is not the executed run's, whatever its bound says."""
-    return [_pipeline_check(rec) for rec in audits if "findings" in rec or "certified" in rec]
+    checks += [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+    return checks + [_pipeline_check(r) for r in audits if "findings" in r or "certified" in r]
 
 
 def _pipeline_check(rec: dict) -> Check:
+    """A one-run record of a training pipeline (an Opacus run) fails when it carries pipeline findings
+    or is marked not certified: its claim is not the executed run's, whatever its bound says."""
     codes = [str((f or {}).get("code")) for f in rec.get("findings") or []]
     bad = codes or rec.get("certified") is not None
     why = f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}"
@@ -289,15 +281,9 @@ def _fixed_noise(plan: dict) -> str | None:
 def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> list[Check]:
     signer = str((plan.get("signer") or {}).get("key_id"))[:12]
     present = [a.get("id") for a in audits if (a.get("plan") or {}).get("id") == pid]
-    return [
-        _check(
-            "plan",
-            pid[:12],
-            _plan_problems(plan, led.get("registered"), keys),
-            f"signed by {signer}, registered in the ledger",
-        ),
-        _runs_check(pid, list(led.get("runs", [])), present),
-    ]
+    problems = _plan_problems(plan, led.get("registered"), keys)
+    signed = _check("plan", pid[:12], problems, f"signed by {signer}, registered in the ledger")
+    return [signed, _runs_check(pid, list(led.get("runs", [])), present)]
 
 
 # ------------------------------------------------------------------------------ the whole record
@@ -536,11 +522,8 @@ def _claim_match(aid: str, rec: dict, claim: dict) -> Check:
     eps = recompute_epsilon(
         claim.get("event"), claim.get("delta"), claim.get("accountant"), claim.get("adjacency")
     ).epsilon
-    problems = (
-        []
-        if _tests(rec, claim.get("event"), claim.get("delta"))
-        else ["the event or delta tested is not the plan's"]
-    )
+    tested = _tests(rec, claim.get("event"), claim.get("delta"))
+    problems = [] if tested else ["the event or delta tested is not the plan's"]
     if eps is None or not (
         _same(eps, claim.get("epsilon")) and _same(eps, rec.get("claimed_epsilon"))
     ):

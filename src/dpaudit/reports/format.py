@@ -157,6 +157,16 @@ def chosen(b: Block, figures: list) -> list:
     return [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
 
 
+def render_block(b: Block, kinds: dict, draw, figures: list) -> str:
+    """``b`` in one renderer's words: ``kinds`` maps a block kind to its text; ``draw`` gives
+    the text of the figures a ``figures`` block names (:func:`chosen` among ``figures``)."""
+    if b.kind == "figures":
+        return draw(chosen(b, figures))
+    if b.kind not in kinds:
+        raise ValueError(f"unknown block kind {b.kind!r}")
+    return kinds[b.kind](b)
+
+
 def composition_columns(keys: str, *before: tuple, prv: tuple = ()) -> list[tuple]:
     """The columns of a composition table (the report's, a sweep's, a sweep's ledger record): the
     group ``keys`` as stored, the releases, ``before``, the naive sum and the rdp epsilon, the prv

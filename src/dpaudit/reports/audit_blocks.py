@@ -129,27 +129,22 @@ def audit_blocks(report: dict) -> list[Block]:
     a = report["sections"]["audit"]
     entries, one_runs, white_boxes = a["audits"], a.get("one_run") or [], a.get("white_box") or []
     covered = p(a.get("not_covered") or NOT_COVERED)
+    runs = _one_run_blocks(one_runs) + _white_box_blocks(white_boxes)
     if not entries:
-        runs = _one_run_blocks(one_runs) + _white_box_blocks(white_boxes)
         if not runs:
             return [p("No audit among the inputs.")]
         return [p("No trial-based audit among the inputs."), covered] + runs
-    methods: list[str] = []
-    return (
-        [
-            covered,
-            _table16_block(a["table16"]),
-            columns(CAPTIONS["detail"], _detail_columns(methods), entries),
-        ]
-        + [
-            Block("more", text=f"Method [{k}]: {m.split(';')[0]}", caption=m)
-            for k, m in enumerate(methods, 1)
-        ]
-        + _statistic_blocks(entries)
-        + [Block("figures", figures=["eps_lb_vs_claimed", "roc"])]
-        + _one_run_blocks(one_runs)
-        + _white_box_blocks(white_boxes)
-    )
+    methods: list[str] = []  # filled while the detail table is laid out, listed below it
+    detail = columns(CAPTIONS["detail"], _detail_columns(methods), entries)
+    head = [covered, _table16_block(a["table16"]), detail]
+    head += [_method_block(k, m) for k, m in enumerate(methods, 1)]
+    figures = Block("figures", figures=["eps_lb_vs_claimed", "roc"])
+    return head + _statistic_blocks(entries) + [figures, *runs]
+
+
+def _method_block(k: int, method: str) -> Block:
+    """Method [k] in full, folded below the detail table under its first clause."""
+    return Block("more", text=f"Method [{k}]: {method.split(';')[0]}", caption=method)
 
 
 def _comparison_cells(cmp_: dict) -> list[str]:

@@ -368,16 +368,12 @@ def _pairs(d: Any) -> dict | None:
     return {"fpr": fpr, "fnr": fnr} if all(map(_unit, fpr + fnr)) else None
 
 
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+def _typed(kind: type):
+    """The reader of a value of type ``kind``: the value itself, else None."""
+    return lambda v: v if isinstance(v, kind) else None
 
 
-def _dict(v: Any) -> dict | None:
-    return v if isinstance(v, dict) else None
-
-
-def _bool(v: Any) -> bool | None:
-    return v if isinstance(v, bool) else None
+_str, _dict, _bool = _typed(str), _typed(dict), _typed(bool)
 
 
 def _unit(v: float | None) -> bool:
@@ -448,23 +444,10 @@ def _maybe(fields: dict, block: Any) -> dict | None:
 
 
 #: The readers of the blocks of a one_run.json (``steinke``, ``fdp``) and of audit.json's ``comparison``.
-STEINKE = {
-    "epsilon_lower_bound": num,
-    "ceiling": num,
-    "guesses": integer,
-    "correct": integer,
-    "k_pos": integer,
-    "k_neg": integer,
-    "method": _str,
-}
-FDP = {
-    "epsilon_lower_bound": num,
-    "violated": _bool,
-    "guesses": integer,
-    "correct": integer,
-    "ceiling": num,
-    "method": _str,
-}
+STEINKE = dict.fromkeys(("epsilon_lower_bound", "ceiling"), num)
+STEINKE |= dict.fromkeys(("guesses", "correct", "k_pos", "k_neg"), integer) | {"method": _str}
+FDP = {"epsilon_lower_bound": num, "violated": _bool, "guesses": integer, "correct": integer}
+FDP |= {"ceiling": num, "method": _str}
 
 
 #: The readers of a one_run.json's own fields.

@@ -48,7 +48,7 @@ def _budget_section(inputs, covered: list, ledger_path, notes: list) -> tuple[di
     """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
     datasets = list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in covered))
     ids = [lr.release.id for lr in inputs.releases]
-    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, ids, notes)
+    ledger = budget.ledger_budget(ledger_path, datasets, ids, notes)
     fingerprints = ledger.pop("data_versions", {})
     composition = budget.release_composition(covered, notes)
     return {**ledger, "composition": composition, "datasets": datasets}, fingerprints

@@ -344,15 +344,13 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         notes.append(Note("error", "audit", text))
         return None
     rec = lo.record
-    e = _run_entry(view, i, lo)
     lbs = {
         "steinke": (view["steinke"] or {}).get("epsilon_lower_bound"),
         "f-dp": (view["fdp"] or {}).get("epsilon_lower_bound"),
     }
     stat = _one_run_statistic(rec, lbs)
-    lb = lbs[stat]
-    e["statistic"] = ONE_RUN_STATISTICS[stat]
-    e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
+    lb = lbs[stat] if lbs[stat] is not None and not math.isnan(lbs[stat]) else None
+    e = _run_entry(view, i, lo, statistic=ONE_RUN_STATISTICS[stat], epsilon_lower_bound=lb)
     if _one_run_control(rec):
         e["status"] = "control"
         text = f"{label} is a control run (no noise or no canary); no privacy claim applies to it."
@@ -508,10 +506,8 @@ def table16(entries: list[dict]) -> dict:
         row["cells"][can] = _table16_cell(e)
     canaries = list(dict.fromkeys(e["canary"] or "unnamed canary" for e in entries))
     out = list(rows.values())
-    max_row = _table16_row(
-        "max over tasks",
-        "",
-        None,
-        {can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries},
-    )
+    largest = {
+        can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries
+    }
+    max_row = _table16_row("max over tasks", "", None, largest)
     return {"canaries": canaries, "rows": out, "max": max_row if len(out) > 1 else None}

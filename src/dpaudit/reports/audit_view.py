@@ -63,13 +63,6 @@ def name_of(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _float_lists(*xs: Any) -> list[list[float]] | None:
-    try:
-        return [[float(x) for x in v] for v in xs]
-    except (TypeError, ValueError):
-        return None
-
-
 def _pairs_as_dict(roc: Any) -> Any:
     """A list of [fpr, tpr] pairs as {fpr: [...], tpr: [...]}; anything else unchanged."""
     if (
@@ -85,10 +78,11 @@ def _rates(roc: dict) -> dict | None:
     fpr, tpr = roc.get("fpr"), roc.get("tpr")
     if not (isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr):
         return None
-    floats = _float_lists(fpr, tpr)
-    return (
-        {} if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
-    )
+    try:
+        rates = {"fpr": [float(x) for x in fpr], "tpr": [float(x) for x in tpr]}
+    except (TypeError, ValueError):
+        return {}
+    return rates | {"auc": num(roc.get("auc"))}
 
 
 def roc_of(roc: Any) -> dict | None:

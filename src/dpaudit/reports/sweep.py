@@ -122,11 +122,6 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
     return acc
 
 
-def _group() -> dict:
-    counts = dict.fromkeys(("non_private", "unknown", "from_store"), 0)
-    return {"guarantees": [], "claims": [], "deltas": [], **counts, "largest": None}
-
-
 def _from_release(r) -> dict:
     """A release of the sweep in the form of one the store kept (:func:`_from_store`), plus its largest-claim record."""
     return {
@@ -147,20 +142,6 @@ def _from_release(r) -> dict:
     }
 
 
-def _add(g: dict, x: dict) -> None:
-    g["from_store"] += x["from_store"]
-    if x["non_private"] or x["guarantee"] is None:
-        g["non_private" if x["non_private"] else "unknown"] += 1
-        return
-    g["guarantees"].append(x["guarantee"])
-    g["claims"].append(x["epsilon"] if x["epsilon"] is not None else math.inf)
-    if x["delta"] is not None:
-        g["deltas"].append(x["delta"])
-    big, top = x.get("largest"), g["largest"]
-    if big and big["epsilon"] is not None and (top is None or big["epsilon"] > top["epsilon"]):
-        g["largest"] = big
-
-
 def _compose_into(
     row: dict, res: dict[str, dict], sweep_name: str | None, notes: list[Note]
 ) -> None:
@@ -174,31 +155,39 @@ def _compose_into(
         notes.append(Note("error", "sweep", text))
 
 
-def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
-    n_private = len(g["guarantees"])
-    delta = max(g["deltas"]) if g["deltas"] else None
+def _budget_row(key: tuple, members: list[dict], sweep_name: str | None, notes: list[Note]) -> dict:
+    """One (dataset, partition, adjacency) of the sweep's budget: its ``members`` (:func:`_from_release`,
+    :func:`_from_store`) counted, the private ones composed; a non-private one makes it unbounded."""
+    private = [x for x in members if not x["non_private"] and x["guarantee"] is not None]
+    n_non_private = sum(1 for x in members if x["non_private"])
+    unknown = len(members) - len(private) - n_non_private
+    claims = [x["epsilon"] if x["epsilon"] is not None else math.inf for x in private]
+    delta = max((x["delta"] for x in private if x["delta"] is not None), default=None)
+    sized = [
+        x["largest"] for x in private if x.get("largest") and x["largest"]["epsilon"] is not None
+    ]
     row = {
         **dict(zip(GROUP_KEY, key)),
-        "releases": n_private + g["non_private"] + g["unknown"],
-        "private_releases": n_private,
-        "non_private_releases": g["non_private"],
-        "unknown_releases": g["unknown"],
-        "from_store": g["from_store"],
-        "largest_single": g["largest"],
-        "max_single_epsilon": max(g["claims"]) if g["claims"] else None,
-        "naive_sum": sum(g["claims"]) if g["claims"] else None,
+        "releases": len(members),
+        "private_releases": len(private),
+        "non_private_releases": n_non_private,
+        "unknown_releases": unknown,
+        "from_store": sum(x["from_store"] for x in members),
+        "largest_single": max(sized, key=lambda big: big["epsilon"], default=None),
+        "max_single_epsilon": max(claims) if claims else None,
+        "naive_sum": sum(claims) if claims else None,
         "delta": delta,
         "rdp": None,
         "prv": None,
         "errors": {},
-        "unbounded": g["non_private"] > 0,
-        "lower_bound_only": g["unknown"] > 0,
+        "unbounded": n_non_private > 0,
+        "lower_bound_only": unknown > 0,
     }
-    if g["non_private"]:
+    if n_non_private:
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
-    elif n_private:
-        composition = composed(g["guarantees"], delta, row["adjacency"])
+    elif private:
+        composition = composed([x["guarantee"] for x in private], delta, row["adjacency"])
         _compose_into(row, composition, sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row
@@ -207,10 +196,10 @@ def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) 
 def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[dict]:
     """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon
     (``extra``: the releases the store names whose file is missing, :func:`_from_store`)."""
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple, list[dict]] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
-        _add(groups.setdefault(tuple(x[k] for k in GROUP_KEY), _group()), x)
-    return [_budget_row(key, g, sweep.name, notes) for key, g in groups.items()]
+        groups.setdefault(tuple(x[k] for k in GROUP_KEY), []).append(x)
+    return [_budget_row(key, members, sweep.name, notes) for key, members in groups.items()]
 
 
 def _composed_clause(row: dict, where: str) -> str:

@@ -48,9 +48,8 @@ FIRST_HEADERS = [
 
 
 def _first_row(r: dict) -> list[str]:
-    audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (
-        f"{_plans_cell(r)}; {', '.join(r['statistics'])}" if r["statistics"] else "—"
-    )
+    many = f"{len(r['audits'])} audits: " if len(r["audits"]) > 1 else ""
+    audited = many + (f"{_plans_cell(r)}; {', '.join(r['statistics'])}" if r["statistics"] else "—")
     lb, ceiling = r["epsilon_lower_bound"], r["ceiling"]
     bound = DASH if lb is None else f(lb) + (f" ({f(ceiling, 2)})" if ceiling is not None else "")
     return [
@@ -251,17 +250,15 @@ COMPOSITION_COLUMNS = composition_columns("dataset partition adjacency", prv=("p
 
 def _cap(cap: Any) -> str:
     if isinstance(cap, dict):
-        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}" + (
-            ", audits included" if cap.get("include_audits") else ""
-        )
+        audits = ", audits included" if cap.get("include_audits") else ""
+        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}{audits}"
     return val(cap) if cap is not None else "none"
 
 
 def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[list[str]]]:
     """Columns: the preferred ones present (in order); every column when none is (an unknown row shape is shown whole)."""
-    cols = [c for c in preferred if any(c in r for r in rows)] or list(
-        dict.fromkeys(k for r in rows for k in r)
-    )
+    cols = [c for c in preferred if any(c in r for r in rows)]
+    cols = cols or list(dict.fromkeys(k for r in rows for k in r))
     return cols, [[val(r.get(c)) for c in cols] for r in rows]
 
 
@@ -390,9 +387,8 @@ def _reproduce_code(r: dict) -> str:
         return "# command not recorded"
     params = dict(r["parameters"])
     cfg = params.pop("config", None)
-    lines = ["# command not recorded; the audit's recorded parameters:"] + [
-        f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())
-    ]
+    lines = ["# command not recorded; the audit's recorded parameters:"]
+    lines += [f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())]
     if cfg is not None:
         lines.append("#   config = " + json.dumps(cfg, sort_keys=True, default=str))
     return "\n".join(lines)
@@ -409,11 +405,9 @@ def reproduce_blocks(report: dict) -> list[Block]:
     out = []
     for r in report["sections"]["reproduce"]:
         meta = _reproduce_meta(r)
-        out += (
-            [Block("h3", text=_reproduce_head(r))]
-            + ([p("; ".join(meta))] if meta else [])
-            + [Block("code", text=_reproduce_code(r))]
-        )
+        out.append(Block("h3", text=_reproduce_head(r)))
+        out += [p("; ".join(meta))] if meta else []
+        out.append(Block("code", text=_reproduce_code(r)))
     return out + [p(RERUN_NOTE)]
 
 

@@ -373,11 +373,8 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
     plan = plans.get(reveal.get("id"))
     if plan is None:
-        why = (
-            f"its plan {str(reveal['id'])[:12]} is not in the bundle"
-            if reveal.get("id")
-            else "it names no plan"
-        )
+        named = reveal.get("id")
+        why = f"its plan {str(named)[:12]} is not in the bundle" if named else "it names no plan"
         return [_check("audit vs plan", aid, f"not pre-registered: {why}", "")]
     try:
         diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)

@@ -224,6 +224,14 @@ def _steinke(show):
     return lambda st: either(st, show(st or {}))
 
 
+def _guesses(st: dict) -> str:
+    return f"{f(st.get('correct'))} / {f(st.get('guesses'))}"
+
+
+def _fdp_bound(fd: dict | None) -> str:
+    return either(fd, f((fd or {}).get("epsilon_lower_bound")), "not computed")
+
+
 def _fdp_flag(fd: dict | None) -> str:
     violated = (fd or {}).get("violated")
     return either(fd, either(violated is not None, verdict_word(violated)))
@@ -238,18 +246,10 @@ ONE_RUN_COLUMNS = [
     ("claim", "claimed_epsilon", f),
     ("delta", "delta", g),
     ("confidence", "confidence", g),
-    (
-        "correct / guesses",
-        "steinke",
-        _steinke(lambda st: f"{f(st.get('correct'))} / {f(st.get('guesses'))}"),
-    ),
+    ("correct / guesses", "steinke", _steinke(_guesses)),
     ("eps_LB (eps, delta)", "steinke", _steinke(lambda st: f(st.get("epsilon_lower_bound")))),
     ("ceiling", "steinke", _steinke(lambda st: f(st.get("ceiling"), 2))),
-    (
-        "eps_LB (f-DP)",
-        "fdp",
-        lambda fd: either(fd, f((fd or {}).get("epsilon_lower_bound")), "not computed"),
-    ),
+    ("eps_LB (f-DP)", "fdp", _fdp_bound),
     ("claimed curve (f-DP)", "fdp", _fdp_flag),
     ("statistic (decides)", "statistic", text),
     ("power (what this m can detect)", "power", power_cell),

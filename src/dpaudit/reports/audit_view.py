@@ -383,14 +383,17 @@ def _point(p: Any) -> dict | None:
     return {k: v if k.endswith("_upper") or _unit(v) else None for k, v in point.items()}
 
 
-#: The readers of a claimed_curve block's labels (what was tested, at which level).
+#: The readers of a claimed_curve block's labels (what was tested, at which level, which way).
 CURVE_LABELS = {
     "accountant": _str,
     "adjacency": _str,
     "delta": num,
     "confidence": num,
     "event": _dict,
+    "direction": lambda v: v if v in ("greater", "less") else None,
 }
+#: The readers of its claim family (the parameter, its claimed value and its ruled-out bound).
+CURVE_FAMILY = {"parameter": _str, "claimed": num, "lower_bound": num}
 
 
 def curve_view(block: Any) -> dict | None:
@@ -410,15 +413,8 @@ def curve_view(block: Any) -> dict | None:
         # the epsilon of the claim-family member ruled out (older files: epsilon_lower_bound)
         "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
         "scale_lower_bound": num(block.get("scale_lower_bound")),
-        "family": {
-            "parameter": _str(fam.get("parameter")),
-            "claimed": num(fam.get("claimed")),
-            "lower_bound": num(fam.get("lower_bound")),
-        },
+        "family": _read(fam, CURVE_FAMILY),
         **_read(block, CURVE_LABELS),
-        "direction": block.get("direction")
-        if block.get("direction") in ("greater", "less")
-        else None,
         "point": point,
         "points": _pairs(block.get("points")),
         "curve": curve,

@@ -249,11 +249,8 @@ def _ledger_entries(sweep: LoadedSweep, ledger_path: str) -> tuple[list, list[di
         # What the ledger says this sweep spent, when its entries carry the sweep tag; a ledger
         # failing verification gives none (the entries above still match by id).
         try:
-            return entries, (
-                [dict(r) for r in ledger.summary(sweep=sweep.name)]
-                if sweep.name and sweep.name in ledger.sweeps()
-                else None
-            )
+            known = sweep.name and sweep.name in ledger.sweeps()
+            return entries, [dict(r) for r in ledger.summary(sweep=sweep.name)] if known else None
         except DPAuditError:
             return entries, None
 
@@ -287,9 +284,8 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
         return math.inf
     if not private or delta is None or not 0 < delta < 1:
         return None
-    return recomputed(
-        compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj
-    )["epsilon"]
+    events = compose_sequential(e.payload.get("guarantee") for e in private)
+    return recomputed(events, delta, "rdp", adj)["epsilon"]
 
 
 def _ledger_row(key: tuple, es: list) -> dict:
@@ -499,8 +495,9 @@ def sweep_verdict(entry: dict) -> dict:
     worst = [b for b in entry["budget"] if b.get("rdp") is not None]
     if worst:
         b = max(worst, key=lambda r: r["rdp"])
+        where, single = f"{b['dataset']}/{b['partition']}", fixed(b["max_single_epsilon"])
         parts.append(
-            f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}"
+            f"composed eps on {where} = {fixed(b['rdp'])} (rdp) vs largest single {single}"
         )
     singles = (b.get("max_single_epsilon") for b in entry["budget"])
     return {

@@ -302,9 +302,8 @@ def _bar(label: str, lb: float, bad: bool, gid: str) -> tuple[str, float, str, s
 
 def _fdp_decides(record: dict, fd_lb: float | None) -> bool:
     """The analysis fixed in advance to decide (the record's rule): f-DP when it was computed."""
-    return record.get("statistic") == "f-dp" or (
-        record.get("statistic") is None and fd_lb is not None
-    )
+    statistic = record.get("statistic")
+    return statistic == "f-dp" or (statistic is None and fd_lb is not None)
 
 
 def _above(lb: float, claim: float | None) -> bool:

@@ -418,15 +418,9 @@ def white_box_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
 
 def _white_box_status(e: dict, label: str, notes: list[Note]) -> str:
     claim, lb, controls = e["claimed_epsilon"], e["epsilon_lower_bound"], e["controls_ok"]
-    why = (
-        "no claimed epsilon"
-        if claim is None
-        else "no eps_LB"
-        if lb is None
-        else "its null control (canaries adding nothing) flags a violation"
-        if controls.get("null") is False
-        else None
-    )
+    why = "no claimed epsilon" if claim is None else "no eps_LB" if lb is None else None
+    if why is None and controls.get("null") is False:
+        why = "its null control (canaries adding nothing) flags a violation"
     if why is None and lb <= claim and controls.get("no-noise") is False:
         why = "its no-noise control does not see the canaries"
     if why is not None:

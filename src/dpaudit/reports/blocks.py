@@ -349,12 +349,10 @@ def utility_blocks(report: dict) -> list[Block]:
         + [ms(r["metrics"].get(m)) for m in names]
         for r in rows
     ]
-    return [
-        table(CAPTIONS["utility"], ["mechanism", "dataset", "epsilon", "n"] + names, cells),
-        Block("figures", figures=["utility"])
-        if u["curves"]
-        else p("No privacy-utility curve: no group of releases differing only in epsilon."),
-    ]
+    none = p("No privacy-utility curve: no group of releases differing only in epsilon.")
+    curves = Block("figures", figures=["utility"]) if u["curves"] else none
+    headers = ["mechanism", "dataset", "epsilon", "n"] + names
+    return [table(CAPTIONS["utility"], headers, cells), curves]
 
 
 REPRODUCE_KINDS = {

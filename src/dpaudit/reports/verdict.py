@@ -40,11 +40,9 @@ def _one_run_reason(e: dict) -> str:
     if e.get("not_certified"):
         return e["not_certified"]
     if e["status"] == "no-evidence" and e.get("underpowered"):
-        ceiling, claim = e.get("ceiling"), fixed(e["claimed_epsilon"])
+        ceiling, claim = e.get("ceiling"), f"claimed {fixed(e['claimed_epsilon'])}"
         limit = (
-            f"its power line, claimed {claim}"
-            if ceiling is None
-            else f"ceiling {fixed(ceiling)} < claimed {claim}"
+            f"its power line, {claim}" if ceiling is None else f"ceiling {fixed(ceiling)} < {claim}"
         )
         return f"audit underpowered: {limit}, it cannot detect a violation at all"
     return "eps_LB above the claim" if e["status"] == "violation" else ""

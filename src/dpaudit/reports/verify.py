@@ -91,17 +91,14 @@ def _copy(found: dict, out: Path) -> dict:
     revealed = ((r.get("plan") or {}).get("path") for _, r in audits)
     planned = [Path(p) for p in revealed if p and Path(p).is_file()]
     shareable = {AUDIT_FILE: shareable_audit, ONE_RUN_FILE: shareable_one_run}
+
+    def put(kind: str, name: str, what: str, files: list) -> list[str]:
+        return [_put(out, kind, name, read_json(f, what)) for f in files]
+
     return {
-        "releases": [
-            _put(out, "releases", RELEASE_FILE, read_json(f, "release")) for f in found["releases"]
-        ],
+        "releases": put("releases", RELEASE_FILE, "release", found["releases"]),
         "audits": [_put(out, "audits", n, shareable[n](r)) for n, r in audits],
-        "plans": sorted(
-            {
-                _put(out, "plans", PLAN_FILE, read_json(f, "audit plan"))
-                for f in found["plans"] + planned
-            }
-        ),
+        "plans": sorted(set(put("plans", PLAN_FILE, "audit plan", found["plans"] + planned))),
     }  # never plan.local.json
 
 

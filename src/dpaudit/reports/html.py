@@ -109,12 +109,9 @@ def _kv(b: Block) -> str:
 
 def notes_summary(notes: list[dict]) -> str:
     """ "2 errors, 3 warnings, 4 notes": the one line a section's notes fold into."""
-    n = {lv: sum(1 for x in notes if x["level"] == lv) for lv in ("error", "warning", "info")}
-    return ", ".join(
-        f"{k} {w}{'s' * (k > 1)}"
-        for w, k in (("error", n["error"]), ("warning", n["warning"]), ("note", n["info"]))
-        if k
-    )
+    words = {"error": "error", "warning": "warning", "info": "note"}  # by level
+    counts = ((w, sum(1 for x in notes if x["level"] == level)) for level, w in words.items())
+    return ", ".join(f"{k} {w}{'s' * (k > 1)}" for w, k in counts if k)
 
 
 def _notes(b: Block) -> str:

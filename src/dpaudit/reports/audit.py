@@ -483,10 +483,7 @@ def _table16_cell(e: dict) -> dict:
     return {
         "private": e["epsilon_lower_bound"],
         "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-        "ceiling": e["ceiling"],
-        "confidence": e["confidence"],
-        "trials": e["trials"],
-        "status": e["status"],
+        **{k: e[k] for k in ("ceiling", "confidence", "trials", "status")},
     }
 
 

@@ -155,17 +155,28 @@ def _compose_into(
         notes.append(Note("error", "sweep", text))
 
 
+def _claims(private: list[dict]) -> dict:
+    """The claim columns of a budget row of ``private`` members: the largest single claim (its
+    release's record, the first of equals), the largest and the summed claim (a member without one
+    counts as unbounded) and the largest delta."""
+    claims = [x["epsilon"] if x["epsilon"] is not None else math.inf for x in private]
+    sized = [
+        x["largest"] for x in private if x.get("largest") and x["largest"]["epsilon"] is not None
+    ]
+    return {
+        "largest_single": max(sized, key=lambda big: big["epsilon"], default=None),
+        "max_single_epsilon": max(claims) if claims else None,
+        "naive_sum": sum(claims) if claims else None,
+        "delta": max((x["delta"] for x in private if x["delta"] is not None), default=None),
+    }
+
+
 def _budget_row(key: tuple, members: list[dict], sweep_name: str | None, notes: list[Note]) -> dict:
     """One (dataset, partition, adjacency) of the sweep's budget: its ``members`` (:func:`_from_release`,
     :func:`_from_store`) counted, the private ones composed; a non-private one makes it unbounded."""
     private = [x for x in members if not x["non_private"] and x["guarantee"] is not None]
     n_non_private = sum(1 for x in members if x["non_private"])
     unknown = len(members) - len(private) - n_non_private
-    claims = [x["epsilon"] if x["epsilon"] is not None else math.inf for x in private]
-    delta = max((x["delta"] for x in private if x["delta"] is not None), default=None)
-    sized = [
-        x["largest"] for x in private if x.get("largest") and x["largest"]["epsilon"] is not None
-    ]
     row = {
         **dict(zip(GROUP_KEY, key)),
         "releases": len(members),
@@ -173,10 +184,7 @@ def _budget_row(key: tuple, members: list[dict], sweep_name: str | None, notes: 
         "non_private_releases": n_non_private,
         "unknown_releases": unknown,
         "from_store": sum(x["from_store"] for x in members),
-        "largest_single": max(sized, key=lambda big: big["epsilon"], default=None),
-        "max_single_epsilon": max(claims) if claims else None,
-        "naive_sum": sum(claims) if claims else None,
-        "delta": delta,
+        **_claims(private),
         "rdp": None,
         "prv": None,
         "errors": {},
@@ -187,7 +195,7 @@ def _budget_row(key: tuple, members: list[dict], sweep_name: str | None, notes: 
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
     elif private:
-        composition = composed([x["guarantee"] for x in private], delta, row["adjacency"])
+        composition = composed([x["guarantee"] for x in private], row["delta"], row["adjacency"])
         _compose_into(row, composition, sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row

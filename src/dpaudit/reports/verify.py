@@ -190,7 +190,12 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
     checks += _whole_record_checks(
         plans, releases, by_plan, [(seq, kind, p) for seq, kind, _, p in entries]
     )
-    checks += [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
+    return checks + _all_audit_checks(audits, plans, by_plan, releases)
+
+
+def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
+    """Each audit's checks against its plan, then each training-pipeline record's (:func:`_pipeline_check`)."""
+    checks = [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
     return checks + [_pipeline_check(r) for r in audits if "findings" in r or "certified" in r]
 
 

@@ -214,14 +214,11 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
         out = [Check("claim", rid[:12], "pass" if claim.ok else "FAIL", claim.reason)]
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
         out = [Check("claim", rid[:12], "FAIL", f"release.json cannot be read: {e}")]
-    differ = [
-        k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))
-    ]
-    problem = (
-        "no release entry with this id in the ledger"
-        if entry is None
-        else differ and f"differs from its signed ledger entry in {', '.join(differ)}"
-    )
+    signed = entry or {}
+    differ = [k for k in RELEASE_FIELDS if k in signed and not _same(rel.get(k), signed[k])]
+    problem = differ and f"differs from its signed ledger entry in {', '.join(differ)}"
+    if entry is None:
+        problem = "no release entry with this id in the ledger"
     private = "its signed ledger entry counts it as private"
     return out + [
         _check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
@@ -479,13 +476,8 @@ def _bound_problem(rec: dict, plan: dict) -> str | None:
     lb, stored = general_epsilon_at(rec, conf), float(rec["epsilon_lower_bound"])
     if lb is None or abs(lb - stored) > _TOL * max(1.0, stored):
         return f"eps_LB {stored} stored, {lb} recomputed from its counts"
-    planned = dict(
-        rec,
-        statistic=stat,
-        claimed_curve=dict(rec.get("claimed_curve") or {}, event=claim["event"])
-        if claim["event"]
-        else None,
-    )
+    curve = dict(rec.get("claimed_curve") or {}, event=claim["event"]) if claim["event"] else None
+    planned = dict(rec, statistic=stat, claimed_curve=curve)
     decided = decision_at(planned, conf)["violated"]
     if decided == violated(read_record(rec)):
         return None

@@ -344,15 +344,13 @@ def one_run_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
         notes.append(Note("error", "audit", text))
         return None
     rec = lo.record
-    e = _run_entry(view, i, lo)
     lbs = {
         "steinke": (view["steinke"] or {}).get("epsilon_lower_bound"),
         "f-dp": (view["fdp"] or {}).get("epsilon_lower_bound"),
     }
     stat = _one_run_statistic(rec, lbs)
-    lb = lbs[stat]
-    e["statistic"] = ONE_RUN_STATISTICS[stat]
-    e["epsilon_lower_bound"] = lb if lb is not None and not math.isnan(lb) else None
+    lb = lbs[stat] if lbs[stat] is not None and not math.isnan(lbs[stat]) else None
+    e = _run_entry(view, i, lo, statistic=ONE_RUN_STATISTICS[stat], epsilon_lower_bound=lb)
     if _one_run_control(rec):
         e["status"] = "control"
         text = f"{label} is a control run (no noise or no canary); no privacy claim applies to it."
@@ -420,15 +418,9 @@ def white_box_entry(i: int, lo: LoadedOneRun, notes: list[Note]) -> dict | None:
 
 def _white_box_status(e: dict, label: str, notes: list[Note]) -> str:
     claim, lb, controls = e["claimed_epsilon"], e["epsilon_lower_bound"], e["controls_ok"]
-    why = (
-        "no claimed epsilon"
-        if claim is None
-        else "no eps_LB"
-        if lb is None
-        else "its null control (canaries adding nothing) flags a violation"
-        if controls.get("null") is False
-        else None
-    )
+    why = "no claimed epsilon" if claim is None else "no eps_LB" if lb is None else None
+    if why is None and controls.get("null") is False:
+        why = "its null control (canaries adding nothing) flags a violation"
     if why is None and lb <= claim and controls.get("no-noise") is False:
         why = "its no-noise control does not see the canaries"
     if why is not None:
@@ -491,10 +483,7 @@ def _table16_cell(e: dict) -> dict:
     return {
         "private": e["epsilon_lower_bound"],
         "no_noise": (e["no_noise"] or {}).get("epsilon_lower_bound"),
-        "ceiling": e["ceiling"],
-        "confidence": e["confidence"],
-        "trials": e["trials"],
-        "status": e["status"],
+        **{k: e[k] for k in ("ceiling", "confidence", "trials", "status")},
     }
 
 
@@ -508,10 +497,8 @@ def table16(entries: list[dict]) -> dict:
         row["cells"][can] = _table16_cell(e)
     canaries = list(dict.fromkeys(e["canary"] or "unnamed canary" for e in entries))
     out = list(rows.values())
-    max_row = _table16_row(
-        "max over tasks",
-        "",
-        None,
-        {can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries},
-    )
+    largest = {
+        can: _max_cell([r["cells"][can] for r in out if can in r["cells"]]) for can in canaries
+    }
+    max_row = _table16_row("max over tasks", "", None, largest)
     return {"canaries": canaries, "rows": out, "max": max_row if len(out) > 1 else None}

@@ -129,27 +129,22 @@ def audit_blocks(report: dict) -> list[Block]:
     a = report["sections"]["audit"]
     entries, one_runs, white_boxes = a["audits"], a.get("one_run") or [], a.get("white_box") or []
     covered = p(a.get("not_covered") or NOT_COVERED)
+    runs = _one_run_blocks(one_runs) + _white_box_blocks(white_boxes)
     if not entries:
-        runs = _one_run_blocks(one_runs) + _white_box_blocks(white_boxes)
         if not runs:
             return [p("No audit among the inputs.")]
         return [p("No trial-based audit among the inputs."), covered] + runs
-    methods: list[str] = []
-    return (
-        [
-            covered,
-            _table16_block(a["table16"]),
-            columns(CAPTIONS["detail"], _detail_columns(methods), entries),
-        ]
-        + [
-            Block("more", text=f"Method [{k}]: {m.split(';')[0]}", caption=m)
-            for k, m in enumerate(methods, 1)
-        ]
-        + _statistic_blocks(entries)
-        + [Block("figures", figures=["eps_lb_vs_claimed", "roc"])]
-        + _one_run_blocks(one_runs)
-        + _white_box_blocks(white_boxes)
-    )
+    methods: list[str] = []  # filled while the detail table is laid out, listed below it
+    detail = columns(CAPTIONS["detail"], _detail_columns(methods), entries)
+    head = [covered, _table16_block(a["table16"]), detail]
+    head += [_method_block(k, m) for k, m in enumerate(methods, 1)]
+    figures = Block("figures", figures=["eps_lb_vs_claimed", "roc"])
+    return head + _statistic_blocks(entries) + [figures, *runs]
+
+
+def _method_block(k: int, method: str) -> Block:
+    """Method [k] in full, folded below the detail table under its first clause."""
+    return Block("more", text=f"Method [{k}]: {method.split(';')[0]}", caption=method)
 
 
 def _comparison_cells(cmp_: dict) -> list[str]:
@@ -229,6 +224,14 @@ def _steinke(show):
     return lambda st: either(st, show(st or {}))
 
 
+def _guesses(st: dict) -> str:
+    return f"{f(st.get('correct'))} / {f(st.get('guesses'))}"
+
+
+def _fdp_bound(fd: dict | None) -> str:
+    return either(fd, f((fd or {}).get("epsilon_lower_bound")), "not computed")
+
+
 def _fdp_flag(fd: dict | None) -> str:
     violated = (fd or {}).get("violated")
     return either(fd, either(violated is not None, verdict_word(violated)))
@@ -243,18 +246,10 @@ ONE_RUN_COLUMNS = [
     ("claim", "claimed_epsilon", f),
     ("delta", "delta", g),
     ("confidence", "confidence", g),
-    (
-        "correct / guesses",
-        "steinke",
-        _steinke(lambda st: f"{f(st.get('correct'))} / {f(st.get('guesses'))}"),
-    ),
+    ("correct / guesses", "steinke", _steinke(_guesses)),
     ("eps_LB (eps, delta)", "steinke", _steinke(lambda st: f(st.get("epsilon_lower_bound")))),
     ("ceiling", "steinke", _steinke(lambda st: f(st.get("ceiling"), 2))),
-    (
-        "eps_LB (f-DP)",
-        "fdp",
-        lambda fd: either(fd, f((fd or {}).get("epsilon_lower_bound")), "not computed"),
-    ),
+    ("eps_LB (f-DP)", "fdp", _fdp_bound),
     ("claimed curve (f-DP)", "fdp", _fdp_flag),
     ("statistic (decides)", "statistic", text),
     ("power (what this m can detect)", "power", power_cell),

@@ -63,13 +63,6 @@ def name_of(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _float_lists(*xs: Any) -> list[list[float]] | None:
-    try:
-        return [[float(x) for x in v] for v in xs]
-    except (TypeError, ValueError):
-        return None
-
-
 def _pairs_as_dict(roc: Any) -> Any:
     """A list of [fpr, tpr] pairs as {fpr: [...], tpr: [...]}; anything else unchanged."""
     if (
@@ -85,10 +78,11 @@ def _rates(roc: dict) -> dict | None:
     fpr, tpr = roc.get("fpr"), roc.get("tpr")
     if not (isinstance(fpr, list) and isinstance(tpr, list) and len(fpr) == len(tpr) and fpr):
         return None
-    floats = _float_lists(fpr, tpr)
-    return (
-        {} if floats is None else {"fpr": floats[0], "tpr": floats[1], "auc": num(roc.get("auc"))}
-    )
+    try:
+        rates = {"fpr": [float(x) for x in fpr], "tpr": [float(x) for x in tpr]}
+    except (TypeError, ValueError):
+        return {}
+    return rates | {"auc": num(roc.get("auc"))}
 
 
 def roc_of(roc: Any) -> dict | None:
@@ -368,16 +362,12 @@ def _pairs(d: Any) -> dict | None:
     return {"fpr": fpr, "fnr": fnr} if all(map(_unit, fpr + fnr)) else None
 
 
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
+def _typed(kind: type):
+    """The reader of a value of type ``kind``: the value itself, else None."""
+    return lambda v: v if isinstance(v, kind) else None
 
 
-def _dict(v: Any) -> dict | None:
-    return v if isinstance(v, dict) else None
-
-
-def _bool(v: Any) -> bool | None:
-    return v if isinstance(v, bool) else None
+_str, _dict, _bool = _typed(str), _typed(dict), _typed(bool)
 
 
 def _unit(v: float | None) -> bool:
@@ -393,14 +383,17 @@ def _point(p: Any) -> dict | None:
     return {k: v if k.endswith("_upper") or _unit(v) else None for k, v in point.items()}
 
 
-#: The readers of a claimed_curve block's labels (what was tested, at which level).
+#: The readers of a claimed_curve block's labels (what was tested, at which level, which way).
 CURVE_LABELS = {
     "accountant": _str,
     "adjacency": _str,
     "delta": num,
     "confidence": num,
     "event": _dict,
+    "direction": lambda v: v if v in ("greater", "less") else None,
 }
+#: The readers of its claim family (the parameter, its claimed value and its ruled-out bound).
+CURVE_FAMILY = {"parameter": _str, "claimed": num, "lower_bound": num}
 
 
 def curve_view(block: Any) -> dict | None:
@@ -420,15 +413,8 @@ def curve_view(block: Any) -> dict | None:
         # the epsilon of the claim-family member ruled out (older files: epsilon_lower_bound)
         "family_epsilon": num(block.get("family_epsilon", block.get("epsilon_lower_bound"))),
         "scale_lower_bound": num(block.get("scale_lower_bound")),
-        "family": {
-            "parameter": _str(fam.get("parameter")),
-            "claimed": num(fam.get("claimed")),
-            "lower_bound": num(fam.get("lower_bound")),
-        },
+        "family": _read(fam, CURVE_FAMILY),
         **_read(block, CURVE_LABELS),
-        "direction": block.get("direction")
-        if block.get("direction") in ("greater", "less")
-        else None,
         "point": point,
         "points": _pairs(block.get("points")),
         "curve": curve,
@@ -448,23 +434,10 @@ def _maybe(fields: dict, block: Any) -> dict | None:
 
 
 #: The readers of the blocks of a one_run.json (``steinke``, ``fdp``) and of audit.json's ``comparison``.
-STEINKE = {
-    "epsilon_lower_bound": num,
-    "ceiling": num,
-    "guesses": integer,
-    "correct": integer,
-    "k_pos": integer,
-    "k_neg": integer,
-    "method": _str,
-}
-FDP = {
-    "epsilon_lower_bound": num,
-    "violated": _bool,
-    "guesses": integer,
-    "correct": integer,
-    "ceiling": num,
-    "method": _str,
-}
+STEINKE = dict.fromkeys(("epsilon_lower_bound", "ceiling"), num)
+STEINKE |= dict.fromkeys(("guesses", "correct", "k_pos", "k_neg"), integer) | {"method": _str}
+FDP = {"epsilon_lower_bound": num, "violated": _bool, "guesses": integer, "correct": integer}
+FDP |= {"ceiling": num, "method": _str}
 
 
 #: The readers of a one_run.json's own fields.

@@ -11,8 +11,7 @@ from typing import Any
 from ..audit_outputs import NOT_COVERED
 from .audit_blocks import audit_blocks
 from .budget import release_id
-from .format import COMPOSED_COLUMNS, DASH, Block, as_stored_columns, columns, f, g, ms, p, table
-from .format import text, val
+from .format import DASH, Block, columns, composition_columns, f, g, ms, p, table, text, val
 from .model import SECTIONS
 from .utility import ordered_metrics
 from .verdict import summary_rows
@@ -49,9 +48,8 @@ FIRST_HEADERS = [
 
 
 def _first_row(r: dict) -> list[str]:
-    audited = f"{len(r['audits'])} audits: " * (len(r["audits"]) > 1) + (
-        f"{_plans_cell(r)}; {', '.join(r['statistics'])}" if r["statistics"] else "—"
-    )
+    many = f"{len(r['audits'])} audits: " if len(r["audits"]) > 1 else ""
+    audited = many + (f"{_plans_cell(r)}; {', '.join(r['statistics'])}" if r["statistics"] else "—")
     lb, ceiling = r["epsilon_lower_bound"], r["ceiling"]
     bound = DASH if lb is None else f(lb) + (f" ({f(ceiling, 2)})" if ceiling is not None else "")
     return [
@@ -192,13 +190,11 @@ def _dataset_blocks(d: dict) -> list[Block]:
         ("partitions used", _listed(d.get("partitions"))),
         ("releases / audits", f"{len(d.get('releases') or [])} / {len(d.get('audits') or [])}"),
     ]
+    listed = f"Source files of {d['name']}: {', '.join(map(str, files))}."
+    unlisted = f"{d['name']}: no source files recorded (embedded or synthetic data)."
     return [
         Block("kv", caption=f"Dataset {d['name']}", pairs=pairs),
-        p(
-            f"Source files of {d['name']}: {', '.join(map(str, files))}."
-            if files
-            else f"{d['name']}: no source files recorded (embedded or synthetic data)."
-        ),
+        p(listed if files else unlisted),
     ]
 
 
@@ -249,28 +245,20 @@ ENTRY_COLUMNS = (
     "created_at"
 ).split()
 
-COMPOSITION_COLUMNS = [
-    *as_stored_columns("dataset", "partition", "adjacency"),
-    ("releases", "releases", val),
-    *COMPOSED_COLUMNS,
-    ("composed eps (prv)", "prv", f),
-    ("at delta", "delta", g),
-]
+COMPOSITION_COLUMNS = composition_columns("dataset partition adjacency", prv=("prv", f))
 
 
 def _cap(cap: Any) -> str:
     if isinstance(cap, dict):
-        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}" + (
-            ", audits included" if cap.get("include_audits") else ""
-        )
+        audits = ", audits included" if cap.get("include_audits") else ""
+        return f"{f(cap.get('epsilon'))} at delta {g(cap.get('delta'))}{audits}"
     return val(cap) if cap is not None else "none"
 
 
 def _table_of(rows: list[dict], preferred: list[str]) -> tuple[list[str], list[list[str]]]:
     """Columns: the preferred ones present (in order); every column when none is (an unknown row shape is shown whole)."""
-    cols = [c for c in preferred if any(c in r for r in rows)] or list(
-        dict.fromkeys(k for r in rows for k in r)
-    )
+    cols = [c for c in preferred if any(c in r for r in rows)]
+    cols = cols or list(dict.fromkeys(k for r in rows for k in r))
     return cols, [[val(r.get(c)) for c in cols] for r in rows]
 
 
@@ -361,12 +349,10 @@ def utility_blocks(report: dict) -> list[Block]:
         + [ms(r["metrics"].get(m)) for m in names]
         for r in rows
     ]
-    return [
-        table(CAPTIONS["utility"], ["mechanism", "dataset", "epsilon", "n"] + names, cells),
-        Block("figures", figures=["utility"])
-        if u["curves"]
-        else p("No privacy-utility curve: no group of releases differing only in epsilon."),
-    ]
+    none = p("No privacy-utility curve: no group of releases differing only in epsilon.")
+    curves = Block("figures", figures=["utility"]) if u["curves"] else none
+    headers = ["mechanism", "dataset", "epsilon", "n"] + names
+    return [table(CAPTIONS["utility"], headers, cells), curves]
 
 
 REPRODUCE_KINDS = {
@@ -399,9 +385,8 @@ def _reproduce_code(r: dict) -> str:
         return "# command not recorded"
     params = dict(r["parameters"])
     cfg = params.pop("config", None)
-    lines = ["# command not recorded; the audit's recorded parameters:"] + [
-        f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())
-    ]
+    lines = ["# command not recorded; the audit's recorded parameters:"]
+    lines += [f"#   {k} = {json.dumps(v, default=str)}" for k, v in sorted(params.items())]
     if cfg is not None:
         lines.append("#   config = " + json.dumps(cfg, sort_keys=True, default=str))
     return "\n".join(lines)
@@ -418,11 +403,9 @@ def reproduce_blocks(report: dict) -> list[Block]:
     out = []
     for r in report["sections"]["reproduce"]:
         meta = _reproduce_meta(r)
-        out += (
-            [Block("h3", text=_reproduce_head(r))]
-            + ([p("; ".join(meta))] if meta else [])
-            + [Block("code", text=_reproduce_code(r))]
-        )
+        out.append(Block("h3", text=_reproduce_head(r)))
+        out += [p("; ".join(meta))] if meta else []
+        out.append(Block("code", text=_reproduce_code(r)))
     return out + [p(RERUN_NOTE)]
 
 
@@ -460,13 +443,6 @@ def layout(report: dict) -> list[tuple[str, str, list[Block]]]:
     for key, heading in sections_of(report):
         blocks = BUILDERS[key](report)
         at = 1 if key == "verdict" and blocks and blocks[0].kind == "table" else 0
-        out.append(
-            (
-                key,
-                heading,
-                blocks[:at]
-                + notes(*(("inputs", key) if key == "verdict" else (key,)))
-                + blocks[at:],
-            )
-        )
+        noted = notes(*(("inputs", key) if key == "verdict" else (key,)))
+        out.append((key, heading, blocks[:at] + noted + blocks[at:]))
     return out

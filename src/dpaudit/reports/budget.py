@@ -43,10 +43,9 @@ def _data_versions(entries: list[dict]) -> dict[str, str]:
     return labels
 
 
-def _no_ledger(
-    out: dict, path, ledger_path, explicit: bool, datasets: list[str], notes: list[Note]
-) -> dict:
-    if explicit:
+def _no_ledger(out: dict, path, ledger_path, datasets: list[str], notes: list[Note]) -> dict:
+    """No ledger at ``path``: an error when it was given (``ledger_path``), else a note."""
+    if ledger_path is not None:
         raise UsageError(f"ledger must be an existing ledger database, got {str(ledger_path)!r}.")
     if datasets:
         text = (
@@ -69,8 +68,7 @@ def _read_ledger(
     path, datasets: list[str], notes: list[Note]
 ) -> tuple[list[dict], list[dict], dict]:
     """(summary rows, entries, verify report) of ``datasets`` (every dataset when none)."""
-    summary: list[dict] = []
-    entries: list[dict] = []
+    summary, entries = [], []
     with open_ledger(path) as ledger:
         for name in datasets or [None]:
             try:
@@ -136,19 +134,16 @@ def _drop_fingerprints(entries: list[dict], summary: list[dict]) -> None:
 
 
 def ledger_budget(
-    ledger_path: str | os.PathLike | None,
-    explicit: bool,
-    datasets: list[str],
-    release_ids: list[str],
-    notes: list[Note],
+    ledger_path: str | os.PathLike | None, datasets: list[str], release_ids: list[str], notes: list
 ) -> dict:
-    """The ledger's own summary (and entries, and hash-chain check) for ``datasets``."""
+    """The ledger's own summary (and entries, and hash-chain check) for ``datasets``
+    (``ledger_path`` None: ``$DPAUDIT_LEDGER`` or the default path, whose absence is only a note)."""
     loc = resolve_ledger(ledger_path)
     # A PostgreSQL ledger is opened as given (a server that is down is an error, not "no ledger").
     path = loc.path if loc.backend == "sqlite" else loc
     out = {"ledger": loc.display, "summary": [], "entries": [], "available": False, "verify": None}
     if loc.backend == "sqlite" and not path.exists():
-        return _no_ledger(out, path, ledger_path, explicit, datasets, notes)
+        return _no_ledger(out, path, ledger_path, datasets, notes)
     try:
         summary, entries, out["verify"] = _read_ledger(path, datasets, notes)
     except DPAuditError as e:

@@ -43,26 +43,14 @@ def noise_label(ns: Any) -> tuple[str, bool | None]:
 
 
 def _epsilon_row(r, acc: str, delta: float | None, stored: dict) -> dict:
-    if delta is None or not (0 < delta < 1) and acc != "pure":
-        return {
-            "accountant": acc,
-            "epsilon": None,
-            "stored": num(stored.get(acc)),
-            "lower": None,
-            "estimate": None,
-            "error": f"delta must be in (0, 1), got {r.delta!r}",
-        }
-    res = recomputed(r.guarantee, delta, acc, r.adjacency)
+    """``acc``'s epsilon of the stored events beside the one the release stored for it."""
     st = stored.get(acc)
-    return {
-        "accountant": acc,
-        "epsilon": res["epsilon"],
-        "stored": num(st.get("epsilon")) if isinstance(st, dict) else num(st),
-        "lower": res["lower"],
-        "estimate": res["estimate"],
-        "error": res["error"],
-        "claimed_with": acc == r.accountant,
-    }
+    row = {"accountant": acc, **dict.fromkeys(("epsilon", "stored", "lower", "estimate", "error"))}
+    if delta is None or not (0 < delta < 1) and acc != "pure":
+        return row | {"stored": num(st), "error": f"delta must be in (0, 1), got {r.delta!r}"}
+    row |= recomputed(r.guarantee, delta, acc, r.adjacency)
+    row["stored"] = num(st.get("epsilon")) if isinstance(st, dict) else num(st)
+    return row | {"claimed_with": acc == r.accountant}
 
 
 def _epsilon_rows(r, delta: float | None) -> list[dict]:

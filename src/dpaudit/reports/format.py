@@ -157,5 +157,20 @@ def chosen(b: Block, figures: list) -> list:
     return [fig for prefix in b.figures for fig in figures if fig.name.startswith(prefix)]
 
 
-#: The composed-budget columns the report's and the sweeps' composition tables share.
-COMPOSED_COLUMNS = [("naive sum of eps", "naive_sum", f), ("composed eps (rdp)", "rdp", f)]
+def render_block(b: Block, kinds: dict, draw, figures: list) -> str:
+    """``b`` in one renderer's words: ``kinds`` maps a block kind to its text; ``draw`` gives
+    the text of the figures a ``figures`` block names (:func:`chosen` among ``figures``)."""
+    if b.kind == "figures":
+        return draw(chosen(b, figures))
+    if b.kind not in kinds:
+        raise ValueError(f"unknown block kind {b.kind!r}")
+    return kinds[b.kind](b)
+
+
+def composition_columns(keys: str, *before: tuple, prv: tuple = ()) -> list[tuple]:
+    """The columns of a composition table (the report's, a sweep's, a sweep's ledger record): the
+    group ``keys`` as stored, the releases, ``before``, the naive sum and the rdp epsilon, the prv
+    epsilon when ``prv`` gives its (key, show), and the delta."""
+    cols = [*as_stored_columns(*keys.split()), ("releases", "releases", val), *before]
+    cols += [("naive sum of eps", "naive_sum", f), ("composed eps (rdp)", "rdp", f)]
+    return cols + ([("composed eps (prv)", *prv)] if prv else []) + [("at delta", "delta", g)]

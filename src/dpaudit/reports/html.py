@@ -11,7 +11,7 @@ import base64
 import html
 
 from .blocks import VERDICT_WORDS, Block, layout
-from .format import chosen
+from .format import render_block
 from .plots import Figure, all_figures
 
 CSS = """
@@ -109,12 +109,9 @@ def _kv(b: Block) -> str:
 
 def notes_summary(notes: list[dict]) -> str:
     """ "2 errors, 3 warnings, 4 notes": the one line a section's notes fold into."""
-    n = {lv: sum(1 for x in notes if x["level"] == lv) for lv in ("error", "warning", "info")}
-    return ", ".join(
-        f"{k} {w}{'s' * (k > 1)}"
-        for w, k in (("error", n["error"]), ("warning", n["warning"]), ("note", n["info"]))
-        if k
-    )
+    words = {"error": "error", "warning": "warning", "info": "note"}  # by level
+    counts = ((w, sum(1 for x in notes if x["level"] == level)) for level, w in words.items())
+    return ", ".join(f"{k} {w}{'s' * (k > 1)}" for w, k in counts if k)
 
 
 def _notes(b: Block) -> str:
@@ -125,7 +122,7 @@ def _notes(b: Block) -> str:
     return f'<details class="notes"><summary>{_e(notes_summary(b.notes))} (expand)</summary><ul class="notes">{items}</ul></details>'
 
 
-#: Block kind -> its HTML (figures are drawn by :func:`_block`).
+#: Block kind -> its HTML (figures are drawn by :func:`_figures`).
 RENDER = {
     "p": lambda b: f"<p>{_e(b.text)}</p>",
     "h3": lambda b: f"<h3>{_e(b.text)}</h3>",
@@ -142,22 +139,16 @@ RENDER = {
 }
 
 
-def _block(b: Block, figures: list[Figure]) -> str:
-    if b.kind == "figures":
-        return (
-            "".join(_figure(fig) for fig in chosen(b, figures))
-            or "<p>No figure: the inputs hold no data to plot.</p>"
-        )
-    if b.kind not in RENDER:
-        raise ValueError(f"unknown block kind {b.kind!r}")
-    return RENDER[b.kind](b)
+def _figures(shown: list[Figure]) -> str:
+    return "".join(map(_figure, shown)) or "<p>No figure: the inputs hold no data to plot.</p>"
 
 
-def _sweeps_meta(report: dict) -> str:
-    sw = report["inputs"].get("sweeps") or []
-    if not sw:
-        return ""
-    return f" and {len(sw)} sweep(s) of {sum(int(x.get('releases') or 0) for x in sw)} releases"
+def inputs_meta(report: dict) -> str:
+    """What the report was built from: "2 release(s) and 1 audit(s)", and its sweeps if any."""
+    given, sw = report["inputs"], report["inputs"].get("sweeps") or []
+    counts = f"{len(given['releases'])} release(s) and {len(given['audits'])} audit(s)"
+    n = sum(int(x.get("releases") or 0) for x in sw)
+    return counts + (f" and {len(sw)} sweep(s) of {n} releases" if sw else "")
 
 
 def render_html(report: dict, figures: list[Figure] | None = None) -> str:
@@ -174,13 +165,12 @@ def render_html(report: dict, figures: list[Figure] | None = None) -> str:
             + f"<h2>{_e(heading)}</h2>"
             + "</summary>" * fold
         )
-        body.extend(_block(b, figures) for b in blocks)
+        body.extend(render_block(b, RENDER, _figures, figures) for b in blocks)
         body.append("</details>" * fold + "</section>")
     meta = (
         f"generated {_e(report['generated_at'])} by dpaudit {_e(report['dpaudit_version'])}"
         + (f" (commit {_e(str(report['git_commit'])[:12])})" if report.get("git_commit") else "")
-        + f" from {len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s)"
-        + _sweeps_meta(report)
+        + f" from {inputs_meta(report)}"
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -272,20 +272,16 @@ def _text(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
 
 
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
 def _integer(v: Any) -> bool:
     return integer(v) is not None
 
 
-def _object(v: Any) -> bool:
-    return isinstance(v, dict)
-
-
 def _number(v: Any) -> bool:
     return num(v) is not None and not isinstance(v, bool)
+
+
+def _is(*types: type):
+    return lambda v: isinstance(v, types)
 
 
 def _optional(ok):
@@ -296,8 +292,8 @@ def _optional(ok):
 #: is the name inside a dataset object.
 RELEASE_TYPES = (
     ("mechanism id adjacency accountant partition privacy_unit", "a non-empty string", _text),
-    ("dataset", "an object", lambda v: isinstance(v, (dict, str))),
-    ("dataset.name", "a string", _is_str),
+    ("dataset", "an object", _is(dict, str)),
+    ("dataset.name", "a string", _is(str)),
     ("epsilon delta", "a number", _number),
     (
         "target_epsilon noise_multiplier sample_rate clipping_norm",
@@ -305,11 +301,11 @@ RELEASE_TYPES = (
         _optional(_number),
     ),
     ("steps steps_executed normalizer", "an integer or null", _optional(_integer)),
-    ("guarantee noise_source epsilons config metrics timings artefacts", "an object", _object),
-    ("non_private", "true or false", lambda v: isinstance(v, bool)),
+    ("guarantee noise_source epsilons config metrics timings artefacts", "an object", _is(dict)),
+    ("non_private", "true or false", _is(bool)),
     ("seed", "an integer", lambda v: not isinstance(v, (dict, list))),
-    ("command", "a string or a list", _optional(lambda v: isinstance(v, (str, list)))),
-    ("created_at dpaudit_version git_commit", "a string or null", _optional(_is_str)),
+    ("command", "a string or a list", _optional(_is(str, list))),
+    ("created_at dpaudit_version git_commit", "a string or null", _optional(_is(str))),
 )
 
 

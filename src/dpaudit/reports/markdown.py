@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
-from .blocks import Block, layout
-from .format import chosen
-from .html import _sweeps_meta, notes_summary
+from .blocks import layout
+from .format import render_block
+from .html import inputs_meta, notes_summary
 from .plots import Figure, all_figures
 
 _BADGE = {
@@ -32,7 +33,7 @@ def _table(headers: list[str], rows: list[list[str]], caption: str = "") -> str:
     return "\n".join(out + ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows])
 
 
-#: Block kind -> its Markdown (figures are written by :func:`_block`).
+#: Block kind -> its Markdown (figures are written by :func:`_figures`).
 RENDER = {
     "p": lambda b: b.text,
     "h3": lambda b: f"### {b.text}",
@@ -49,18 +50,10 @@ RENDER = {
 }
 
 
-def _block(b: Block, figures: list[Figure], asset_rel: str) -> str:
-    if b.kind == "figures":
-        return (
-            "\n\n".join(
-                f"![{fig.title}]({asset_rel}/{fig.name}.png)\n\n*{fig.title}.* {fig.caption}"
-                for fig in chosen(b, figures)
-            )
-            or "_No figure: the inputs hold no data to plot._"
-        )
-    if b.kind not in RENDER:
-        raise ValueError(f"unknown block kind {b.kind!r}")
-    return RENDER[b.kind](b)
+def _figures(shown: list[Figure], asset_rel: str) -> str:
+    """The figures' links to their PNG files in ``asset_rel``, with their captions."""
+    linked = (f"![{t.title}]({asset_rel}/{t.name}.png)\n\n*{t.title}.* {t.caption}" for t in shown)
+    return "\n\n".join(linked) or "_No figure: the inputs hold no data to plot._"
 
 
 def render_markdown(
@@ -78,13 +71,14 @@ def render_markdown(
         f"# {report['title']}",
         "",
         f"_generated {report['generated_at']} by dpaudit {report['dpaudit_version']} from "
-        f"{len(report['inputs']['releases'])} release(s) and {len(report['inputs']['audits'])} audit(s){_sweeps_meta(report)}_",
+        f"{inputs_meta(report)}_",
         "",
     ]
+    draw = partial(_figures, asset_rel=assets.name)
     for _key, heading, blocks in layout(report):
         parts += [f"## {heading}", ""]
         for b in blocks:
-            parts += [_block(b, figures, assets.name), ""]
+            parts += [render_block(b, RENDER, draw, figures), ""]
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text("\n".join(parts))
     return out_file

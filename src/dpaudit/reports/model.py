@@ -48,7 +48,7 @@ def _budget_section(inputs, covered: list, ledger_path, notes: list) -> tuple[di
     """The budget section (ledger summary and the releases' own composition) and the ledger's data version labels."""
     datasets = list(dict.fromkeys(dataset_name(lr.release.dataset) for lr in covered))
     ids = [lr.release.id for lr in inputs.releases]
-    ledger = budget.ledger_budget(ledger_path, ledger_path is not None, datasets, ids, notes)
+    ledger = budget.ledger_budget(ledger_path, datasets, ids, notes)
     fingerprints = ledger.pop("data_versions", {})
     composition = budget.release_composition(covered, notes)
     return {**ledger, "composition": composition, "datasets": datasets}, fingerprints
@@ -76,17 +76,16 @@ def _run_entries(entry_of, records: list, notes: list) -> list[dict]:
     return [e for e in entries if e is not None]
 
 
+def _named(source, path) -> dict:
+    """A release's or an audit's (``source``: its Release or AuditView) line among the inputs."""
+    return {"id": source.id, "mechanism": source.mechanism, "path": str(path)}
+
+
 def _inputs_of(inputs, sweeps: list[dict], ledger: str | None) -> dict:
     return {
         "paths": inputs.paths,
-        "releases": [
-            {"id": lr.release.id, "mechanism": lr.release.mechanism, "path": str(lr.path)}
-            for lr in inputs.releases
-        ],
-        "audits": [
-            {"id": la.view.id, "mechanism": la.view.mechanism, "path": str(la.path)}
-            for la in inputs.audits
-        ],
+        "releases": [_named(lr.release, lr.path) for lr in inputs.releases],
+        "audits": [_named(la.view, la.path) for la in inputs.audits],
         "one_runs": [str(lo.path) for lo in inputs.one_runs],
         "white_boxes": [str(lo.path) for lo in inputs.white_boxes],
         "sweeps": [{k: e[k] for k in ("name", "path", "store", "releases")} for e in sweeps],

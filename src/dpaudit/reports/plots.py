@@ -97,9 +97,8 @@ def roc_figures(report: dict) -> list[Figure]:
 
 
 def _top(pts: list[dict]) -> float:
-    vals = [num(p.get(k)) for p in pts for k in ("epsilon_lower_bound", "no_noise", "ceiling")] + [
-        num(p["claimed_epsilon"]) for p in pts
-    ]
+    keys = ("epsilon_lower_bound", "no_noise", "ceiling", "claimed_epsilon")
+    vals = [num(p.get(k)) for p in pts for k in keys]
     finite = [v for v in vals if v is not None and math.isfinite(v)]
     return max(max(finite) * 1.15 if finite else 1.0, 0.1)
 
@@ -210,20 +209,10 @@ def tradeoff_figures(report: dict) -> list[Figure]:
         audit = {k: e.get(k) for k in ("mechanism", "canary", "delta", "confidence")}
         audit |= {"claimed_curve": cv, "claimed_epsilon": e.get("compared_claim")}
         fig = tradeoff_figure(audit, fig)
-        verdict = (
-            "VIOLATION: the box is below the claimed curve"
-            if cv.get("violated")
-            else "the box reaches the claimed curve"
-        )
-        out.append(
-            Figure(
-                f"tradeoff_{e['index']}",
-                "audit",
-                f"Trade-off ({_label(e)})",
-                CAPTIONS["tradeoff"].format(verdict=verdict),
-                png_bytes(fig),
-            )
-        )
+        verdict = "VIOLATION: the box is below" if cv.get("violated") else "the box reaches"
+        caption = CAPTIONS["tradeoff"].format(verdict=f"{verdict} the claimed curve")
+        title = f"Trade-off ({_label(e)})"
+        out.append(Figure(f"tradeoff_{e['index']}", "audit", title, caption, png_bytes(fig)))
     return out
 
 
@@ -234,24 +223,13 @@ def one_run_figures(report: dict) -> list[Figure]:
         shown = ("mechanism", "kind", "canaries", "claimed_epsilon", "steinke", "fdp")
         rec = {k: e.get(k) for k in shown}
         rec["statistic"] = "f-dp" if e.get("statistic") == "one-run f-DP" else "steinke"
-        out.append(
-            Figure(
-                f"onerun_{e['index']}",
-                "audit",
-                f"One-run audit ({e.get('mechanism') or 'unknown'}, {e.get('label')})",
-                CAPTIONS["onerun"],
-                png_bytes(one_run_figure(rec)),
-            )
-        )
+        title = f"One-run audit ({e.get('mechanism') or 'unknown'}, {e.get('label')})"
+        png = png_bytes(one_run_figure(rec))
+        out.append(Figure(f"onerun_{e['index']}", "audit", title, CAPTIONS["onerun"], png))
     return out
 
 
 def all_figures(report: dict) -> list[Figure]:
     utility = [_utility_figure(k, c) for k, c in enumerate(report["sections"]["utility"]["curves"])]
-    return (
-        utility
-        + eps_figure(report)
-        + roc_figures(report)
-        + tradeoff_figures(report)
-        + one_run_figures(report)
-    )
+    audit = (eps_figure, roc_figures, tradeoff_figures, one_run_figures)  # the audit section's
+    return utility + [fig for figures_of in audit for fig in figures_of(report)]

@@ -63,10 +63,7 @@ def _add_audit(by: dict[str, dict], la: LoadedAudit) -> None:
 
 
 def provenance(
-    releases: list[LoadedRelease],
-    audits: list[LoadedAudit],
-    notes: list[Note],
-    fingerprints: dict[str, str] | None = None,
+    releases: list[LoadedRelease], audits: list[LoadedAudit], notes: list[Note], fingerprints: dict
 ) -> list[dict]:
     """Per dataset: its public identity, and the data version labels of its releases (``fingerprints``:
     release id -> label of the ledger's keyed fingerprint, only when a ledger was read). Never an unkeyed
@@ -77,9 +74,8 @@ def provenance(
         ds = lr.release.dataset
         ds = ds if isinstance(ds, dict) else {"name": str(ds)}
         key = json.dumps([ds.get("name"), ds.get("profile")], default=str)
-        _add_release(
-            by.setdefault(key, _new_entry(ds.get("name"), ds)), ds, lr, fingerprints or {}, notes
-        )
+        entry = by.setdefault(key, _new_entry(ds.get("name"), ds))
+        _add_release(entry, ds, lr, fingerprints, notes)
     for e in by.values():
         if len(e["data_versions"]) > 1:
             text = (

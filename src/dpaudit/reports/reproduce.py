@@ -12,41 +12,31 @@ FIELDS = ("kind", "mechanism", "id", "path", "command", "seed", "noise", "dpaudi
 FIELDS += ("git_commit",)
 
 
+#: The entry fields a release and an audit's view both carry under these names.
+OWN_FIELDS = ("mechanism", "id", "dpaudit_version", "git_commit")
+
+
+def _entry(kind: str, source, path, command: str | None, **fields) -> dict:
+    """An entry in :data:`FIELDS` order: ``source``'s own fields, where it is, then ``fields``."""
+    own = {k: getattr(source, k) for k in OWN_FIELDS}
+    where = {"kind": kind, "path": str(path), "command": command}
+    return dict.fromkeys(FIELDS) | own | where | fields
+
+
 def _release_entry(lr, notes: list[Note]) -> dict:
-    cmd = command_str(lr.release.command)
+    r, cmd = lr.release, command_str(lr.release.command)
     if cmd is None:
-        text = f"release {lr.release.id[:12]} records no command."
-        notes.append(Note("warning", "reproduce", text))
-    return {
-        "kind": "release",
-        "mechanism": lr.release.mechanism,
-        "id": lr.release.id,
-        "path": str(lr.path),
-        "command": cmd,
-        "seed": lr.release.seed,
-        "noise": noise_label(lr.release.noise_source)[0],
-        "dpaudit_version": lr.release.dpaudit_version,
-        "git_commit": lr.release.git_commit,
-    }
+        notes.append(Note("warning", "reproduce", f"release {r.id[:12]} records no command."))
+    return _entry("release", r, lr.path, cmd, seed=r.seed, noise=noise_label(r.noise_source)[0])
 
 
 def _audit_entry(la, notes: list[Note]) -> dict:
-    cmd = command_str(la.view.command)
+    v, cmd = la.view, command_str(la.view.command)
     if cmd is None:
         text = f"audit {la.path} records no command; its recorded parameters are listed instead."
         notes.append(Note("warning", "reproduce", text))
-    return {
-        "kind": "audit",
-        "mechanism": la.view.mechanism,
-        "id": la.view.id,
-        "path": str(la.path),
-        "command": cmd,
-        "seed": la.view.seeds,
-        "noise": None,
-        "dpaudit_version": la.view.dpaudit_version,
-        "git_commit": la.view.git_commit,
-        "parameters": la.view.parameters | ({"config": la.view.config} if la.view.config else {}),
-    }
+    parameters = v.parameters | ({"config": v.config} if v.config else {})
+    return _entry("audit", v, la.path, cmd, seed=v.seeds, parameters=parameters)
 
 
 def reproduce(

@@ -98,14 +98,12 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
     n = {"ok": 0, "mismatch": 0, "unverified": 0, "no-claim": 0}
     problems, unverified, reproducible = [], [], 0
     for lr in sweep.releases:
-        check = verify_claim(lr.release)
-        reproducible += (
-            noise_label(lr.release.noise_source)[1] is False and not lr.release.non_private
-        )
+        r, check = lr.release, verify_claim(lr.release)
+        reproducible += noise_label(r.noise_source)[1] is False and not r.non_private
         status = check.status if check.status in ("ok", "mismatch", "no-claim") else "unverified"
         n[status] += 1
         if status == "mismatch":
-            problems.append(_ref(lr, epsilon=num(lr.release.epsilon), message=check.reason))
+            problems.append(_ref(lr, epsilon=num(r.epsilon), message=check.reason))
         elif status == "unverified":
             unverified.append(_ref(lr, message=check.reason))
     checked = n["ok"] + n["mismatch"] + n["unverified"]
@@ -122,11 +120,6 @@ def _accounting(sweep: LoadedSweep, notes: list[Note]) -> dict:
     }
     _accounting_notes(sweep.name or str(sweep.path), acc, notes)
     return acc
-
-
-def _group() -> dict:
-    counts = dict.fromkeys(("non_private", "unknown", "from_store"), 0)
-    return {"guarantees": [], "claims": [], "deltas": [], **counts, "largest": None}
 
 
 def _from_release(r) -> dict:
@@ -149,24 +142,6 @@ def _from_release(r) -> dict:
     }
 
 
-def _add(g: dict, x: dict) -> None:
-    g["from_store"] += x["from_store"]
-    if x["non_private"] or x["guarantee"] is None:
-        g["non_private" if x["non_private"] else "unknown"] += 1
-        return
-    g["guarantees"].append(x["guarantee"])
-    g["claims"].append(x["epsilon"] if x["epsilon"] is not None else math.inf)
-    if x["delta"] is not None:
-        g["deltas"].append(x["delta"])
-    big = x.get("largest")
-    if (
-        big
-        and big["epsilon"] is not None
-        and (g["largest"] is None or big["epsilon"] > g["largest"]["epsilon"])
-    ):
-        g["largest"] = big
-
-
 def _compose_into(
     row: dict, res: dict[str, dict], sweep_name: str | None, notes: list[Note]
 ) -> None:
@@ -180,31 +155,47 @@ def _compose_into(
         notes.append(Note("error", "sweep", text))
 
 
-def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) -> dict:
-    n_private = len(g["guarantees"])
-    delta = max(g["deltas"]) if g["deltas"] else None
+def _claims(private: list[dict]) -> dict:
+    """The claim columns of a budget row of ``private`` members: the largest single claim (its
+    release's record, the first of equals), the largest and the summed claim (a member without one
+    counts as unbounded) and the largest delta."""
+    claims = [x["epsilon"] if x["epsilon"] is not None else math.inf for x in private]
+    sized = [
+        x["largest"] for x in private if x.get("largest") and x["largest"]["epsilon"] is not None
+    ]
+    return {
+        "largest_single": max(sized, key=lambda big: big["epsilon"], default=None),
+        "max_single_epsilon": max(claims) if claims else None,
+        "naive_sum": sum(claims) if claims else None,
+        "delta": max((x["delta"] for x in private if x["delta"] is not None), default=None),
+    }
+
+
+def _budget_row(key: tuple, members: list[dict], sweep_name: str | None, notes: list[Note]) -> dict:
+    """One (dataset, partition, adjacency) of the sweep's budget: its ``members`` (:func:`_from_release`,
+    :func:`_from_store`) counted, the private ones composed; a non-private one makes it unbounded."""
+    private = [x for x in members if not x["non_private"] and x["guarantee"] is not None]
+    n_non_private = sum(1 for x in members if x["non_private"])
+    unknown = len(members) - len(private) - n_non_private
     row = {
         **dict(zip(GROUP_KEY, key)),
-        "releases": n_private + g["non_private"] + g["unknown"],
-        "private_releases": n_private,
-        "non_private_releases": g["non_private"],
-        "unknown_releases": g["unknown"],
-        "from_store": g["from_store"],
-        "largest_single": g["largest"],
-        "max_single_epsilon": max(g["claims"]) if g["claims"] else None,
-        "naive_sum": sum(g["claims"]) if g["claims"] else None,
-        "delta": delta,
+        "releases": len(members),
+        "private_releases": len(private),
+        "non_private_releases": n_non_private,
+        "unknown_releases": unknown,
+        "from_store": sum(x["from_store"] for x in members),
+        **_claims(private),
         "rdp": None,
         "prv": None,
         "errors": {},
-        "unbounded": g["non_private"] > 0,
-        "lower_bound_only": g["unknown"] > 0,
+        "unbounded": n_non_private > 0,
+        "lower_bound_only": unknown > 0,
     }
-    if g["non_private"]:
+    if n_non_private:
         # a non-private release on the same records has no finite guarantee: the sweep's cost is unbounded
         row["rdp"] = row["prv"] = math.inf
-    elif n_private:
-        composition = composed(g["guarantees"], delta, row["adjacency"])
+    elif private:
+        composition = composed([x["guarantee"] for x in private], row["delta"], row["adjacency"])
         _compose_into(row, composition, sweep_name, notes)
     row["sentence"] = _budget_sentence(row)
     return row
@@ -213,16 +204,15 @@ def _budget_row(key: tuple, g: dict, sweep_name: str | None, notes: list[Note]) 
 def _budget(sweep: LoadedSweep, extra: list[dict], notes: list[Note]) -> list[dict]:
     """Per (dataset, partition, adjacency): count, largest single claim, naive sum, composed epsilon
     (``extra``: the releases the store names whose file is missing, :func:`_from_store`)."""
-    groups: dict[tuple, dict] = {}
+    groups: dict[tuple, list[dict]] = {}
     for x in [_from_release(lr.release) for lr in sweep.releases] + extra:
-        _add(groups.setdefault(tuple(x[k] for k in GROUP_KEY), _group()), x)
-    return [_budget_row(key, g, sweep.name, notes) for key, g in groups.items()]
+        groups.setdefault(tuple(x[k] for k in GROUP_KEY), []).append(x)
+    return [_budget_row(key, members, sweep.name, notes) for key, members in groups.items()]
 
 
 def _composed_clause(row: dict, where: str) -> str:
-    comp, via = (
-        (row["rdp"], "rdp") if row["rdp"] is not None or row["prv"] is None else (row["prv"], "prv")
-    )
+    via = "rdp" if row["rdp"] is not None or row["prv"] is None else "prv"
+    comp = row[via]
     at_least = "at least " if row["lower_bound_only"] else ""
     s = f"{row['releases']} releases of this sweep on {where}" + (
         ": composed epsilon could not be computed"
@@ -267,11 +257,8 @@ def _ledger_entries(sweep: LoadedSweep, ledger_path: str) -> tuple[list, list[di
         # What the ledger says this sweep spent, when its entries carry the sweep tag; a ledger
         # failing verification gives none (the entries above still match by id).
         try:
-            return entries, (
-                [dict(r) for r in ledger.summary(sweep=sweep.name)]
-                if sweep.name and sweep.name in ledger.sweeps()
-                else None
-            )
+            known = sweep.name and sweep.name in ledger.sweeps()
+            return entries, [dict(r) for r in ledger.summary(sweep=sweep.name)] if known else None
         except DPAuditError:
             return entries, None
 
@@ -305,9 +292,8 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
         return math.inf
     if not private or delta is None or not 0 < delta < 1:
         return None
-    return recomputed(
-        compose_sequential(e.payload.get("guarantee") for e in private), delta, "rdp", adj
-    )["epsilon"]
+    events = compose_sequential(e.payload.get("guarantee") for e in private)
+    return recomputed(events, delta, "rdp", adj)["epsilon"]
 
 
 def _ledger_row(key: tuple, es: list) -> dict:
@@ -396,9 +382,8 @@ def _task_notes(name: str, c: dict, failures: list[dict], notes: list[Note]) -> 
     if c["failed"]:
         first = failures[0]
         stale = sum(1 for fl in failures if fl.get("in_current_spec") is False)
-        why = ""
-        if stale:
-            why = f"; {stale} of them are not in the sweep's current spec (left from an earlier version of it: not part of the grid)"
+        earlier = "left from an earlier version of it: not part of the grid"
+        why = f"; {stale} of them are not in the sweep's current spec ({earlier})" if stale else ""
         text = (
             f"sweep {name}: {c['failed']} task(s) failed (first: {first['model']} {first['dataset']} "
             f"eps={first['epsilon']} seed={first['seed']}: {first['error']}){why}."
@@ -518,8 +503,9 @@ def sweep_verdict(entry: dict) -> dict:
     worst = [b for b in entry["budget"] if b.get("rdp") is not None]
     if worst:
         b = max(worst, key=lambda r: r["rdp"])
+        where, single = f"{b['dataset']}/{b['partition']}", fixed(b["max_single_epsilon"])
         parts.append(
-            f"composed eps on {b['dataset']}/{b['partition']} = {fixed(b['rdp'])} (rdp) vs largest single {fixed(b['max_single_epsilon'])}"
+            f"composed eps on {where} = {fixed(b['rdp'])} (rdp) vs largest single {single}"
         )
     singles = (b.get("max_single_epsilon") for b in entry["budget"])
     return {

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from .format import (
-    COMPOSED_COLUMNS,
     DASH,
     Block,
     as_stored,
     as_stored_columns,
     columns,
+    composition_columns,
     declined,
     either,
     eps_label,
@@ -40,14 +40,9 @@ def _prv(b: dict) -> str:
     return f(prv) if prv is not None else declined((b.get("errors") or {}).get("prv"))
 
 
-BUDGET_COLUMNS = [
-    *as_stored_columns("dataset", "partition", "adjacency"),
-    ("releases", "releases", val),
-    ("largest single eps", "max_single_epsilon", f),
-    *COMPOSED_COLUMNS,
-    ("composed eps (prv)", None, _prv),
-    ("at delta", "delta", g),
-]
+BUDGET_COLUMNS = composition_columns(
+    "dataset partition adjacency", ("largest single eps", "max_single_epsilon", f), prv=(None, _prv)
+)
 CONTRAST_COLUMNS = [
     ("dataset", "dataset", as_stored),
     ("eps", "epsilon", eps_label),
@@ -66,12 +61,7 @@ WIN_TIE_LOSS_COLUMNS = [
     ("lower", "losses", val),
     ("conditions", "conditions", val),
 ]
-LEDGER_COMPOSITION_COLUMNS = [
-    *as_stored_columns("dataset", "partition"),
-    ("releases", "releases", val),
-    *COMPOSED_COLUMNS,
-    ("at delta", "delta", g),
-]
+LEDGER_COMPOSITION_COLUMNS = composition_columns("dataset partition")
 LEDGER_SUMMARY_COLUMNS = [
     ("dataset", "dataset", str),
     ("partition", "partition", str),
@@ -98,20 +88,16 @@ FAILED_TASK_COLUMNS = [
 ]
 
 
-def _mean_sd(mean: Any, sd: Any, digits: int = 2) -> str:
-    return f"{f(mean, digits)} ± {f(sd, digits)}" if finite(sd) else f"{f(mean, digits)}"
-
-
 def _table3_row(r: dict) -> list[str]:
-    ours = "not run" if r.get("mean") is None else _mean_sd(r["mean"], r.get("sd"))
+    sd = f" ± {f(r.get('sd'), 2)}" if finite(r.get("sd")) else ""
+    ours = "not run" if r.get("mean") is None else f(r["mean"], 2) + sd
     ci = either(finite(r.get("ci_low")), f"[{f(r.get('ci_low'), 2)}, {f(r.get('ci_high'), 2)}]")
-    pub = (
-        "not in Table 3"
-        if r.get("published_mean") is None
-        else f"{f(r['published_mean'], 2)} ± {f(r['published_sd'], 2)}"
-    )
-    if r.get("published_mean") is not None and r.get("published_source") not in (None, "Table 3"):
-        pub += f" ({r['published_source']})"  # e.g. attention (Table 9) or DP-ELM widths (Table 5)
+    pub = "not in Table 3"
+    if r.get("published_mean") is not None:
+        pub = f"{f(r['published_mean'], 2)} ± {f(r['published_sd'], 2)}"
+        # another table's value, e.g. attention (Table 9) or DP-ELM widths (Table 5)
+        if r.get("published_source") not in (None, "Table 3"):
+            pub += f" ({r['published_source']})"
     return [
         str(r.get("label")),
         str(r.get("dataset")),
@@ -211,13 +197,10 @@ def _sweep_table_blocks(t: dict) -> list[Block]:
 def _sweep_card(sw: dict) -> Block:
     c, acc = sw.get("counts") or {}, sw.get("accounting") or {}
     spec = sw.get("spec") if isinstance(sw.get("spec"), dict) else {}
+    tasks = " / ".join(val(c.get(k)) for k in ("done", "failed", "pending"))
     pairs = [
         ("folder / store", f"{sw['path']} / {sw['store']}"),
-        (
-            "tasks done / failed / pending (total)",
-            " / ".join(val(c.get(k)) for k in ("done", "failed", "pending"))
-            + f" ({val(c.get('total'))})",
-        ),
+        ("tasks done / failed / pending (total)", tasks + f" ({val(c.get('total'))})"),
         ("releases found below the folder", val(sw.get("releases"))),
         ("accounting check", f"{str(acc.get('status', 'n/a')).upper()}: {acc.get('line', '')}"),
         ("tables", "recomputed from the store" + TABLES_JSON.get(str(sw.get("tables_json")), "")),
@@ -232,9 +215,8 @@ def _sweep_card(sw: dict) -> Block:
 
 def _budget_blocks(bud: list[dict]) -> list[Block]:
     if not bud:
-        return [
-            p("No release below this sweep's folder (e.g. a selftest sweep): nothing to account.")
-        ]
+        none = "No release below this sweep's folder (e.g. a selftest sweep): nothing to account."
+        return [p(none)]
     caption = (
         "Budget of this sweep: every task is a separate release on the same partition, so they compose "
         "(recomputed from the releases' stored events)"

@@ -69,17 +69,13 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 def _family_label(cv: dict) -> str:
     fam = cv["family"]
-    par = fam["parameter"] or "scale"
-    lb = fam["lower_bound"]
+    par, lb = fam["parameter"] or "scale", fam["lower_bound"]
     # the evidence rules out the claim's family members with at least this much noise (a
     # larger noise multiplier / noise scale, or a smaller pure epsilon): they are too private
     # to have produced a box this low
     rel = "<=" if par == "epsilon" else ">="
-    return (
-        f"curve at the lower bound: {par} {rel} {_fmt(lb)} ruled out"
-        if lb is not None
-        else "curve at the lower bound"
-    ) + f" (family epsilon {_fmt(cv['family_epsilon'])})"
+    ruled_out = f": {par} {rel} {_fmt(lb)} ruled out" if lb is not None else ""
+    return f"curve at the lower bound{ruled_out} (family epsilon {_fmt(cv['family_epsilon'])})"
 
 
 def _clip(
@@ -98,6 +94,12 @@ LINE_STYLES = {
 }
 
 
+#: The EVAL points (every threshold's empirical rates).
+POINTS_STYLE = {"s": 7, "color": POINTS_COLOR, "alpha": 0.7, "linewidths": 0}
+POINTS_STYLE |= {"label": "EVAL empirical (FPR, FNR), all thresholds", "gid": "eval-points"}
+POINTS_STYLE |= {"zorder": 2}
+
+
 def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
     """The chance line, the claimed curve, the curve at the lower bound and the EVAL points."""
     # no privacy at all: the chance line FNR = 1 - FPR (a box must be below it to rule out anything)
@@ -112,16 +114,7 @@ def _draw_curves(ax, cv: dict, log: bool, floor: float) -> None:
             xy = _clip(rates["fpr"], rates["fnr"], log, floor)
             ax.plot(*xy, **LINE_STYLES[gid], label=label, gid=gid)
     if cv["points"] is not None:
-        ax.scatter(
-            *_eval_points(cv["points"], log),
-            s=7,
-            color=POINTS_COLOR,
-            alpha=0.7,
-            linewidths=0,
-            label="EVAL empirical (FPR, FNR), all thresholds",
-            gid="eval-points",
-            zorder=2,
-        )
+        ax.scatter(*_eval_points(cv["points"], log), **POINTS_STYLE)
 
 
 def _eval_points(pts: dict, log: bool) -> tuple[list[float], list[float]]:
@@ -219,17 +212,14 @@ def title_of(audit: dict, cv: dict) -> str:
     head = f"{mech}" + (f" · canary {can}" if can else "") + f" · statistic {cv['statistic']}"
     # the bound for any mechanism (old files: re-read)
     lb = num(read_record(audit).get("epsilon_lower_bound"))
-    tail = (
-        f"eps_LB {_fmt(lb)} vs claimed eps {_fmt(claim)}"
-        + (f" (delta {num(audit.get('delta')):g})" if num(audit.get("delta")) is not None else "")
-        + (f", {100 * conf:g} % confidence" if conf is not None else "")
-        + (
-            " — VIOLATION: the claim is falsified"
-            if cv["violated"]
-            else " — no evidence against the claim"
-        )
+    verdict = (
+        "VIOLATION: the claim is falsified" if cv["violated"] else "no evidence against the claim"
     )
-    return head + "\n" + tail
+    delta = num(audit.get("delta"))
+    tail = f"eps_LB {_fmt(lb)} vs claimed eps {_fmt(claim)}"
+    tail += f" (delta {delta:g})" if delta is not None else ""
+    tail += f", {100 * conf:g} % confidence" if conf is not None else ""
+    return f"{head}\n{tail} — {verdict}"
 
 
 def tradeoff_figure(audit: dict, figure=None):
@@ -312,9 +302,8 @@ def _bar(label: str, lb: float, bad: bool, gid: str) -> tuple[str, float, str, s
 
 def _fdp_decides(record: dict, fd_lb: float | None) -> bool:
     """The analysis fixed in advance to decide (the record's rule): f-DP when it was computed."""
-    return record.get("statistic") == "f-dp" or (
-        record.get("statistic") is None and fd_lb is not None
-    )
+    statistic = record.get("statistic")
+    return statistic == "f-dp" or (statistic is None and fd_lb is not None)
 
 
 def _above(lb: float, claim: float | None) -> bool:
@@ -363,10 +352,8 @@ def one_run_figure(record: dict):
     fig = new_figure((7.6, 1.3 + 0.55 * max(len(rows), 1)))
     ax = fig.add_subplot()
     claim_shown = claim is not None and math.isfinite(claim)
-    top = (
-        max([r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim_shown else []) + [0.1])
-        * 1.15
-    )
+    shown = [r[1] for r in rows if math.isfinite(r[1])] + ([claim] if claim_shown else [])
+    top = max(shown + [0.1]) * 1.15
     for i, (lab, val, col, gid) in enumerate(rows):
         ax.barh([i], [min(val, top)], color=col, alpha=0.85, gid=f"bar-{gid}")
         ax.text(min(val, top), i, f"  {_fmt(val)}", va="center", fontsize=8.5)

@@ -13,11 +13,9 @@ from .inputs import LoadedRelease, Note, canonical_mechanism, dataset_name, num
 
 #: Config keys that may differ between releases on one privacy-utility curve.
 EPS_ONLY_KEYS = frozenset(
-    (
-        "eps epsilon target_epsilon seed seeds noise_multiplier sigma out out_dir ledger json "
-        "json_out data_dir reproducible_noise noise_source workers threads device dtype "
-        "batch_size_eval progress calibrated_epsilon model_seed timings"
-    ).split()
+    "eps epsilon target_epsilon seed seeds noise_multiplier sigma out out_dir ledger json "
+    "json_out data_dir reproducible_noise noise_source workers threads device dtype "
+    "batch_size_eval progress calibrated_epsilon model_seed timings".split()
 )
 
 

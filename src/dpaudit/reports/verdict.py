@@ -40,11 +40,9 @@ def _one_run_reason(e: dict) -> str:
     if e.get("not_certified"):
         return e["not_certified"]
     if e["status"] == "no-evidence" and e.get("underpowered"):
-        ceiling, claim = e.get("ceiling"), fixed(e["claimed_epsilon"])
+        ceiling, claim = e.get("ceiling"), f"claimed {fixed(e['claimed_epsilon'])}"
         limit = (
-            f"its power line, claimed {claim}"
-            if ceiling is None
-            else f"ceiling {fixed(ceiling)} < claimed {claim}"
+            f"its power line, {claim}" if ceiling is None else f"ceiling {fixed(ceiling)} < {claim}"
         )
         return f"audit underpowered: {limit}, it cannot detect a violation at all"
     return "eps_LB above the claim" if e["status"] == "violation" else ""
@@ -264,9 +262,8 @@ def _qualifiers(
     if family is not None and status in ("violation", "no-evidence", "inconclusive"):
         out.append(("bonferroni", family["method"]))
     if uncovered and entries:
-        out.append(
-            ("releases-not-audited", f"{len(uncovered)} release(s) not audited at their epsilon")
-        )
+        not_audited = f"{len(uncovered)} release(s) not audited at their epsilon"
+        out.append(("releases-not-audited", not_audited))
     return out
 
 
@@ -380,44 +377,28 @@ def _family_statement(hits: list[dict]) -> str | None:
 def _worst(es: list[dict], pools: tuple, default: str) -> tuple[str, list[dict]]:
     """The worst verdict among audit entries ``es`` (pools: violations, incomplete, no-evidence after any
     family-wise decision) and the entries behind it; ``default`` when none is in a pool."""
-    return next(
-        (
-            (s, h)
-            for s, pool in zip(("violation", "inconclusive", "no-evidence"), pools)
-            if (h := [e for e in es if any(e is x for x in pool)])
-        ),
-        (default, []),
-    )
+    for status, pool in zip(("violation", "inconclusive", "no-evidence"), pools):
+        hits = [e for e in es if any(e is x for x in pool)]
+        if hits:
+            return status, hits
+    return default, []
 
 
-def _release_status(
-    r, entries: list[dict], pools: tuple, card: dict | None
-) -> tuple[str, list[dict]]:
-    """A release's verdict from the audits that cover it, fail closed."""
-    status, hits = _worst(
-        [e for e in entries if r.id in e["covers_releases"] and e["status"] != "control"],
-        pools,
-        "not-audited",
-    )
+def _release_row(r, entries: list[dict], pools: tuple, card: dict | None) -> dict:
+    """A release's row: its verdict from the audits that cover it, fail closed."""
+    covering = [e for e in entries if r.id in e["covers_releases"] and e["status"] != "control"]
+    status, hits = _worst(covering, pools, "not-audited")
     mismatch = card is not None and card["accounting_check"]["status"] == "mismatch"
-    return ("accounting-mismatch" if mismatch and status != "violation" else status), hits
+    if mismatch and status != "violation":
+        status = "accounting-mismatch"
+    claim = (num(r.epsilon), num(r.delta), r.adjacency, r.accountant)
+    return _row(r.mechanism, claim, status, hits, release=r.id)
 
 
 def _rows(g: _Group, entries: list[dict], pools: tuple, claim_by_id: dict) -> list[dict]:
     """A row per release of the group, then one per audit that covers none of them."""
-    rows = [
-        _row(
-            r.mechanism,
-            (num(r.epsilon), num(r.delta), r.adjacency, r.accountant),
-            *_release_status(r, entries, pools, claim_by_id.get(r.id)),
-            release=r.id,
-        )
-        for r in g.releases
-    ]
-    rows += [
-        _row(r.mechanism, (None, None, None, None), "no-claim", [], release=r.id)
-        for r in g.non_private
-    ]
+    rows = [_release_row(r, entries, pools, claim_by_id.get(r.id)) for r in g.releases]
+    rows += [_row(r.mechanism, (None,) * 4, "no-claim", [], release=r.id) for r in g.non_private]
     for e in entries:
         if not e["covers_releases"] and e["status"] != "control":
             accountant = (e.get("claimed_curve") or {}).get("accountant")

@@ -91,17 +91,14 @@ def _copy(found: dict, out: Path) -> dict:
     revealed = ((r.get("plan") or {}).get("path") for _, r in audits)
     planned = [Path(p) for p in revealed if p and Path(p).is_file()]
     shareable = {AUDIT_FILE: shareable_audit, ONE_RUN_FILE: shareable_one_run}
+
+    def put(kind: str, name: str, what: str, files: list) -> list[str]:
+        return [_put(out, kind, name, read_json(f, what)) for f in files]
+
     return {
-        "releases": [
-            _put(out, "releases", RELEASE_FILE, read_json(f, "release")) for f in found["releases"]
-        ],
+        "releases": put("releases", RELEASE_FILE, "release", found["releases"]),
         "audits": [_put(out, "audits", n, shareable[n](r)) for n, r in audits],
-        "plans": sorted(
-            {
-                _put(out, "plans", PLAN_FILE, read_json(f, "audit plan"))
-                for f in found["plans"] + planned
-            }
-        ),
+        "plans": sorted(set(put("plans", PLAN_FILE, "audit plan", found["plans"] + planned))),
     }  # never plan.local.json
 
 
@@ -197,17 +194,14 @@ def verify_bundle(path, *, anchor: str | None = None, owner: str | None = None) 
 
 
 def _all_audit_checks(audits, plans, by_plan, releases) -> list[Check]:
+    """Each audit's checks against its plan, then each training-pipeline record's (:func:`_pipeline_check`)."""
     checks = [c for rec in audits for c in _audit_checks(rec, plans, by_plan, releases)]
-    return checks + _pipeline_checks(audits)
-
-
-def _pipeline_checks(audits) -> list[Check]:
-    """A one-run record of a training pipeline (an Opacus run) fails when it carries pipeline findings
-    or is marked not certified: its claim is not the executed run's, whatever its bound says."""
-    return [_pipeline_check(rec) for rec in audits if "findings" in rec or "certified" in rec]
+    return checks + [_pipeline_check(r) for r in audits if "findings" in r or "certified" in r]
 
 
 def _pipeline_check(rec: dict) -> Check:
+    """A one-run record of a training pipeline (an Opacus run) fails when it carries pipeline findings
+    or is marked not certified: its claim is not the executed run's, whatever its bound says."""
     codes = [str((f or {}).get("code")) for f in rec.get("findings") or []]
     bad = codes or rec.get("certified") is not None
     why = f"{rec.get('certified') or 'not certified'}: {', '.join(codes) or 'no finding listed'}"
@@ -220,14 +214,11 @@ def _release_checks(rid: str, rel: dict, entry: dict | None) -> list[Check]:
         out = [Check("claim", rid[:12], "pass" if claim.ok else "FAIL", claim.reason)]
     except (DPAuditError, KeyError, TypeError, ValueError) as e:
         out = [Check("claim", rid[:12], "FAIL", f"release.json cannot be read: {e}")]
-    differ = [
-        k for k in RELEASE_FIELDS if k in (entry or {}) and not _same(rel.get(k), entry.get(k))
-    ]
-    problem = (
-        "no release entry with this id in the ledger"
-        if entry is None
-        else differ and f"differs from its signed ledger entry in {', '.join(differ)}"
-    )
+    signed = entry or {}
+    differ = [k for k in RELEASE_FIELDS if k in signed and not _same(rel.get(k), signed[k])]
+    problem = differ and f"differs from its signed ledger entry in {', '.join(differ)}"
+    if entry is None:
+        problem = "no release entry with this id in the ledger"
     private = "its signed ledger entry counts it as private"
     return out + [
         _check("release = ledger", rid[:12], problem or None, "equal to its signed ledger entry"),
@@ -289,15 +280,9 @@ def _fixed_noise(plan: dict) -> str | None:
 def _plan_checks(pid: str, plan: dict, led: dict, keys: set, audits: list) -> list[Check]:
     signer = str((plan.get("signer") or {}).get("key_id"))[:12]
     present = [a.get("id") for a in audits if (a.get("plan") or {}).get("id") == pid]
-    return [
-        _check(
-            "plan",
-            pid[:12],
-            _plan_problems(plan, led.get("registered"), keys),
-            f"signed by {signer}, registered in the ledger",
-        ),
-        _runs_check(pid, list(led.get("runs", [])), present),
-    ]
+    problems = _plan_problems(plan, led.get("registered"), keys)
+    signed = _check("plan", pid[:12], problems, f"signed by {signer}, registered in the ledger")
+    return [signed, _runs_check(pid, list(led.get("runs", [])), present)]
 
 
 # ------------------------------------------------------------------------------ the whole record
@@ -387,11 +372,8 @@ def _audit_checks(rec: dict, plans: dict, by_plan: dict, releases: dict) -> list
     aid, reveal = str(rec.get("id"))[:12], rec.get("plan") or {}
     plan = plans.get(reveal.get("id"))
     if plan is None:
-        why = (
-            f"its plan {str(reveal['id'])[:12]} is not in the bundle"
-            if reveal.get("id")
-            else "it names no plan"
-        )
+        named = reveal.get("id")
+        why = f"its plan {str(named)[:12]} is not in the bundle" if named else "it names no plan"
         return [_check("audit vs plan", aid, f"not pre-registered: {why}", "")]
     try:
         diffs, bound = _plan_differences(rec, plan, reveal), _bound_problem(rec, plan)
@@ -494,13 +476,8 @@ def _bound_problem(rec: dict, plan: dict) -> str | None:
     lb, stored = general_epsilon_at(rec, conf), float(rec["epsilon_lower_bound"])
     if lb is None or abs(lb - stored) > _TOL * max(1.0, stored):
         return f"eps_LB {stored} stored, {lb} recomputed from its counts"
-    planned = dict(
-        rec,
-        statistic=stat,
-        claimed_curve=dict(rec.get("claimed_curve") or {}, event=claim["event"])
-        if claim["event"]
-        else None,
-    )
+    curve = dict(rec.get("claimed_curve") or {}, event=claim["event"]) if claim["event"] else None
+    planned = dict(rec, statistic=stat, claimed_curve=curve)
     decided = decision_at(planned, conf)["violated"]
     if decided == violated(read_record(rec)):
         return None
@@ -536,11 +513,8 @@ def _claim_match(aid: str, rec: dict, claim: dict) -> Check:
     eps = recompute_epsilon(
         claim.get("event"), claim.get("delta"), claim.get("accountant"), claim.get("adjacency")
     ).epsilon
-    problems = (
-        []
-        if _tests(rec, claim.get("event"), claim.get("delta"))
-        else ["the event or delta tested is not the plan's"]
-    )
+    tested = _tests(rec, claim.get("event"), claim.get("delta"))
+    problems = [] if tested else ["the event or delta tested is not the plan's"]
     if eps is None or not (
         _same(eps, claim.get("epsilon")) and _same(eps, rec.get("claimed_epsilon"))
     ):

@@ -70,12 +70,6 @@ def module_target(a: AuditRequest, release=None):
     )
 
 
-def module_setup(a: AuditRequest, release=None):
-    """(model, data, DPSGDConfig, claim dict) of :func:`module_target`."""
-    target = module_target(a, release)
-    return target.model, target.prepared, target.config, target_claim(target)
-
-
 def run_one_run(
     audit: AuditRequest,
     *,

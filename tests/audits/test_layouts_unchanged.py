@@ -110,3 +110,17 @@ def test_gaussian_target_description_keeps_its_layout():
         "seed",
     ]
     assert _digest(described) == "f4bd76180baad1ab45cf522d760a07bada2138240d10bad793c95b4b9c2e875c"
+
+
+def test_plan_file_keeps_its_key_order(tmp_path, signing_key):
+    """plan.json's top-level keys in their written order (taken from the code before the plan's
+    header became one record)."""
+    event = SubsampledGaussian(1.0, 0.125, 8)
+    opacus = opacus_plan(event, delta=1e-5, canaries=50, out="o", key=signing_key)
+    trials = make_plan(AuditRequest(mechanism="gaussian", runs=200, out="g"), key=signing_key)
+    for path in (opacus, trials):
+        assert list(json.loads(path.read_text())) == PLAN_KEYS
+
+
+PLAN_KEYS = """schema id created_at mechanism release_id target claim audit request commitment
+signer signature""".split()

@@ -852,7 +852,7 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     seq = sequential.plan_sequential(o.runs, seed=o.seed) if o.sequential else None
     plans = _trial_plans(roles, o, seq)
     prints = {r: _fingerprint(t, r, n, o) for r, (t, n) in roles.items()}
-    audit_id = _started(target, roles, prints, o, root)
+    audit_id = _started(target, roles, prints, o)
     t0 = time.perf_counter()
     fixed = _fixed_jobs(roles, plans, seq)
     scores, busy, cpu = _run_roles(fixed, o, _Checkpoint.of_roles(root, prints, fixed))
@@ -894,20 +894,13 @@ def _inserted(role: str, plan: TrialPlan) -> np.ndarray:
     return np.zeros(plan.world.size, dtype=bool) if role == "null" else plan.world.copy()
 
 
-def _started(target: AuditTarget, roles: dict, prints: dict, o: AuditOptions, root) -> str:
+def _started(target: AuditTarget, roles: dict, prints: dict, o: AuditOptions) -> str:
     """The audit's id, after its ledger entry (the cap check, when it counts audits) and its
     pre-registered plan's start are recorded: before any trial."""
     audit_id = uuid.uuid4().hex
     if o.record:
-        audit_id = record_audit_cost(
-            target,
-            roles,
-            audit_id=audit_id,
-            ledger_path=o.ledger_path,
-            release_id=o.release_id,
-            checkpoint_root=root,
-            plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest(),
-        )
+        plan_key = hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest()
+        audit_id = record_audit_cost(target, roles, audit_id, o, plan_key)
     if o.plan is not None:
         o.plan.started(audit_id)
     return audit_id
@@ -941,10 +934,8 @@ def _with_power(result: AuditResult, tested: dict, trials: int, select_fraction,
     curve = None if event is None else claimed_curve(event, tested["adjacency"])
     block = power.audit_power(
         trials=trials,
-        delta=result.delta,
-        claimed_epsilon=result.claimed_epsilon,
+        **{k: getattr(result, k) for k in ("delta", "claimed_epsilon", "confidence")},
         curve=curve,
-        confidence=result.confidence,
         select_fraction=select_fraction,
         sequential_mode=seq_mode,
     )
@@ -1039,21 +1030,16 @@ def _role_result(
         _tested(target),
         confidence=o.confidence,
         seeds={"public": o.seed, "noise": noise_rec},
-        mechanism=target.mechanism,
-        canary=target.canary,
+        **{k: getattr(target, k) for k in ("mechanism", "canary", "claimed_epsilon")},
+        **{k: getattr(o, k) for k in ("select_fraction", "command", "release_id", "release_path")},
         role=role,
         noise=t.noise,
         canary_inserted=role != "null",
         runs=n,
-        claimed_epsilon=target.claimed_epsilon,
-        select_fraction=o.select_fraction,
         **{k: desc.get(k) for k in ("task", "dataset")},
         **{k: desc.get(k, {}) for k in ("config", "canary_info")},
         scores_file=SCORES_FILE if o.out_dir is not None else None,
         timings=timings,
-        command=o.command,
-        release_id=o.release_id,
-        release_path=o.release_path,
         threat_model=one_of(
             "threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS
         ),
@@ -1126,13 +1112,8 @@ def audit_callable(
     target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``. ``claim``
     and ``claimed_epsilon``: as in :func:`audit_scores`.
     """
-    lab = _labels(
-        {
-            "mechanism" if k == "mechanism_name" else k: kw.pop(k)
-            for k in list(kw)
-            if k in ("mechanism_name", "canary", "adjacency", "accountant")
-        }
-    )
+    keys = ("mechanism_name", "canary", "adjacency", "accountant")  # mechanism_name: the label
+    lab = _labels({k.removesuffix("_name"): kw.pop(k) for k in keys if k in kw})
     target = CallableTarget(
         mechanism_fn=mechanism,
         score_fn=score,

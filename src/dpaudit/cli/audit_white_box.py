@@ -24,7 +24,7 @@ from ..mechanisms.dpsgd.white_box_target import (
     write_white_box,
 )
 from ..noise import NoiseSource
-from ..one_run_auditing import _record_cost, module_setup
+from ..one_run_auditing import _record_cost, module_target
 from ..progress import JobProgress
 from ..records import read_release
 from ..requests import AuditRequest
@@ -74,7 +74,8 @@ def _setup(a: AuditRequest, rel):
     if a.mechanism in HEAD_MODELS:
         model, dataset, claim, seed = _head_setup(a, rel)
         return model, None, None, claim, dataset, seed
-    model, data, cfg, claim = module_setup(a, rel)
+    target = module_target(a, rel)
+    model, data, cfg, claim = target.model, target.prepared, target.config, target_claim(target)
     return model, data, cfg, claim, data.name, a.seed if rel is None else int(rel.seed)
 
 

@@ -344,10 +344,8 @@ def open_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None) 
     local = read_json(
         p.parent / PLAN_LOCAL_FILE, "plan local file (salt and seeds, beside plan.json)"
     )
-    if (
-        local.get("plan_id") != plan["id"]
-        or commitment(local.get("salt"), local.get("seeds")) != plan["commitment"]
-    ):
+    committed = commitment(local.get("salt"), local.get("seeds"))
+    if local.get("plan_id") != plan["id"] or committed != plan["commitment"]:
         raise DataError(
             f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others."
         )

@@ -57,17 +57,9 @@ def module_target(a: AuditRequest, release=None):
     at its (epsilon, delta), dataset (default digits), profile and epochs."""
     if release is not None:
         return target_from_release(release, data_dir=a.data.data_dir)
-    return target_for(
-        AuditRequest(
-            mechanism=a.mechanism,
-            epsilon=a.epsilon,
-            delta=a.delta,
-            dataset=a.data.dataset or "digits",
-            data_dir=a.data.data_dir,
-            profile=a.data.profile,
-            epochs=a.settings.epochs,
-        )
-    )
+    kept = ("mechanism", "epsilon", "delta", "data_dir", "profile", "epochs")
+    fields = {name: getattr(a, name) for name in kept}  # grouped options read by their names
+    return target_for(AuditRequest(**fields, dataset=a.data.dataset or "digits"))
 
 
 def run_one_run(

@@ -346,8 +346,7 @@ def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
     """Read ``audit.json`` (or a directory holding one); with ``local`` (the operator's view) the
     private parts in ``audit_local.json`` beside it are put back when that file is there."""
     p = Path(path)
-    if p.is_dir():
-        p = p / AUDIT_FILE
+    p = p / AUDIT_FILE if p.is_dir() else p
     data = read_json(p, "audit")
     lp = p.parent / AUDIT_LOCAL_FILE
     if local and lp.is_file():
@@ -552,7 +551,6 @@ def audit_scores(
     ``labels``: ``mechanism``, ``canary``, ``adjacency``, ``accountant`` (defaults: :data:`_LABELS`).
     """
     lab = _labels(labels)
-    mechanism, canary, adjacency, accountant = (lab[k] for k in _LABELS)
     claimed_epsilon = _claimed_epsilon(claimed_epsilon, claim, delta, lab)
     s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
     s = np.concatenate([s_in, s_out])
@@ -561,14 +559,13 @@ def audit_scores(
         if n < 2:
             raise UsageError(f"trials per world must be >= 2, got {n}.")
     select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
-    tested = {"event": claim, "accountant": accountant, "adjacency": adjacency, "delta": delta}
+    tested = {"event": claim, **{k: lab[k] for k in ("accountant", "adjacency")}, "delta": delta}
     result = _judged(
         (s, world, select),
         tested,
         confidence=confidence,
         seeds={"public": seed, "noise": None},
-        mechanism=mechanism,
-        canary=canary,
+        **{k: lab[k] for k in ("mechanism", "canary")},
         role="main",
         noise=True,
         canary_inserted=True,
@@ -638,9 +635,7 @@ def _fingerprint(target: AuditTarget, role: str, runs: int, o: AuditOptions) -> 
         **{name: getattr(target, name) for name in claim},
         "role": role,
         "runs": runs,
-        "seed": o.seed,
-        "select_fraction": o.select_fraction,
-        "chunk_size": o.chunk_size,
+        **{name: getattr(o, name) for name in ("seed", "select_fraction", "chunk_size")},
         "noise_seed": o.trial_noise_seed,
         "reproducible": o.trial_noise_seed is not None,
         "describe": target.describe(),
@@ -981,11 +976,8 @@ def _run_sequential_main(target: AuditTarget, plan, o: AuditOptions, scores, rol
 def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> AuditResult:
     """The main result with its deciding statistic and eps_LB replaced by the sequential test's,
     valid at the stopping time (the fixed-N bounds are not: optional stopping)."""
-    test, look, reason = stop
-    fields = sequential.audit_fields(
-        result.claimed_curve, plan, test, look, reason, **_tested(target)
-    )
-    if reason != "completed":
+    fields = sequential.audit_fields(result.claimed_curve, plan, stop, _tested(target))
+    if stop[2] != "completed":
         # the comparison block's fixed-N bounds (Bonferroni Clopper-Pearson...) are not valid after an early stop
         fields["comparison"] = {}
     return result.replace(**fields, claim_family_bound=claim_family_bound(fields["claimed_curve"]))

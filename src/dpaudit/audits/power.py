@@ -213,11 +213,6 @@ def _expected_best(stat: _Statistic, fnr_of, n_in: int, n_out: int, uppers) -> f
     return float(np.max(stat.of(uppers(k, n_out), uppers(fn, n_in))))
 
 
-def _tabulated(fnr):
-    """``fnr`` read off a fixed log grid (linear in between): a profile curve costs one evaluation, not one per N."""
-    return _read_off(np.asarray(fnr(_grid()), float))
-
-
 def _grid() -> np.ndarray:
     return np.concatenate([[0.0], np.logspace(-9, 0, 1500)])
 
@@ -278,7 +273,8 @@ def audit_power(
     )
     claim_fnr = None if claimed_epsilon is None else _point_curve(claimed_epsilon, delta)
     if curve is not None:
-        claim_fnr = _tabulated(curve.fnr)
+        # read off a fixed log grid: a profile curve costs one evaluation, not one per N
+        claim_fnr = _read_off(np.asarray(curve.fnr(_grid()), float))
     target = stat.claim_value()
     if claim_fnr is None or target is None:
         return AuditPower(**base)

@@ -388,7 +388,7 @@ def _select(rng: np.random.Generator, world: np.ndarray, select_fraction: float)
     select = np.zeros(world.size, dtype=bool)
     for w in (True, False):
         idx = np.flatnonzero(world == w)
-        n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
+        n_sel = power.select_count(idx.size, select_fraction)
         select[rng.choice(idx, size=n_sel, replace=False)] = True
     return select
 
@@ -436,12 +436,8 @@ def evaluate_scores(
         "claimed_curve": curve,
         "clopper_pearson_epsilon": bound.epsilon,
         "comparison": stats.comparison_statistics(s, w, sel, thr.direction, seed=seed, **level),
-        "threshold": thr.threshold,
-        "direction": thr.direction,
-        "select_epsilon": thr.select_epsilon,
-        "counts": bound.counts,
-        "fpr_upper": bound.fpr_upper,
-        "fnr_upper": bound.fnr_upper,
+        **dataclasses.asdict(thr),  # threshold, direction, select_epsilon
+        **{name: getattr(bound, name) for name in ("counts", "fpr_upper", "fnr_upper")},
         "ceiling": stats.ceiling(tp + fn, tn + fp, **level),
         "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, **level),
         "roc": {"fpr": roc["fpr"], "tpr": roc["tpr"]},

@@ -156,11 +156,12 @@ def eval_sizes(
         rest = trials - sequential.SELECT_TRIALS
         return rest // 2, rest - rest // 2
     n_in, n_out = trials // 2, trials - trials // 2
+    return n_in - select_count(n_in, select_fraction), n_out - select_count(n_out, select_fraction)
 
-    def rest(n: int) -> int:
-        return n - min(max(int(round(select_fraction * n)), 1), n - 1)
 
-    return rest(n_in), rest(n_out)
+def select_count(trials: int, select_fraction: float) -> int:
+    """SELECT trials of one world of ``trials``: a share ``select_fraction``, at least one, never all."""
+    return min(max(int(round(select_fraction * trials)), 1), trials - 1)
 
 
 def _uppers(confidence: float, sequential_mode: bool):

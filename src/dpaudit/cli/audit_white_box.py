@@ -24,7 +24,7 @@ from ..mechanisms.dpsgd.white_box_target import (
     write_white_box,
 )
 from ..noise import NoiseSource
-from ..one_run_auditing import _record_cost, module_target
+from ..one_run_auditing import module_target, record_run_cost
 from ..progress import JobProgress
 from ..records import read_release
 from ..requests import AuditRequest
@@ -85,7 +85,7 @@ def _record_costs(a: AuditRequest, rel, dataset: str, claim: dict) -> None:
     for role in ("main", "no-noise", "null") if a.trials.controls else ("main",):
         event = None if role == "no-noise" else claim["event"]
         entry = (a.mechanism, dataset, "add-remove-record", event, a.output.ledger, release_id)
-        _record_cost(*entry, uuid.uuid4().hex)
+        record_run_cost(*entry, uuid.uuid4().hex)
 
 
 def run(a: AuditRequest, plan=None):

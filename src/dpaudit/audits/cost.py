@@ -46,8 +46,8 @@ def record_audit_cost(target, roles: dict, audit_id: str, options, plan_key: str
     if scope is None:
         return audit_id
     event, reason, trials = trial_cost(roles)
-    checkpoint_root = None if options.out_dir is None else Path(options.out_dir)
-    resume = _resumed_id(checkpoint_root, plan_key)
+    checkpoints = None if options.out_dir is None else Path(options.out_dir) / ".checkpoint"
+    resume = _resumed_id(checkpoints, plan_key)
     with open_ledger(options.ledger_path) as led:
         if resume is not None and any(
             e.id == resume for e in led.entries(dataset=scope["dataset"], kind="audit")
@@ -64,15 +64,13 @@ def record_audit_cost(target, roles: dict, audit_id: str, options, plan_key: str
             unbounded_reason=reason,
             release_id=options.release_id,
         )
-    if checkpoint_root is not None:
-        write_json_atomic(
-            checkpoint_root / ".checkpoint" / _RESUME_FILE, {"plan": plan_key, "audit_id": audit_id}
-        )
+    if checkpoints is not None:
+        write_json_atomic(checkpoints / _RESUME_FILE, {"plan": plan_key, "audit_id": audit_id})
     return audit_id
 
 
-def _resumed_id(root: Path | None, plan_key: str) -> str | None:
-    f = None if root is None else root / ".checkpoint" / _RESUME_FILE
+def _resumed_id(checkpoints: Path | None, plan_key: str) -> str | None:
+    f = None if checkpoints is None else checkpoints / _RESUME_FILE
     if f is None or not f.is_file():
         return None
     try:

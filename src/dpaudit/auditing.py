@@ -87,17 +87,22 @@ def family_request(entry, audit: AuditRequest):
     rtype = entry.request_type()
     known = {f.name for f in rtype.option_fields()}
     given = _given_fields(audit)
-    bad = [k for k, (v, changed) in given.items() if changed and k not in known]
-    if bad:  # a field the request type lacks must be left at its default
-        raise UsageError(
-            f"{bad[0]} must not be given for {audit.mechanism} (its request has {', '.join(sorted(known))}), got {given[bad[0]][0]!r}."
-        )
+    _check_known(given, known, audit.mechanism)
     kw = {k: v for k, (v, _) in given.items() if k in known}  # to_dict: paths as strings
     if "epsilon" in known and audit.epsilon is None:
         kw["epsilon"] = entry.default_epsilon
     if "model" in known:
         kw["model"] = entry.name
     return rtype(**kw)
+
+
+def _check_known(given: dict, known: set, mechanism: str) -> None:
+    """A field the request type lacks must be left at its default."""
+    bad = [k for k, (v, changed) in given.items() if changed and k not in known]
+    if bad:
+        raise UsageError(
+            f"{bad[0]} must not be given for {mechanism} (its request has {', '.join(sorted(known))}), got {given[bad[0]][0]!r}."
+        )
 
 
 def _given_fields(audit: AuditRequest) -> dict:

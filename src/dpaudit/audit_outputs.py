@@ -50,9 +50,7 @@ LOCAL_AUDIT_PATHS = (
     ("seeds", "noise", "seed"),
     ("scores_file",),
     # the private training counts (records, users, D_mix): the public reference size N0 stands for them
-    ("config", "n_train"),
-    ("config", "n_users"),
-    ("config", "n_mix"),
+    *(("config", key) for key in ("n_train", "n_users", "n_mix")),
     # a user-level audit's user counts (users, records, records per user)
     ("config", "users"),
 )
@@ -161,15 +159,8 @@ def local_document(record_id, local: dict, *, key: str = "audit_id") -> dict:
 #: Files every command writes for the operator only (never shareable); every other file it writes is shareable.
 LOCAL_FILES = ("local.json", AUDIT_LOCAL_FILE, ONE_RUN_LOCAL_FILE, "scores.npz", "plan.local.json")
 #: Shareable document kind of each file name (anything else: its name).
-DOCUMENT_KINDS = {
-    "release.json": "release",
-    "audit.json": "audit",
-    "one_run.json": "one-run",
-    "plan.json": "plan",
-    "bundle.json": "bundle",
-    "ledger.json": "ledger-export",
-    "report.json": "report",
-}
+DOCUMENT_KINDS = {f"{kind}.json": kind for kind in ("release", "audit", "plan", "bundle", "report")}
+DOCUMENT_KINDS.update({"one_run.json": "one-run", "ledger.json": "ledger-export"})
 #: Per shareable document kind, the field paths (``*``: any key or position) that are the mechanism's output: the only
 #: fields whose value may depend on the private data (tests/test_neighbour_diff.py diffs every shareable file of every
 #: command on neighbouring datasets against this). A release publishes its noisy model and what is computed from it on

@@ -156,16 +156,14 @@ def make_plan(a: AuditRequest, *, key=None) -> Path:
     signing = sg.load_signing_key(key, required=True)
     _settings(a, {"event": None})  # its checks, before the claim is built
     claim, target = _claim(a)
-    release_id = claim.pop("release_id")
+    header = dict(mechanism=a.mechanism, release_id=claim.pop("release_id"), target=target)
     seeds = {"public": int(a.seed)}
     if a.protocol.one_run:
         seeds["coins"] = secrets.randbits(63)
     # to_dict: paths already as strings
     request = {k: v for k, v in a.to_dict().items() if k not in ("seed", "json_out")}
-    audited = (release_id, target)
-    return _write_plan(
-        signing, a.mechanism, audited, claim, _settings(a, claim), request, seeds, a.out
-    )
+    header.update(claim=claim, audit=_settings(a, claim))
+    return _write_plan(signing, header, request, seeds, a.out)
 
 
 def refuse_reproducible_noise(reproducible) -> None:
@@ -217,25 +215,17 @@ def opacus_plan(
     }
     target = {"mechanism": OPACUS, "dataset": None, "event": claim["event"]}
     seeds = {"public": secrets.randbits(63), "coins": secrets.randbits(63)}
-    return _write_plan(signing, OPACUS, (None, target), claim, audit, request, seeds, out)
+    header = dict(mechanism=OPACUS, release_id=None, target=target, claim=claim, audit=audit)
+    return _write_plan(signing, header, request, seeds, out)
 
 
-def _write_plan(
-    signing,
-    mechanism: str,
-    audited: tuple,
-    claim: dict,
-    audit: dict,
-    request: dict,
-    seeds: dict,
-    out,
-) -> Path:
+def _write_plan(signing, header: dict, request: dict, seeds: dict, out) -> Path:
     """Commit to ``seeds`` under a fresh salt, sign, register in ``request["ledger"]`` (refused after an
     audit of the target, :mod:`dpaudit.ledger.plan_rules`), write plan.json and plan.local.json.
-    ``audited``: (release id or None, target)."""
-    release_id, target = audited
+    ``header``: the plan's mechanism, release_id (or None), target, claim and audit, in that order."""
     pid = uuid.uuid4().hex
-    out = Path(out) if out is not None else Path("audits") / f"{mechanism}-plan-{pid[:8]}"
+    name = header["mechanism"]
+    out = Path(out) if out is not None else Path("audits") / f"{name}-plan-{pid[:8]}"
     if (out / PLAN_FILE).exists():
         raise UsageError(
             f"out must be a folder without a plan, got {str(out)!r} (it holds {PLAN_FILE})."
@@ -246,18 +236,14 @@ def _write_plan(
         "schema": SCHEMA,
         "id": pid,
         "created_at": now_utc(),
-        "mechanism": mechanism,
-        "release_id": release_id,
-        "target": target,
-        "claim": claim,
-        "audit": audit,
+        **header,
         "request": {**request, "out": str(out)},
         "commitment": commitment(salt, seeds),
         "signer": {"key_id": signing.key_id, "public_key": signing.public_text},
     }
     plan["signature"] = signing.sign(_material(plan))
     registered = dict(plan_id=pid, stage="registered", sha256=digest(plan))
-    signed = {"commitment": plan["commitment"], "key_id": signing.key_id, "target": target}
+    signed = {"commitment": plan["commitment"], "key_id": signing.key_id, "target": plan["target"]}
     with open_ledger(request.get("ledger"), signing_key=signing) as led:
         led.record_plan({**registered, **signed})
     local = {"plan_id": pid, "not_for_publication": NOT_FOR_PUBLICATION, "salt": salt}
@@ -358,10 +344,8 @@ def open_plan(path: str | os.PathLike, ledger: str | os.PathLike | None = None) 
     local = read_json(
         p.parent / PLAN_LOCAL_FILE, "plan local file (salt and seeds, beside plan.json)"
     )
-    if (
-        local.get("plan_id") != plan["id"]
-        or commitment(local.get("salt"), local.get("seeds")) != plan["commitment"]
-    ):
+    committed = commitment(local.get("salt"), local.get("seeds"))
+    if local.get("plan_id") != plan["id"] or committed != plan["commitment"]:
         raise DataError(
             f"{PLAN_LOCAL_FILE} must hold the salt and seeds plan {plan['id']} commits to, got others."
         )

@@ -201,9 +201,8 @@ def target_from_release(
 
 
 def _release_entry(rel, mechanism: str | None):
-    if mechanism is not None and ALIASES.get(mechanism, mechanism) != ALIASES.get(
-        rel.mechanism, rel.mechanism
-    ):
+    named = ALIASES.get(mechanism, mechanism)
+    if mechanism is not None and named != ALIASES.get(rel.mechanism, rel.mechanism):
         raise UsageError(
             f"mechanism argument must match the release's mechanism {rel.mechanism!r}, got {mechanism!r}."
         )

@@ -57,23 +57,9 @@ def module_target(a: AuditRequest, release=None):
     at its (epsilon, delta), dataset (default digits), profile and epochs."""
     if release is not None:
         return target_from_release(release, data_dir=a.data.data_dir)
-    return target_for(
-        AuditRequest(
-            mechanism=a.mechanism,
-            epsilon=a.epsilon,
-            delta=a.delta,
-            dataset=a.data.dataset or "digits",
-            data_dir=a.data.data_dir,
-            profile=a.data.profile,
-            epochs=a.settings.epochs,
-        )
-    )
-
-
-def module_setup(a: AuditRequest, release=None):
-    """(model, data, DPSGDConfig, claim dict) of :func:`module_target`."""
-    target = module_target(a, release)
-    return target.model, target.prepared, target.config, target_claim(target)
+    kept = ("mechanism", "epsilon", "delta", "data_dir", "profile", "epochs")
+    fields = {name: getattr(a, name) for name in kept}  # grouped options read by their names
+    return target_for(AuditRequest(**fields, dataset=a.data.dataset or "digits"))
 
 
 def run_one_run(
@@ -156,7 +142,7 @@ def _train_and_score(name, rel, a: AuditRequest, *, m, noise, cost, coins):
     if cost is not None:  # (ledger path, release id, run id): the run's cost, before it trains
         event = None if a.no_noise else target.claimed_event
         dataset = target.private_data()["dataset"]
-        _record_cost(target.mechanism, dataset, target.adjacency, event, *cost)
+        record_run_cost(target.mechanism, dataset, target.adjacency, event, *cost)
     seed = a.seed if rel is None else int(rel.seed)
     run = dict(canaries=m, noise=noise, kind=a.one_run_kind, noise_on=not a.no_noise, coins=coins)
     with JobProgress("steps") as bar:
@@ -180,8 +166,20 @@ def _module_target(name, rel, a: AuditRequest):
     return module_target(a, rel)
 
 
-def _record_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, run_id) -> None:
-    """The one training run's ``audit`` entry (before it runs; :meth:`Ledger.record_audit`)."""
+def record_run_cost(mechanism, dataset, adjacency, event, ledger_path, release_id, run_id) -> None:
+    """Record one training run of an audit (a one-run or white-box audit) as an ``audit`` entry of
+    the ledger, before it runs (:meth:`Ledger.record_audit`): its ``event`` once on the training
+    partition of ``dataset``, unbounded when the run trains without DP noise (``event`` None).
+
+    Args:
+        mechanism, dataset, adjacency: what the run trains, on which records, under which adjacency.
+        event: the run's DP event; None for the no-noise control.
+        ledger_path, release_id, run_id: the ledger, the audited release (or None), the entry's id.
+
+    Raises:
+        BudgetExceededError: the entry would push a cap that counts audits over its budget
+            (nothing is written).
+    """
     with open_ledger(ledger_path) as led:
         led.record_audit(
             audit_id=run_id,

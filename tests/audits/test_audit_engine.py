@@ -196,6 +196,27 @@ def test_interrupted_audit_resumes_and_matches_uninterrupted(tmp_path):
     assert resumed.epsilon_lower_bound == full.epsilon_lower_bound and resumed.counts == full.counts
 
 
+class _PrivateFlakyGaussian(_FlakyGaussian):
+    """Trials charged to a private dataset, so the audit is a ledger entry."""
+
+    def private_data(self):
+        return {"dataset": "digits", "partition": "train"}
+
+
+def test_resumed_audit_reuses_its_ledger_entry(tmp_path):
+    from dpaudit.ledger.book import open_ledger
+
+    led_path, out = tmp_path / "ledger.sqlite", tmp_path / "audit"
+    kw = dict(runs=40, seed=9, chunk_size=10, controls=(), ledger_path=led_path, out_dir=out)
+    sigma = calibrate_exact(1.0, DELTA)
+    with pytest.raises(_Interrupt):
+        run_audit(_PrivateFlakyGaussian(noise_multiplier=sigma, fail_after=2), **kw)
+    resumed = run_audit(_PrivateFlakyGaussian(noise_multiplier=sigma), **kw)
+    with open_ledger(led_path) as led:
+        (entry,) = led.entries(kind="audit")
+    assert entry.id == resumed.id and entry.payload["trials"] == 40
+
+
 def test_checkpoint_of_another_configuration_is_not_reused(tmp_path):
     sigma = calibrate_exact(1.0, DELTA)
     t = _FlakyGaussian(noise_multiplier=sigma, fail_after=2)

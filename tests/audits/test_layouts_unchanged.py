@@ -110,3 +110,44 @@ def test_gaussian_target_description_keeps_its_layout():
         "seed",
     ]
     assert _digest(described) == "f4bd76180baad1ab45cf522d760a07bada2138240d10bad793c95b4b9c2e875c"
+
+
+def test_plan_file_keeps_its_key_order(tmp_path, signing_key):
+    """plan.json's top-level keys in their written order (taken from the code before the plan's
+    header became one record)."""
+    event = SubsampledGaussian(1.0, 0.125, 8)
+    opacus = opacus_plan(event, delta=1e-5, canaries=50, out="o", key=signing_key)
+    trials = make_plan(AuditRequest(mechanism="gaussian", runs=200, out="g"), key=signing_key)
+    for path in (opacus, trials):
+        assert list(json.loads(path.read_text())) == PLAN_KEYS
+
+
+PLAN_KEYS = """schema id created_at mechanism release_id target claim audit request commitment
+signer signature""".split()
+
+
+def test_checkpoint_fingerprints_unchanged():
+    """A checkpoint resumes only under its fingerprint: these digests (taken from the code before
+    its options were read through a key table) keep an interrupted audit resumable."""
+    from dpaudit.audits.engine import AuditOptions, _fingerprint
+
+    target = GaussianTarget(noise_multiplier=1.5, seed=3)
+    fixed = AuditOptions(runs=40, seed=2, chunk_size=8)
+    seeded = AuditOptions(runs=40, seed=2, chunk_size=8, reproducible_noise=True, noise_seed=5)
+    digests = [
+        (
+            _fingerprint(target, "main", 40, o),
+            _fingerprint(target.without_noise(), "no-noise", 20, o),
+        )
+        for o in (fixed, seeded)
+    ]
+    assert digests == [
+        (
+            "8f7d03056f01c1557f4a072ce6979efa04fd417e5f3e9d22b8fbe54ee3f7bb67",
+            "a46bdc79aa3978149662b63827e178ecd721002e0b799b761d8d27b31daa44b2",
+        ),
+        (
+            "17af8cdbbc0bd187798a836a3730c2dd21ff1a000ae0c9bce7203cdd10456694",
+            "33eaf908bc1db9e65e8e26761f62e08ffa038e0064be8cf0a0a05d1d7fc015cf",
+        ),
+    ]

@@ -85,17 +85,8 @@ def _sequential(out: dict, rng) -> None:
             curve, plan, confidence=0.95, criterion=sequential.criterion_for(curve)
         )
         _, look, reason = sequential.run_sequential(lambda a, b: scores[a:b], test)
-        fields = sequential.audit_fields(
-            {},
-            plan,
-            test,
-            look,
-            reason,
-            event=event,
-            delta=1e-5,
-            accountant="rdp",
-            adjacency="add-remove-record",
-        )
+        tested = dict(event=event, delta=1e-5, accountant="rdp", adjacency="add-remove-record")
+        fields = sequential.audit_fields({}, plan, (test, look, reason), tested)
         out[f"sequential {event!r}"] = [fields, sequential.box_at(fields["sequential"], 0.99)]
 
 

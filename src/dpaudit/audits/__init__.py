@@ -17,37 +17,12 @@ The modules: docs/architecture.md. Each mechanism's own target lives beside it (
 :mod:`dpaudit.mechanisms.dpsgd.head_audit`); targets from names and releases: :mod:`dpaudit.auditing`.
 Trials run on the built-in process pool or on any executor of :mod:`dpaudit.sweeps.executors`
 (``run_audit(..., executor=...)``, e.g. a Dask cluster).
+
+The imports below are the package's public API (one list: no ``__all__`` repeating it).
 """
 
-from .engine import (
-    AUDIT_FILE,
-    CONTROLS,
-    SCORES_FILE,
-    AuditResult,
-    audit_callable,
-    audit_scores,
-    evaluate_scores,
-    plan_trials,
-    read_audit,
-    run_audit,
-    violated,
-    write_audit,
-)
-from .targets import AuditTarget, CallableTarget
+# ruff: noqa: F401
 
-__all__ = [
-    "AUDIT_FILE",
-    "CONTROLS",
-    "SCORES_FILE",
-    "AuditResult",
-    "AuditTarget",
-    "CallableTarget",
-    "audit_callable",
-    "audit_scores",
-    "evaluate_scores",
-    "plan_trials",
-    "read_audit",
-    "run_audit",
-    "violated",
-    "write_audit",
-]
+from .engine import AUDIT_FILE, CONTROLS, SCORES_FILE, AuditResult, audit_callable, audit_scores
+from .engine import evaluate_scores, plan_trials, read_audit, run_audit, violated, write_audit
+from .targets import AuditTarget, CallableTarget

@@ -34,28 +34,21 @@ def trial_cost(roles: dict) -> tuple[object | None, str | None, int]:
     return (None if reason else sequential(events)), reason, trials
 
 
-def record_audit_cost(
-    target,
-    roles: dict,
-    *,
-    audit_id: str,
-    ledger_path=None,
-    release_id: str | None = None,
-    checkpoint_root: Path | None = None,
-    plan_key: str = "",
-) -> str:
+def record_audit_cost(target, roles: dict, audit_id: str, options, plan_key: str = "") -> str:
     """Record the audit's cost in the ledger before its trials run; returns the audit id used.
 
-    No entry (and ``audit_id`` unchanged) for a target that names no private dataset. An audit
-    resumed from a checkpoint of the same plan (``plan_key``: the checkpoints' fingerprints, so
-    that only an audit that really resumes its finished chunks qualifies) reuses the entry
-    recorded when it started."""
+    ``options``: the audit's :class:`~dpaudit.audits.engine.AuditOptions` (its ``ledger_path``,
+    ``release_id`` and ``out_dir``, where the checkpoints are). No entry (and ``audit_id``
+    unchanged) for a target that names no private dataset. An audit resumed from a checkpoint of
+    the same plan (``plan_key``: the checkpoints' fingerprints, so that only an audit that really
+    resumes its finished chunks qualifies) reuses the entry recorded when it started."""
     scope = target.private_data()
     if scope is None:
         return audit_id
     event, reason, trials = trial_cost(roles)
-    resume = _resumed_id(checkpoint_root, plan_key)
-    with open_ledger(ledger_path) as led:
+    checkpoints = None if options.out_dir is None else Path(options.out_dir) / ".checkpoint"
+    resume = _resumed_id(checkpoints, plan_key)
+    with open_ledger(options.ledger_path) as led:
         if resume is not None and any(
             e.id == resume for e in led.entries(dataset=scope["dataset"], kind="audit")
         ):
@@ -69,17 +62,15 @@ def record_audit_cost(
             trials=trials,
             mechanism=target.mechanism,
             unbounded_reason=reason,
-            release_id=release_id,
+            release_id=options.release_id,
         )
-    if checkpoint_root is not None:
-        write_json_atomic(
-            checkpoint_root / ".checkpoint" / _RESUME_FILE, {"plan": plan_key, "audit_id": audit_id}
-        )
+    if checkpoints is not None:
+        write_json_atomic(checkpoints / _RESUME_FILE, {"plan": plan_key, "audit_id": audit_id})
     return audit_id
 
 
-def _resumed_id(root: Path | None, plan_key: str) -> str | None:
-    f = None if root is None else root / ".checkpoint" / _RESUME_FILE
+def _resumed_id(checkpoints: Path | None, plan_key: str) -> str | None:
+    f = None if checkpoints is None else checkpoints / _RESUME_FILE
     if f is None or not f.is_file():
         return None
     try:

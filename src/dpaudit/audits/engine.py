@@ -346,8 +346,7 @@ def read_audit(path: str | os.PathLike, *, local: bool = True) -> AuditResult:
     """Read ``audit.json`` (or a directory holding one); with ``local`` (the operator's view) the
     private parts in ``audit_local.json`` beside it are put back when that file is there."""
     p = Path(path)
-    if p.is_dir():
-        p = p / AUDIT_FILE
+    p = p / AUDIT_FILE if p.is_dir() else p
     data = read_json(p, "audit")
     lp = p.parent / AUDIT_LOCAL_FILE
     if local and lp.is_file():
@@ -389,7 +388,7 @@ def _select(rng: np.random.Generator, world: np.ndarray, select_fraction: float)
     select = np.zeros(world.size, dtype=bool)
     for w in (True, False):
         idx = np.flatnonzero(world == w)
-        n_sel = min(max(int(round(select_fraction * idx.size)), 1), idx.size - 1)
+        n_sel = power.select_count(idx.size, select_fraction)
         select[rng.choice(idx, size=n_sel, replace=False)] = True
     return select
 
@@ -437,12 +436,8 @@ def evaluate_scores(
         "claimed_curve": curve,
         "clopper_pearson_epsilon": bound.epsilon,
         "comparison": stats.comparison_statistics(s, w, sel, thr.direction, seed=seed, **level),
-        "threshold": thr.threshold,
-        "direction": thr.direction,
-        "select_epsilon": thr.select_epsilon,
-        "counts": bound.counts,
-        "fpr_upper": bound.fpr_upper,
-        "fnr_upper": bound.fnr_upper,
+        **dataclasses.asdict(thr),  # threshold, direction, select_epsilon
+        **{name: getattr(bound, name) for name in ("counts", "fpr_upper", "fnr_upper")},
         "ceiling": stats.ceiling(tp + fn, tn + fp, **level),
         "gdp_estimate": stats.gdp_estimate(s, w, thr.direction, **level),
         "roc": {"fpr": roc["fpr"], "tpr": roc["tpr"]},
@@ -552,7 +547,6 @@ def audit_scores(
     ``labels``: ``mechanism``, ``canary``, ``adjacency``, ``accountant`` (defaults: :data:`_LABELS`).
     """
     lab = _labels(labels)
-    mechanism, canary, adjacency, accountant = (lab[k] for k in _LABELS)
     claimed_epsilon = _claimed_epsilon(claimed_epsilon, claim, delta, lab)
     s_in, s_out = np.asarray(scores_in, float).ravel(), np.asarray(scores_out, float).ravel()
     s = np.concatenate([s_in, s_out])
@@ -561,14 +555,13 @@ def audit_scores(
         if n < 2:
             raise UsageError(f"trials per world must be >= 2, got {n}.")
     select = _select(public_rng(seed, 0x5E1EC7), world, select_fraction)
-    tested = {"event": claim, "accountant": accountant, "adjacency": adjacency, "delta": delta}
+    tested = {"event": claim, **{k: lab[k] for k in ("accountant", "adjacency")}, "delta": delta}
     result = _judged(
         (s, world, select),
         tested,
         confidence=confidence,
         seeds={"public": seed, "noise": None},
-        mechanism=mechanism,
-        canary=canary,
+        **{k: lab[k] for k in ("mechanism", "canary")},
         role="main",
         noise=True,
         canary_inserted=True,
@@ -638,9 +631,7 @@ def _fingerprint(target: AuditTarget, role: str, runs: int, o: AuditOptions) -> 
         **{name: getattr(target, name) for name in claim},
         "role": role,
         "runs": runs,
-        "seed": o.seed,
-        "select_fraction": o.select_fraction,
-        "chunk_size": o.chunk_size,
+        **{name: getattr(o, name) for name in ("seed", "select_fraction", "chunk_size")},
         "noise_seed": o.trial_noise_seed,
         "reproducible": o.trial_noise_seed is not None,
         "describe": target.describe(),
@@ -852,7 +843,7 @@ def run_audit(target: AuditTarget, options: AuditOptions | None = None, /, **fie
     seq = sequential.plan_sequential(o.runs, seed=o.seed) if o.sequential else None
     plans = _trial_plans(roles, o, seq)
     prints = {r: _fingerprint(t, r, n, o) for r, (t, n) in roles.items()}
-    audit_id = _started(target, roles, prints, o, root)
+    audit_id = _started(target, roles, prints, o)
     t0 = time.perf_counter()
     fixed = _fixed_jobs(roles, plans, seq)
     scores, busy, cpu = _run_roles(fixed, o, _Checkpoint.of_roles(root, prints, fixed))
@@ -894,20 +885,13 @@ def _inserted(role: str, plan: TrialPlan) -> np.ndarray:
     return np.zeros(plan.world.size, dtype=bool) if role == "null" else plan.world.copy()
 
 
-def _started(target: AuditTarget, roles: dict, prints: dict, o: AuditOptions, root) -> str:
+def _started(target: AuditTarget, roles: dict, prints: dict, o: AuditOptions) -> str:
     """The audit's id, after its ledger entry (the cap check, when it counts audits) and its
     pre-registered plan's start are recorded: before any trial."""
     audit_id = uuid.uuid4().hex
     if o.record:
-        audit_id = record_audit_cost(
-            target,
-            roles,
-            audit_id=audit_id,
-            ledger_path=o.ledger_path,
-            release_id=o.release_id,
-            checkpoint_root=root,
-            plan_key=hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest(),
-        )
+        plan_key = hashlib.sha256(json.dumps(prints, sort_keys=True).encode()).hexdigest()
+        audit_id = record_audit_cost(target, roles, audit_id, o, plan_key)
     if o.plan is not None:
         o.plan.started(audit_id)
     return audit_id
@@ -941,10 +925,8 @@ def _with_power(result: AuditResult, tested: dict, trials: int, select_fraction,
     curve = None if event is None else claimed_curve(event, tested["adjacency"])
     block = power.audit_power(
         trials=trials,
-        delta=result.delta,
-        claimed_epsilon=result.claimed_epsilon,
+        **{k: getattr(result, k) for k in ("delta", "claimed_epsilon", "confidence")},
         curve=curve,
-        confidence=result.confidence,
         select_fraction=select_fraction,
         sequential_mode=seq_mode,
     )
@@ -990,11 +972,8 @@ def _run_sequential_main(target: AuditTarget, plan, o: AuditOptions, scores, rol
 def _sequential_result(result: AuditResult, target: AuditTarget, plan, stop) -> AuditResult:
     """The main result with its deciding statistic and eps_LB replaced by the sequential test's,
     valid at the stopping time (the fixed-N bounds are not: optional stopping)."""
-    test, look, reason = stop
-    fields = sequential.audit_fields(
-        result.claimed_curve, plan, test, look, reason, **_tested(target)
-    )
-    if reason != "completed":
+    fields = sequential.audit_fields(result.claimed_curve, plan, stop, _tested(target))
+    if stop[2] != "completed":
         # the comparison block's fixed-N bounds (Bonferroni Clopper-Pearson...) are not valid after an early stop
         fields["comparison"] = {}
     return result.replace(**fields, claim_family_bound=claim_family_bound(fields["claimed_curve"]))
@@ -1039,21 +1018,16 @@ def _role_result(
         _tested(target),
         confidence=o.confidence,
         seeds={"public": o.seed, "noise": noise_rec},
-        mechanism=target.mechanism,
-        canary=target.canary,
+        **{k: getattr(target, k) for k in ("mechanism", "canary", "claimed_epsilon")},
+        **{k: getattr(o, k) for k in ("select_fraction", "command", "release_id", "release_path")},
         role=role,
         noise=t.noise,
         canary_inserted=role != "null",
         runs=n,
-        claimed_epsilon=target.claimed_epsilon,
-        select_fraction=o.select_fraction,
         **{k: desc.get(k) for k in ("task", "dataset")},
         **{k: desc.get(k, {}) for k in ("config", "canary_info")},
         scores_file=SCORES_FILE if o.out_dir is not None else None,
         timings=timings,
-        command=o.command,
-        release_id=o.release_id,
-        release_path=o.release_path,
         threat_model=one_of(
             "threat_model", getattr(target, "threat_model", "final-model"), THREAT_MODELS
         ),
@@ -1126,13 +1100,8 @@ def audit_callable(
     target's labels ``mechanism_name``, ``canary``, ``adjacency`` and ``accountant``. ``claim``
     and ``claimed_epsilon``: as in :func:`audit_scores`.
     """
-    lab = _labels(
-        {
-            "mechanism" if k == "mechanism_name" else k: kw.pop(k)
-            for k in list(kw)
-            if k in ("mechanism_name", "canary", "adjacency", "accountant")
-        }
-    )
+    keys = ("mechanism_name", "canary", "adjacency", "accountant")  # mechanism_name: the label
+    lab = _labels({k.removesuffix("_name"): kw.pop(k) for k in keys if k in kw})
     target = CallableTarget(
         mechanism_fn=mechanism,
         score_fn=score,

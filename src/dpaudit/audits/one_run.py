@@ -72,11 +72,6 @@ def _fdp_grid() -> np.ndarray:
     return np.concatenate([[0.0], np.logspace(-12.0, 0.0, 3001)])
 
 
-def _significance(confidence: float) -> float:
-    open_unit("confidence", confidence)
-    return 1.0 - float(confidence)
-
-
 # ------------------------------------------------------------------------------------ scores
 
 
@@ -360,7 +355,7 @@ def one_run_bounds(
     if not isinstance(s, OneRunScores):
         raise UsageError(f"scores must be a OneRunScores, got {type(s).__name__}.")
     delta = open_unit("delta", delta)
-    alpha = _significance(confidence)
+    alpha = 1.0 - open_unit("confidence", confidence)
     m = s.m
     grid = guess_grid(m)
     counts = [count_correct(s.scores, s.included, kp, kn) for kp, kn in grid]
@@ -475,7 +470,7 @@ def recompute_bounds(
     correct guesses at each point of the public grid) alone: {"steinke": eps, "fdp": eps or None
     (no ``claim`` event)}. A grid other than :func:`guess_grid`'s is a DataError."""
     m, delta = int(rec["canaries"]), float(rec["delta"])
-    alpha = _significance(float(rec["confidence"]))
+    alpha = 1.0 - open_unit("confidence", float(rec["confidence"]))
     rows = rec["steinke"]["per_grid"]
     grid = [(int(g["k_pos"]), int(g["k_neg"])) for g in rows]
     counts = [(int(g["guesses"]), int(g["correct"])) for g in rows]

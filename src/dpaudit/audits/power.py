@@ -156,11 +156,12 @@ def eval_sizes(
         rest = trials - sequential.SELECT_TRIALS
         return rest // 2, rest - rest // 2
     n_in, n_out = trials // 2, trials - trials // 2
+    return n_in - select_count(n_in, select_fraction), n_out - select_count(n_out, select_fraction)
 
-    def rest(n: int) -> int:
-        return n - min(max(int(round(select_fraction * n)), 1), n - 1)
 
-    return rest(n_in), rest(n_out)
+def select_count(trials: int, select_fraction: float) -> int:
+    """SELECT trials of one world of ``trials``: a share ``select_fraction``, at least one, never all."""
+    return min(max(int(round(select_fraction * trials)), 1), trials - 1)
 
 
 def _uppers(confidence: float, sequential_mode: bool):
@@ -211,11 +212,6 @@ def _expected_best(stat: _Statistic, fnr_of, n_in: int, n_out: int, uppers) -> f
     k = _fp_grid(n_out)
     fn = np.round(n_in * np.clip(fnr_of(k / n_out), 0.0, 1.0))
     return float(np.max(stat.of(uppers(k, n_out), uppers(fn, n_in))))
-
-
-def _tabulated(fnr):
-    """``fnr`` read off a fixed log grid (linear in between): a profile curve costs one evaluation, not one per N."""
-    return _read_off(np.asarray(fnr(_grid()), float))
 
 
 def _grid() -> np.ndarray:
@@ -278,7 +274,8 @@ def audit_power(
     )
     claim_fnr = None if claimed_epsilon is None else _point_curve(claimed_epsilon, delta)
     if curve is not None:
-        claim_fnr = _tabulated(curve.fnr)
+        # read off a fixed log grid: a profile curve costs one evaluation, not one per N
+        claim_fnr = _read_off(np.asarray(curve.fnr(_grid()), float))
     target = stat.claim_value()
     if claim_fnr is None or target is None:
         return AuditPower(**base)

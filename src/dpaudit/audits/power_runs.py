@@ -38,22 +38,9 @@ from ..lazy import lazy_import
 from ..validation import open_unit, positive_int
 from . import one_run, white_box
 from .curves import SCALE_RANGE_PROFILE, ClaimedCurve, claimed_curve, member_epsilon, scale_event
-from .power import (
-    COARSE_SIGMA,
-    MAX_CANARIES,
-    MIN_FACTOR,
-    NO_EVENT_NOTE,
-    TARGET_SHARE,
-    AuditPower,
-    _point_curve,
-    as_gdp,
-    curve_search,
-    factor_name,
-    gdp_mu,
-    largest_holding,
-    smallest_factor,
-    smallest_size,
-)
+from .power import COARSE_SIGMA, MAX_CANARIES, MIN_FACTOR, NO_EVENT_NOTE, TARGET_SHARE, AuditPower
+from .power import _point_curve, as_gdp, curve_search, factor_name, gdp_mu, largest_holding
+from .power import smallest_factor, smallest_size
 
 np = lazy_import("numpy")
 

@@ -63,12 +63,6 @@ METHOD = (
 )
 
 
-def _log_mixture_constant(errors, trials, prior):
-    """log B(a + k, b + n - k) - log B(a, b): the part of log M_t(p) that does not depend on p."""
-    a, b = prior
-    return special.betaln(a + errors, b + trials - errors) - special.betaln(a, b)
-
-
 def anytime_upper(errors, trials, alpha: float, prior=PRIOR):
     """Upper ends u of the mixture confidence sequence at level ``alpha`` (vectorised): for every
     t at once, P(true rate > u_t) <= alpha. 1 when no bound below 1 holds; 0 trials give 1."""
@@ -84,7 +78,8 @@ def anytime_upper(errors, trials, alpha: float, prior=PRIOR):
     # the interval holds its minimiser's side: search above k/n
     lo = np.where(n > 0, k / np.maximum(n, 1.0), 1.0)
     hi = np.ones_like(lo)
-    mix = _log_mixture_constant(k, n, prior)
+    a, b = prior  # log B(a + k, b + n - k) - log B(a, b): the part of log M_t(p) free of p
+    mix = special.betaln(a + k, b + n - k) - special.betaln(a, b)
     # log M is convex in p with its minimum at k/n and +inf at p = 1 (when k < n): bisect the upper root
     with np.errstate(divide="ignore", invalid="ignore"):
         for _ in range(64):
@@ -260,6 +255,10 @@ def run_sequential(score_batch, test: SequentialTest) -> tuple[np.ndarray, Look,
     return scores, look, "completed"
 
 
+#: What a sequential audit is tested against (the engine's claim of its target).
+TESTED = ("event", "delta", "accountant", "adjacency")
+
+
 def epsilon_at_stop(look: Look, delta: float) -> float:
     """eps_LB of the box at the stop: valid for any mechanism at the stopping time."""
     return float(stats.epsilon_from_rates(look.fpr_upper, look.fnr_upper, delta))
@@ -302,20 +301,13 @@ def ceiling(plan: SequentialPlan, test: SequentialTest, delta: float) -> float:
     return float(stats.epsilon_from_rates(*test.box(0, n_out, 0, n_in), delta))
 
 
-def audit_fields(
-    block: dict,
-    plan: SequentialPlan,
-    test: SequentialTest,
-    look: Look,
-    reason: str,
-    *,
-    event,
-    delta: float,
-    accountant,
-    adjacency,
-) -> dict:
+def audit_fields(block: dict, plan: SequentialPlan, stop: tuple, tested: dict) -> dict:
     """The audit record's fields a sequential audit decides (the engine replaces the fixed-N ones
-    with these): eps_LB, the claimed-curve block, counts and box of the sequential rule, the ceiling."""
+    with these): eps_LB, the claimed-curve block, counts and box of the sequential rule, the ceiling.
+    ``stop``: (test, last look, reason) of :func:`run_sequential`'s run; ``tested``: the claim's
+    ``event``, ``delta``, ``accountant`` and ``adjacency``."""
+    test, look, reason = stop
+    event, delta, accountant, adjacency = (tested[k] for k in TESTED)
     fam = family_ruled_out(event, adjacency, look.fpr_upper, look.fnr_upper)
     s_lb = fam["scale_lower_bound"]
     fam_eps = member_epsilon(event, s_lb, delta=delta, accountant=accountant, adjacency=adjacency)

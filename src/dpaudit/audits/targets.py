@@ -82,12 +82,8 @@ def load_target_data(target):
     releases that published one, its data checksum (``target.expected_sha256``)."""
     data = target.prepared
     if data is None:
-        data = load_dataset(
-            target.dataset,
-            data_dir=target.data_dir,
-            split_seed=target.split_seed,
-            profile=target.profile,
-        )
+        source = {name: getattr(target, name) for name in ("data_dir", "split_seed", "profile")}
+        data = load_dataset(target.dataset, **source)
     check_release_identity(
         data, getattr(target, "expected_identity", None), expected_sha256=target.expected_sha256
     )

@@ -112,12 +112,8 @@ def _curve_violated_at(rec: dict, confidence: float) -> bool | None:
     box = box_uppers(rec, confidence)
     if box is None or not isinstance(cc.get("event"), dict):
         return None
-    fpr_hi, fnr_hi = box
-    curve = claimed_curve(
-        event_from_dict(cc["event"]),
-        cc.get("adjacency") or rec.get("adjacency") or "add-remove-record",
-    )
-    return bool(curve.violated_by(fpr_hi, fnr_hi))
+    adjacency = cc.get("adjacency") or rec.get("adjacency") or "add-remove-record"
+    return bool(claimed_curve(event_from_dict(cc["event"]), adjacency).violated_by(*box))
 
 
 def decision_at(rec: dict, confidence: float) -> dict:

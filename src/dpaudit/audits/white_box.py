@@ -45,7 +45,7 @@ from ..accounting.accountants import compute_epsilon
 from ..accounting.events import SubsampledGaussian
 from ..errors import UsageError
 from ..lazy import lazy_import
-from ..validation import open_unit, positive_int
+from ..validation import one_of, open_unit, positive_int
 from .stats import bisect
 
 np = lazy_import("numpy")
@@ -219,8 +219,15 @@ def step_statistics(obs: StepObservations, confidence: float) -> tuple[float, fl
     return s_hi, d_lo, rate_lower(int(obs.sampled.sum()), obs.sampled.size, alpha)
 
 
-def step_bound(
-    obs: StepObservations,
+def step_bound(obs: StepObservations, **claim) -> WhiteBoxBound:
+    """eps_LB of the ``white-box`` threat model (module docstring) from every step of every canary;
+    ``claim``: the keywords of :func:`threat_bound`."""
+    return threat_bound("white-box", obs, **claim)
+
+
+def threat_bound(
+    threat_model: str,
+    obs,
     *,
     claimed: SubsampledGaussian,
     delta: float,
@@ -228,17 +235,29 @@ def step_bound(
     confidence: float = 0.95,
     claimed_epsilon: float | None = None,
 ) -> WhiteBoxBound:
-    """eps_LB of the ``white-box`` threat model (module docstring) from every step of every canary.
-    ``claimed_epsilon``: the release's claim (default: ``claimed`` by ``accountant``)."""
+    """eps_LB of ``threat_model`` from its observations ``obs`` (module docstring).
+
+    Args:
+        threat_model: "white-box" (:class:`StepObservations`, :func:`step_statistics`) or
+            "crafted-final" (:class:`FinalObservations`, :func:`final_statistics` at the claimed
+            sampling rate).
+        claimed: the claimed per-step mechanism; ``delta``, ``accountant``: its epsilon's.
+        confidence: of the confidence bounds together.
+        claimed_epsilon: the release's claim (default: ``claimed`` by ``accountant``).
+
+    Returns:
+        The :class:`WhiteBoxBound` record of the confidence bounds found (s_hi, d_lo, q_lo, T).
+
+    Raises:
+        UsageError: a claim that is not a SubsampledGaussian, delta or confidence outside (0, 1),
+            another threat model.
+    """
     _check_claim(claimed, delta, confidence)
-    found = (*step_statistics(obs, confidence), obs.steps)
-    return _bound("white-box", found, obs, claimed, delta, accountant, confidence, claimed_epsilon)
-
-
-def _bound(
-    threat_model, found, obs, claimed, delta, accountant, confidence, claimed_epsilon
-) -> WhiteBoxBound:
-    """The record of a threat model's confidence bounds ``found`` = (s_hi, d_lo, q_lo, T)."""
+    if one_of("threat_model", threat_model, THREAT_MODELS) == "white-box":
+        found = (*step_statistics(obs, confidence), obs.steps)
+    else:
+        q = float(claimed.sample_rate)
+        found = (*final_statistics(obs, q, confidence), q, obs.steps)
     eps = family_epsilon(*found, delta=delta, accountant=accountant)
     claim_eps = _claimed_epsilon(claimed, delta, accountant, claimed_epsilon)
     parts = (delta, confidence, accountant, *found, int(obs.values.size), claimed)
@@ -278,23 +297,11 @@ def final_statistics(obs: FinalObservations, rate: float, confidence: float) -> 
     )
 
 
-def final_bound(
-    obs: FinalObservations,
-    *,
-    claimed: SubsampledGaussian,
-    delta: float,
-    accountant: str = "rdp",
-    confidence: float = 0.95,
-    claimed_epsilon: float | None = None,
-) -> WhiteBoxBound:
+def final_bound(obs: FinalObservations, **claim) -> WhiteBoxBound:
     """eps_LB of the ``crafted-final`` threat model (module docstring): s from the withheld
-    canaries, d from the inserted ones' mean at the claimed rate q; significance halved."""
-    _check_claim(claimed, delta, confidence)
-    q = float(claimed.sample_rate)
-    found = (*final_statistics(obs, q, confidence), q, obs.steps)
-    return _bound(
-        "crafted-final", found, obs, claimed, delta, accountant, confidence, claimed_epsilon
-    )
+    canaries, d from the inserted ones' mean at the claimed rate q; significance halved;
+    ``claim``: the keywords of :func:`threat_bound`."""
+    return threat_bound("crafted-final", obs, **claim)
 
 
 # ---------------------------------------------------------------- simulation, limits, power

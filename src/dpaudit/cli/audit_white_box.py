@@ -24,7 +24,7 @@ from ..mechanisms.dpsgd.white_box_target import (
     write_white_box,
 )
 from ..noise import NoiseSource
-from ..one_run_auditing import _record_cost, module_setup
+from ..one_run_auditing import module_target, record_run_cost
 from ..progress import JobProgress
 from ..records import read_release
 from ..requests import AuditRequest
@@ -74,7 +74,8 @@ def _setup(a: AuditRequest, rel):
     if a.mechanism in HEAD_MODELS:
         model, dataset, claim, seed = _head_setup(a, rel)
         return model, None, None, claim, dataset, seed
-    model, data, cfg, claim = module_setup(a, rel)
+    target = module_target(a, rel)
+    model, data, cfg, claim = target.model, target.prepared, target.config, target_claim(target)
     return model, data, cfg, claim, data.name, a.seed if rel is None else int(rel.seed)
 
 
@@ -84,7 +85,7 @@ def _record_costs(a: AuditRequest, rel, dataset: str, claim: dict) -> None:
     for role in ("main", "no-noise", "null") if a.trials.controls else ("main",):
         event = None if role == "no-noise" else claim["event"]
         entry = (a.mechanism, dataset, "add-remove-record", event, a.output.ledger, release_id)
-        _record_cost(*entry, uuid.uuid4().hex)
+        record_run_cost(*entry, uuid.uuid4().hex)
 
 
 def run(a: AuditRequest, plan=None):

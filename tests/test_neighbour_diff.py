@@ -95,6 +95,15 @@ def _drop_task_record(task):
     )
 
 
+def _replace_everywhere(mp: pytest.MonkeyPatch, real, fake) -> None:
+    """Set ``fake`` in place of ``real`` on every loaded dpaudit module that holds it by name."""
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "dpaudit":
+            for attr, value in list(vars(module).items()):
+                if value is real:
+                    mp.setattr(module, attr, fake)
+
+
 @contextlib.contextmanager
 def neighbour(mp: pytest.MonkeyPatch, world: str, unit: str):
     """Within: the loaders return D (``world`` D / D-again) or D' (D-minus-one; ``unit`` record or user)."""
@@ -124,12 +133,11 @@ def neighbour(mp: pytest.MonkeyPatch, world: str, unit: str):
             _drop_train(data, keep), user_ids={**data.user_ids, "train": train_users[keep]}
         )
 
-    mp.setattr(users, "split_prepared_by_users", split_by_users)
     mixmin_tasks._TASK_CACHE.clear()
     mp.setattr(registry, "_load", load)
-    mp.setattr(mixmin_tasks, "load_task", lambda *a, **k: _drop_task_record(real_task(*a, **k)))
-    for mod in ("dpaudit.mechanisms.mixmin.mechanism", "dpaudit.mechanisms.mixmin.audit"):
-        mp.setattr(f"{mod}.load_task", mixmin_tasks.load_task)
+    # Every module that bound a loader by name gets the neighbour's, so a path added later is covered too.
+    _replace_everywhere(mp, real_users, split_by_users)
+    _replace_everywhere(mp, real_task, lambda *a, **k: _drop_task_record(real_task(*a, **k)))
     try:
         yield
     finally:

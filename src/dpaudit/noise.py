@@ -374,6 +374,11 @@ class NoiseSource:
             self._torch.manual_seed(self._torch_seed)
         return self._torch
 
+    @property
+    def cryptographic(self) -> bool:
+        """True for a ChaCha20 source: its Poisson masks must not come from ``numpy`` (PCG64)."""
+        return self._stream is not None
+
     # ------------------------------------------------------------------ primitives
     def random_bytes(self, n: int) -> bytes:
         """``n`` uniformly random bytes (the input of the exact integer samplers)."""

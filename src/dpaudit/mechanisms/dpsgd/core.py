@@ -424,9 +424,7 @@ def _extend_gaps(rng: np.random.Generator, pos: np.ndarray, total: int, q: float
 def _numpy_backed(noise: NoiseSource) -> bool:
     """True when ``noise`` draws its masks with the stock Bernoulli sampler on ``noise.numpy``
     (os-entropy / reproducible sources), so the same generator may be used more efficiently."""
-    return type(noise).poisson_mask is NoiseSource.poisson_mask and not getattr(
-        noise, "cryptographic", False
-    )
+    return type(noise).poisson_mask is NoiseSource.poisson_mask and not noise.cryptographic
 
 
 def poisson_batch(noise: NoiseSource, runs: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:

@@ -344,18 +344,21 @@ class NoisyStep:
         self._noise = np.empty_like(host)
         return _split(self._noise, shapes)
 
-    def apply(self, t: int) -> None:
+    def apply(self, t: int, recorder=None) -> None:
+        """Step ``t``: + noise, ``recorder.record(t, arrays)`` (an audit instrument reading the
+        privatised sums in the host buffers, on the CPU: exactly the values the step then uses;
+        it draws and changes nothing), / m0, the optimizer."""
         if self.device_sums is None:
             for a, fill in zip(self._arrays, self._fills):
                 a += fill()
-            for a in self._arrays:
-                a /= self.config.normalizer
-        else:
+        elif self._fills:
             for fill in self._fills:  # into the views of the one host buffer, in order
                 fill()
-            if self._fills:
-                self.device_sums += torch.from_numpy(self._noise).to(self.device_sums.device)
-            self.device_sums /= self.config.normalizer
+            self.device_sums += torch.from_numpy(self._noise).to(self.device_sums.device)
+        if recorder is not None:
+            recorder.record(t, self._arrays)
+        for s in self._arrays if self.device_sums is None else [self.device_sums]:
+            s /= self.config.normalizer
         self.optimizer.step(self.sums, t)
 
 

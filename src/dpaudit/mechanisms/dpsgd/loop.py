@@ -662,35 +662,18 @@ class _SparseCanaries:
 
 class _Recorder:
     """Records the privatised sums of a head loop at flat coordinates ``coords`` (module docstring):
-    it wraps the sanitiser's filler (the draw itself untouched) and stores ``sums[coords] +
-    noise[coords]``, the same float additions as ``sums += fill()``, hence bit for bit the values
-    the step then uses; without noise (``non_private``), the clipped sum itself."""
+    read by the noisy step after the noise is added (``sums += noise``, the step's own float
+    additions) and before the division by m0, hence bit for bit the values the step then uses;
+    without noise (``non_private``), the clipped sum itself."""
 
     def __init__(self, coords: np.ndarray, steps: int):
-        self.coords, self.steps, self.t = coords, steps, 0
+        self.coords, self.steps, self.values = coords, steps, None
 
-    def attach(self, sanitise: NoisyStep) -> None:
-        sums = sanitise.sums[0]  # the one (R, K, d+1) array of the heads' sanitiser
-        runs = sums.shape[0]
-        self.flat = sums.reshape(runs, -1)
-        self.values = np.zeros((runs, self.steps, self.coords.size), dtype=sums.dtype)
-        self.noised = bool(sanitise._fills)
-        if self.noised:
-            fill = sanitise._fills[0]
-
-            def observed_fill() -> np.ndarray:
-                drawn = fill()
-                self.values[:, self.t] = (
-                    self.flat[:, self.coords] + drawn.reshape(runs, -1)[:, self.coords]
-                )
-                return drawn
-
-            sanitise._fills[0] = observed_fill
-
-    def before_apply(self, t: int) -> None:
-        self.t = t
-        if not self.noised:
-            self.values[:, t] = self.flat[:, self.coords]
+    def record(self, t: int, arrays: list) -> None:
+        flat = arrays[0].reshape(arrays[0].shape[0], -1)  # the one (R, K, d+1) array of the heads
+        if self.values is None:
+            self.values = np.zeros((len(flat), self.steps, self.coords.size), dtype=flat.dtype)
+        self.values[:, t - 1] = flat[:, self.coords]
 
 
 # ---------------------------------------------------------------- the loop
@@ -718,15 +701,14 @@ def run_dp_sgd(
     ``units.bind(params, sums)``, a function ``step(*sample, hit)`` that writes each run's clipped
     sum over its sampled units (run r's ``flat[offsets[r]:offsets[r + 1]]``, plus the sampled
     canary units ``hit``) into ``sums``. ``canary``: an audit's canaries (module docstring);
-    ``recorder``: a :class:`_Recorder`; ``optimizer``: the update rule, when not
+    ``recorder``: reads the privatised sums (``record(t, arrays)``: :class:`_Recorder`, the white-box
+    observer; :meth:`~dpaudit.mechanisms.dpsgd.core.NoisyStep.apply`); ``optimizer``: the update rule, when not
     ``config.optimizer`` (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`). ``config`` needs
     ``steps``, ``sample_rate`` and what :class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep` reads.
     """
     sanitise = NoisyStep(params, config, noise=noise, optimizer=optimizer)
     step = units.bind(params, sanitise.sums)
     rows = canary is not None and canary.rows
-    if recorder is not None:
-        recorder.attach(sanitise)
     report = _reporter(progress, config.steps)
     for t in range(1, config.steps + 1):
         sample = units.sample(noise, runs, config.sample_rate)
@@ -734,9 +716,7 @@ def run_dp_sgd(
         step(*sample, hit if rows else None)
         if canary is not None:
             canary.add(hit, sanitise.sums)
-        if recorder is not None:
-            recorder.before_apply(t - 1)
-        sanitise.apply(t)  # + N(0, (sigma C)^2), / m0, the optimizer: every run at once
+        sanitise.apply(t, recorder)  # + N(0, (sigma C)^2), / m0, the optimizer: every run at once
         report(t)  # t: executed steps, each one accountant step, empty batches included
     return t
 

@@ -71,7 +71,7 @@ _TAG_WHITE_BOX = 0x57424F58  # "WBOX": public choice of canary coordinates
 
 class StepObserver(DiracCanaries):
     """Dirac canaries for the loop (``rows``, ``draw``, ``add``) that also observe every step
-    (the loop's recorder interface, ``attach`` and ``before_apply``): module docstring.
+    (the loop's recorder interface, ``record``): module docstring.
 
     ``scale``: the raw gradient in units of C (0: the null control, canaries drawn but adding
     nothing). ``included`` (M,): the canaries in the dataset. ``observe=False`` (hidden state):
@@ -98,7 +98,7 @@ class StepObserver(DiracCanaries):
         self.observe = observe
         self.sampled = np.zeros(shape, dtype=bool)
         self.others, self.privatised = np.zeros(shape), np.zeros(shape)
-        self.t, self.sanitise = -1, None
+        self.t = -1
 
     def draw(self) -> np.ndarray:
         self.t += 1
@@ -120,28 +120,11 @@ class StepObserver(DiracCanaries):
                 # the one clipping rule, per canary
                 view[flat[on]] += raw * dpsgd_core.clip_factors(np.abs(raw), self.c)
 
-    def attach(self, sanitise) -> None:
-        """Wrap the noisy step's fillers of the canary tensors: the draw is untouched, and the
-        privatised value is the same float addition ``sums += noise`` the step performs."""
-        self.sanitise = sanitise
+    def record(self, t: int, arrays: list) -> None:
+        """The privatised sums at the canary coordinates (the loop's recorder interface: read by
+        the noisy step after ``sums += noise``, the step's own float additions)."""
         for p, ids, flat in self.groups:
-            if p < len(sanitise._fills):
-                sanitise._fills[p] = self._observed(
-                    sanitise._fills[p], sanitise._arrays[p], ids, flat
-                )
-
-    def _observed(self, fill, array: np.ndarray, ids: np.ndarray, flat: np.ndarray):
-        def observed_fill() -> np.ndarray:
-            drawn = fill()
-            self.privatised[ids, self.t] = array.reshape(-1)[flat] + drawn.reshape(-1)[flat]
-            return drawn
-
-        return observed_fill
-
-    def before_apply(self, t: int) -> None:
-        if not self.sanitise._fills:  # no noise at all: the clipped sum is what the step uses
-            for p, ids, flat in self.groups:
-                self.privatised[ids, t] = self.sanitise._arrays[p].reshape(-1)[flat]
+            self.privatised[ids, t - 1] = arrays[p].reshape(-1)[flat]
 
     def observations(self) -> StepObservations:
         """y_t = (privatised - others) / C and b_t of every canary (in the dataset) at every step."""

@@ -177,14 +177,13 @@ class PoissonUnits:
 
 
 class _HeadUnits(PoissonUnits):
-    """Head units over rows ``z1`` (norms ``z1_norm``, labels ``y``) of a head with ``k`` logits,
-    clipped as ``config`` says: ``bind`` makes the per-run views of the heads (R, K, d+1) and their
-    sums once."""
+    """Head units over the rows of a :class:`HeadLayout` ``lay`` (canary rows last), clipped as
+    ``config`` says: ``bind`` makes the per-run views of the heads (R, K, d+1) and their sums once."""
 
-    def __init__(self, z1, z1_norm, y, k: int, config: DPSGDConfig):
-        self.z1, self.z1_norm, self.y = z1, z1_norm, y
+    def __init__(self, lay: HeadLayout, config: DPSGDConfig):
+        self.z1, self.z1_norm, self.y = lay.z1, lay.z1_norm, lay.labels
         self.clipping_norm, self.clip = config.clipping_norm, not config.non_private
-        self.binary = k == 1
+        self.binary, self.canary_rows = lay.k == 1, lay.z1.shape[0] - lay.n
 
     def bind(self, params: list, sums: list):
         w_rows, sum_rows = list(params[0]), list(sums[0])  # (K, d+1) views, one per run
@@ -195,26 +194,14 @@ class RecordUnits(_HeadUnits):
     """Records as units (module docstring): unit i is row i of ``z1``; rows n.. hold canary
     records, never drawn by the ordinary sample (with ``many``, canary j at row n + j)."""
 
-    def __init__(
-        self,
-        z1,
-        z1_norm,
-        y,
-        n: int,
-        k: int,
-        config: DPSGDConfig,
-        *,
-        canary_rows: int = 0,
-        many: bool = False,
-    ):
-        if canary_rows > 1 and not many:
-            raise UsageError(f"a record canary must be one record, got {canary_rows} rows.")
-        super().__init__(z1, z1_norm, y, k, config)
-        self.n_units, self.canary_unit = n, n if canary_rows else None
-        q = config.sample_rate
-        self.ws = HeadWorkspace(
-            k, z1.shape[1], z1.dtype, rows=int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1
-        )
+    def __init__(self, lay: HeadLayout, config: DPSGDConfig, *, many: bool = False):
+        super().__init__(lay, config)
+        if self.canary_rows > 1 and not many:
+            raise UsageError(f"a record canary must be one record, got {self.canary_rows} rows.")
+        self.n_units, self.canary_unit = lay.n, lay.n if self.canary_rows else None
+        n, q = lay.n, config.sample_rate
+        rows = int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1
+        self.ws = HeadWorkspace(lay.k, lay.z1.shape[1], lay.z1.dtype, rows=rows)
 
     def step(self, flat: np.ndarray, offsets: np.ndarray, hit, w_rows, sum_rows) -> None:
         zn_f, y_f = self.z1_norm[flat], self.y[flat]  # one fancy index for all runs
@@ -227,73 +214,39 @@ class RecordUnits(_HeadUnits):
                     ix, zn, yb = np.concatenate([ix, self.canary_unit + extra]), None, None
             elif hit is not None and hit[r]:  # the canary record: one more unit, last
                 ix, zn, yb = np.append(ix, self.canary_unit), None, None
-            _run_sum(
-                self.ws,
-                self.z1,
-                self.z1_norm,
-                self.y,
-                ix,
-                w_rows[r],
-                sum_rows[r],
-                self.clipping_norm,
-                self.binary,
-                self.clip,
-                zn=zn,
-                yb=yb,
-            )
+            self.clipped_sum(ix, w_rows[r], sum_rows[r], zn, yb)
 
-
-def _run_sum(
-    ws, z1, z1_norm, y, ix, w, out, clipping_norm, binary_logit, clip, zn=None, yb=None
-) -> None:
-    """One run's clipped sum over rows ``ix`` of ``z1`` at head ``w`` into ``out`` (zero for an
-    empty batch). ``zn``, ``yb``: the rows' norms and labels when already gathered."""
-    b = ix.size
-    if b == 0:
-        out.fill(0.0)  # Algorithm 1, step 6: an empty batch has a zero clipped sum
-        return
-    ws.ensure(b)
-    # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
-    np.take(z1, ix, axis=0, out=ws.batch[:b], mode="clip")
-    _clipped_sum_kernel(
-        ws,
-        w,
-        b,
-        z1_norm[ix] if zn is None else zn,
-        y[ix] if yb is None else yb,
-        clipping_norm,
-        binary_logit,
-        clip,
-        out=out,
-    )
+    def clipped_sum(self, ix, w, out, zn=None, yb=None) -> None:
+        """One run's clipped sum over rows ``ix`` at head ``w`` into ``out`` (zero for an empty
+        batch), on the reused workspace. ``zn``, ``yb``: the rows' norms and labels when already
+        gathered."""
+        b = ix.size
+        if b == 0:
+            out.fill(0.0)  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+            return
+        self.ws.ensure(b)
+        # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
+        np.take(self.z1, ix, axis=0, out=self.ws.batch[:b], mode="clip")
+        zn = self.z1_norm[ix] if zn is None else zn
+        yb = self.y[ix] if yb is None else yb
+        _clipped_sum_kernel(
+            self.ws, w, b, zn, yb, self.clipping_norm, self.binary, self.clip, out=out
+        )
 
 
 class UserUnits(_HeadUnits):
     """Users as units (module docstring; kernels of :mod:`~dpaudit.mechanisms.dpsgd.user_level`):
     canary rows form user ``n_users``, one more user of the index."""
 
-    def __init__(
-        self,
-        z1,
-        z1_norm,
-        y,
-        n: int,
-        k: int,
-        config: DPSGDConfig,
-        users: UserSampling,
-        noise: NoiseSource,
-        *,
-        canary_rows: int = 0,
-    ):
-        index = user_level._check_users(users.index, n)
-        self.n_units = index.n_users
-        self.canary_unit = None
-        if canary_rows:
-            index = _with_extra_user(index, n, canary_rows)
+    def __init__(self, lay: HeadLayout, config: DPSGDConfig, users: UserSampling, noise):
+        super().__init__(lay, config)
+        index = user_level._check_users(users.index, lay.n)
+        self.n_units, self.canary_unit = index.n_users, None
+        if self.canary_rows:
+            index = _with_extra_user(index, lay.n, self.canary_rows)
             self.canary_unit = self.n_units
         self.index, self.noise = index, noise
         self.records_per_user = positive_int("records_per_user", users.records_per_user)
-        super().__init__(z1, z1_norm, y, k, config)
 
     def step(self, flat, offsets, hit, w_rows, sum_rows) -> None:
         for r in range(len(w_rows)):
@@ -502,11 +455,10 @@ def train_heads(
     grad_canary = _gradient_canary(canary, included, lay.k, lay.d, lay.z1.dtype)
     canary_rows = lay.z1.shape[0] - lay.n
     many = _check_canary_rows(canary, included, canary_rows, users is not None, runs)
-    unit_args = (lay.z1, lay.z1_norm, lay.labels, lay.n, lay.k, config)
     if users is None:
-        units = RecordUnits(*unit_args, canary_rows=canary_rows, many=many)
+        units = RecordUnits(lay, config, many=many)
     else:
-        units = UserUnits(*unit_args, users, noise, canary_rows=canary_rows)
+        units = UserUnits(lay, config, users, noise)
     coords = None if record is None else _record_coordinates(record, lay.k, lay.d)
     w0 = initial_heads(init, runs, lay.k, lay.d)
     groups = []

@@ -41,8 +41,8 @@ from ...records import write_json_atomic
 from ...validation import one_of, positive_int
 from . import core as dpsgd_core
 from .module_training import DPSGDConfig, train_module_dp_sgd
-from .core import check_head_inputs, head_threads
-from .loop import RecordUnits, augmented_features, initial_heads, run_dp_sgd
+from .core import head_threads
+from .loop import RecordUnits, initial_heads, run_dp_sgd
 from .head_audit import HeadTarget
 from .one_run_heads import free_coordinates
 from .one_run_modules import (
@@ -259,13 +259,12 @@ def head_white_box_run(
     m = positive_int("canaries", canaries, 2)
     target.prepare()
     cfg = target._config.without_noise() if role == "no-noise" else target._config
-    z, y, k = check_head_inputs(target._z, target._y, target._n_classes, target._binary)
-    d = z.shape[1]
-    free = free_coordinates(z, k)
+    lay = target._layout  # the target's rows (a record canary's row after them, never drawn)
+    k, d = lay.k, lay.d
+    free = free_coordinates(target._z, k)
     quiet = free[:, 0] * (d + 1) + free[:, 1]
     coords, observer = _observer({"head": (k, d + 1)}, ("head",), quiet, m, seed, cfg, noise, role)
-    z1, z1_norm = augmented_features([z], d, np.float32)
-    units = RecordUnits(z1, z1_norm, y.astype(np.int64), z.shape[0], k, cfg)
+    units = RecordUnits(lay, cfg)
     head = np.array(initial_heads(target._init, 1, k, d), dtype=np.float32, order="C")
     with head_threads():
         steps = run_dp_sgd(

@@ -335,6 +335,24 @@ class HeadAuditTarget(AuditTarget):
         """What a gradient canary adds: one record's gradient of norm C, as it is."""
         return gradient
 
+    def _runs(self, canary_in: np.ndarray, noise: NoiseSource, **loop):
+        """The trials' runs on the release's head loop, one per entry of ``canary_in`` (the canary
+        in where True), from the laid-out rows; ``loop``: more of :func:`train_heads`'s options."""
+        c = np.asarray(canary_in, dtype=bool)
+        canary = dataclasses.replace(self._canary, included=c)
+        return train_heads(
+            None,  # the rows and labels: the layout's
+            None,
+            self._n_classes,
+            self._config,
+            noise=noise,
+            runs=c.size,
+            init=self._init,
+            canary=canary,
+            layout=self._layout,
+            **loop,
+        )
+
     def describe(self) -> dict:
         """The recorded set-up, with the noise multiplier actually used by the no-noise control."""
         self.prepare()
@@ -392,20 +410,9 @@ class HeadTarget(HeadAuditTarget):
         """Final model: the canary's score on each run's head. Trajectory (every iterate seen): the exact
         log-likelihood ratio of the privatised sums at the max-clip canary's coordinate (module docstring)."""
         self.prepare()
-        c, cfg = np.asarray(canary_in, dtype=bool), self._config
-        every = self.threat_model == "trajectory"
-        res = train_heads(
-            None,
-            None,
-            self._n_classes,
-            cfg,
-            noise=noise,
-            runs=c.size,
-            init=self._init,
-            canary=dataclasses.replace(self._canary, included=c),
-            chunk_runs=64,
-            record=[(0, self._coord)] if every else None,
-            layout=self._layout,
+        cfg, every = self._config, self.threat_model == "trajectory"
+        res = self._runs(
+            canary_in, noise, chunk_runs=64, record=[(0, self._coord)] if every else None
         )
         if not every:
             return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)

@@ -38,7 +38,6 @@ into users of exactly G records (:func:`synthetic_user_ids`); either way the dat
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 
@@ -49,7 +48,7 @@ from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
-from .loop import UserSampling, train_heads
+from .loop import UserSampling
 from .head_audit import HeadAuditTarget, canary_scores, lay_out, setup_head
 
 np = lazy_import("numpy")
@@ -210,17 +209,5 @@ class UserHeadTarget(HeadAuditTarget):
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """R user-level runs on the release's head loop; the record-level score, averaged over the user's records."""
         self.prepare()
-        c = np.asarray(canary_in, dtype=bool)
-        res = train_heads(
-            None,
-            None,
-            self._n_classes,
-            self._config,
-            noise=noise,
-            runs=c.size,
-            init=self._init,
-            users=UserSampling(self._users, self.records_per_user),
-            canary=dataclasses.replace(self._canary, included=c),
-            layout=self._layout,
-        )
-        return canary_scores(self, res.weights)
+        users = UserSampling(self._users, self.records_per_user)
+        return canary_scores(self, self._runs(canary_in, noise, users=users).weights)

@@ -244,12 +244,7 @@ class Adam:
             tmp = self._tmp.setdefault(p.dtype, np.empty(_BLOCK, dtype=p.dtype))
             pf, gf, mf, vf = (a.reshape(-1) for a in (p, g, m, v))
             for s in range(0, pf.size, _BLOCK):
-                pb, gb, mb, vb = (
-                    pf[s : s + _BLOCK],
-                    gf[s : s + _BLOCK],
-                    mf[s : s + _BLOCK],
-                    vf[s : s + _BLOCK],
-                )
+                pb, gb, mb, vb = (a[s : s + _BLOCK] for a in (pf, gf, mf, vf))
                 d = tmp[: pb.size]
                 np.subtract(gb, mb, out=d)  # lerp(m, g, 1 - b1)
                 d *= 1.0 - b1

@@ -174,7 +174,7 @@ class ModuleTarget(AuditTarget):
         train_module_dp_sgd(module, x, y, self.config, noise=noise, loss=loss, canary=canary)
         if canary is not None:
             return float(coordinate_moves(module, theta0, self._gradient.coords)[0])
-        return -float(_record_losses(module, self._xc, self._yc, loss == "bce")[0])
+        return -float(_record_losses(module, self._xc, self._yc, loss)[0])
 
     def describe(self) -> dict:
         self.prepare()

@@ -117,8 +117,7 @@ def head_schedule(target, data, reference_size: int, adjacency: str):
         config = DPSGDConfig.from_dict(plan.config["dp_sgd"])
     else:
         setup = requested_schedule(target, data, reference_size, adjacency)
-        epochs, batch, sigma = setup.epochs, setup.batch_size, setup.noise_multiplier
-        config = DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma)
+        epochs, batch, config = setup.epochs, setup.batch_size, setup.config()
     if target.release is not None:
         config = recorded_schedule(config, target.release)
     return epochs, batch, config

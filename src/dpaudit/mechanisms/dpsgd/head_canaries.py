@@ -101,24 +101,14 @@ def _test_records(target, data, feats, users, *, wrong: bool) -> HeadCanaryChoic
     i = int(rng.integers(len(y_test)))
     y_true = int(y_test[i])
     y_c = (y_true + 1) % target._n_classes if wrong else y_true
-    if users is None:
-        picks, info = (
-            [i],
-            {"kind": target.canary, "test_index": i, "true_label": y_true, "label": y_c},
-        )
-    else:
+    picks, where, repeated = [i], {"test_index": i}, {}
+    if users is not None:
         same = np.flatnonzero(y_test == y_true)
-        picks = [i] + [int(v) for v in rng.permutation(same[same != i])[: users - 1]]
+        picks += [int(v) for v in rng.permutation(same[same != i])[: users - 1]]
         copies = users - len(picks)
         picks += [picks[m % len(picks)] for m in range(copies)]
-        info = {
-            "kind": target.canary,
-            **_unit(users),
-            "test_indices": picks,
-            "true_label": y_true,
-            "label": y_c,
-            "repeated_records": copies,
-        }
+        where, repeated = {**_unit(users), "test_indices": picks}, {"repeated_records": copies}
+    info = {"kind": target.canary, **where, "true_label": y_true, "label": y_c, **repeated}
     z = feats.transform(np.asarray(data.x_test)[picks]).astype(np.float64)
     return HeadCanaryChoice(info, z=z, y=np.full(len(picks), y_c, dtype=np.int64))
 

@@ -562,15 +562,9 @@ def _gradient_canary(canary: CanaryHook | None, included, k: int, d: int, np_dty
 def _record_coordinates(record, k: int, d: int) -> np.ndarray:
     """``record`` as flat indices into a (K, d+1) head, checked."""
     rc = np.asarray(record)
-    if (
-        rc.ndim != 2
-        or rc.shape[1] != 2
-        or rc.shape[0] < 1
-        or not np.issubdtype(rc.dtype, np.integer)
-        or rc[:, 0].min() < 0
-        or rc[:, 0].max() >= k
-        or rc[:, 1].min() < 0
-        or rc[:, 1].max() > d
+    pairs = rc.ndim == 2 and rc.shape[1] == 2 and rc.shape[0] >= 1
+    if not (
+        pairs and np.issubdtype(rc.dtype, np.integer) and np.all((rc >= 0) & (rc <= (k - 1, d)))
     ):
         raise UsageError(
             f"record must be integer (row, column) pairs with rows in [0, {k}) and columns in [0, {d}], got {rc.tolist()}."

@@ -151,14 +151,7 @@ class DPSGDMechanism(MechanismBase):
         user = r.privacy_unit == "user"
         reference_size, adjacency, setup = _unit_schedule(r, info, user)
         sched = setup.schedule
-        dp = DPSGDConfig(
-            sample_rate=sched.sample_rate,
-            steps=sched.steps,
-            normalizer=sched.normalizer,
-            noise_multiplier=setup.noise_multiplier,
-            non_private=r.non_private,
-            **optimizer_settings(r.training),
-        )
+        dp = setup.config(non_private=r.non_private, **optimizer_settings(r.training))
         unit_config = (
             {
                 "privacy_unit": "user",

@@ -344,5 +344,4 @@ def module_config(
         epochs=epochs,
         batch_size=batch_size,
     )
-    sigma = setup.noise_multiplier
-    return DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma), setup.event
+    return setup.config(), setup.event

@@ -34,6 +34,7 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from ...progress import JobProgress
 from ...validation import positive_int
+from .core import DPSGDConfig
 
 np = lazy_import("numpy")
 
@@ -181,6 +182,11 @@ class DPSGDSetup:
     noise_multiplier: float  # 0.0 for a non-private run
     event: object  # SubsampledGaussian, None for a non-private run
     calibrated_epsilon: float  # the calibration's epsilon (inf: non-private)
+
+    def config(self, **settings) -> DPSGDConfig:
+        """The DP-SGD config of this schedule and sigma, with ``settings`` (e.g. the optimizer's)."""
+        fields = {**self.schedule.to_dict(), "noise_multiplier": self.noise_multiplier}
+        return DPSGDConfig.from_dict(fields, **settings)
 
 
 def plan_schedule(

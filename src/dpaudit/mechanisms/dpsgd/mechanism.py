@@ -27,7 +27,6 @@ import os
 import time
 from pathlib import Path
 
-from ...data import load_dataset
 from ...audits.targets import prepared
 from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids
 from ...errors import DataError, UsageError
@@ -43,6 +42,7 @@ from ..contract import (
     RunOutput,
     check_plan_matches_release,
     data_plan,
+    load_requested,
     public_inputs,
 )
 
@@ -475,12 +475,7 @@ MECHANISM = DPSGDMechanism()
 
 def _unsplit_dataset(r: DPSGDRequest):
     """The request's dataset (digits when it names none), before it is split by users."""
-    return load_dataset(
-        r.dataset or DEFAULT_DATASET,
-        data_dir=r.data_dir,
-        split_seed=r.split_seed,
-        profile=r.profile,
-    )
+    return load_requested(r, r.dataset or DEFAULT_DATASET)
 
 
 def _ledger_fingerprint(release_id, ledger) -> str | None:

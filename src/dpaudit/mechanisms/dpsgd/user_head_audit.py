@@ -42,7 +42,7 @@ import os
 from dataclasses import dataclass, field
 
 from ...audits.targets import check_release_identity
-from ...data import load_dataset
+from ..contract import load_requested
 from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
@@ -145,14 +145,7 @@ class UserHeadTarget(HeadAuditTarget):
     # ------------------------------------------------------------------ public set-up (once)
     def _load(self):
         """The dataset split by users, checked against the release's identity when given."""
-        data = self.prepared
-        if data is None:
-            data = load_dataset(
-                self.dataset,
-                data_dir=self.data_dir,
-                split_seed=self.split_seed,
-                profile=self.profile,
-            )
+        data = load_requested(self) if self.prepared is None else self.prepared
         data, self._users_from = with_users(data, self.user_ids, self.records_per_user, self.seed)
         check_user_split(
             data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test")

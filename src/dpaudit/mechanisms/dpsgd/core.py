@@ -473,9 +473,7 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
 
 def head_outputs(n_classes: int, binary_logit: bool) -> int:
     """Number of logits K: 1 for a binary task with a single sigmoid logit, else n_classes."""
-    n_classes = positive_int("n_classes", n_classes)
-    if n_classes < 2:
-        raise UsageError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
+    n_classes = positive_int("n_classes", n_classes, 2)
     return 1 if (binary_logit and n_classes == 2) else n_classes
 
 

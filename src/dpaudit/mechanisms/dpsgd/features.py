@@ -95,10 +95,9 @@ class FrozenFeatures:
         out = empty_small_pages((x.shape[0], n_out), dtype)
         if bias_column:
             out[:, -1] = 1.0
-        p, w, b = (
-            None if a is None else a.astype(dtype)
-            for a in (self.projection, self.weight, self.bias)
-        )
+        p = self.projection.astype(dtype) if self.projection is not None else None
+        w = self.weight.astype(dtype) if self.weight is not None else None
+        b = self.bias.astype(dtype) if self.bias is not None else None
         link = self.reduced_dim if self.direct_link else 0
         self._fill(x, out, p, w, b, link, chunk, dtype)
         return out

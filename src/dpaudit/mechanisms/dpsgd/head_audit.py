@@ -94,16 +94,9 @@ def head_model(model: str, n_features: int, n_classes: int, seed: int):
 def requested_schedule(asked, data, reference_size: int, adjacency: str, non_private=False):
     """:func:`plan_schedule` of what ``asked`` (a DP-SGD request, or a head target planning
     itself) asks for (epsilon, delta, epochs, batch size) on ``data`` (its public facts)."""
+    claim_and_schedule = (asked.epsilon, asked.delta, asked.epochs, asked.batch_size)
     return plan_schedule(
-        dataset_name=data.name,
-        kind=data.kind,
-        reference_size=reference_size,
-        epsilon=asked.epsilon,
-        delta=asked.delta,
-        epochs=asked.epochs,
-        batch_size=asked.batch_size,
-        non_private=non_private,
-        adjacency=adjacency,
+        data, reference_size, *claim_and_schedule, non_private=non_private, adjacency=adjacency
     )
 
 

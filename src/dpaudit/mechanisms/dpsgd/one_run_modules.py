@@ -335,13 +335,6 @@ def module_config(
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd.mechanism.plan_schedule`)."""
     module_name(model)
     data, _, _ = _data_parts(data)
-    setup = plan_schedule(
-        dataset_name=data.name,
-        kind=data.kind,
-        reference_size=audit_reference_size(data, len(data.y_train)),
-        epsilon=epsilon,
-        delta=delta,
-        epochs=epochs,
-        batch_size=batch_size,
-    )
+    reference_size = audit_reference_size(data, len(data.y_train))
+    setup = plan_schedule(data, reference_size, epsilon, delta, epochs, batch_size)
     return setup.config(), setup.event

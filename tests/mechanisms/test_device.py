@@ -153,7 +153,7 @@ def test_the_heap_settings_hold_while_a_module_trains_and_are_restored_after(mon
     libc, seen = _Libc(), []
     monkeypatch.setattr(module_training, "_glibc", lambda: libc)
     monkeypatch.setattr(
-        module_training, "_train_on_device", lambda *a: seen.append(list(libc.calls))
+        module_training, "run_dp_sgd", lambda *a, **k: seen.append(list(libc.calls))
     )
     module, x, y = torch.nn.Linear(4, 2), torch.zeros(8, 4), torch.zeros(8, dtype=torch.int64)
     train_module_dp_sgd(module, x, y, CONFIG, noise=NoiseSource())

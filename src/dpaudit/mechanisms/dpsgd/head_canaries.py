@@ -64,17 +64,15 @@ def _unit(users) -> dict:
     return {} if users is None else {"unit": "user", "records": users}
 
 
+#: What a max-clip canary user adds (recorded in its ``canary_info``).
+_USER_CONTRIBUTION = "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"
+
+
 def max_clip(target, data, feats, users) -> HeadCanaryChoice:
     """A Dirac gradient of norm C on W[0, j], j an input feature zero in every training record
     (:func:`canary_coordinate`): only noise and the canary move it."""
     j, why, n_dead = canary_coordinate(target._z)
-    joint = (
-        {}
-        if users is None
-        else {
-            "user_contribution": "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"
-        }
-    )
+    joint = {} if users is None else {"user_contribution": _USER_CONTRIBUTION}
     return HeadCanaryChoice(
         {
             "kind": "max-clip",

@@ -137,12 +137,8 @@ class _HeadCanaries:
 
     def draw(self) -> np.ndarray:
         # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)
-        hit = (
-            np.asarray(self.noise.poisson_mask(self.included.size, self.q), dtype=bool).reshape(
-                self.included.shape
-            )
-            & self.included
-        )
+        drawn = self.noise.poisson_mask(self.included.size, self.q)
+        hit = np.asarray(drawn, dtype=bool).reshape(self.included.shape) & self.included
         self.counts += hit
         return hit
 

@@ -136,11 +136,7 @@ def train_module_dp_sgd(
         units, params = _module_units(module, xt, yt, config, noise, users, loss, max_chunk)
         cuda = [params[0].device] if params and params[0].device.type == "cuda" else []
         with heap, torch.random.fork_rng(devices=cuda):  # dropout masks: seeded below, RNGs kept
-            torch.manual_seed(
-                noise.aux_seed()
-                if hasattr(noise, "aux_seed")
-                else int(noise.numpy.integers(0, 2**63 - 1))
-            )
+            torch.manual_seed(noise.aux_seed())
             return run_dp_sgd(units, params, config, noise=noise, **loop_options)
     finally:
         module.to("cpu")

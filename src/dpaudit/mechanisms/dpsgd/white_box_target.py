@@ -194,14 +194,8 @@ def white_box_run(
     if white:
         return WhiteBoxRun(observer.observations(), info)
     moved = coordinate_moves(module, theta0, coords.coords)
-    return WhiteBoxRun(
-        FinalObservations(
-            moved * config.normalizer / (config.lr * config.clipping_norm),
-            observer.included,
-            int(steps),
-        ),
-        info,
-    )
+    final = moved * config.normalizer / (config.lr * config.clipping_norm)
+    return WhiteBoxRun(FinalObservations(final, observer.included, int(steps)), info)
 
 
 def _observer(shapes, tensors, quiet, m: int, seed: int, config, noise, role: str, white=True):

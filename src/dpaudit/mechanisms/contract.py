@@ -371,18 +371,12 @@ def check_plan_matches_release(plan, rel) -> None:
 def _requested_pairs(plan, rel) -> dict:
     """(rebuilt, recorded) of what the release's request fixed, by name."""
     cfg = rel.config or {}
-    return dict(
-        adjacency=(plan.adjacency, rel.adjacency),
-        seed=(plan.seed, rel.seed),
-        privacy_unit=(plan.privacy_unit, rel.privacy_unit),
+    rules = tuple((config.get("split") or {}).get("rule") for config in (plan.config, cfg))
+    return {
+        **{k: (getattr(plan, k), getattr(rel, k)) for k in ("adjacency", "seed", "privacy_unit")},
         **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
-        **{
-            "split rule": (
-                (plan.config.get("split") or {}).get("rule"),
-                (cfg.get("split") or {}).get("rule"),
-            )
-        },
-    )
+        "split rule": rules,
+    }
 
 
 def _check_dataset(rebuilt: dict, recorded: dict) -> None:

@@ -233,13 +233,12 @@ def modules_one_run(
         )
     else:
         xc, yc = _input_canaries(x_pool, y_pool, m, seed, int(data.n_classes), info)
-        x = np.concatenate([x, xc[included]])
-        y = np.concatenate([y, yc[included]])
+        x, y = np.concatenate([x, xc[included]]), np.concatenate([y, yc[included]])
         loss_before = _record_losses(module, xc, yc, loss)
     steps = train_module_dp_sgd(
         module,
-        torch.as_tensor(x),
-        torch.as_tensor(y),
+        x,
+        y,
         config,
         noise=noise,
         loss=loss,

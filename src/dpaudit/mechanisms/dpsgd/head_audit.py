@@ -353,12 +353,9 @@ class HeadAuditTarget(AuditTarget):
             cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
         # user-level head targets: final model only
         cfg["threat_model"] = getattr(self, "threat_model", "final-model")
-        return {
-            "task": None,
-            "dataset": self._dataset_name,
-            "config": cfg,
-            "canary_info": self._canary_info,
-        }
+        return dict(
+            task=None, dataset=self._dataset_name, config=cfg, canary_info=self._canary_info
+        )
 
 
 @dataclass

@@ -304,8 +304,7 @@ class DPSGDMechanism(MechanismBase):
                 close()
             return out, time.perf_counter() - t_train
 
-        save = None
-        arrays = None
+        save = arrays = None
         if spec.family == "head":
             feats, k, init = head_model(r.model, data.n_features, n_classes, plan.seed)
             t_feat = time.perf_counter()

@@ -184,9 +184,6 @@ class ModuleTarget(AuditTarget):
             "seed": self.seed,
             "threat_model": "final-model",
         }
-        return {
-            "task": None,
-            "dataset": self.prepared.name,
-            "config": config,
-            "canary_info": self._canary_info,
-        }
+        return dict(
+            task=None, dataset=self.prepared.name, config=config, canary_info=self._canary_info
+        )

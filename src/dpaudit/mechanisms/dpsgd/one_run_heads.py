@@ -92,9 +92,7 @@ def heads_one_run(
     user_level = isinstance(target, UserHeadTarget)
     m = _checked_canaries(target, canaries, kind, user_level)
     target.prepare()
-    cfg = target._config
-    if not (noise_on and target.noise):
-        cfg = cfg.without_noise()
+    cfg = target._config if noise_on and target.noise else target._config.without_noise()
     # The coins: each canary in w.p. 1/2, independently (private, or committed by a plan and revealed after the run).
     included = np.asarray(noise.poisson_mask(m, 0.5) if coins is None else coins, dtype=bool)
     info = {

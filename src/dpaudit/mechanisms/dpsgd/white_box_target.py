@@ -377,13 +377,8 @@ def white_box_audit(
     judged = dict(delta=claim["delta"], accountant=claim["accountant"], confidence=confidence)
     judged["claimed_epsilon"] = claim.get("claimed_epsilon")
     for role in ROLES if controls else ("main",):
-        common = dict(
-            canaries=canaries,
-            noise=noise,
-            seed=seed,
-            role=role,
-            progress=None if progress is None else progress(role),
-        )
+        shown = None if progress is None else progress(role)
+        common = dict(canaries=canaries, noise=noise, seed=seed, role=role, progress=shown)
         if isinstance(model, HeadTarget):
             run = head_white_box_run(model, **common)
         else:

@@ -597,17 +597,9 @@ def head_clipped_sum(
     if b == 0:
         return np.zeros((k, d1), dtype=dtype)
     ws.batch[:b] = z1
-    out = _clipped_sum_kernel(
-        ws,
-        np.asarray(w, dtype=dtype),
-        b,
-        z1_norm.astype(dtype, copy=False),
-        y.astype(np.int64, copy=False),
-        clipping_norm,
-        binary_logit,
-        clip,
-    )
-    return out.copy()
+    w = np.asarray(w, dtype=dtype)
+    zn, labels = z1_norm.astype(dtype, copy=False), y.astype(np.int64, copy=False)
+    return _clipped_sum_kernel(ws, w, b, zn, labels, clipping_norm, binary_logit, clip).copy()
 
 
 def check_head_inputs(

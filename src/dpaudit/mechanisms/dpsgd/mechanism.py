@@ -526,11 +526,8 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     sampler-tail check refuses a request before anything is reserved. None when a dimension is
     unknown before loading (an image CNN planned from the registry); the run checks again."""
     if spec.family == "head":
-        return (
-            steps
-            * head_outputs(info.n_classes, binary_logit=info.n_classes == 2)
-            * (feature_dim(spec.features, info.n_features) + 1)
-        )
+        k = head_outputs(info.n_classes, binary_logit=info.n_classes == 2)
+        return steps * k * (feature_dim(spec.features, info.n_features) + 1)
     try:
         module = module_for(spec.module, info, seed)
     except UsageError:

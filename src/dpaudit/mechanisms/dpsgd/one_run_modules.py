@@ -98,11 +98,7 @@ def choose_coordinates(
             f"canaries must be an integer in [2, {total}] (coordinates of {', '.join(tensors)}), got {m!r}."
         )
     rng = public_rng(seed, tag)
-    quiet = (
-        np.zeros(0, dtype=np.int64)
-        if quiet is None
-        else np.unique(np.asarray(quiet, dtype=np.int64))
-    )
+    quiet = np.unique(np.asarray([] if quiet is None else quiet, dtype=np.int64))
     if quiet.size >= m:
         flat = rng.choice(quiet, size=m, replace=False)
     else:
@@ -295,11 +291,8 @@ def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dic
     rng = public_rng(seed, _TAG_COORDS)
     rows = rng.choice(y_pool.size, size=m, replace=False)
     xc = np.asarray(x_pool[rows], dtype=np.float32)
-    yc = (
-        np.asarray(y_pool[rows], dtype=np.int64)
-        + 1
-        + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)
-    ) % n_classes
+    shift = 1 + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)  # a wrong label
+    yc = (np.asarray(y_pool[rows], dtype=np.int64) + shift) % n_classes
     info.update(
         records="held-out (test, then validation) rows, public seed",
         rows=[int(r) for r in rows],

@@ -134,16 +134,13 @@ def names(
     """Canonical names in catalogue order, optionally only those of ``family`` (one or several),
     those ``dpaudit train`` releases (``trainable``) or those with an audit (``auditable``)."""
     fams = (family,) if isinstance(family, str) else family
-    out = []
-    for e in CATALOGUE.values():
-        if fams is not None and e.family not in fams:
-            continue
-        if trainable is not None and (not e.audit_only) != trainable:
-            continue
-        if auditable is not None and bool(e.canaries) != auditable:
-            continue
-        out.append(e.name)
-    return tuple(out)
+    return tuple(
+        e.name
+        for e in CATALOGUE.values()
+        if (fams is None or e.family in fams)
+        and (trainable is None or (not e.audit_only) == trainable)
+        and (auditable is None or bool(e.canaries) == auditable)
+    )
 
 
 def lookup(name: str) -> CatalogueEntry:

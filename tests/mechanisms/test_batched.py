@@ -11,8 +11,8 @@ import torch
 
 from dpaudit.errors import UsageError
 from dpaudit.mechanisms.dpsgd.module_training import DPSGDConfig
-from dpaudit.mechanisms.dpsgd.core import HeadWorkspace, check_head_inputs, head_clipped_sum
-from dpaudit.mechanisms.dpsgd.loop import CanaryHook, _run_sum, train_heads
+from dpaudit.mechanisms.dpsgd.core import check_head_inputs, head_clipped_sum
+from dpaudit.mechanisms.dpsgd.loop import CanaryHook, HeadLayout, RecordUnits, train_heads
 from dpaudit.noise import NoiseSource
 
 
@@ -46,12 +46,14 @@ def test_batched_clipped_sum_equals_single_per_run(binary_logit):
         np.arange(25),
     ]
     norms = np.linalg.norm(z1, axis=1)
-    ws = HeadWorkspace(k, d + 1, np.float64, rows=25)
+    layout = HeadLayout(z1, norms, y, n, d, k)
+    cfg = DPSGDConfig(
+        sample_rate=0.2, steps=1, normalizer=1, noise_multiplier=1.0, clipping_norm=0.4
+    )
+    units = RecordUnits(layout, cfg)
     got = np.zeros_like(w)
-    for r in range(
-        5
-    ):  # the engine's per-run clipped sum on its reused workspace, into views of the runs' sums
-        _run_sum(ws, z1, norms, y, idx[r], w[r], got[r], 0.4, binary_logit, True)
+    for r in range(5):  # the engine's per-run clipped sum on its reused workspace, into views
+        units.clipped_sum(idx[r], w[r], got[r])
     for r in range(5):
         want = (
             head_clipped_sum(

@@ -13,6 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import dpaudit.data
 from dpaudit import one_run_auditing
 from dpaudit.cli import app
 from dpaudit.data import load_dataset
@@ -64,10 +65,12 @@ def test_a_cpu_release_equals_the_default_one_and_records_its_device(tmp_path, n
         assert all(torch.equal(got[k], default[k]) for k in default)
 
 
-def test_cuda_without_a_gpu_is_one_line_before_any_data_are_loaded(tmp_path, monkeypatch, no_cuda):
+def test_cuda_without_a_gpu_is_one_line_before_any_data_are_loaded(
+    tmp_path, monkeypatch, patch_everywhere, no_cuda
+):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(
-        dpsgd_release, "load_dataset", lambda *a, **k: pytest.fail("data loaded before the refusal")
+    patch_everywhere(
+        dpaudit.data, "load_dataset", lambda *a, **k: pytest.fail("data loaded before the refusal")
     )
     r = CliRunner().invoke(app, ["train", "dp-cnn", "--device", "cuda"])
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -150,7 +153,7 @@ def test_the_heap_settings_hold_while_a_module_trains_and_are_restored_after(mon
     libc, seen = _Libc(), []
     monkeypatch.setattr(module_training, "_glibc", lambda: libc)
     monkeypatch.setattr(
-        module_training, "_train_on_device", lambda *a: seen.append(list(libc.calls))
+        module_training, "run_dp_sgd", lambda *a, **k: seen.append(list(libc.calls))
     )
     module, x, y = torch.nn.Linear(4, 2), torch.zeros(8, 4), torch.zeros(8, dtype=torch.int64)
     train_module_dp_sgd(module, x, y, CONFIG, noise=NoiseSource())

@@ -466,3 +466,12 @@ def test_noisy_adam_step_is_noise_then_normaliser_then_adam():
         ref.grad = (s + twin.gaussian_torch((2, 2), 1.5 * 0.4, dtype=torch.float64)) / 7
         opt.step()
     np.testing.assert_allclose(w.numpy(), ref.detach().numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("n_classes", [0, 1, -3])
+def test_fewer_than_two_classes_is_one_rule(n_classes):
+    """Zero, one or a negative number of classes all break the one rule a head needs (at least
+    two classes): the message names it, not the positive-integer rule."""
+    with pytest.raises(UsageError) as err:
+        dpsgd_core.head_outputs(n_classes, binary_logit=False)
+    assert str(err.value) == f"n_classes must be an integer >= 2, got {n_classes}."

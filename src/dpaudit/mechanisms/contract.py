@@ -187,6 +187,17 @@ def data_plan(request, info: DataInfo, **fields) -> ReleasePlan:
     )
 
 
+def load_requested(source, name: str | None = None):
+    """The registered dataset ``name`` (default ``source.dataset``) with the data directory, split
+    seed and profile ``source`` (a request, or an audit target) asks for."""
+    return registry.load_dataset(
+        name or source.dataset,
+        data_dir=source.data_dir,
+        split_seed=source.split_seed,
+        profile=source.profile,
+    )
+
+
 def public_inputs(request, info: DataInfo) -> dict:
     """The config entries of a release's public inputs: its seeds and data profile (validation
     data are never read)."""
@@ -260,12 +271,7 @@ class MechanismBase:
     def load(self, request, prepared=None):
         """The request's registered dataset (``prepared``: already loaded); an empty training partition is refused."""
         if prepared is None:
-            prepared = registry.load_dataset(
-                request.dataset,
-                data_dir=request.data_dir,
-                split_seed=request.split_seed,
-                profile=request.profile,
-            )
+            prepared = load_requested(request)
         if prepared.y_train.size == 0:
             raise DataError(f"dataset {prepared.name} has an empty training partition.")
         return prepared
@@ -365,18 +371,12 @@ def check_plan_matches_release(plan, rel) -> None:
 def _requested_pairs(plan, rel) -> dict:
     """(rebuilt, recorded) of what the release's request fixed, by name."""
     cfg = rel.config or {}
-    return dict(
-        adjacency=(plan.adjacency, rel.adjacency),
-        seed=(plan.seed, rel.seed),
-        privacy_unit=(plan.privacy_unit, rel.privacy_unit),
+    rules = tuple((config.get("split") or {}).get("rule") for config in (plan.config, cfg))
+    return {
+        **{k: (getattr(plan, k), getattr(rel, k)) for k in ("adjacency", "seed", "privacy_unit")},
         **{k: (plan.config.get(k), cfg.get(k)) for k in _CONFIG_KEYS},
-        **{
-            "split rule": (
-                (plan.config.get("split") or {}).get("rule"),
-                (cfg.get("split") or {}).get("rule"),
-            )
-        },
-    )
+        "split rule": rules,
+    }
 
 
 def _check_dataset(rebuilt: dict, recorded: dict) -> None:

@@ -244,12 +244,7 @@ class Adam:
             tmp = self._tmp.setdefault(p.dtype, np.empty(_BLOCK, dtype=p.dtype))
             pf, gf, mf, vf = (a.reshape(-1) for a in (p, g, m, v))
             for s in range(0, pf.size, _BLOCK):
-                pb, gb, mb, vb = (
-                    pf[s : s + _BLOCK],
-                    gf[s : s + _BLOCK],
-                    mf[s : s + _BLOCK],
-                    vf[s : s + _BLOCK],
-                )
+                pb, gb, mb, vb = (a[s : s + _BLOCK] for a in (pf, gf, mf, vf))
                 d = tmp[: pb.size]
                 np.subtract(gb, mb, out=d)  # lerp(m, g, 1 - b1)
                 d *= 1.0 - b1
@@ -344,18 +339,21 @@ class NoisyStep:
         self._noise = np.empty_like(host)
         return _split(self._noise, shapes)
 
-    def apply(self, t: int) -> None:
+    def apply(self, t: int, recorder=None) -> None:
+        """Step ``t``: + noise, ``recorder.record(t, arrays)`` (an audit instrument reading the
+        privatised sums in the host buffers, on the CPU: exactly the values the step then uses;
+        it draws and changes nothing), / m0, the optimizer."""
         if self.device_sums is None:
             for a, fill in zip(self._arrays, self._fills):
                 a += fill()
-            for a in self._arrays:
-                a /= self.config.normalizer
-        else:
+        elif self._fills:
             for fill in self._fills:  # into the views of the one host buffer, in order
                 fill()
-            if self._fills:
-                self.device_sums += torch.from_numpy(self._noise).to(self.device_sums.device)
-            self.device_sums /= self.config.normalizer
+            self.device_sums += torch.from_numpy(self._noise).to(self.device_sums.device)
+        if recorder is not None:
+            recorder.record(t, self._arrays)
+        for s in self._arrays if self.device_sums is None else [self.device_sums]:
+            s /= self.config.normalizer
         self.optimizer.step(self.sums, t)
 
 
@@ -473,9 +471,7 @@ def gaussian_filler(noise: NoiseSource, out: np.ndarray, std: float) -> Callable
 
 def head_outputs(n_classes: int, binary_logit: bool) -> int:
     """Number of logits K: 1 for a binary task with a single sigmoid logit, else n_classes."""
-    n_classes = positive_int("n_classes", n_classes)
-    if n_classes < 2:
-        raise UsageError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
+    n_classes = positive_int("n_classes", n_classes, 2)
     return 1 if (binary_logit and n_classes == 2) else n_classes
 
 
@@ -599,17 +595,9 @@ def head_clipped_sum(
     if b == 0:
         return np.zeros((k, d1), dtype=dtype)
     ws.batch[:b] = z1
-    out = _clipped_sum_kernel(
-        ws,
-        np.asarray(w, dtype=dtype),
-        b,
-        z1_norm.astype(dtype, copy=False),
-        y.astype(np.int64, copy=False),
-        clipping_norm,
-        binary_logit,
-        clip,
-    )
-    return out.copy()
+    w = np.asarray(w, dtype=dtype)
+    zn, labels = z1_norm.astype(dtype, copy=False), y.astype(np.int64, copy=False)
+    return _clipped_sum_kernel(ws, w, b, zn, labels, clipping_norm, binary_logit, clip).copy()
 
 
 def check_head_inputs(

@@ -76,7 +76,7 @@ def module_clipped_sum(
     (joint L2 norm over all trainable parameters, :func:`~dpaudit.mechanisms.dpsgd.core.clip_factors`).
     ``rows``: record indices into (x, y), grouped by unit; ``seg[i]``: the unit of ``rows[i]``, ``k``:
     records per unit (None: record units). ``params``: what the reference kernel evaluates at. Units
-    go in groups of at most ``max_chunk`` rows (:func:`~dpaudit.mechanisms.dpsgd.user_level.unit_chunks`).
+    go in groups of at most ``max_chunk`` rows (:func:`~dpaudit.mechanisms.dpsgd.user_level.summed_over_chunks`).
     (x, y) may stay on the CPU: each group's rows are moved to the device of ``params``."""
     if seg is None:
         seg, k = np.arange(rows.size), np.ones(rows.size, dtype=np.int64)
@@ -94,24 +94,22 @@ def module_clipped_sum(
             clip=clip,
             max_chunk=max_chunk,
         )
-    cumk, total = np.concatenate([[0], np.cumsum(k)]), None
     device = next(iter(params.values())).device
-    for ua, ub in user_level.unit_chunks(k, max_chunk):
-        j = torch.as_tensor(rows[cumk[ua] : cumk[ub]])
-        kc = k[ua:ub]
-        unit_of = None if np.all(kc == 1) else seg[cumk[ua] : cumk[ub]] - ua
-        part = ghost_clipped_sum(
+
+    def part(ua: int, ub: int, r0: int, r1: int) -> dict:
+        j, kc = torch.as_tensor(rows[r0:r1]), k[ua:ub]
+        return ghost_clipped_sum(
             module,
             x[j].to(device),
             y[j].to(device),
             clipping_norm,
             loss=loss,
             clip=clip,
-            seg=unit_of,
+            seg=None if np.all(kc == 1) else seg[r0:r1] - ua,
             k=kc,
         )
-        total = part if total is None else {n: total[n] + part[n] for n in total}
-    return total
+
+    return user_level.summed_over_chunks(k, max_chunk, part)
 
 
 def ghost_clipped_sum(

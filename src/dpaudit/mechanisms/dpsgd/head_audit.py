@@ -94,16 +94,9 @@ def head_model(model: str, n_features: int, n_classes: int, seed: int):
 def requested_schedule(asked, data, reference_size: int, adjacency: str, non_private=False):
     """:func:`plan_schedule` of what ``asked`` (a DP-SGD request, or a head target planning
     itself) asks for (epsilon, delta, epochs, batch size) on ``data`` (its public facts)."""
+    claim_and_schedule = (asked.epsilon, asked.delta, asked.epochs, asked.batch_size)
     return plan_schedule(
-        dataset_name=data.name,
-        kind=data.kind,
-        reference_size=reference_size,
-        epsilon=asked.epsilon,
-        delta=asked.delta,
-        epochs=asked.epochs,
-        batch_size=asked.batch_size,
-        non_private=non_private,
-        adjacency=adjacency,
+        data, reference_size, *claim_and_schedule, non_private=non_private, adjacency=adjacency
     )
 
 
@@ -117,8 +110,7 @@ def head_schedule(target, data, reference_size: int, adjacency: str):
         config = DPSGDConfig.from_dict(plan.config["dp_sgd"])
     else:
         setup = requested_schedule(target, data, reference_size, adjacency)
-        epochs, batch, sigma = setup.epochs, setup.batch_size, setup.noise_multiplier
-        config = DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma)
+        epochs, batch, config = setup.epochs, setup.batch_size, setup.config()
     if target.release is not None:
         config = recorded_schedule(config, target.release)
     return epochs, batch, config
@@ -335,6 +327,24 @@ class HeadAuditTarget(AuditTarget):
         """What a gradient canary adds: one record's gradient of norm C, as it is."""
         return gradient
 
+    def _runs(self, canary_in: np.ndarray, noise: NoiseSource, **loop):
+        """The trials' runs on the release's head loop, one per entry of ``canary_in`` (the canary
+        in where True), from the laid-out rows; ``loop``: more of :func:`train_heads`'s options."""
+        c = np.asarray(canary_in, dtype=bool)
+        canary = dataclasses.replace(self._canary, included=c)
+        return train_heads(
+            None,  # the rows and labels: the layout's
+            None,
+            self._n_classes,
+            self._config,
+            noise=noise,
+            runs=c.size,
+            init=self._init,
+            canary=canary,
+            layout=self._layout,
+            **loop,
+        )
+
     def describe(self) -> dict:
         """The recorded set-up, with the noise multiplier actually used by the no-noise control."""
         self.prepare()
@@ -343,12 +353,9 @@ class HeadAuditTarget(AuditTarget):
             cfg["noise_multiplier_used"] = NO_NOISE_MULTIPLIER
         # user-level head targets: final model only
         cfg["threat_model"] = getattr(self, "threat_model", "final-model")
-        return {
-            "task": None,
-            "dataset": self._dataset_name,
-            "config": cfg,
-            "canary_info": self._canary_info,
-        }
+        return dict(
+            task=None, dataset=self._dataset_name, config=cfg, canary_info=self._canary_info
+        )
 
 
 @dataclass
@@ -392,20 +399,9 @@ class HeadTarget(HeadAuditTarget):
         """Final model: the canary's score on each run's head. Trajectory (every iterate seen): the exact
         log-likelihood ratio of the privatised sums at the max-clip canary's coordinate (module docstring)."""
         self.prepare()
-        c, cfg = np.asarray(canary_in, dtype=bool), self._config
-        every = self.threat_model == "trajectory"
-        res = train_heads(
-            None,
-            None,
-            self._n_classes,
-            cfg,
-            noise=noise,
-            runs=c.size,
-            init=self._init,
-            canary=dataclasses.replace(self._canary, included=c),
-            chunk_runs=64,
-            record=[(0, self._coord)] if every else None,
-            layout=self._layout,
+        cfg, every = self._config, self.threat_model == "trajectory"
+        res = self._runs(
+            canary_in, noise, chunk_runs=64, record=[(0, self._coord)] if every else None
         )
         if not every:
             return canary_scores(self, res.weights)  # res.weights: (R, K, d+1)

@@ -64,17 +64,15 @@ def _unit(users) -> dict:
     return {} if users is None else {"unit": "user", "records": users}
 
 
+#: What a max-clip canary user adds (recorded in its ``canary_info``).
+_USER_CONTRIBUTION = "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"
+
+
 def max_clip(target, data, feats, users) -> HeadCanaryChoice:
     """A Dirac gradient of norm C on W[0, j], j an input feature zero in every training record
     (:func:`canary_coordinate`): only noise and the canary move it."""
     j, why, n_dead = canary_coordinate(target._z)
-    joint = (
-        {}
-        if users is None
-        else {
-            "user_contribution": "every record's gradient is C e_j; averaged and clipped jointly: exactly C e_j"
-        }
-    )
+    joint = {} if users is None else {"user_contribution": _USER_CONTRIBUTION}
     return HeadCanaryChoice(
         {
             "kind": "max-clip",
@@ -101,24 +99,14 @@ def _test_records(target, data, feats, users, *, wrong: bool) -> HeadCanaryChoic
     i = int(rng.integers(len(y_test)))
     y_true = int(y_test[i])
     y_c = (y_true + 1) % target._n_classes if wrong else y_true
-    if users is None:
-        picks, info = (
-            [i],
-            {"kind": target.canary, "test_index": i, "true_label": y_true, "label": y_c},
-        )
-    else:
+    picks, where, repeated = [i], {"test_index": i}, {}
+    if users is not None:
         same = np.flatnonzero(y_test == y_true)
-        picks = [i] + [int(v) for v in rng.permutation(same[same != i])[: users - 1]]
+        picks += [int(v) for v in rng.permutation(same[same != i])[: users - 1]]
         copies = users - len(picks)
         picks += [picks[m % len(picks)] for m in range(copies)]
-        info = {
-            "kind": target.canary,
-            **_unit(users),
-            "test_indices": picks,
-            "true_label": y_true,
-            "label": y_c,
-            "repeated_records": copies,
-        }
+        where, repeated = {**_unit(users), "test_indices": picks}, {"repeated_records": copies}
+    info = {"kind": target.canary, **where, "true_label": y_true, "label": y_c, **repeated}
     z = feats.transform(np.asarray(data.x_test)[picks]).astype(np.float64)
     return HeadCanaryChoice(info, z=z, y=np.full(len(picks), y_c, dtype=np.int64))
 

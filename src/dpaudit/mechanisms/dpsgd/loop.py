@@ -137,12 +137,8 @@ class _HeadCanaries:
 
     def draw(self) -> np.ndarray:
         # one Bernoulli(q) per run and canary, row-major (M = 1: the single-canary draw)
-        hit = (
-            np.asarray(self.noise.poisson_mask(self.included.size, self.q), dtype=bool).reshape(
-                self.included.shape
-            )
-            & self.included
-        )
+        drawn = self.noise.poisson_mask(self.included.size, self.q)
+        hit = np.asarray(drawn, dtype=bool).reshape(self.included.shape) & self.included
         self.counts += hit
         return hit
 
@@ -177,14 +173,13 @@ class PoissonUnits:
 
 
 class _HeadUnits(PoissonUnits):
-    """Head units over rows ``z1`` (norms ``z1_norm``, labels ``y``) of a head with ``k`` logits,
-    clipped as ``config`` says: ``bind`` makes the per-run views of the heads (R, K, d+1) and their
-    sums once."""
+    """Head units over the rows of a :class:`HeadLayout` ``lay`` (canary rows last), clipped as
+    ``config`` says: ``bind`` makes the per-run views of the heads (R, K, d+1) and their sums once."""
 
-    def __init__(self, z1, z1_norm, y, k: int, config: DPSGDConfig):
-        self.z1, self.z1_norm, self.y = z1, z1_norm, y
+    def __init__(self, lay: HeadLayout, config: DPSGDConfig):
+        self.z1, self.z1_norm, self.y = lay.z1, lay.z1_norm, lay.labels
         self.clipping_norm, self.clip = config.clipping_norm, not config.non_private
-        self.binary = k == 1
+        self.binary, self.canary_rows = lay.k == 1, lay.z1.shape[0] - lay.n
 
     def bind(self, params: list, sums: list):
         w_rows, sum_rows = list(params[0]), list(sums[0])  # (K, d+1) views, one per run
@@ -195,26 +190,14 @@ class RecordUnits(_HeadUnits):
     """Records as units (module docstring): unit i is row i of ``z1``; rows n.. hold canary
     records, never drawn by the ordinary sample (with ``many``, canary j at row n + j)."""
 
-    def __init__(
-        self,
-        z1,
-        z1_norm,
-        y,
-        n: int,
-        k: int,
-        config: DPSGDConfig,
-        *,
-        canary_rows: int = 0,
-        many: bool = False,
-    ):
-        if canary_rows > 1 and not many:
-            raise UsageError(f"a record canary must be one record, got {canary_rows} rows.")
-        super().__init__(z1, z1_norm, y, k, config)
-        self.n_units, self.canary_unit = n, n if canary_rows else None
-        q = config.sample_rate
-        self.ws = HeadWorkspace(
-            k, z1.shape[1], z1.dtype, rows=int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1
-        )
+    def __init__(self, lay: HeadLayout, config: DPSGDConfig, *, many: bool = False):
+        super().__init__(lay, config)
+        if self.canary_rows > 1 and not many:
+            raise UsageError(f"a record canary must be one record, got {self.canary_rows} rows.")
+        self.n_units, self.canary_unit = lay.n, lay.n if self.canary_rows else None
+        n, q = lay.n, config.sample_rate
+        rows = int(n * q + 8.0 * math.sqrt(n * q) + 16) + 1
+        self.ws = HeadWorkspace(lay.k, lay.z1.shape[1], lay.z1.dtype, rows=rows)
 
     def step(self, flat: np.ndarray, offsets: np.ndarray, hit, w_rows, sum_rows) -> None:
         zn_f, y_f = self.z1_norm[flat], self.y[flat]  # one fancy index for all runs
@@ -227,73 +210,39 @@ class RecordUnits(_HeadUnits):
                     ix, zn, yb = np.concatenate([ix, self.canary_unit + extra]), None, None
             elif hit is not None and hit[r]:  # the canary record: one more unit, last
                 ix, zn, yb = np.append(ix, self.canary_unit), None, None
-            _run_sum(
-                self.ws,
-                self.z1,
-                self.z1_norm,
-                self.y,
-                ix,
-                w_rows[r],
-                sum_rows[r],
-                self.clipping_norm,
-                self.binary,
-                self.clip,
-                zn=zn,
-                yb=yb,
-            )
+            self.clipped_sum(ix, w_rows[r], sum_rows[r], zn, yb)
 
-
-def _run_sum(
-    ws, z1, z1_norm, y, ix, w, out, clipping_norm, binary_logit, clip, zn=None, yb=None
-) -> None:
-    """One run's clipped sum over rows ``ix`` of ``z1`` at head ``w`` into ``out`` (zero for an
-    empty batch). ``zn``, ``yb``: the rows' norms and labels when already gathered."""
-    b = ix.size
-    if b == 0:
-        out.fill(0.0)  # Algorithm 1, step 6: an empty batch has a zero clipped sum
-        return
-    ws.ensure(b)
-    # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
-    np.take(z1, ix, axis=0, out=ws.batch[:b], mode="clip")
-    _clipped_sum_kernel(
-        ws,
-        w,
-        b,
-        z1_norm[ix] if zn is None else zn,
-        y[ix] if yb is None else yb,
-        clipping_norm,
-        binary_logit,
-        clip,
-        out=out,
-    )
+    def clipped_sum(self, ix, w, out, zn=None, yb=None) -> None:
+        """One run's clipped sum over rows ``ix`` at head ``w`` into ``out`` (zero for an empty
+        batch), on the reused workspace. ``zn``, ``yb``: the rows' norms and labels when already
+        gathered."""
+        b = ix.size
+        if b == 0:
+            out.fill(0.0)  # Algorithm 1, step 6: an empty batch has a zero clipped sum
+            return
+        self.ws.ensure(b)
+        # mode="clip" avoids numpy's defensive copy of ``out``; every index is in range anyway.
+        np.take(self.z1, ix, axis=0, out=self.ws.batch[:b], mode="clip")
+        zn = self.z1_norm[ix] if zn is None else zn
+        yb = self.y[ix] if yb is None else yb
+        _clipped_sum_kernel(
+            self.ws, w, b, zn, yb, self.clipping_norm, self.binary, self.clip, out=out
+        )
 
 
 class UserUnits(_HeadUnits):
     """Users as units (module docstring; kernels of :mod:`~dpaudit.mechanisms.dpsgd.user_level`):
     canary rows form user ``n_users``, one more user of the index."""
 
-    def __init__(
-        self,
-        z1,
-        z1_norm,
-        y,
-        n: int,
-        k: int,
-        config: DPSGDConfig,
-        users: UserSampling,
-        noise: NoiseSource,
-        *,
-        canary_rows: int = 0,
-    ):
-        index = user_level._check_users(users.index, n)
-        self.n_units = index.n_users
-        self.canary_unit = None
-        if canary_rows:
-            index = _with_extra_user(index, n, canary_rows)
+    def __init__(self, lay: HeadLayout, config: DPSGDConfig, users: UserSampling, noise):
+        super().__init__(lay, config)
+        index = user_level._check_users(users.index, lay.n)
+        self.n_units, self.canary_unit = index.n_users, None
+        if self.canary_rows:
+            index = _with_extra_user(index, lay.n, self.canary_rows)
             self.canary_unit = self.n_units
         self.index, self.noise = index, noise
         self.records_per_user = positive_int("records_per_user", users.records_per_user)
-        super().__init__(z1, z1_norm, y, k, config)
 
     def step(self, flat, offsets, hit, w_rows, sum_rows) -> None:
         for r in range(len(w_rows)):
@@ -502,11 +451,10 @@ def train_heads(
     grad_canary = _gradient_canary(canary, included, lay.k, lay.d, lay.z1.dtype)
     canary_rows = lay.z1.shape[0] - lay.n
     many = _check_canary_rows(canary, included, canary_rows, users is not None, runs)
-    unit_args = (lay.z1, lay.z1_norm, lay.labels, lay.n, lay.k, config)
     if users is None:
-        units = RecordUnits(*unit_args, canary_rows=canary_rows, many=many)
+        units = RecordUnits(lay, config, many=many)
     else:
-        units = UserUnits(*unit_args, users, noise, canary_rows=canary_rows)
+        units = UserUnits(lay, config, users, noise)
     coords = None if record is None else _record_coordinates(record, lay.k, lay.d)
     w0 = initial_heads(init, runs, lay.k, lay.d)
     groups = []
@@ -610,15 +558,9 @@ def _gradient_canary(canary: CanaryHook | None, included, k: int, d: int, np_dty
 def _record_coordinates(record, k: int, d: int) -> np.ndarray:
     """``record`` as flat indices into a (K, d+1) head, checked."""
     rc = np.asarray(record)
-    if (
-        rc.ndim != 2
-        or rc.shape[1] != 2
-        or rc.shape[0] < 1
-        or not np.issubdtype(rc.dtype, np.integer)
-        or rc[:, 0].min() < 0
-        or rc[:, 0].max() >= k
-        or rc[:, 1].min() < 0
-        or rc[:, 1].max() > d
+    pairs = rc.ndim == 2 and rc.shape[1] == 2 and rc.shape[0] >= 1
+    if not (
+        pairs and np.issubdtype(rc.dtype, np.integer) and np.all((rc >= 0) & (rc <= (k - 1, d)))
     ):
         raise UsageError(
             f"record must be integer (row, column) pairs with rows in [0, {k}) and columns in [0, {d}], got {rc.tolist()}."
@@ -662,35 +604,18 @@ class _SparseCanaries:
 
 class _Recorder:
     """Records the privatised sums of a head loop at flat coordinates ``coords`` (module docstring):
-    it wraps the sanitiser's filler (the draw itself untouched) and stores ``sums[coords] +
-    noise[coords]``, the same float additions as ``sums += fill()``, hence bit for bit the values
-    the step then uses; without noise (``non_private``), the clipped sum itself."""
+    read by the noisy step after the noise is added (``sums += noise``, the step's own float
+    additions) and before the division by m0, hence bit for bit the values the step then uses;
+    without noise (``non_private``), the clipped sum itself."""
 
     def __init__(self, coords: np.ndarray, steps: int):
-        self.coords, self.steps, self.t = coords, steps, 0
+        self.coords, self.steps, self.values = coords, steps, None
 
-    def attach(self, sanitise: NoisyStep) -> None:
-        sums = sanitise.sums[0]  # the one (R, K, d+1) array of the heads' sanitiser
-        runs = sums.shape[0]
-        self.flat = sums.reshape(runs, -1)
-        self.values = np.zeros((runs, self.steps, self.coords.size), dtype=sums.dtype)
-        self.noised = bool(sanitise._fills)
-        if self.noised:
-            fill = sanitise._fills[0]
-
-            def observed_fill() -> np.ndarray:
-                drawn = fill()
-                self.values[:, self.t] = (
-                    self.flat[:, self.coords] + drawn.reshape(runs, -1)[:, self.coords]
-                )
-                return drawn
-
-            sanitise._fills[0] = observed_fill
-
-    def before_apply(self, t: int) -> None:
-        self.t = t
-        if not self.noised:
-            self.values[:, t] = self.flat[:, self.coords]
+    def record(self, t: int, arrays: list) -> None:
+        flat = arrays[0].reshape(arrays[0].shape[0], -1)  # the one (R, K, d+1) array of the heads
+        if self.values is None:
+            self.values = np.zeros((len(flat), self.steps, self.coords.size), dtype=flat.dtype)
+        self.values[:, t - 1] = flat[:, self.coords]
 
 
 # ---------------------------------------------------------------- the loop
@@ -718,15 +643,14 @@ def run_dp_sgd(
     ``units.bind(params, sums)``, a function ``step(*sample, hit)`` that writes each run's clipped
     sum over its sampled units (run r's ``flat[offsets[r]:offsets[r + 1]]``, plus the sampled
     canary units ``hit``) into ``sums``. ``canary``: an audit's canaries (module docstring);
-    ``recorder``: a :class:`_Recorder`; ``optimizer``: the update rule, when not
+    ``recorder``: reads the privatised sums (``record(t, arrays)``: :class:`_Recorder`, the white-box
+    observer; :meth:`~dpaudit.mechanisms.dpsgd.core.NoisyStep.apply`); ``optimizer``: the update rule, when not
     ``config.optimizer`` (:class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep`). ``config`` needs
     ``steps``, ``sample_rate`` and what :class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep` reads.
     """
     sanitise = NoisyStep(params, config, noise=noise, optimizer=optimizer)
     step = units.bind(params, sanitise.sums)
     rows = canary is not None and canary.rows
-    if recorder is not None:
-        recorder.attach(sanitise)
     report = _reporter(progress, config.steps)
     for t in range(1, config.steps + 1):
         sample = units.sample(noise, runs, config.sample_rate)
@@ -734,9 +658,7 @@ def run_dp_sgd(
         step(*sample, hit if rows else None)
         if canary is not None:
             canary.add(hit, sanitise.sums)
-        if recorder is not None:
-            recorder.before_apply(t - 1)
-        sanitise.apply(t)  # + N(0, (sigma C)^2), / m0, the optimizer: every run at once
+        sanitise.apply(t, recorder)  # + N(0, (sigma C)^2), / m0, the optimizer: every run at once
         report(t)  # t: executed steps, each one accountant step, empty batches included
     return t
 

@@ -27,7 +27,6 @@ import os
 import time
 from pathlib import Path
 
-from ...data import load_dataset
 from ...audits.targets import prepared
 from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids
 from ...errors import DataError, UsageError
@@ -43,6 +42,7 @@ from ..contract import (
     RunOutput,
     check_plan_matches_release,
     data_plan,
+    load_requested,
     public_inputs,
 )
 
@@ -151,14 +151,7 @@ class DPSGDMechanism(MechanismBase):
         user = r.privacy_unit == "user"
         reference_size, adjacency, setup = _unit_schedule(r, info, user)
         sched = setup.schedule
-        dp = DPSGDConfig(
-            sample_rate=sched.sample_rate,
-            steps=sched.steps,
-            normalizer=sched.normalizer,
-            noise_multiplier=setup.noise_multiplier,
-            non_private=r.non_private,
-            **optimizer_settings(r.training),
-        )
+        dp = setup.config(non_private=r.non_private, **optimizer_settings(r.training))
         unit_config = (
             {
                 "privacy_unit": "user",
@@ -311,8 +304,7 @@ class DPSGDMechanism(MechanismBase):
                 close()
             return out, time.perf_counter() - t_train
 
-        save = None
-        arrays = None
+        save = arrays = None
         if spec.family == "head":
             feats, k, init = head_model(r.model, data.n_features, n_classes, plan.seed)
             t_feat = time.perf_counter()
@@ -482,12 +474,7 @@ MECHANISM = DPSGDMechanism()
 
 def _unsplit_dataset(r: DPSGDRequest):
     """The request's dataset (digits when it names none), before it is split by users."""
-    return load_dataset(
-        r.dataset or DEFAULT_DATASET,
-        data_dir=r.data_dir,
-        split_seed=r.split_seed,
-        profile=r.profile,
-    )
+    return load_requested(r, r.dataset or DEFAULT_DATASET)
 
 
 def _ledger_fingerprint(release_id, ledger) -> str | None:
@@ -539,11 +526,8 @@ def _noised_parameters(spec, info: DataInfo, seed: int, *, steps: int) -> int | 
     sampler-tail check refuses a request before anything is reserved. None when a dimension is
     unknown before loading (an image CNN planned from the registry); the run checks again."""
     if spec.family == "head":
-        return (
-            steps
-            * head_outputs(info.n_classes, binary_logit=info.n_classes == 2)
-            * (feature_dim(spec.features, info.n_features) + 1)
-        )
+        k = head_outputs(info.n_classes, binary_logit=info.n_classes == 2)
+        return steps * k * (feature_dim(spec.features, info.n_features) + 1)
     try:
         module = module_for(spec.module, info, seed)
     except UsageError:

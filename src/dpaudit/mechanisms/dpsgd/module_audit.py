@@ -174,7 +174,7 @@ class ModuleTarget(AuditTarget):
         train_module_dp_sgd(module, x, y, self.config, noise=noise, loss=loss, canary=canary)
         if canary is not None:
             return float(coordinate_moves(module, theta0, self._gradient.coords)[0])
-        return -float(_record_losses(module, self._xc, self._yc, loss == "bce")[0])
+        return -float(_record_losses(module, self._xc, self._yc, loss)[0])
 
     def describe(self) -> dict:
         self.prepare()
@@ -184,9 +184,6 @@ class ModuleTarget(AuditTarget):
             "seed": self.seed,
             "threat_model": "final-model",
         }
-        return {
-            "task": None,
-            "dataset": self.prepared.name,
-            "config": config,
-            "canary_info": self._canary_info,
-        }
+        return dict(
+            task=None, dataset=self.prepared.name, config=config, canary_info=self._canary_info
+        )

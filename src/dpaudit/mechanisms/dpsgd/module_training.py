@@ -129,59 +129,41 @@ def train_module_dp_sgd(
             f"device must be cpu for a model with trainable layers ghost clipping "
             f"does not cover, got {device}."
         )
+    heap = keep_freed_tensor_memory() if device.type == "cpu" else contextlib.nullcontext()
+    loop_options = dict(progress=progress, canary=canary, recorder=recorder)
     module.to(device)
     try:
-        with keep_freed_tensor_memory() if device.type == "cpu" else contextlib.nullcontext():
-            return _train_on_device(
-                module, xt, yt, config, noise, users, loss, progress, max_chunk, canary, recorder
-            )
+        units, params = _module_units(module, xt, yt, config, noise, users, loss, max_chunk)
+        cuda = [params[0].device] if params and params[0].device.type == "cuda" else []
+        with heap, torch.random.fork_rng(devices=cuda):  # dropout masks: seeded below, RNGs kept
+            torch.manual_seed(noise.aux_seed())
+            return run_dp_sgd(units, params, config, noise=noise, **loop_options)
     finally:
         module.to("cpu")
 
 
-def _train_on_device(
-    module, xt, yt, config, noise, users, loss, progress, max_chunk, canary, recorder
-) -> int:
-    """:func:`train_module_dp_sgd` on a module already on its device (data on the CPU)."""
+def _module_units(module, xt, yt, config, noise, users, loss: str, max_chunk: int):
+    """(the units of a module's run, records or users, with their clipped-sum kernel; the trainable
+    parameters, views the optimizer updates in place) of a module already on its device, put in
+    training mode. Frozen parameters stay the module's own, outside the clipped norm."""
     names = [n for n, p in module.named_parameters() if p.requires_grad]
-    # Views of the module's own parameters: the optimizer updates them in place.
     params = [p.detach() for n, p in module.named_parameters() if p.requires_grad]
-    clip = not config.non_private
+    options = dict(loss=loss, clip=not config.non_private, max_chunk=max_chunk)
     module.train()
 
-    # frozen parameters: the module's own, outside the clipped norm
     def clipped_sum(ps, idx, seg=None, k=None):
+        at = dict(zip(names, ps))
         total = module_clipped_sum(
-            module,
-            dict(zip(names, ps)),
-            xt,
-            yt,
-            idx,
-            config.clipping_norm,
-            loss=loss,
-            clip=clip,
-            seg=seg,
-            k=k,
-            max_chunk=max_chunk,
+            module, at, xt, yt, idx, config.clipping_norm, seg=seg, k=k, **options
         )
         return [total[n] for n in names]
 
-    units = SumUnits(clipped_sum, int(xt.shape[0]))
-    if users is not None:
-        g = positive_int("records_per_user", users.records_per_user)
-        index = _check_users(users.index, int(xt.shape[0]))
+    if users is None:
+        return SumUnits(clipped_sum, int(xt.shape[0])), params
+    g = positive_int("records_per_user", users.records_per_user)
+    index = _check_users(users.index, int(xt.shape[0]))
 
-        def user_sum(ps, sampled):
-            return clipped_sum(ps, *sample_user_records(index, sampled, g, noise))
+    def user_sum(ps, sampled):
+        return clipped_sum(ps, *sample_user_records(index, sampled, g, noise))
 
-        units = SumUnits(user_sum, index.n_users)
-    cuda = [params[0].device] if params and params[0].device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda):  # dropout masks: seeded below, global RNG states kept
-        torch.manual_seed(
-            noise.aux_seed()
-            if hasattr(noise, "aux_seed")
-            else int(noise.numpy.integers(0, 2**63 - 1))
-        )
-        return run_dp_sgd(
-            units, params, config, noise=noise, progress=progress, canary=canary, recorder=recorder
-        )
+    return SumUnits(user_sum, index.n_users), params

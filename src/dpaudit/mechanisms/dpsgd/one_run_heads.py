@@ -92,9 +92,7 @@ def heads_one_run(
     user_level = isinstance(target, UserHeadTarget)
     m = _checked_canaries(target, canaries, kind, user_level)
     target.prepare()
-    cfg = target._config
-    if not (noise_on and target.noise):
-        cfg = cfg.without_noise()
+    cfg = target._config if noise_on and target.noise else target._config.without_noise()
     # The coins: each canary in w.p. 1/2, independently (private, or committed by a plan and revealed after the run).
     included = np.asarray(noise.poisson_mask(m, 0.5) if coins is None else coins, dtype=bool)
     info = {
@@ -169,13 +167,11 @@ def _gradient_canaries(target, cfg, included: np.ndarray, seed: int, info: dict)
     )
     start = np.asarray(init, dtype=np.float64)[coords[:, 0], coords[:, 1]]
     info.update(
-        {
-            "canary": "dirac gradient of norm C at head weights whose data gradient is zero",
-            "free_coordinates": int(len(free)),
-            "extra_zero_features": int(extra),
-            "coordinates": coords.tolist(),
-            "score": "-(W_T - W_0)[k, j]",
-        }
+        canary="dirac gradient of norm C at head weights whose data gradient is zero",
+        free_coordinates=int(len(free)),
+        extra_zero_features=int(extra),
+        coordinates=coords.tolist(),
+        score="-(W_T - W_0)[k, j]",
     )
     hook = CanaryHook(included=included[None, :], gradient=grads)
     return z, init, hook, lambda head: -(head[coords[:, 0], coords[:, 1]] - start)
@@ -202,13 +198,11 @@ def _record_canaries(target, included: np.ndarray, seed: int, info: dict):
     rows = np.arange(m)
     before = _log_softmax_rows(np.asarray(target._init, dtype=np.float64), zc)[rows, y_wrong]
     info.update(
-        {
-            "canary": "held-out test record with a wrong label, one more record unit",
-            "test_indices": idx.tolist(),
-            "true_labels": y_true.tolist(),
-            "labels": y_wrong.tolist(),
-            "score": "log p(wrong label | W_T) - log p(wrong label | W_0)",
-        }
+        canary="held-out test record with a wrong label, one more record unit",
+        test_indices=idx.tolist(),
+        true_labels=y_true.tolist(),
+        labels=y_wrong.tolist(),
+        score="log p(wrong label | W_T) - log p(wrong label | W_0)",
     )
     hook = CanaryHook(included=included[None, :], z=zc, y=y_wrong)
     return (

@@ -23,6 +23,7 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
+from . import core as dpsgd_core
 from .module_training import DPSGDConfig, train_module_dp_sgd
 from .head_audit import dead_features
 from .models import BUILDERS, module_for
@@ -97,11 +98,7 @@ def choose_coordinates(
             f"canaries must be an integer in [2, {total}] (coordinates of {', '.join(tensors)}), got {m!r}."
         )
     rng = public_rng(seed, tag)
-    quiet = (
-        np.zeros(0, dtype=np.int64)
-        if quiet is None
-        else np.unique(np.asarray(quiet, dtype=np.int64))
-    )
+    quiet = np.unique(np.asarray([] if quiet is None else quiet, dtype=np.int64))
     if quiet.size >= m:
         flat = rng.choice(quiet, size=m, replace=False)
     else:
@@ -200,8 +197,6 @@ def modules_one_run(
     m = positive_int("canaries", canaries)
     config = trial_config(config, noise_on)
     data, x_pool, y_pool = _data_parts(data)
-    n_classes = int(data.n_classes)
-    binary = n_classes == 2
     module, x, y, shapes, loss = module_run_parts(name, data, seed)
     theta0 = {n: p.detach().clone() for n, p in module.named_parameters()}
     # The canary coins and per-step draws: private, from a generator seeded by the private source
@@ -233,14 +228,13 @@ def modules_one_run(
             "(no data gradient); taken first, the rest uniform",
         )
     else:
-        xc, yc = _input_canaries(x_pool, y_pool, m, seed, n_classes, info)
-        x = np.concatenate([x, xc[included]])
-        y = np.concatenate([y, yc[included]])
-        loss_before = _record_losses(module, xc, yc, binary)
+        xc, yc = _input_canaries(x_pool, y_pool, m, seed, int(data.n_classes), info)
+        x, y = np.concatenate([x, xc[included]]), np.concatenate([y, yc[included]])
+        loss_before = _record_losses(module, xc, yc, loss)
     steps = train_module_dp_sgd(
         module,
-        torch.as_tensor(x),
-        torch.as_tensor(y),
+        x,
+        y,
         config,
         noise=noise,
         loss=loss,
@@ -253,7 +247,7 @@ def modules_one_run(
     if kind == "gradient":
         scores = coordinate_moves(module, theta0, gc.coords)
     else:
-        scores = loss_before - _record_losses(module, xc, yc, binary)
+        scores = loss_before - _record_losses(module, xc, yc, loss)
     return OneRunScores(scores=scores.astype(np.float64), included=included, kind=kind, info=info)
 
 
@@ -297,11 +291,8 @@ def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dic
     rng = public_rng(seed, _TAG_COORDS)
     rows = rng.choice(y_pool.size, size=m, replace=False)
     xc = np.asarray(x_pool[rows], dtype=np.float32)
-    yc = (
-        np.asarray(y_pool[rows], dtype=np.int64)
-        + 1
-        + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)
-    ) % n_classes
+    shift = 1 + public_rng(seed, _TAG_LABELS).integers(0, n_classes - 1, size=m)  # a wrong label
+    yc = (np.asarray(y_pool[rows], dtype=np.int64) + shift) % n_classes
     info.update(
         records="held-out (test, then validation) rows, public seed",
         rows=[int(r) for r in rows],
@@ -311,23 +302,15 @@ def _input_canaries(x_pool, y_pool, m: int, seed: int, n_classes: int, info: dic
     return xc, yc
 
 
-def _record_losses(
-    module: torch.nn.Module, x: np.ndarray, y: np.ndarray, binary: bool
-) -> np.ndarray:
-    """Per-record loss of ``module`` (eval mode) on (x, y)."""
+def _record_losses(module: torch.nn.Module, x: np.ndarray, y: np.ndarray, loss: str) -> np.ndarray:
+    """Per-record loss ``loss`` (float64) of ``module`` (eval mode) on (x, y)."""
     was = module.training
     module.eval()
     with torch.no_grad():
         out = module(torch.as_tensor(x)).double()
-        yt = torch.as_tensor(y)
-        if binary:
-            v = torch.nn.functional.binary_cross_entropy_with_logits(
-                out.reshape(-1), yt.double(), reduction="none"
-            )
-        else:
-            v = torch.nn.functional.cross_entropy(out, yt, reduction="none")
+        losses = dpsgd_core._loss_fn(loss, "none")(out, torch.as_tensor(y))
     module.train(was)
-    return v.numpy()
+    return losses.numpy()
 
 
 def module_config(
@@ -344,14 +327,6 @@ def module_config(
     RDP-calibrated noise multiplier (:func:`dpaudit.mechanisms.dpsgd.mechanism.plan_schedule`)."""
     module_name(model)
     data, _, _ = _data_parts(data)
-    setup = plan_schedule(
-        dataset_name=data.name,
-        kind=data.kind,
-        reference_size=audit_reference_size(data, len(data.y_train)),
-        epsilon=epsilon,
-        delta=delta,
-        epochs=epochs,
-        batch_size=batch_size,
-    )
-    sigma = setup.noise_multiplier
-    return DPSGDConfig.from_dict(setup.schedule.to_dict(), noise_multiplier=sigma), setup.event
+    reference_size = audit_reference_size(data, len(data.y_train))
+    setup = plan_schedule(data, reference_size, epsilon, delta, epochs, batch_size)
+    return setup.config(), setup.event

@@ -34,6 +34,7 @@ from ...errors import UsageError
 from ...lazy import lazy_import
 from ...progress import JobProgress
 from ...validation import positive_int
+from .core import DPSGDConfig
 
 np = lazy_import("numpy")
 
@@ -182,28 +183,32 @@ class DPSGDSetup:
     event: object  # SubsampledGaussian, None for a non-private run
     calibrated_epsilon: float  # the calibration's epsilon (inf: non-private)
 
+    def config(self, **settings) -> DPSGDConfig:
+        """The DP-SGD config of this schedule and sigma, with ``settings`` (e.g. the optimizer's)."""
+        fields = {**self.schedule.to_dict(), "noise_multiplier": self.noise_multiplier}
+        return DPSGDConfig.from_dict(fields, **settings)
+
 
 def plan_schedule(
-    *,
-    dataset_name: str,
-    kind: str,
+    data,
     reference_size: int,
     epsilon: float | None,
     delta: float,
     epochs: int | None = None,
     batch_size: int | None = None,
+    *,
     non_private: bool = False,
     adjacency: str = RECORD_ADJACENCY,
 ) -> DPSGDSetup:
     """Schedule -> calibrated sigma -> event, from public quantities only.
 
-    The paper's protocol (:func:`~dpaudit.mechanisms.dpsgd.schedule.default_protocol`) unless ``epochs`` /
+    ``data``: the dataset's public facts (its ``name`` and ``kind``). The paper's protocol (:func:`~dpaudit.mechanisms.dpsgd.schedule.default_protocol`) unless ``epochs`` /
     ``batch_size`` are given; q, T, m0 from ``reference_size`` units (N0 records or n_users);
     sigma the smallest noise multiplier whose RDP epsilon at ``delta`` under ``adjacency`` does
     not exceed ``epsilon``. (An audit of a release replaces q, T, m0 and sigma by the release's
     recorded ones: :func:`~dpaudit.mechanisms.dpsgd.head_audit.recorded_schedule`.)
     """
-    e0, b0 = default_protocol(dataset_name, kind)
+    e0, b0 = default_protocol(data.name, data.kind)
     epochs = positive_int("epochs", epochs) if epochs is not None else e0
     batch = positive_int("batch_size", batch_size) if batch_size is not None else b0
     sched = dp_sgd_schedule(int(reference_size), batch, epochs)

@@ -38,18 +38,17 @@ into users of exactly G records (:func:`synthetic_user_ids`); either way the dat
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 
 from ...audits.targets import check_release_identity
-from ...data import load_dataset
+from ..contract import load_requested
 from ...data.users import attach_user_ids, check_user_split, index_users, load_user_ids, n_rows
 from ...errors import DataError, UsageError
 from ...lazy import lazy_import
 from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
-from .loop import UserSampling, train_heads
+from .loop import UserSampling
 from .head_audit import HeadAuditTarget, canary_scores, lay_out, setup_head
 
 np = lazy_import("numpy")
@@ -146,14 +145,7 @@ class UserHeadTarget(HeadAuditTarget):
     # ------------------------------------------------------------------ public set-up (once)
     def _load(self):
         """The dataset split by users, checked against the release's identity when given."""
-        data = self.prepared
-        if data is None:
-            data = load_dataset(
-                self.dataset,
-                data_dir=self.data_dir,
-                split_seed=self.split_seed,
-                profile=self.profile,
-            )
+        data = load_requested(self) if self.prepared is None else self.prepared
         data, self._users_from = with_users(data, self.user_ids, self.records_per_user, self.seed)
         check_user_split(
             data.user_ids["train"], data.user_ids.get("val"), data.user_ids.get("test")
@@ -210,17 +202,5 @@ class UserHeadTarget(HeadAuditTarget):
     def scores(self, canary_in: np.ndarray, noise: NoiseSource) -> np.ndarray:
         """R user-level runs on the release's head loop; the record-level score, averaged over the user's records."""
         self.prepare()
-        c = np.asarray(canary_in, dtype=bool)
-        res = train_heads(
-            None,
-            None,
-            self._n_classes,
-            self._config,
-            noise=noise,
-            runs=c.size,
-            init=self._init,
-            users=UserSampling(self._users, self.records_per_user),
-            canary=dataclasses.replace(self._canary, included=c),
-            layout=self._layout,
-        )
-        return canary_scores(self, res.weights)
+        users = UserSampling(self._users, self.records_per_user)
+        return canary_scores(self, self._runs(canary_in, noise, users=users).weights)

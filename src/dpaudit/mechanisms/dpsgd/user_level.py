@@ -208,26 +208,23 @@ def user_module_clipped_sum(
     ``vmap(grad)`` per-record gradients, summed per user; the reference of
     :func:`dpaudit.mechanisms.dpsgd.ghost_clip.module_clipped_sum` (same units and chunking; a
     bigger user in sub-chunks of ``max_chunk`` rows)."""
-    cumk = np.concatenate([[0], np.cumsum(k)])
-    total = None
-    for ua, ub in unit_chunks(k, max_chunk):
-        r0, r1 = int(cumk[ua]), int(cumk[ub])
+
+    def part(ua: int, ub: int, r0: int, r1: int) -> dict:
         if np.all(k[ua:ub] == 1):
             j = torch.as_tensor(rows[r0:r1])
-            part = dpsgd_core.per_sample_clipped_sum(
+            return dpsgd_core.per_sample_clipped_sum(
                 module, params, x[j], y[j], clipping_norm, loss=loss, clip=clip
             )
-        else:
-            means = _user_means(
-                lambda j: dpsgd_core.per_sample_grads(module, params, x[j], y[j], loss),
-                rows[r0:r1],
-                seg[r0:r1] - ua,
-                k[ua:ub],
-                max_chunk,
-            )
-            part = dpsgd_core.clipped_sum_of(means, clipping_norm, clip)
-        total = part if total is None else {n: total[n] + part[n] for n in total}
-    return total
+        means = _user_means(
+            lambda j: dpsgd_core.per_sample_grads(module, params, x[j], y[j], loss),
+            rows[r0:r1],
+            seg[r0:r1] - ua,
+            k[ua:ub],
+            max_chunk,
+        )
+        return dpsgd_core.clipped_sum_of(means, clipping_norm, clip)
+
+    return summed_over_chunks(k, max_chunk, part)
 
 
 def _user_means(record_grads, rows, users, k, max_chunk: int) -> dict:
@@ -248,14 +245,17 @@ def _user_means(record_grads, rows, users, k, max_chunk: int) -> dict:
     }
 
 
-def unit_chunks(k: np.ndarray, max_chunk: int):
-    """Consecutive unit ranges (ua, ub) of at most ``max_chunk`` rows each (``k[u]`` rows for unit
-    u; a unit with more rows comes alone): the memory bound of the module kernels."""
+def summed_over_chunks(k: np.ndarray, max_chunk: int, part) -> dict:
+    """The sum, added in order, of ``part(ua, ub, r0, r1)`` (units ua..ub-1, their rows r0..r1-1)
+    over consecutive unit ranges of at most ``max_chunk`` rows each (``k[u]`` rows for unit u; a
+    unit with more rows comes alone): the memory bound of the module kernels."""
     cumk = np.concatenate([[0], np.cumsum(k)])
-    ua = 0
+    total, ua = None, 0
     while ua < k.size:
         ub = min(
             k.size, max(ua + 1, int(np.searchsorted(cumk, cumk[ua] + max_chunk, side="right")) - 1)
         )
-        yield ua, ub
+        sums = part(ua, ub, int(cumk[ua]), int(cumk[ub]))
+        total = sums if total is None else {n: total[n] + sums[n] for n in total}
         ua = ub
+    return total

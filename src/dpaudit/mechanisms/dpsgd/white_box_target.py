@@ -41,8 +41,8 @@ from ...records import write_json_atomic
 from ...validation import one_of, positive_int
 from . import core as dpsgd_core
 from .module_training import DPSGDConfig, train_module_dp_sgd
-from .core import check_head_inputs, head_threads
-from .loop import RecordUnits, augmented_features, initial_heads, run_dp_sgd
+from .core import head_threads
+from .loop import RecordUnits, initial_heads, run_dp_sgd
 from .head_audit import HeadTarget
 from .one_run_heads import free_coordinates
 from .one_run_modules import (
@@ -71,7 +71,7 @@ _TAG_WHITE_BOX = 0x57424F58  # "WBOX": public choice of canary coordinates
 
 class StepObserver(DiracCanaries):
     """Dirac canaries for the loop (``rows``, ``draw``, ``add``) that also observe every step
-    (the loop's recorder interface, ``attach`` and ``before_apply``): module docstring.
+    (the loop's recorder interface, ``record``): module docstring.
 
     ``scale``: the raw gradient in units of C (0: the null control, canaries drawn but adding
     nothing). ``included`` (M,): the canaries in the dataset. ``observe=False`` (hidden state):
@@ -98,7 +98,7 @@ class StepObserver(DiracCanaries):
         self.observe = observe
         self.sampled = np.zeros(shape, dtype=bool)
         self.others, self.privatised = np.zeros(shape), np.zeros(shape)
-        self.t, self.sanitise = -1, None
+        self.t = -1
 
     def draw(self) -> np.ndarray:
         self.t += 1
@@ -120,28 +120,11 @@ class StepObserver(DiracCanaries):
                 # the one clipping rule, per canary
                 view[flat[on]] += raw * dpsgd_core.clip_factors(np.abs(raw), self.c)
 
-    def attach(self, sanitise) -> None:
-        """Wrap the noisy step's fillers of the canary tensors: the draw is untouched, and the
-        privatised value is the same float addition ``sums += noise`` the step performs."""
-        self.sanitise = sanitise
+    def record(self, t: int, arrays: list) -> None:
+        """The privatised sums at the canary coordinates (the loop's recorder interface: read by
+        the noisy step after ``sums += noise``, the step's own float additions)."""
         for p, ids, flat in self.groups:
-            if p < len(sanitise._fills):
-                sanitise._fills[p] = self._observed(
-                    sanitise._fills[p], sanitise._arrays[p], ids, flat
-                )
-
-    def _observed(self, fill, array: np.ndarray, ids: np.ndarray, flat: np.ndarray):
-        def observed_fill() -> np.ndarray:
-            drawn = fill()
-            self.privatised[ids, self.t] = array.reshape(-1)[flat] + drawn.reshape(-1)[flat]
-            return drawn
-
-        return observed_fill
-
-    def before_apply(self, t: int) -> None:
-        if not self.sanitise._fills:  # no noise at all: the clipped sum is what the step uses
-            for p, ids, flat in self.groups:
-                self.privatised[ids, t] = self.sanitise._arrays[p].reshape(-1)[flat]
+            self.privatised[ids, t - 1] = arrays[p].reshape(-1)[flat]
 
     def observations(self) -> StepObservations:
         """y_t = (privatised - others) / C and b_t of every canary (in the dataset) at every step."""
@@ -211,14 +194,8 @@ def white_box_run(
     if white:
         return WhiteBoxRun(observer.observations(), info)
     moved = coordinate_moves(module, theta0, coords.coords)
-    return WhiteBoxRun(
-        FinalObservations(
-            moved * config.normalizer / (config.lr * config.clipping_norm),
-            observer.included,
-            int(steps),
-        ),
-        info,
-    )
+    final = moved * config.normalizer / (config.lr * config.clipping_norm)
+    return WhiteBoxRun(FinalObservations(final, observer.included, int(steps)), info)
 
 
 def _observer(shapes, tensors, quiet, m: int, seed: int, config, noise, role: str, white=True):
@@ -276,13 +253,12 @@ def head_white_box_run(
     m = positive_int("canaries", canaries, 2)
     target.prepare()
     cfg = target._config.without_noise() if role == "no-noise" else target._config
-    z, y, k = check_head_inputs(target._z, target._y, target._n_classes, target._binary)
-    d = z.shape[1]
-    free = free_coordinates(z, k)
+    lay = target._layout  # the target's rows (a record canary's row after them, never drawn)
+    k, d = lay.k, lay.d
+    free = free_coordinates(target._z, k)
     quiet = free[:, 0] * (d + 1) + free[:, 1]
     coords, observer = _observer({"head": (k, d + 1)}, ("head",), quiet, m, seed, cfg, noise, role)
-    z1, z1_norm = augmented_features([z], d, np.float32)
-    units = RecordUnits(z1, z1_norm, y.astype(np.int64), z.shape[0], k, cfg)
+    units = RecordUnits(lay, cfg)
     head = np.array(initial_heads(target._init, 1, k, d), dtype=np.float32, order="C")
     with head_threads():
         steps = run_dp_sgd(
@@ -401,13 +377,8 @@ def white_box_audit(
     judged = dict(delta=claim["delta"], accountant=claim["accountant"], confidence=confidence)
     judged["claimed_epsilon"] = claim.get("claimed_epsilon")
     for role in ROLES if controls else ("main",):
-        common = dict(
-            canaries=canaries,
-            noise=noise,
-            seed=seed,
-            role=role,
-            progress=None if progress is None else progress(role),
-        )
+        shown = None if progress is None else progress(role)
+        common = dict(canaries=canaries, noise=noise, seed=seed, role=role, progress=shown)
         if isinstance(model, HeadTarget):
             run = head_white_box_run(model, **common)
         else:

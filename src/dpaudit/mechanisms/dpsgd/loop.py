@@ -649,6 +649,7 @@ def run_dp_sgd(
     ``steps``, ``sample_rate`` and what :class:`~dpaudit.mechanisms.dpsgd.core.NoisyStep` reads.
     """
     sanitise = NoisyStep(params, config, noise=noise, optimizer=optimizer)
+    _check_recordable(sanitise, recorder)
     step = units.bind(params, sanitise.sums)
     rows = canary is not None and canary.rows
     report = _reporter(progress, config.steps)
@@ -661,6 +662,16 @@ def run_dp_sgd(
         sanitise.apply(t, recorder)  # + N(0, (sigma C)^2), / m0, the optimizer: every run at once
         report(t)  # t: executed steps, each one accountant step, empty batches included
     return t
+
+
+def _check_recordable(sanitise: NoisyStep, recorder) -> None:
+    """Refuse a recorder on a run whose sums live on another device than the CPU: the recorder
+    reads the host buffers, which then do not hold the privatised sums the step uses."""
+    sums = sanitise.device_sums
+    if recorder is not None and sums is not None and sums.device.type != "cpu":
+        raise UsageError(
+            f"device must be the CPU for a recorded (white-box or trajectory) run, got {sums.device}."
+        )
 
 
 def _reporter(progress: Progress | None, steps: int):

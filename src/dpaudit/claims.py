@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from . import accounting
@@ -167,9 +167,6 @@ class ClaimCheck:
         if self.status == "no-claim":
             return None
         return steps_problem(self.steps_executed, self.steps_accounted)
-
-    def to_dict(self) -> dict:
-        return {"ok": self.ok, **asdict(self)}
 
 
 def _not_recomputable(

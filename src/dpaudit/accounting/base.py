@@ -261,11 +261,8 @@ class BuiltinAccountant:
             # an event type no accountant understands, or too many branches: a refusal, not a crash
             return f"{unsupported(self.name, event, adj)} ({first_line(e).rstrip('.')})."
         for leaves in trees:
-            try:
-                merged = merge_leaves(leaves)
-            except UnsupportedEventError:
-                merged = leaves  # leaf_error names the leaf it cannot handle
-            reason = self.leaves_error(merged, event, adj)
+            # branches() yields subsampled-Gaussian and pure-epsilon leaves only: they merge
+            reason = self.leaves_error(merge_leaves(leaves), event, adj)
             if reason is not None:
                 return reason
         return None

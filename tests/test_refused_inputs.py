@@ -1,9 +1,10 @@
-"""Refusals of bad inputs and records, and the paths of loaded data that no other test runs: each
-message is the one a user reads, so it is pinned here."""
+"""Refusals of bad inputs and records, and the guards of written and loaded data, that no other
+test runs: each message is the one a user reads, so it is pinned here."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import ClassVar
 
 import numpy as np
@@ -14,10 +15,24 @@ from dpaudit import claims
 from dpaudit.accounting import PureEpsilon
 from dpaudit.errors import DataError, UsageError
 from dpaudit.noise import NoiseSource, noise_tail_delta
-from dpaudit.records import Release, public_noise_reason, read_json
+from dpaudit.paths import write_atomically
+from dpaudit.records import Release, public_noise_reason, read_json, write_json_atomic
 from dpaudit.release_compat import release_request
 from dpaudit.releasing import read_noise_seed, release_session, reserve
 from dpaudit.requests import DPELMRequest, Request, option
+
+#: A pure-epsilon release of dp-rvfl (the fields every release needs).
+CLAIM = dict(
+    mechanism="dp-rvfl",
+    dataset={"name": "mnist"},
+    adjacency="add-remove-record",
+    accountant="pure",
+    epsilon=1.0,
+    delta=0.0,
+    guarantee=PureEpsilon(1.0).to_dict(),
+    seed=0,
+    noise_source={},
+)
 
 
 def test_the_torch_generator_comes_from_the_source_and_is_kept():
@@ -41,6 +56,12 @@ def test_a_json_file_that_is_no_object_and_a_noise_source_that_is_no_dict(tmp_pa
     with pytest.raises(DataError, match=r"release .*r\.json must hold a JSON object, got list\."):
         read_json(tmp_path / "r.json", "release")
     assert public_noise_reason(None) is None
+    written = write_json_atomic(tmp_path / "n.json", {"rate": np.float32(0.5), "n": np.int64(3)})
+    assert json.loads(written.read_text()) == {"rate": 0.5, "n": 3}
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_atomically(tmp_path / "taken", "text")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.json", "r.json", "taken"]
 
 
 def test_a_malformed_or_failing_guarantee_gets_no_number(monkeypatch):
@@ -52,6 +73,8 @@ def test_a_malformed_or_failing_guarantee_gets_no_number(monkeypatch):
     def fails(*args, **kwargs):
         raise RuntimeError("discretisation too coarse")
 
+    no_number = Release(**{**CLAIM, "epsilon": None})
+    assert claims.verify_claim(no_number).reason == "the release states no numeric epsilon"
     monkeypatch.setattr(claims.accounting, "compute_epsilon", fails)
     got = claims.recompute_epsilon(PureEpsilon(1.0).to_dict(), 1e-5, "prv", "add-remove-record")
     assert got.epsilon is None
@@ -70,21 +93,12 @@ def test_request_types_spell_nan_defaults_and_need_a_command_name():
         Request().command_name()
     with pytest.raises(DataError, match=r"request must be a JSON object, got list\."):
         DPELMRequest.from_dict([])
+    with pytest.raises(ValueError, match="width must not be None in a request whose default is 10"):
+        DPELMRequest(width=None).to_argv()
 
 
 def test_a_recorded_request_of_another_mechanism_is_refused():
-    rel = Release(
-        mechanism="dp-rvfl",
-        dataset={"name": "mnist"},
-        adjacency="add-remove-record",
-        accountant="pure",
-        epsilon=1.0,
-        delta=0.0,
-        guarantee=PureEpsilon(1.0).to_dict(),
-        seed=0,
-        noise_source={},
-        request={"model": "dp-dense"},
-    )
+    rel = Release(**CLAIM, request={"model": "dp-dense"})
     with pytest.raises(DataError, match="mechanism 'dp-rvfl', got 'dp-dense'"):
         release_request(rel)
 

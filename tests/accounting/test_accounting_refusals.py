@@ -9,10 +9,11 @@ import sys
 import opacus.accountants.analysis.rdp as opacus_rdp
 import pytest
 
-from dpaudit.accounting import Adjacency, SubsampledGaussian, compute_epsilon
+from dpaudit.accounting import Adjacency, PureEpsilon, SubsampledGaussian, calibrate
+from dpaudit.accounting import compute_epsilon
 from dpaudit.accounting import opacus_rdp as loader
 from dpaudit.accounting import unregister_accountant
-from dpaudit.accounting.accountants import compare
+from dpaudit.accounting.accountants import compare, merge_leaves
 from dpaudit.accounting.adjacency import convert
 from dpaudit.errors import UnsupportedEventError, UsageError
 
@@ -66,3 +67,12 @@ def test_opacus_analysis_is_imported_when_its_file_cannot_run_alone(monkeypatch)
     monkeypatch.setattr(loader.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ImportError, match="opacus is not installed"):
         loader.analysis()
+
+
+def test_nothing_spent_is_epsilon_zero_and_unknown_leaves_are_refused():
+    for nothing in (SubsampledGaussian(1.0, 0.01, 0), PureEpsilon(1.0, 0)):
+        assert compute_epsilon(nothing, delta=1e-5, accountant="pld").epsilon == 0.0
+    with pytest.raises(UnsupportedEventError, match="accountants understand subsampled-gaussian"):
+        merge_leaves([SAMPLED, "laplace"])
+    with pytest.raises(UsageError, match="make_event must be a callable"):
+        calibrate(3.0, target_epsilon=1.0, delta=1e-5)

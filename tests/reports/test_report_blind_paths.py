@@ -14,6 +14,7 @@ from dpaudit.errors import DataError, UsageError
 from dpaudit.ledger.book import open_ledger
 from dpaudit.records import write_json_atomic
 from dpaudit.reports import build_report, read_report, write_report
+from dpaudit.reports import html, markdown
 from dpaudit.reports.audit_view import control_of, roc_of
 from dpaudit.reports.claim import noise_label
 from dpaudit.reports.inputs import load_inputs
@@ -160,3 +161,9 @@ def test_a_sweep_notes_pending_tasks_and_a_stale_or_broken_tables_json(tmp_path)
     (folder / "tables.json").write_text("{not json")
     state, notes = notes_and_state()
     assert state == "unreadable" and any("tables.json is unreadable" in m for m in notes)
+
+
+def test_both_renderers_draw_every_block_kind():
+    """render_block looks a kind up unguarded: each renderer must map every kind but figures."""
+    kinds = {"p", "verdict", "table", "kv", "code", "notes", "h3", "more"}
+    assert set(html.RENDER) == set(markdown.RENDER) == kinds

@@ -290,7 +290,8 @@ def _ledger_rdp(private: list, n: int, delta: float | None, adj: str) -> float |
     """rdp epsilon of the ledger's stored events (inf when a non-private release is among the ``n``)."""
     if len(private) < n:
         return math.inf
-    if not private or delta is None or not 0 < delta < 1:
+    # n >= 1 (a group has a member), so private is not empty here
+    if delta is None or not 0 < delta < 1:
         return None
     events = compose_sequential(e.payload.get("guarantee") for e in private)
     return recomputed(events, delta, "rdp", adj)["epsilon"]

@@ -286,10 +286,6 @@ class ElmResult:
     solver: str  # "solve" or "pinv" (fallback when the noised system is singular)
     n_records: int
 
-    @property
-    def width(self) -> int:
-        return self.features.width
-
     def scores(self, x: np.ndarray) -> np.ndarray:
         """Regression outputs ``sigmoid(x W + b) beta`` (n, K)."""
         return self.features.transform(x) @ self.beta

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from ...data import DATASETS, load_dataset, load_heart_centre, load_mnist_raw
+from ...data import load_dataset, load_heart_centre, load_mnist_raw
 from ...data.base import array_sha256
 from ...data.rows import SOURCES, TEST_OFFSET, RowSet, row_sets
 from ...data.splits import DEFAULT_SPLIT_SEED, split_indices, train_val_indices
@@ -459,16 +459,11 @@ def load_task(
 def declared_rows(name: str, *, data_dir=None) -> tuple:
     """The :class:`~dpaudit.data.rows.RowSet` s a built-in dataset or task ``name`` reads under its
     default split: what ``ledger cap`` declares. Loads the data (row ids are positions in its files);
-    a name dpaudit does not know is a UsageError."""
+    a name dpaudit does not know is refused by :func:`~dpaudit.data.registry.load_dataset`
+    (UsageError)."""
     if name in TASKS:
         return tuple(load_task(name, data_dir=data_dir).rows)
-    if name in DATASETS:
-        return tuple(load_dataset(name, data_dir=data_dir).rows)
-    known = ", ".join(sorted(DATASETS) + list(TASKS))
-    raise UsageError(
-        f"dataset must be a built-in dataset or MixMin task ({known}) for its rows to be read, "
-        f"got {name!r}."
-    )
+    return tuple(load_dataset(name, data_dir=data_dir).rows)
 
 
 # ---- Small torch models, trained on public data only (proxies and the downstream model)

@@ -81,3 +81,23 @@ def test_an_older_plan_names_its_release_as_target():
     assert audit_plans.plan_target({"release_id": "r1"}) == {"release": "r1"}
     assert audit_plans.plan_target({}) is None
     assert audit_plans.target_problem({"release_id": "r1"}) is None
+
+
+def test_an_unknown_mechanism_is_refused_with_the_auditable_names():
+    from dpaudit.auditing import generic_target
+
+    with pytest.raises(UsageError, match=r"^mechanism must be one of dp-rvfl, .*, got 'nope'\.$"):
+        generic_target("nope", None)
+
+
+def test_bound_ratio_and_a_bare_targets_description():
+    from dpaudit.audits.targets import AuditTarget
+
+    fields = ["white-box", 1.0, 2.0, 1e-5, 0.95, "rdp", 1.0, 1.0, 0.1, 10, 100, None]
+    assert white_box.WhiteBoxBound(*fields).ratio == 0.5
+    assert white_box.WhiteBoxBound(*fields[:2], 0.0, *fields[3:]).ratio == float("inf")
+
+    class Bare(AuditTarget):
+        scores = without_noise = None
+
+    assert Bare().describe() == {"task": None, "dataset": None, "config": {}, "canary_info": {}}

@@ -101,3 +101,14 @@ def test_bound_ratio_and_a_bare_targets_description():
         scores = without_noise = None
 
     assert Bare().describe() == {"task": None, "dataset": None, "config": {}, "canary_info": {}}
+
+
+def test_plan_checks_that_no_test_reached():
+    from dpaudit.requests import AuditRequest
+
+    assert audit_plans.signature_ok({"signer": {"public_key": "not a key"}}) is False
+    result = {"plan_id": "p", "stage": "result", "audit_id": "a", "sha256": "x"}
+    assert audit_plans.plan_entries([(1, None, result)])["p"]["orphan_results"] == ["a"]
+    request = AuditRequest(mechanism="noisy-sum", threat_model="white-box")
+    with pytest.raises(UsageError, match="threat model of a planned audit must be final-model"):
+        audit_plans.make_plan(request)

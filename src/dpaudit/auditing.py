@@ -135,11 +135,7 @@ def target_for(audit: AuditRequest):
 def generic_target(mechanism: str, request, *, canary: str | None = None, no_noise: bool = False):
     """The audit target of ``request`` through the contract: the mechanism's own plan (public
     quantities: the same code path as its release) and its ``audit_target(plan, canary)``."""
-    entry = lookup(mechanism)
-    if not entry.canaries:
-        raise UsageError(
-            f"mechanism must be auditable (a catalogue entry with canaries), got {mechanism!r}."
-        )
+    entry = auditable_entry(mechanism)
     mech = registry.mechanism(entry.name)
     canary = entry_canary(entry, canary)
     return mech.audit_target(mech.plan_of_audit(request), canary, no_noise=no_noise)

@@ -246,16 +246,13 @@ def _branch_profile(
     delta is the larger of the two orderings' (add and remove PLD; replace-one is symmetric)
     plus :data:`PROFILE_DELTA_SLACK`, capped at 1.
     """
-    act = _active(leaves)
-    if not act:
-        eps, delta = np.zeros(1), np.zeros(1)
-    else:
-        arrays = _branch_arrays(act, adjacency, coarse_sigma)
-        top = max((float(l[p > 0].max()) if np.any(p > 0) else 0.0) for l, p, _ in arrays)
-        top = max(top, 0.0)
-        step = max(PROFILE_EPS_STEP, top / PROFILE_MAX_POINTS)
-        eps = np.append(np.arange(0.0, top, step), top)
-        delta = np.max([hockey_stick(l, p, m, eps) for l, p, m in arrays], axis=0)
+    # never empty: a branch without active leaves has the closed "gaussian" form (_branch_form)
+    arrays = _branch_arrays(_active(leaves), adjacency, coarse_sigma)
+    top = max((float(l[p > 0].max()) if np.any(p > 0) else 0.0) for l, p, _ in arrays)
+    top = max(top, 0.0)
+    step = max(PROFILE_EPS_STEP, top / PROFILE_MAX_POINTS)
+    eps = np.append(np.arange(0.0, top, step), top)
+    delta = np.max([hockey_stick(l, p, m, eps) for l, p, m in arrays], axis=0)
     delta = np.minimum(delta + PROFILE_DELTA_SLACK, 1.0)
     eps.setflags(write=False)
     delta.setflags(write=False)

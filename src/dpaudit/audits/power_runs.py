@@ -124,9 +124,8 @@ class _OneRun:
 
     def rejects_member(self, s: float, m: int, counts) -> bool:
         """The test rules out the family member at scale s: a profile family's on its coarse curve
-        (lower, so a member it rules out, the audit's own curve rules out too)."""
-        if s == 1.0 and self.closed:
-            return self.rejects(1.0, self.curve.fnr, m, counts)
+        (lower, so a member it rules out, the audit's own curve rules out too); scale 1 reads the
+        claim's own curve, cached under 1.0 at construction."""
         return self.rejects(s, self.coarse(s), m, counts)
 
     def coarse(self, s: float):

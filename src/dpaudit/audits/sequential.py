@@ -198,8 +198,9 @@ class SequentialTest:
         return self.rule
 
     def look(self, scores) -> Look:
-        """The state after the trials so far (``scores`` of the plan's first trials, SELECT included),
-        by the rule :meth:`choose` fixed (:func:`run_sequential` chooses before its first look)."""
+        """The state after the trials so far (``scores`` of the plan's first trials, SELECT included)."""
+        if self.rule is None:
+            self.choose(np.asarray(scores, float)[: self.plan.select_trials])
         s = np.asarray(scores, float)
         t, sel = s.size, self.plan.select_trials
         w = self.plan.world[sel:t]

@@ -8,27 +8,40 @@ import sqlite3
 import pytest
 
 from dpaudit.errors import LedgerError, UsageError
+from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
 from dpaudit.ledger.fingerprint import keyed_fingerprint
 from dpaudit.ledger.integrity import (
+    Snapshot,
     chain_problems,
     entry_hash,
     import_chain,
     partition_problems,
     require_export,
+    verify_snapshot,
 )
 from dpaudit.ledger.paths import GENESIS_HASH, resolve_ledger
 from dpaudit.ledger.store_pg import grant_writer_sql
-from dpaudit.ledger.text import seal_notes
+from dpaudit.ledger.text import seal_notes, summary_notes
 
 
-def _chain(*ids: str, kind: str = "cap", payloads=None) -> list[tuple]:
+@pytest.fixture(autouse=True)
+def _no_default_key(tmp_path, monkeypatch):
+    """No signing key of this machine's user is picked up."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.delenv(sg.SIGNING_KEY_ENV, raising=False)
+
+
+def _chain(*ids: str, kind: str = "cap", payloads=None, sigs=None) -> list[tuple]:
     """Stored rows (seq, id, kind, created_at, dataset, payload, prev_hash, hash, signer, signature)
-    of an intact unsigned chain from the genesis hash."""
+    of an intact chain from the genesis hash (``kind``: ``ID:KIND`` overrides it per entry)."""
     rows, prev = [], GENESIS_HASH
-    for seq, eid in enumerate(ids, 1):
-        columns = (eid, kind, "t", "toy", (payloads or {}).get(eid, "{}"))
-        rows.append((seq, *columns, prev, entry_hash(prev, *columns)) + (None, None))
+    for seq, name in enumerate(ids, 1):
+        eid, _, own_kind = name.partition(":")
+        columns = (eid, own_kind or kind, "t", "toy", (payloads or {}).get(eid, "{}"))
+        signer, signature = (sigs or {}).get(eid, (None, None))
+        rows.append((seq, *columns, prev, entry_hash(prev, *columns, signer, signature)))
+        rows[-1] += (signer, signature)
         prev = rows[-1][7]
     return rows
 
@@ -140,3 +153,54 @@ def test_the_summary_names_unsealed_entries():
         "ledger: 2 entries after entry #5 UNSEALED"
     )
     assert seal_notes({"owner": "k", "unsealed": 0}) == []
+
+
+def test_the_summary_names_declared_data_versions():
+    row = {"dataset": "toy", "partition": "*", "dataset_fingerprints": ["a", "b"]}
+    assert summary_notes([row]) == ["toy: 2 declared data versions, composed sequentially."]
+
+
+def _verified(rows) -> list[str]:
+    head = (len(rows), len(rows), rows[-1][7])
+    snap = Snapshot("p", "sqlite", 1, head, rows)
+    return [p.message for p in verify_snapshot(snap, anchor=None, owner=None).problems]
+
+
+def test_forged_or_unreadable_entries_are_findings_never_skipped():
+    key = sg.key_payload(bytes(32), "k", "owner")
+    payloads = {
+        "a": "{",
+        "b": '{"key_id": "00", "public_key": "ed25519:nope"}',
+        "c": '{"key_id": "00", "public_key": "%s"}' % key["public_key"],
+    }
+    sigs = {eid: ("f" * 32, "ab") for eid in "bc"} | {"d": (None, "ab")}
+    rows = _chain("a", "b", "c", "d:bogus", kind="key", payloads=payloads, sigs=sigs)
+    found = _verified(rows)
+    assert "entry #1 (key a) is unreadable: its payload is not a JSON object." in found
+    assert "entry #4 (bogus d) cannot be read: unknown kind 'bogus'" in found
+    assert "entry #4 (bogus d) has a signature but no signer." in found
+    assert "entry #2 (key b) registers a public key that cannot be read." in found
+    assert (
+        f"entry #3 (key c) registers key '00' but its public key has id {key['key_id']}." in found
+    )
+
+
+def test_a_ledger_key_of_the_wrong_size_is_refused_and_a_closed_ledger_is_not_read(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    with open_ledger(path) as led:
+        led.cap("toy", 1.0, 1e-5)
+    (tmp_path / "ledger.sqlite.key").write_bytes(b"short")
+    led = open_ledger(path)
+    with pytest.raises(LedgerError, match="must hold exactly 32 bytes, got 5"):
+        led.fingerprint("digest")
+    led.close()
+    with pytest.raises(LedgerError, match="is closed"):
+        led.entries()
+
+
+def test_registering_a_key_or_requiring_signatures_again_changes_nothing(tmp_path):
+    owner = sg.keygen("owner", directory=tmp_path / "keys")
+    with open_ledger(tmp_path / "ledger.sqlite", signing_key=owner) as led:
+        first, policy = led.register_key(), led.require_signatures()
+        assert (led.register_key(), led.require_signatures()) == (first, policy)
+        assert len(led.entries()) == 2 and led.verify().ok

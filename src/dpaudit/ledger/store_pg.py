@@ -159,8 +159,6 @@ class PostgresStore(StoreBase):
     def __init__(
         self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True
     ) -> None:
-        if location.backend != "postgresql":
-            raise UsageError(f"location must be a postgresql:// ledger, got {location.display!r}.")
         self.location, self.display = location, location.display
         self.schema = location.schema or "dpaudit"
         self.s = _q(self.schema)

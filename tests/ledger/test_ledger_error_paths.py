@@ -3,6 +3,7 @@ input with its one-line message, or names a tampered chain (fail closed), withou
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import pytest
@@ -204,3 +205,32 @@ def test_registering_a_key_or_requiring_signatures_again_changes_nothing(tmp_pat
         first, policy = led.register_key(), led.require_signatures()
         assert (led.register_key(), led.require_signatures()) == (first, policy)
         assert len(led.entries()) == 2 and led.verify().ok
+
+
+def test_a_signing_key_of_another_type_is_refused(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    path = tmp_path / "other.key"
+    pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    path.write_bytes(pem)
+    path.chmod(0o600)
+    with pytest.raises(
+        LedgerError, match=re.escape(f"signing key {path} must be an Ed25519 key, got ")
+    ):
+        sg.load_signing_key(str(path))
+
+
+def test_an_import_beside_another_key_imports_nothing(tmp_path):
+    with open_ledger(tmp_path / "a.sqlite") as led:
+        led.cap("toy", 1.0, 1e-5)
+        dump = led.export_rows(include_key=True)
+    (tmp_path / "b.sqlite.key").write_bytes(bytes(32))
+    with open_ledger(tmp_path / "b.sqlite") as led:
+        with pytest.raises(LedgerError, match="exists with another key; import into a new ledger"):
+            led.import_rows(dump)
+        assert led.entries() == []

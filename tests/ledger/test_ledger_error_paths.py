@@ -135,8 +135,6 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path):
 
 
 def test_helpers_refuse_bad_values_with_one_line():
-    with pytest.raises(UsageError, match="key must be 32 bytes, got bytes of length 1"):
-        keyed_fingerprint(b"x", "digest")
     with pytest.raises(UsageError, match="digest must be a non-empty string, got ''"):
         keyed_fingerprint(bytes(32), "")
     with pytest.raises(UsageError, match="role must be a lower-case SQL name"):

@@ -11,6 +11,7 @@ import pytest
 from dpaudit.errors import LedgerError, UsageError
 from dpaudit.ledger import signing as sg
 from dpaudit.ledger.book import open_ledger
+from dpaudit.ledger.budget import sampler_uncertified_reason, unbounded_audit_refusal
 from dpaudit.ledger.fingerprint import keyed_fingerprint
 from dpaudit.ledger.integrity import (
     Snapshot,
@@ -232,3 +233,13 @@ def test_an_import_beside_another_key_imports_nothing(tmp_path):
         with pytest.raises(LedgerError, match="exists with another key; import into a new ledger"):
             led.import_rows(dump)
         assert led.entries() == []
+
+
+def test_an_uncertified_sampler_is_named_and_its_audit_refusal_says_the_way_out():
+    reason = "the trials use the uncertified gaussian sampler"
+    refusal = unbounded_audit_refusal("toy", {"unbounded_reason": reason}, "its cap")
+    assert f"refused before any trial ran: {reason}, so its cost is unbounded" in refusal
+    assert "audit a configuration with a certified, known privacy event" in refusal
+    assert sampler_uncertified_reason("gaussian") == (
+        "uncertified: gaussian sampler (no finite-precision guarantee)"
+    )

@@ -31,11 +31,8 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 def keyed_fingerprint(key: bytes, digest: str) -> str:
     """``HMAC-SHA256(key, digest)`` as 64 lower-case hex characters (``digest``: the plain identity
-    of the data, e.g. the SHA-256 hex of the prepared arrays, hashed as its text)."""
-    if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
-        raise UsageError(
-            f"key must be {KEY_BYTES} bytes, got {type(key).__name__} of length {len(key) if hasattr(key, '__len__') else '?'}."
-        )
+    of the data, e.g. the SHA-256 hex of the prepared arrays, hashed as its text; ``key``: the
+    ledger's 32-byte key, whose size both stores check when they read it)."""
     if not isinstance(digest, str) or not digest:
         raise UsageError(f"digest must be a non-empty string, got {digest!r}.")
     return hmac.new(bytes(key), digest.encode("utf-8"), hashlib.sha256).hexdigest()

@@ -285,12 +285,10 @@ def _signature_ok(public_raw: bytes, signature_hex: str, material: bytes) -> boo
 
 
 def signature_ok(public_key: str, signature_hex: str, material: bytes) -> bool:
-    """Whether ``signature_hex`` is the signature of ``material`` by ``public_key`` (``ed25519:BASE64``);
-    False for anything malformed (a signed document outside the ledger, e.g. an audit plan)."""
-    try:
-        return _signature_ok(parse_public_key(public_key), str(signature_hex), material)
-    except UsageError:
-        return False
+    """Whether ``signature_hex`` is the signature of ``material`` by ``public_key`` (``ed25519:BASE64``,
+    already readable: the caller checks it first); False for a malformed or wrong signature (a signed
+    document outside the ledger, e.g. an audit plan). Raises UsageError for an unreadable key."""
+    return _signature_ok(parse_public_key(public_key), str(signature_hex), material)
 
 
 def key_payload(public_raw: bytes, name: str, role: str) -> dict:

@@ -29,6 +29,7 @@ import os
 import re
 from typing import Iterator
 
+from ..accounting.base import first_line
 from ..errors import LedgerError, UsageError
 from .paths import LedgerLocation
 
@@ -119,11 +120,6 @@ def grant_writer_sql(schema: str, role: str) -> list[str]:
     ]
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
 #: What psycopg's messages say when the connection to the server was lost.
 _LOST_CONNECTION = tuple(
     "terminating connection|server closed the connection|connection is lost|consuming input "
@@ -135,7 +131,7 @@ def describe_pg_error(where: str, e: BaseException) -> str:
     """One line naming the ledger and what went wrong, for every psycopg error."""
     import psycopg
 
-    msg = _first_line(e)
+    msg = first_line(e)
     low = msg.lower()
     shutdown = isinstance(e, (psycopg.errors.AdminShutdown, psycopg.errors.CrashShutdown))
     if shutdown or any(words in low for words in _LOST_CONNECTION):
@@ -163,8 +159,6 @@ class PostgresStore(StoreBase):
     def __init__(
         self, location: LedgerLocation, *, busy_timeout: float = 60.0, initialise: bool = True
     ) -> None:
-        if location.backend != "postgresql":
-            raise UsageError(f"location must be a postgresql:// ledger, got {location.display!r}.")
         self.location, self.display = location, location.display
         self.schema = location.schema or "dpaudit"
         self.s = _q(self.schema)
@@ -249,7 +243,7 @@ class PostgresStore(StoreBase):
                 self._rollback()
                 if conn.broken or conn.closed:
                     raise LedgerError(
-                        f"ledger {self.display}: the connection to the PostgreSQL server was lost while committing ({_first_line(e)}); "
+                        f"ledger {self.display}: the connection to the PostgreSQL server was lost while committing ({first_line(e)}); "
                         "the last write may or may not be recorded -- check with `dpaudit ledger list` before running again."
                     ) from None
                 raise

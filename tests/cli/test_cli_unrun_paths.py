@@ -1,9 +1,11 @@
 """CLI paths no other in-process test reaches: `ledger seal`, an empty summary, a bad import
-file, an option given without its value, a group given without a command."""
+file, an option given without its value, a group given without a command; the lazy groups."""
 
 from __future__ import annotations
 
 import json
+
+import typer
 
 from typer.testing import CliRunner
 
@@ -46,3 +48,11 @@ def test_an_option_without_its_value_and_a_bare_group():
     assert said.endswith("--help`), got none.")
     r = run(app, ["ledger"])  # no command: the group's help, as click shows it
     assert r.exit_code == 2 and "Usage:" in r.output and "summary" in r.output
+
+
+def test_every_lazy_group_lists_what_typer_builds():
+    eager = typer.main.get_command(app)
+    lazy = app.lazy_command()
+    for name, command in eager.commands.items():
+        if isinstance(command, typer.core.TyperGroup):
+            assert list(lazy.commands[name].commands) == list(command.commands), name

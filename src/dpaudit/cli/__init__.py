@@ -77,10 +77,9 @@ def _command_name(info) -> str:
 def _lazy_group(group_info, **conv) -> Any:
     """The click group of a sub-app (``add_typer``) whose commands are converted on first use."""
     inst = group_info.typer_instance
+    # sub-apps are added by name, never unnamed (typer would merge one into its parent):
+    # tests/cli/test_cli_unrun_paths.py compares every lazy group with typer's own
     commands, groups = inst.registered_commands, inst.registered_groups
-    if any(not typer.main.solve_typer_info_defaults(g).name for g in groups):
-        # typer merges an unnamed sub-app's commands into this group: build it the eager way
-        return typer.main.get_group_from_info(group_info, **conv)
     inst.registered_commands, inst.registered_groups = [], []
     try:
         # the group itself: callback, help, options

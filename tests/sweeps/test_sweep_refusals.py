@@ -8,7 +8,7 @@ import re
 import pytest
 
 from dpaudit.errors import DataError, UsageError
-from dpaudit.sweeps import load_spec, parse_spec
+from dpaudit.sweeps import load_spec, open_store, parse_spec
 from dpaudit.sweeps.stats import MAX_EXACT_N, sign_flip_pvalue, summarize
 
 GRID = 'name = "s"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\neps = [1]\nseeds = [1]\n'
@@ -43,3 +43,8 @@ def test_summaries_and_sign_flips_refuse_bad_input():
     with pytest.raises(UsageError, match=f"at most {MAX_EXACT_N} for the exact test"):
         sign_flip_pvalue([1.0] * (MAX_EXACT_N + 1))
     assert math.isnan(summarize([3.0]).sd)
+
+
+def test_finishing_a_task_the_store_lacks_is_a_data_error(tmp_path):
+    with open_store(tmp_path / "s") as store, pytest.raises(DataError, match="task key must be"):
+        store.mark_done("0" * 16, {"accuracy": 1.0})

@@ -56,3 +56,12 @@ def test_every_lazy_group_lists_what_typer_builds():
     for name, command in eager.commands.items():
         if isinstance(command, typer.core.TyperGroup):
             assert list(lazy.commands[name].commands) == list(command.commands), name
+
+
+def test_the_help_renderers_stand_ins_are_the_real_classes_when_used():
+    from rich.markdown import Markdown
+
+    from dpaudit.cli.common import _stand_in
+
+    stand_in = _stand_in("rich.markdown", "Markdown")
+    assert isinstance(stand_in("*x*"), Markdown) and stand_in.elements is Markdown.elements

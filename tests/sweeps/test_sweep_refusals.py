@@ -1,4 +1,5 @@
-"""Refusals of sweep specs and statistics that no other test reaches: each is one line."""
+"""Refusals of sweep specs, stores and statistics that no other test reaches (each is one line),
+and the no-budget answer for a selftest task."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import re
 import pytest
 
 from dpaudit.errors import DataError, UsageError
-from dpaudit.sweeps import load_spec, open_store, parse_spec
+from dpaudit.sweeps import builtin_spec, load_spec, open_store, parse_spec
 from dpaudit.sweeps.stats import MAX_EXACT_N, sign_flip_pvalue, summarize
+from dpaudit.sweeps.tasks import planned_event
 
 GRID = 'name = "s"\nmodels = ["dp-rvfl"]\ndatasets = ["heart"]\neps = [1]\nseeds = [1]\n'
 
@@ -48,3 +50,8 @@ def test_summaries_and_sign_flips_refuse_bad_input():
 def test_finishing_a_task_the_store_lacks_is_a_data_error(tmp_path):
     with open_store(tmp_path / "s") as store, pytest.raises(DataError, match="task key must be"):
         store.mark_done("0" * 16, {"accuracy": 1.0})
+
+
+def test_a_selftest_task_plans_no_release():
+    task = builtin_spec("selftest").tasks()[0]
+    assert task.runner == "selftest" and planned_event(task.config()) is None

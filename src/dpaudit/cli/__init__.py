@@ -47,8 +47,8 @@ from .common import LazyCommands, _fast_options, light_rich_help, new_app  # noq
 
 #: Top-level command name -> the module of :mod:`dpaudit.cli` whose ``register(app)`` adds it, in
 #: the order typer lists them (commands in registration order, then the groups). Every family
-#: module is in here; a name missing from it still works (unknown names load every family) and
-#: tests/cli/test_cli_startup.py fails until it is added.
+#: module is in here; the lazy root knows only these names, and tests/cli/test_cli_startup.py
+#: fails while a family registers a name missing from it.
 COMMAND_FAMILIES: dict[str, str] = {
     "account": "accounting",
     "calibrate": "accounting",
@@ -77,10 +77,9 @@ def _command_name(info) -> str:
 def _lazy_group(group_info, **conv) -> Any:
     """The click group of a sub-app (``add_typer``) whose commands are converted on first use."""
     inst = group_info.typer_instance
+    # sub-apps are added by name, never unnamed (typer would merge one into its parent):
+    # tests/cli/test_cli_unrun_paths.py compares every lazy group with typer's own
     commands, groups = inst.registered_commands, inst.registered_groups
-    if any(not typer.main.solve_typer_info_defaults(g).name for g in groups):
-        # typer merges an unnamed sub-app's commands into this group: build it the eager way
-        return typer.main.get_group_from_info(group_info, **conv)
     inst.registered_commands, inst.registered_groups = [], []
     try:
         # the group itself: callback, help, options
@@ -164,12 +163,8 @@ class _RootTyper(typer.Typer):
         return _builders(self._raw["registered_commands"], self._raw["registered_groups"], **conv)
 
     def _build(self, name: str):
-        family = COMMAND_FAMILIES.get(name)
-        self._load([family] if family else FAMILY_ORDER)
-        builder = self._builders().get(name)
-        if builder is None:
-            raise KeyError(name)
-        return builder()
+        self._load([COMMAND_FAMILIES[name]])
+        return self._builders()[name]()
 
     def lazy_command(self):
         """The root click group; each top-level command is converted when it is first looked up."""
@@ -179,15 +174,9 @@ class _RootTyper(typer.Typer):
         shell.registered_commands, shell.registered_groups = [], []
         group = _fast_options(typer.main.get_command(shell))
         group.commands = LazyCommands(
-            {name: (lambda name=name: self._build(name)) for name in COMMAND_FAMILIES},
-            missing=self._missing,
+            {name: (lambda name=name: self._build(name)) for name in COMMAND_FAMILIES}
         )
         return group
-
-    def _missing(self) -> dict[str, Callable[[], Any]]:
-        """Builders of the names COMMAND_FAMILIES does not list (none, unless a family added one)."""
-        self._load(FAMILY_ORDER)
-        return {n: b for n, b in self._builders().items() if n not in COMMAND_FAMILIES}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         argv = kwargs.get("args", args[0] if args else None)

@@ -13,7 +13,7 @@ import types
 import typing
 import warnings
 from pathlib import Path
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from enum import Enum
 from inspect import Parameter
 from typing import Any, Callable, Optional
@@ -50,49 +50,21 @@ from .coercion import install
 ROUTES: dict[tuple[str, str], Any] = {}
 
 
-class LazyCommands(MutableMapping):
+class LazyCommands(Mapping):
     """A group's ``commands`` mapping whose click commands are built on first look-up (start-up:
-    see :mod:`dpaudit.cli`). Iterating yields the names, in order, without building anything;
-    ``missing`` (optional) supplies builders for names outside the table, asked on a miss."""
+    see :mod:`dpaudit.cli`). Iterating yields the names, in order, without building anything."""
 
-    def __init__(
-        self, builders: dict[str, Callable[[], Any]], missing: Optional[Callable[[], dict]] = None
-    ) -> None:
-        self._builders = dict(builders)
+    def __init__(self, builders: dict[str, Callable[[], Any]]) -> None:
+        self._builders = builders
         self._built: dict[str, Any] = {}
-        self._missing = missing
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._built:
-            if name not in self._builders and self._missing is not None:
-                extra, self._missing = self._missing(), None
-                for n, b in extra.items():
-                    self._builders.setdefault(n, b)
-            builder = self._builders.get(name)
-            if builder is None:
-                raise KeyError(name)
-            self._built[name] = _fast_options(builder())
+            self._built[name] = _fast_options(self._builders[name]())
         return self._built[name]
 
-    def __setitem__(self, name: str, command: Any) -> None:
-        self._builders.setdefault(name, None)
-        self._built[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        del self._builders[name]
-        self._built.pop(name, None)
-
-    def __contains__(self, name: object) -> bool:
-        if name in self._builders:
-            return True  # without building it
-        try:
-            self[name]  # type: ignore[index]  # a name outside the table: ask ``missing``
-        except KeyError:
-            return False
-        return True
-
     def __iter__(self):
-        return iter(list(self._builders))
+        return iter(self._builders)
 
     def __len__(self) -> int:
         return len(self._builders)

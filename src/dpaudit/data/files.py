@@ -26,17 +26,21 @@ def _relative(path: Path, data_dir: Path) -> str | None:
         return None
 
 
+def read_text(path: Path, encoding: str = "utf-8") -> str:
+    """The text of ``path``; a file that cannot be read or decoded is a one-line DataError."""
+    try:
+        return path.read_text(encoding=encoding)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {path}: {exc}.") from None
+
+
 def read_sha256sums(data_dir: Path) -> dict[str, str]:
     """``relative path -> sha256`` from ``<data_dir>/SHA256SUMS`` (empty when the file is absent)."""
     path = data_dir / SHA256SUMS
     if not path.is_file():
         return {}
     sums: dict[str, str] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read {path}: {exc}.") from None
-    for line in text.splitlines():
+    for line in read_text(path).splitlines():
         parts = line.strip().split(maxsplit=1)
         if len(parts) == 2:
             sums[parts[1].lstrip("*").strip()] = parts[0].lower()

@@ -61,7 +61,7 @@ from ..errors import DataError
 from ..lazy import lazy_import
 from ..validation import one_of
 from .base import resolve_data_dir
-from .files import hash_and_verify
+from .files import hash_and_verify, read_text
 
 np = lazy_import("numpy")
 
@@ -178,11 +178,7 @@ def read_table(
     path: Path, sep: str, columns: tuple[str, ...], header: bool
 ) -> dict[str, np.ndarray]:
     """Read a delimited numeric table into float64 columns (NaN = missing)."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read {path}: {exc}.") from None
-    lines = text.splitlines()
+    lines = read_text(path, "utf-8-sig").splitlines()
     start = _check_header(lines, path, sep, columns) if header else 0
     arr = _fast_parse(lines[start:], sep, len(columns))
     if arr is None:

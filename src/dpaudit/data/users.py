@@ -26,7 +26,7 @@ from pathlib import Path
 from ..errors import DataError, UsageError
 from ..lazy import lazy_import
 from ..validation import non_negative_int
-from .base import PreparedDataset, array_sha256, partitions
+from .base import PreparedDataset, partitions
 from .rows import RowSet
 from .splits import permutation, split_counts, split_indices, train_val_indices
 
@@ -108,11 +108,6 @@ def index_users(user_ids) -> UserIndex:
     counts = np.bincount(user, minlength=by_first.size)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     return UserIndex(ids=uniq[by_first], order=order, offsets=offsets)
-
-
-def user_ids_sha256(user_ids) -> str:
-    """Identity of a user-id array (dtype, shape and bytes)."""
-    return array_sha256(as_user_ids(user_ids))
 
 
 # ---------------------------------------------------------------- splits

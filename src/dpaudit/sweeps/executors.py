@@ -142,9 +142,8 @@ def _workers(workers: int | None) -> int:
 
 
 class Executor:
-    """Base class: subclasses implement :meth:`imap_unordered`."""
+    """Base class: subclasses implement :meth:`imap_unordered`, ``describe`` and ``close``."""
 
-    kind = "base"
     max_worker_deaths = 3
 
     def imap_unordered(
@@ -183,12 +182,6 @@ class Executor:
             )
         return values
 
-    def describe(self) -> dict:
-        return {"executor": self.kind}
-
-    def close(self) -> None:
-        pass
-
     def __enter__(self) -> "Executor":
         return self
 
@@ -198,8 +191,6 @@ class Executor:
 
 class LocalExecutor(Executor):
     """Process pool on this machine. ``workers=None`` uses ``os.cpu_count()``; 1 runs in-process."""
-
-    kind = "local"
 
     def __init__(self, workers: int | None = None, *, threads_per_worker: int = 1):
         self.workers = _workers(workers)

@@ -30,9 +30,6 @@ class CellSummary:
     ci_high: float
     confidence: float = 0.95
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def summarize(values: Sequence[float], *, confidence: float = 0.95) -> CellSummary:
     """Mean, sample SD and the two-sided Student-t interval at ``confidence`` over seeds."""

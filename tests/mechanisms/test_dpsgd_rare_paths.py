@@ -10,20 +10,29 @@ import numpy as np
 import pytest
 import torch
 
+from dpaudit.data import load_dataset
+from dpaudit.data.users import index_users
 from dpaudit.errors import DataError, UsageError
 from dpaudit.mechanisms.contract import DataInfo, MechanismBase, ReleasePlan, _check_dataset
 from dpaudit.mechanisms.dpsgd import core as dpsgd_core
 from dpaudit.mechanisms.dpsgd.core import DPSGDConfig, check_head_inputs, head_clipped_sum
 from dpaudit.mechanisms.dpsgd.ghost_clip import ghost_clipped_sum
 from dpaudit.mechanisms.dpsgd.head_audit import label_log_prob
-from dpaudit.mechanisms.dpsgd.loop import _check_canary_rows
+from dpaudit.mechanisms.dpsgd.head_audit import HeadTarget
+from dpaudit.mechanisms.dpsgd.head_canaries import _test_records
+from dpaudit.mechanisms.dpsgd.loop import UserSampling, _check_canary_rows, train_heads
 from dpaudit.mechanisms.dpsgd.mechanism import MECHANISM, DPSGDMechanism, _ledger_fingerprint
 from dpaudit.mechanisms.dpsgd.models import CompactAttention, build_module
 from dpaudit.mechanisms.dpsgd.module_training import train_module_dp_sgd
 from dpaudit.mechanisms.dpsgd.one_run_heads import _log_softmax_rows
 from dpaudit.mechanisms.dpsgd.one_run_modules import choose_coordinates, trial_config
 from dpaudit.mechanisms.dpsgd.user_head_audit import user_clipped_gradient
-from dpaudit.mechanisms.dpsgd.white_box_target import _plain_sgd, head_white_box_run
+from dpaudit.mechanisms.dpsgd.white_box_target import (
+    _plain_sgd,
+    head_white_box_run,
+    white_box_audit,
+    white_box_run,
+)
 from dpaudit.mechanisms.simple.noisy_sum import MECHANISM as NOISY_SUM
 from dpaudit.noise import NoiseSource
 from dpaudit.requests import DPSGDRequest
@@ -81,6 +90,12 @@ def test_kernels_refuse_bad_input():
         trial_config({}, noise_on=True)
     with pytest.raises(UsageError, match=r"^target must be a record-level DP-SGD head target"):
         head_white_box_run(None, canaries=2, noise=NoiseSource(), seed=0)
+    target, no_test = (
+        SimpleNamespace(seed=0, canary="natural"),
+        SimpleNamespace(name="toy", y_test=[]),
+    )
+    with pytest.raises(DataError, match=r"^dataset toy has no held-out test records for a natural"):
+        _test_records(target, no_test, None, None, wrong=False)
     user_canary = SimpleNamespace(z=np.zeros((2, 3)), y=np.array([0, 1]), many=True)
     with pytest.raises(UsageError, match=r"^a user-level canary with records must be one user"):
         _check_canary_rows(user_canary, np.zeros((1, 2)), 2, True, 1)
@@ -115,3 +130,40 @@ def test_head_kernels_rare_branches():
         np.testing.assert_allclose(label_log_prob(w1, z, label), label_log_prob(w2, z, label))
     zc = rng.normal(size=(3, 5))
     np.testing.assert_allclose(_log_softmax_rows(w1[0], zc), _log_softmax_rows(w2[0], zc))
+
+
+def test_white_box_refusals():
+    digits, noise = load_dataset("digits"), NoiseSource()
+    with pytest.raises(UsageError, match=r"^canaries for crafted-final must be at most the \d+ "):
+        white_box_run(
+            "dp-dense",
+            digits,
+            CONFIG,
+            canaries=10**6,
+            noise=noise,
+            seed=0,
+            threat_model="crafted-final",
+        )
+    with pytest.raises(UsageError, match=r"^model for a white-box audit must be one of dp-dense"):
+        white_box_run("dp-gru", digits, CONFIG, canaries=2, noise=noise, seed=0)
+    head = HeadTarget.__new__(HeadTarget)  # the refusal reads only its type
+    with pytest.raises(UsageError, match=r"^threat model for a DP-SGD head must be white-box"):
+        white_box_audit(
+            head, None, None, {}, canaries=2, noise=noise, seed=0, threat_model="crafted-final"
+        )
+
+
+def test_a_step_sampling_no_user_adds_a_zero_sum():
+    """Algorithm 1, step 6: at q ~ 0 no user is sampled, so a noiseless head never moves (a
+    stale or uninitialised sum buffer would move it)."""
+    rng = np.random.default_rng(1)
+    z, y, init = (
+        rng.normal(size=(12, 3)),
+        rng.integers(0, 3, 12),
+        rng.normal(size=(3, 4)).astype(np.float32),
+    )
+    config = DPSGDConfig(1e-12, 5, 2, 0.0, non_private=True)
+    users = UserSampling(index_users(np.arange(12) // 3), 2)
+    noise = NoiseSource("reproducible", seed=2)
+    head = train_heads(z, y, 3, config, noise=noise, init=init, users=users)
+    assert head.steps_executed == 5 and np.array_equal(head.weights[0], init)

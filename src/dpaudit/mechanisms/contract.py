@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import data as registry
-from ..errors import DataError, UsageError
+from ..errors import DataError
 from ..grouped import Grouped
 
 if TYPE_CHECKING:  # pragma: no cover - typing only (keeps this module import-light)
@@ -168,10 +168,6 @@ class ReleasePlan(Grouped):
     publishing: Publishing = field(default_factory=Publishing)
     GROUPS = {"noise": NoiseCount, "publishing": Publishing}
 
-    @property
-    def non_private(self) -> bool:
-        return self.event is None
-
 
 def data_plan(request, info: DataInfo, **fields) -> ReleasePlan:
     """The plan of one release on the training partition of ``info``'s dataset (its public
@@ -254,7 +250,11 @@ class MechanismBase:
     - ``plan(request, info: DataInfo) -> ReleasePlan``: the release's plan from the request and
       the data's public facts only;
     - ``run(plan, data, noise, *, progress) -> RunOutput``: the plan executed on the private
-      ``data``, every noise value drawn from ``noise``.
+      ``data``, every noise value drawn from ``noise``;
+    - ``audit_target(plan, canary, *, release=None, user_ids=None, no_noise=False)``: the prepared
+      audit target of ``plan`` (``release``: the Release audited, whose recorded values the target
+      reads; ``no_noise``: the noiseless control). Every catalogue entry has canaries, so every
+      mechanism is audited (tests/mechanisms/test_mechanism_contract.py checks each has it).
     """
 
     name: str
@@ -323,13 +323,6 @@ class MechanismBase:
         plan = self.plan_of_audit(request)
         check_plan_matches_release(plan, release)
         return plan
-
-    def audit_target(
-        self, plan: ReleasePlan, canary: str, *, release=None, user_ids=None, no_noise: bool = False
-    ):
-        """The prepared audit target of ``plan`` (``release``: the Release being audited, whose
-        recorded values the target reads; ``no_noise``: the noiseless control as the target)."""
-        raise UsageError(f"mechanism must be auditable (an audit_target), got {plan.mechanism!r}.")
 
 
 # ------------------------------------------------------------------ a plan rebuilt for a release

@@ -62,16 +62,19 @@ def trajectory_log_lr(
     return per_step.sum(axis=-1)
 
 
+def class_log_probs(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities (..., n_classes) of a head's logits (..., K): one sigmoid logit for
+    class 1 when K = 1, else a softmax over K classes."""
+    if logits.shape[-1] == 1:
+        s = logits[..., 0]
+        return np.stack([-np.logaddexp(0.0, s), -np.logaddexp(0.0, -s)], axis=-1)
+    m = logits.max(axis=-1, keepdims=True)
+    return logits - (m + np.log(np.exp(logits - m).sum(axis=-1, keepdims=True)))
+
+
 def label_log_prob(w: np.ndarray, z: np.ndarray, label: int) -> np.ndarray:
-    """Log-probability of ``label`` for record features ``z`` under each run's head ``w`` (R, K, d+1):
-    one sigmoid logit for class 1 when K = 1, else a softmax over K classes."""
-    logits = w[:, :, :-1] @ z + w[:, :, -1]  # (R, K)
-    if logits.shape[1] == 1:
-        s = logits[:, 0]
-        return -np.logaddexp(0.0, -s) if label == 1 else -np.logaddexp(0.0, s)
-    m = logits.max(axis=1, keepdims=True)
-    logp = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
-    return logp[:, label]
+    """Log-probability of ``label`` for record features ``z`` under each run's head ``w`` (R, K, d+1)."""
+    return class_log_probs(w[:, :, :-1] @ z + w[:, :, -1])[:, label]
 
 
 def canary_scores(target, w: np.ndarray) -> np.ndarray:

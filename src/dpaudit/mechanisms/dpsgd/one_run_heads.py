@@ -29,7 +29,7 @@ from ...noise import NoiseSource, public_rng
 from ...validation import one_of, positive_int
 from .loop import CanaryHook, UserSampling, train_heads
 from .features import build_features
-from .head_audit import HeadAuditTarget, dead_features
+from .head_audit import HeadAuditTarget, class_log_probs, dead_features
 from .schedule import MODELS
 from .user_head_audit import UserHeadTarget
 
@@ -64,14 +64,8 @@ def with_zero_features(
 
 
 def _log_softmax_rows(w: np.ndarray, zc: np.ndarray) -> np.ndarray:
-    """Log-probabilities (m, n_classes) of records ``zc`` (m, d) under one head ``w`` (K, d+1);
-    K = 1 is the binary sigmoid head (class 1's logit)."""
-    logits = zc @ w[:, :-1].T + w[:, -1]
-    if w.shape[0] == 1:
-        s = logits[:, 0]
-        return np.stack([-np.logaddexp(0.0, s), -np.logaddexp(0.0, -s)], axis=1)
-    m = logits.max(axis=1, keepdims=True)
-    return logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
+    """Log-probabilities (m, n_classes) of records ``zc`` (m, d) under one head ``w`` (K, d+1)."""
+    return class_log_probs(zc @ w[:, :-1].T + w[:, -1])
 
 
 def heads_one_run(

@@ -103,7 +103,9 @@ def head_user_norms(
     Singleton users: ||r_i|| ||z1_i|| (rank one, as record-level). Others, with k_u <= GRAM_MAX_RECORDS:
     ||g_u||^2 = (1/k_u^2) sum_{i, j in S_u} (r_i . r_j)(z1_i . z1_j), two batched (U, G, G) products on
     the rows padded per user (about 10x faster than segment sums for small users); larger users: the
-    per-user sums R_u^T Z1_u by segment sums (one ``np.add.reduceat`` per logit).
+    per-user sums R_u^T Z1_u by segment sums (one ``np.add.reduceat`` per logit). At least one
+    user has several records: :func:`user_head_clipped_sum` sends all-singleton batches to
+    :func:`~dpaudit.mechanisms.dpsgd.core.head_clipped_sum`.
     """
     first = np.cumsum(k) - k
     out = np.empty(k.size, dtype=r.dtype)
@@ -111,8 +113,6 @@ def head_user_norms(
     fr = first[single]
     out[single] = np.sqrt(np.einsum("ij,ij->i", r[fr], r[fr])) * zr_norm[fr]
     multi = ~single
-    if not multi.any():
-        return out
     mrows, km = multi[seg], k[multi]
     if km.max() <= GRAM_MAX_RECORDS:
         # position of each row's user among the multi-record users

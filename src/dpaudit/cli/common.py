@@ -128,8 +128,9 @@ class DPAuditGroup(TyperGroup):
             found = f"{args[0]} {args[1]}", ROUTES[(args[0], args[1])](), args[2:]
         else:
             found = super().resolve_command(ctx, args)
-        # the innermost one wins: its flags name the parameters in errors
+        # the innermost one wins: its flags name the parameters in errors, its path the help to see
         ctx.meta["dpaudit.command"] = found[1]
+        ctx.meta["dpaudit.command_path"] = f"{ctx.command_path} {found[0]}"
         return found
 
     def make_context(self, info_name, args, parent=None, **extra):
@@ -151,7 +152,7 @@ class DPAuditGroup(TyperGroup):
             _error(msg)
             raise typer.Exit(2) from None
         except ClickUsageError as e:
-            _usage_exit(e)
+            _usage_exit(e, ctx.meta.get("dpaudit.command_path"))
 
 
 def _progress_of(ctx):
@@ -186,12 +187,12 @@ def _one_line_warnings(ctx):
         warnings.showwarning = shown
 
 
-def _usage_exit(e: ClickUsageError):
+def _usage_exit(e: ClickUsageError, command_path: Optional[str] = None):
     """A usage error (bad value, unknown or missing option or command) as one line on stderr, exit 2, instead of typer's
     usage box; a command given without arguments still shows its help."""
     if isinstance(e, NoArgsIsHelpError):
         raise e
-    _error(usage_line(e))
+    _error(usage_line(e, command_path))
     raise typer.Exit(2) from None
 
 
@@ -241,12 +242,13 @@ def _param_name(param: Any, hint: Optional[str]) -> str:
     return (param.metavar or param.name).upper()
 
 
-def usage_line(e: ClickUsageError) -> str:
-    """``e`` as one "{name} must be {rule}, got {value}." line (click's words where nothing better is known)."""
+def usage_line(e: ClickUsageError, command_path: Optional[str] = None) -> str:
+    """``e`` as one "{name} must be {rule}, got {value}." line (click's words where nothing better is
+    known). ``command_path``: the command being run, for errors click raises without a context (an
+    option missing its value), so the line names that command's help rather than the root's."""
     ctx = getattr(e, "ctx", None)
-    where = "`dpaudit --help`"
-    if ctx is not None:
-        where = f"`{' '.join(['dpaudit', *ctx.command_path.split()[1:]])} --help`"
+    path = ctx.command_path if ctx is not None else command_path
+    where = f"`{' '.join(['dpaudit', *path.split()[1:]])} --help`" if path else "`dpaudit --help`"
     if isinstance(e, NoSuchOption):
         near = (
             f"one of {', '.join(e.possibilities)}" if e.possibilities else f"an option of {where}"

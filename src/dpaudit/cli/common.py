@@ -242,13 +242,19 @@ def _param_name(param: Any, hint: Optional[str]) -> str:
     return (param.metavar or param.name).upper()
 
 
+def _help_of(command_path: Optional[str]) -> str:
+    """The help to see for the command at ``command_path`` (the root's when unknown)."""
+    if not command_path:
+        return "`dpaudit --help`"
+    return f"`{' '.join(['dpaudit', *command_path.split()[1:]])} --help`"
+
+
 def usage_line(e: ClickUsageError, command_path: Optional[str] = None) -> str:
     """``e`` as one "{name} must be {rule}, got {value}." line (click's words where nothing better is
     known). ``command_path``: the command being run, for errors click raises without a context (an
     option missing its value), so the line names that command's help rather than the root's."""
     ctx = getattr(e, "ctx", None)
-    path = ctx.command_path if ctx is not None else command_path
-    where = f"`{' '.join(['dpaudit', *path.split()[1:]])} --help`" if path else "`dpaudit --help`"
+    where = _help_of(ctx.command_path if ctx is not None else command_path)
     if isinstance(e, NoSuchOption):
         near = (
             f"one of {', '.join(e.possibilities)}" if e.possibilities else f"an option of {where}"

@@ -13,7 +13,6 @@ is :mod:`.compose`.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import math
@@ -38,7 +37,7 @@ from .authority import Authority
 from .budget import PlannedSpend, check_name, check_reason  # noqa: F401
 from .budget import sampler_uncertified_reason, uncertified_reason  # noqa: F401
 from .compose import CLOSING_KINDS, DatasetState, parse_event, release_view, replay
-from .fingerprint import KEY_BYTES, is_fingerprint, key_path, keyed_fingerprint
+from .fingerprint import is_fingerprint, key_path, keyed_fingerprint
 
 # re-exported: canonical_json, entry_hash (the tests rebuild entries with them)
 from .integrity import Snapshot, VerifyReport, canonical_json, entry_hash  # noqa: F401
@@ -1177,13 +1176,7 @@ class Ledger:
             LedgerError: the export's chain does not verify (nothing imported).
         """
         integrity.require_export(dump)
-        # b"": exported without the key (kept as is here)
-        key = base64.b64decode(dump.get("fingerprint_key") or "")
-        if key and len(key) != KEY_BYTES:  # refused before any row is written, on every backend
-            raise UsageError(
-                f"fingerprint_key of the export must hold exactly {KEY_BYTES} bytes, got {len(key)}; "
-                "nothing was imported."
-            )
+        key = integrity.export_key(dump)  # refused before any row is written, on every backend
         with self._store.write():
             if present := len(self._store.rows()):
                 raise UsageError(

@@ -18,7 +18,7 @@ from ..errors import LedgerAuthorityError, LedgerError, UsageError
 from ..records import _json_safe
 from . import signing
 from .compose import ENTRY_KINDS, DatasetState, parse_event, replay, unstable_declaration
-from .fingerprint import is_fingerprint
+from .fingerprint import KEY_BYTES, is_fingerprint
 from .paths import GENESIS_HASH
 from .rows import ROWS_KIND
 from .signing import Problem
@@ -385,6 +385,19 @@ def export_dump(snap: Snapshot, key: bytes | None) -> dict:
         "columns": list(ENTRY_COLUMNS),
         "rows": [list(r) for r in snap.rows],
     }
+
+
+def export_key(dump: dict) -> bytes:
+    """The fingerprint key an export carries (b"": exported without it), refused unless it is the
+    32 bytes :func:`export_dump` wrote, so an import never writes a key every later fingerprint
+    would fail on."""
+    key = base64.b64decode(dump.get("fingerprint_key") or "")
+    if key and len(key) != KEY_BYTES:
+        raise UsageError(
+            f"fingerprint_key of the export must hold exactly {KEY_BYTES} bytes, got {len(key)}; "
+            "nothing was imported."
+        )
+    return key
 
 
 #: The payload that stands, in a shareable export, for a withheld row-set entry (:func:`withhold_row_sets`).
